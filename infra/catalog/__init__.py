@@ -1,0 +1,381 @@
+"""The catalog: GPU models, instance types, tiers and prices as dated, sourced data.
+
+The data lives in the TOML files beside this module; this module only reads and checks it.
+No network, no provider SDK, nothing computed at import: ``load_catalog()`` parses once per
+process (cached) and returns frozen objects, so cost, plan, bootstrap and the reaper can all
+read it cheaply.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+DATA_DIR = Path(__file__).resolve().parent
+PROVIDERS = ("aws", "alicloud")
+PROFILES = ("general", "compute", "memory")
+
+
+class CatalogError(ValueError):
+    """The catalog data itself is inconsistent (a bug in the TOML files, not in user input)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    key: str
+    title: str
+    url: str
+    retrieved: dt.date
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    key: str
+    name: str
+    arch: str
+    memory_gb: float
+    bandwidth_gbs: float
+    fp16_tflops: float
+    bf16_tflops: float
+    fp32_tflops: float
+    bf16: bool
+    form: str
+    interconnect_gbs: float
+    nvml_names: tuple[str, ...]
+    source: str
+    thresholds: Mapping[str, float]
+
+    @property
+    def training_dtype(self) -> str:
+        """The mixed-precision dtype a training step should use on this GPU."""
+        return "bfloat16" if self.bf16 else "float16"
+
+    @property
+    def peak_tflops(self) -> float:
+        """Dense tensor-core peak in the training dtype."""
+        return self.bf16_tflops if self.bf16 else self.fp16_tflops
+
+    @property
+    def expected_gemm_tflops(self) -> float:
+        """What a healthy card of this model measures on a large GEMM."""
+        return self.peak_tflops * self.thresholds["expected_gemm_fraction"]
+
+
+@dataclass(frozen=True)
+class Price:
+    """Hourly price of one instance in the provider's currency, with where and when it was seen."""
+
+    on_demand: float
+    currency: str
+    region: str
+    date: dt.date
+    source: str
+    spot: tuple[float, float] | None = None
+    spot_date: dt.date | None = None
+    spot_source: str | None = None
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    provider: str
+    name: str
+    gpu: str
+    gpus: int
+    vcpus: int
+    memory_gib: float
+    network_gbps: float
+    network_up_to: bool = False
+    efa: bool = False
+    efa_interfaces: int = 0
+    nvme_count: int = 0
+    nvme_gb: int = 0
+    nvlink: bool = False
+    nvswitch: bool = False
+    bare_metal: bool = False
+    spec_source: str = ""
+    note: str = ""
+    price: Price | None = None
+
+    @property
+    def local_nvme_gb(self) -> int:
+        return self.nvme_count * self.nvme_gb
+
+
+@dataclass(frozen=True)
+class Tier:
+    key: str
+    description: str
+    gpus_allowed: tuple[str, ...]
+    gpus: int
+    idle_minutes: int
+    ttl_hours: int
+    nvlink: bool
+    # provider -> profile -> instance type name
+    offers: Mapping[str, Mapping[str, str]]
+
+    @property
+    def gpu(self) -> str:
+        return self.gpus_allowed[0]
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    name: str
+    currency: str
+    price_region: str
+    default_region: str
+    ssh_user: str
+    billing: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """A nearby offer suggested when a tier/provider/profile combination does not exist."""
+
+    provider: str
+    instance_type: str
+    gpus: int
+    gpu: str
+    tier: str | None
+    why: str
+
+    def __str__(self) -> str:
+        where = f"tier {self.tier} on {self.provider}" if self.tier else self.provider
+        return f"{self.instance_type} ({self.gpus}x {self.gpu}, {where}: {self.why})"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    sources: Mapping[str, Source]
+    gpus: Mapping[str, Gpu]
+    instances: Mapping[tuple[str, str], InstanceType]
+    tiers: Mapping[str, Tier]
+    providers: Mapping[str, ProviderInfo] = field(default_factory=dict)
+
+    def instance(self, provider: str, name: str) -> InstanceType:
+        try:
+            return self.instances[(provider, name)]
+        except KeyError:
+            raise KeyError(f"{provider} instance type {name!r} is not in the catalog") from None
+
+    def gpu_for(self, itype: InstanceType) -> Gpu:
+        return self.gpus[itype.gpu]
+
+    def resolve(self, tier: str, provider: str, profile: str = "general") -> InstanceType:
+        """The instance type for a tier on a provider, or an UnavailableError with alternatives."""
+        t = self.tiers[tier]
+        offers = t.offers.get(provider, {})
+        if profile in offers:
+            return self.instance(provider, offers[profile])
+        raise UnavailableError(tier, provider, profile, self.alternatives(tier, provider, profile))
+
+    def alternatives(self, tier: str, provider: str, profile: str = "general") -> list[Alternative]:
+        """Nearest offers to a missing combination: other profiles, the same GPU on this
+        provider with the nearest GPU count, then the same tier on other providers."""
+        t = self.tiers[tier]
+        found: list[Alternative] = []
+        offers = t.offers.get(provider, {})
+        for prof, name in offers.items():
+            if prof != profile:
+                it = self.instance(provider, name)
+                found.append(
+                    Alternative(provider, name, it.gpus, it.gpu, tier, f"profile {prof}")
+                )
+        if not offers:
+            same_gpu = [
+                it
+                for (prov, _), it in self.instances.items()
+                if prov == provider and it.gpu in t.gpus_allowed
+            ]
+            same_gpu.sort(key=lambda it: (abs(it.gpus - t.gpus), it.gpus < t.gpus, it.name))
+            for it in same_gpu[:2]:
+                found.append(
+                    Alternative(
+                        provider,
+                        it.name,
+                        it.gpus,
+                        it.gpu,
+                        self.tier_of(provider, it.name),
+                        f"same GPU, {it.gpus} instead of {t.gpus}",
+                    )
+                )
+        for other in PROVIDERS:
+            if other != provider and "general" in t.offers.get(other, {}):
+                name = t.offers[other]["general"]
+                it = self.instance(other, name)
+                found.append(Alternative(other, name, it.gpus, it.gpu, tier, "same tier"))
+        return found
+
+    def tier_of(self, provider: str, instance_type: str) -> str | None:
+        for key, t in self.tiers.items():
+            if instance_type in t.offers.get(provider, {}).values():
+                return key
+        return None
+
+
+class UnavailableError(LookupError):
+    def __init__(self, tier: str, provider: str, profile: str, alternatives: list[Alternative]):
+        self.tier, self.provider, self.profile = tier, provider, profile
+        self.alternatives = alternatives
+        what = f"tier {tier!r}" + (f" with profile {profile!r}" if profile != "general" else "")
+        alts = "; ".join(str(a) for a in alternatives) or "none in the catalog"
+        super().__init__(f"{provider} does not offer {what}. Nearest alternatives: {alts}")
+
+
+def _date(value: Any, where: str) -> dt.date:
+    if isinstance(value, dt.date):
+        return value
+    try:
+        return dt.date.fromisoformat(str(value))
+    except ValueError:
+        raise CatalogError(f"{where}: {value!r} is not an ISO date") from None
+
+
+def _read(name: str) -> dict[str, Any]:
+    with (DATA_DIR / name).open("rb") as fh:
+        return tomllib.load(fh)
+
+
+def _gpus(data: dict[str, Any]) -> dict[str, Gpu]:
+    defaults = dict(data.get("defaults", {}).get("thresholds", {}))
+    out = {}
+    for key, g in data["gpus"].items():
+        thresholds = {**defaults, **g.get("thresholds", {})}
+        if "expected_gemm_fraction" not in thresholds:
+            raise CatalogError(f"gpus.{key}: thresholds.expected_gemm_fraction is required")
+        out[key] = Gpu(
+            key=key,
+            name=g["name"],
+            arch=g["arch"],
+            memory_gb=float(g["memory_gb"]),
+            bandwidth_gbs=float(g["bandwidth_gbs"]),
+            fp16_tflops=float(g["fp16_tflops"]),
+            bf16_tflops=float(g["bf16_tflops"]),
+            fp32_tflops=float(g["fp32_tflops"]),
+            bf16=bool(g["bf16"]),
+            form=g["form"],
+            interconnect_gbs=float(g["interconnect_gbs"]),
+            nvml_names=tuple(g["nvml_names"]),
+            source=g["source"],
+            thresholds=MappingProxyType({k: float(v) for k, v in thresholds.items()}),
+        )
+    return out
+
+
+def _instances(
+    data: dict[str, Any], provider: ProviderInfo, gpus: Mapping[str, Gpu], sources: Mapping
+) -> dict[tuple[str, str], InstanceType]:
+    out = {}
+    for name, raw in data["instances"].items():
+        where = f"{provider.name}.instances.{name}"
+        row = dict(raw)
+        if row["gpu"] not in gpus:
+            raise CatalogError(f"{where}: unknown gpu {row['gpu']!r}")
+        price = None
+        if "price" in row:
+            p = row.pop("price")
+            for key in ("source", "spot_source"):
+                for tag in str(p.get(key, "")).replace(",", " ").split():
+                    if p.get(key) and tag not in sources:
+                        raise CatalogError(f"{where}: price {key} {tag!r} is not in sources.toml")
+            spot = p.get("spot")
+            if spot is not None and not (len(spot) == 2 and 0 < spot[0] <= spot[1]):
+                raise CatalogError(f"{where}: spot must be [low, high], got {spot!r}")
+            price = Price(
+                on_demand=float(p["on_demand"]),
+                currency=provider.currency,
+                region=provider.price_region,
+                date=_date(p["date"], where),
+                source=p["source"],
+                spot=(float(spot[0]), float(spot[1])) if spot else None,
+                spot_date=_date(p["spot_date"], where) if "spot_date" in p else None,
+                spot_source=p.get("spot_source"),
+            )
+        out[(provider.name, name)] = InstanceType(
+            provider=provider.name, name=name, price=price, **row
+        )
+    return out
+
+
+def _tiers(data: dict[str, Any], instances: Mapping[tuple[str, str], InstanceType]) -> dict:
+    out = {}
+    for key, t in data["tiers"].items():
+        allowed = (t["gpu"],) if isinstance(t["gpu"], str) else tuple(t["gpu"])
+        offers: dict[str, Mapping[str, str]] = {}
+        for provider in PROVIDERS:
+            prof = t.get(provider, {})
+            for profile, name in prof.items():
+                if profile not in PROFILES:
+                    raise CatalogError(f"tiers.{key}.{provider}: unknown profile {profile!r}")
+                it = instances.get((provider, name))
+                if it is None:
+                    raise CatalogError(f"tiers.{key}.{provider}.{profile}: unknown type {name!r}")
+                if it.gpu not in allowed or it.gpus != t["gpus"]:
+                    raise CatalogError(
+                        f"tiers.{key}.{provider}.{profile}: {name} has {it.gpus}x {it.gpu}, "
+                        f"tier wants {t['gpus']}x {'/'.join(allowed)}"
+                    )
+            if prof:
+                if "general" not in prof:
+                    raise CatalogError(f"tiers.{key}.{provider}: a 'general' profile is required")
+                offers[provider] = MappingProxyType(dict(prof))
+        out[key] = Tier(
+            key=key,
+            description=t["description"],
+            gpus_allowed=allowed,
+            gpus=int(t["gpus"]),
+            idle_minutes=int(t["idle_minutes"]),
+            ttl_hours=int(t["ttl_hours"]),
+            nvlink=bool(t.get("nvlink", False)),
+            offers=MappingProxyType(offers),
+        )
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def load_catalog() -> Catalog:
+    """Parse and cross-check the catalog files. Raises CatalogError on inconsistent data."""
+    sources = {
+        k: Source(k, v["title"], v["url"], _date(v["retrieved"], f"sources.{k}"), v.get("note", ""))
+        for k, v in _read("sources.toml")["sources"].items()
+    }
+    gpus = _gpus(_read("gpus.toml"))
+    instances: dict[tuple[str, str], InstanceType] = {}
+    providers = {}
+    for name in PROVIDERS:
+        data = _read(f"{name}.toml")
+        p = data["provider"]
+        info = ProviderInfo(
+            name=p["name"],
+            currency=p["currency"],
+            price_region=p["price_region"],
+            default_region=p["default_region"],
+            ssh_user=p["ssh_user"],
+            billing=tuple(p["billing"]),
+        )
+        providers[name] = info
+        instances.update(_instances(data, info, gpus, sources))
+    tiers = _tiers(_read("tiers.toml"), instances)
+    return Catalog(
+        sources=MappingProxyType(sources),
+        gpus=MappingProxyType(gpus),
+        instances=MappingProxyType(instances),
+        tiers=MappingProxyType(tiers),
+        providers=MappingProxyType(providers),
+    )
+
+
+def gpu_by_nvml_name(catalog: Catalog, nvml_name: str) -> Gpu | None:
+    """Map what nvidia-smi prints (e.g. 'NVIDIA A100-SXM4-40GB') to a catalog GPU."""
+    wanted = nvml_name.strip().lower()
+    for gpu in catalog.gpus.values():
+        if any(n.lower() == wanted for n in gpu.nvml_names):
+            return gpu
+    return None
