@@ -1,0 +1,408 @@
+"""StackConfig: the `gpufleet:*` stack configuration, read once, typed, frozen and validated.
+
+Every problem is collected and reported together, each with its key and, for names, a
+did-you-mean, before any resource is declared. The parser takes a plain mapping, so the same
+code serves `pulumi up` (the engine's config bag), `scripts/plan.py` (a stack YAML file),
+cost.py and the tests. No provider SDK and no Pulumi import here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from infra.catalog import PROFILES, PROVIDERS, Catalog, UnavailableError, load_catalog
+
+NAMESPACE = "gpufleet"
+BILLING_MODES = ("on-demand", "spot", "subscription")
+SUBSCRIPTION_MONTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 24, 36)
+MIN_ROOT_DISK_GB = 100  # driver + CUDA + PyTorch + pip/HF caches outgrow anything smaller
+MAX_NODES = 64
+# Alicloud ESSD: the smallest disk each performance level may be created at (GiB).
+ESSD_MIN_GB = {"PL0": 1, "PL1": 20, "PL2": 461, "PL3": 1261}
+SCRATCH_CLASSES = {"aws": ("gp3", "io2"), "alicloud": tuple(ESSD_MIN_GB)}
+DEFAULT_SCRATCH_CLASS = {"aws": "gp3", "alicloud": "PL1"}
+WORLD = ("0.0.0.0/0", "::/0")
+
+# Every key a stack may set, with a one-line meaning (the README's config reference mirrors it).
+KEYS: Mapping[str, str] = MappingProxyType(
+    {
+        "provider": "aws | alicloud",
+        "tier": "t4x1, a10x1, a100x4, ... (see the catalog)",
+        "profile": "general (default) | compute | memory, where the provider has the variant",
+        "nodes": "number of GPU nodes (default 1); > 1 makes a cluster",
+        "billing": "on-demand (default) | spot | subscription",
+        "spotMaxPrice": "spot only: the most to pay per node-hour, in the provider's currency",
+        "subscriptionMonths": "subscription only: 1-9, 12, 24 or 36 (Alicloud PrePaid)",
+        "region": "cloud region (default: the provider's price region in the catalog)",
+        "zone": "availability zone (default: the first zone offering the instance type)",
+        "sshCidrs": "list of CIDRs allowed to reach SSH (required)",
+        "allowWorldSsh": "true to accept 0.0.0.0/0 in sshCidrs (default false)",
+        "sshPublicKey": "OpenSSH public key installed for the SSH user (required for up)",
+        "rootDiskGb": f"root disk size, >= {MIN_ROOT_DISK_GB} (default 200)",
+        "scratchGb": "scratch data disk size where the type has no local NVMe (default 500)",
+        "scratchClass": "aws: gp3 | io2; alicloud: PL0-PL3 (ESSD performance level)",
+        "scratchPath": "mount point of the scratch disk(s) on the node (default /scratch)",
+        "bucketArchiveDays": "days before bucket objects move to an archive class (default 30)",
+        "idleMinutes": "stop after this many idle minutes (default: the tier's, 15 or 30)",
+        "ttlHours": "hard limit per run even while busy; 0 turns it off (default 24, 12 for x8)",
+        "destroyData": "true lets `pulumi destroy` delete the bucket and its objects",
+        "maxHourlyCost": "refuse plans above this hourly cost for the whole stack",
+        "tags": "extra tags (a map) on every taggable resource",
+    }
+)
+
+
+class ConfigError(ValueError):
+    """One or more problems in a stack's configuration; `.problems` holds one line each."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid stack configuration:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    stack: str
+    provider: str
+    tier: str
+    profile: str
+    instance_type: str
+    nodes: int
+    billing: str
+    spot_max_price: float | None
+    subscription_months: int | None
+    region: str
+    zone: str | None
+    ssh_cidrs: tuple[str, ...]
+    ssh_public_key: str | None
+    root_disk_gb: int
+    scratch_gb: int
+    scratch_class: str
+    scratch_path: str
+    bucket_archive_days: int
+    idle_minutes: int
+    ttl_hours: int
+    destroy_data: bool
+    max_hourly_cost: float | None
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nodes > 1
+
+
+def _did_you_mean(word: str, options: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class _Reader:
+    """Pulls typed values out of the raw mapping, recording problems instead of raising."""
+
+    def __init__(self, raw: Mapping[str, Any]):
+        self.raw = raw
+        self.problems: list[str] = []
+
+    def problem(self, key: str, message: str) -> None:
+        self.problems.append(f"{NAMESPACE}:{key}: {message}")
+
+    def has(self, key: str) -> bool:
+        return self.raw.get(key) not in (None, "")
+
+    def text(self, key: str, default: str | None = None) -> str | None:
+        value = self.raw.get(key)
+        if value is None or value == "":
+            return default
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            self.problem(key, f"expected a string, got {type(value).__name__}")
+            return default
+        return str(value).strip()
+
+    def choice(self, key: str, options: Iterable[str], default: str | None = None) -> str | None:
+        options = list(options)
+        value = self.text(key, default)
+        if value is None:
+            return None
+        if value not in options:
+            self.problem(
+                key,
+                f"{value!r} is not one of {', '.join(options)}{_did_you_mean(value, options)}",
+            )
+            return None
+        return value
+
+    def number(
+        self, key: str, kind: Callable[[Any], Any], default: Any = None, minimum: float | None = None
+    ) -> Any:
+        value = self.raw.get(key)
+        if value is None or value == "":
+            return default
+        word = "a whole number" if kind is int else "a number"
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            if kind is int and isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            parsed = kind(float(value)) if kind is int else kind(value)
+        except (TypeError, ValueError):
+            self.problem(key, f"{value!r} is not {word}")
+            return default
+        if parsed != parsed or parsed in (float("inf"), float("-inf")):
+            self.problem(key, f"{value!r} is not {word}")
+            return default
+        if minimum is not None and parsed < minimum:
+            self.problem(key, f"must be >= {minimum:g}, got {parsed:g}")
+            return default
+        return parsed
+
+    def boolean(self, key: str, default: bool = False) -> bool:
+        value = self.raw.get(key)
+        if value is None or value == "":
+            return default
+        if isinstance(value, bool):
+            return value
+        if str(value).lower() in ("true", "yes", "1"):
+            return True
+        if str(value).lower() in ("false", "no", "0"):
+            return False
+        self.problem(key, f"{value!r} is not true or false")
+        return default
+
+    def structured(self, key: str, kind: type) -> Any:
+        """Lists and maps arrive as YAML values from a stack file, or as JSON text from the engine."""
+        value = self.raw.get(key)
+        if value is None or value == "":
+            return None
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                if kind is list:  # a single CIDR given as a plain string
+                    return [value]
+                self.problem(key, f"expected a {kind.__name__}, got text {value!r}")
+                return None
+        if not isinstance(value, kind):
+            self.problem(key, f"expected a {kind.__name__}, got {type(value).__name__}")
+            return None
+        return value
+
+
+_TAG_KEY = re.compile(r"^[\w.:/=+@ -]{1,127}$")
+_SSH_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp\d+|sk-ssh-ed25519@openssh\.com) ")
+
+
+def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = None) -> StackConfig:
+    """Validate the raw `gpufleet:*` values (namespace already stripped) into a StackConfig.
+
+    Raises ConfigError listing every problem found.
+    """
+    cat = catalog or load_catalog()
+    r = _Reader(raw)
+    for key in raw:
+        if key not in KEYS:
+            r.problem(key, f"unknown key{_did_you_mean(key, KEYS)}; valid keys: see README")
+
+    if not r.has("provider"):
+        r.problem("provider", f"required: one of {', '.join(PROVIDERS)}")
+    provider = r.choice("provider", PROVIDERS)
+    if not r.has("tier"):
+        r.problem("tier", f"required: one of {', '.join(cat.tiers)}")
+    tier = r.choice("tier", cat.tiers)
+    profile = r.choice("profile", PROFILES, "general") or "general"
+    nodes = r.number("nodes", int, 1, minimum=1)
+    if nodes > MAX_NODES:
+        r.problem("nodes", f"at most {MAX_NODES} nodes per stack, got {nodes}")
+
+    instance_type = ""
+    if provider and tier:
+        try:
+            instance_type = cat.resolve(tier, provider, profile).name
+        except UnavailableError as exc:
+            r.problem("tier", str(exc))
+    info = cat.providers[provider] if provider else None
+
+    billing = r.choice("billing", BILLING_MODES, "on-demand") or "on-demand"
+    spot_max = r.number("spotMaxPrice", float, None, minimum=0)
+    if spot_max == 0:
+        r.problem("spotMaxPrice", "must be above 0; leave it unset to pay up to on-demand")
+    months = r.number("subscriptionMonths", int, None, minimum=1)
+    if months is not None and months not in SUBSCRIPTION_MONTHS:
+        r.problem("subscriptionMonths", f"{months} is not one of {SUBSCRIPTION_MONTHS}")
+    if spot_max is not None and billing != "spot":
+        r.problem("spotMaxPrice", f"only applies with billing: spot (billing is {billing})")
+    if months is not None and billing != "subscription":
+        if billing == "spot":
+            r.problem("billing", "spot and subscription exclude each other: choose one")
+        else:
+            r.problem("subscriptionMonths", f"only applies with billing: subscription ({billing})")
+    if info and billing not in info.billing:
+        others = [p for p, i in cat.providers.items() if billing in i.billing]
+        r.problem(
+            "billing",
+            f"{provider} has no {billing} billing here (supported: {', '.join(info.billing)}); "
+            f"{billing} is available on {', '.join(others)}",
+        )
+    if billing == "subscription" and months is None:
+        months = 1
+    if billing == "spot" and spot_max is not None and instance_type and provider:
+        price = cat.instance(provider, instance_type).price
+        if price and spot_max > price.on_demand:
+            r.problem(
+                "spotMaxPrice",
+                f"{spot_max:g} is above the on-demand price {price.on_demand:g} {price.currency}/h "
+                f"of {instance_type}: use on-demand billing instead",
+            )
+
+    region = r.text("region", info.default_region if info else None) or ""
+    if region and not re.fullmatch(r"[a-z]{2}(-[a-z0-9]+)+", region):
+        r.problem("region", f"{region!r} does not look like a region name (e.g. us-east-1)")
+    zone = r.text("zone")
+    if zone and region and not zone.startswith(region):
+        r.problem("zone", f"{zone!r} is not in region {region!r}")
+
+    allow_world = r.boolean("allowWorldSsh", False)
+    cidrs_raw = r.structured("sshCidrs", list)
+    cidrs: list[str] = []
+    if not cidrs_raw:
+        r.problem(
+            "sshCidrs",
+            "required: the networks allowed to SSH in, e.g. [\"203.0.113.7/32\"] "
+            "(your address: curl -s https://checkip.amazonaws.com)",
+        )
+    for i, c in enumerate(cidrs_raw or []):
+        try:
+            net = ipaddress.ip_network(str(c).strip(), strict=True)
+        except ValueError as exc:
+            r.problem(f"sshCidrs[{i}]", f"{c!r} is not a valid CIDR ({exc})")
+            continue
+        if str(net) in WORLD and not allow_world:
+            r.problem(
+                f"sshCidrs[{i}]",
+                f"{net} opens SSH to the whole internet; list your own networks, or set "
+                "gpufleet:allowWorldSsh true if you really mean it",
+            )
+        cidrs.append(str(net))
+
+    ssh_key = r.text("sshPublicKey")
+    if ssh_key and not _SSH_KEY.match(ssh_key):
+        r.problem("sshPublicKey", "not an OpenSSH public key (expected 'ssh-ed25519 AAAA...')")
+
+    root = r.number("rootDiskGb", int, 200)
+    if root is not None and root < MIN_ROOT_DISK_GB:
+        r.problem(
+            "rootDiskGb", f"{root} GB is too small: driver, CUDA and PyTorch need >= "
+            f"{MIN_ROOT_DISK_GB} GB"
+        )
+    scratch_gb = r.number("scratchGb", int, 500, minimum=1)
+    scratch_class = (
+        r.choice("scratchClass", SCRATCH_CLASSES[provider], DEFAULT_SCRATCH_CLASS[provider])
+        if provider
+        else None
+    ) or ""
+    if provider == "alicloud" and scratch_class in ESSD_MIN_GB and scratch_gb is not None:
+        if scratch_gb < ESSD_MIN_GB[scratch_class]:
+            r.problem(
+                "scratchGb",
+                f"ESSD {scratch_class} starts at {ESSD_MIN_GB[scratch_class]} GiB, got {scratch_gb}",
+            )
+    scratch_path = r.text("scratchPath", "/scratch") or "/scratch"
+    if not re.fullmatch(r"/[A-Za-z0-9._/-]+", scratch_path) or scratch_path.rstrip("/") in (
+        "",
+        "/boot",
+        "/etc",
+        "/usr",
+        "/var",
+        "/home",
+    ):
+        r.problem("scratchPath", f"{scratch_path!r} is not a usable mount point (e.g. /scratch)")
+
+    tier_obj = cat.tiers[tier] if tier else None
+    archive_days = r.number("bucketArchiveDays", int, 30, minimum=1)
+    idle = r.number("idleMinutes", int, tier_obj.idle_minutes if tier_obj else 30, minimum=5)
+    ttl = r.number("ttlHours", int, tier_obj.ttl_hours if tier_obj else 24, minimum=0)
+    destroy = r.boolean("destroyData", False)
+    max_cost = r.number("maxHourlyCost", float, None, minimum=0)
+
+    tags_raw = r.structured("tags", dict) or {}
+    tags: dict[str, str] = {}
+    for k, v in tags_raw.items():
+        if not _TAG_KEY.match(str(k)) or str(k).startswith(("aws:", "acs:", "gpufleet:")):
+            r.problem(f"tags.{k}", "invalid tag key (reserved prefix or characters)")
+        elif k == "managed-by":
+            r.problem(f"tags.{k}", "managed-by is set by gpufleet and cannot be overridden")
+        else:
+            tags[str(k)] = str(v)
+
+    if r.problems:
+        raise ConfigError(r.problems)
+    assert provider and tier  # both required above
+    return StackConfig(
+        stack=stack,
+        provider=provider,
+        tier=tier,
+        profile=profile,
+        instance_type=instance_type,
+        nodes=nodes,
+        billing=billing,
+        spot_max_price=spot_max,
+        subscription_months=months,
+        region=region,
+        zone=zone,
+        ssh_cidrs=tuple(cidrs),
+        ssh_public_key=ssh_key,
+        root_disk_gb=root,
+        scratch_gb=scratch_gb,
+        scratch_class=scratch_class,
+        scratch_path=scratch_path,
+        bucket_archive_days=archive_days,
+        idle_minutes=idle,
+        ttl_hours=ttl,
+        destroy_data=destroy,
+        max_hourly_cost=max_cost,
+        tags=MappingProxyType(tags),
+    )
+
+
+def strip_namespace(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """`gpufleet:tier` -> `tier`; other namespaces (aws:region, ...) are dropped."""
+    prefix = NAMESPACE + ":"
+    return {k[len(prefix) :]: v for k, v in raw.items() if k.startswith(prefix)}
+
+
+def stack_name_from_file(path: Path) -> str:
+    name = path.name
+    if not (name.startswith("Pulumi.") and name.endswith((".yaml", ".yml"))):
+        raise ConfigError([f"{path}: stack files are named Pulumi.<stack>.yaml"])
+    return name[len("Pulumi.") :].rsplit(".", 1)[0]
+
+
+def read_stack_file(path: Path) -> dict[str, Any]:
+    """The raw `config:` mapping of a Pulumi stack file."""
+    import yaml  # local: only the file-based entry points need PyYAML
+
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: no such stack file"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: not valid YAML ({exc})"]) from None
+    config = doc.get("config", {}) if isinstance(doc, dict) else None
+    if not isinstance(config, dict):
+        raise ConfigError([f"{path}: 'config:' must be a mapping of key: value"])
+    return config
+
+
+def load_stack_file(path: Path | str, overrides: Mapping[str, Any] | None = None) -> StackConfig:
+    """Read and validate stacks/Pulumi.<stack>.yaml (the offline entry points' way in)."""
+    path = Path(path)
+    raw = strip_namespace(read_stack_file(path))
+    raw.update(overrides or {})
+    return parse_config(raw, stack_name_from_file(path))
