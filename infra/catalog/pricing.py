@@ -1,0 +1,239 @@
+"""Reads pricing.toml: disks, buckets, egress, snapshots, subscription terms, spot band, FX.
+
+Instance-hour prices stay on the instance types (``infra.catalog``); this module holds the rest
+of the bill. Same rules as the catalog: plain data, a date and a source on every figure, no
+network, frozen objects, parsed once per process for the default file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from infra.catalog import DATA_DIR, Catalog, CatalogError, load_catalog
+
+PRICING_FILE = DATA_DIR / "pricing.toml"
+
+
+@dataclass(frozen=True)
+class Rate:
+    """One dated, sourced figure: a unit price, a factor or an exchange rate."""
+
+    amount: float
+    date: dt.date
+    source: str
+    estimate: bool = False
+    note: str = ""
+
+    def age_days(self, today: dt.date) -> int:
+        return (today - self.date).days
+
+
+@dataclass(frozen=True)
+class Egress:
+    rate: Rate  # per GB
+    free_gb: float
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Alicloud PrePaid terms: per-type monthly quotes where known, else factors of on-demand."""
+
+    monthly_factor: Rate
+    yearly_factor: float
+    monthly: Mapping[str, Rate]
+
+
+@dataclass(frozen=True)
+class ProviderPricing:
+    provider: str
+    currency: str
+    region: str
+    root_disk_class: str
+    bucket_class: str
+    spot_caveat: str
+    spot_caveat_source: str
+    block: Mapping[str, Rate]  # per GB-month, by disk class
+    bucket: Mapping[str, Rate]  # per GB-month, by storage class
+    egress: Egress
+    snapshot: Rate  # per GB-month
+    subscription: Subscription | None
+
+
+@dataclass(frozen=True)
+class Pricing:
+    stale_after_days: int
+    hours_per_month: float
+    spot_band: tuple[float, float]
+    spot_band_rate: Rate  # amount unused; carries the band's date and source
+    fx: Mapping[tuple[str, str], Rate]  # (base, quote) -> 1 base = amount quote
+    providers: Mapping[str, ProviderPricing]
+
+    @property
+    def currencies(self) -> tuple[str, ...]:
+        seen = {c for pair in self.fx for c in pair}
+        seen.update(p.currency for p in self.providers.values())
+        return tuple(sorted(seen))
+
+    def fx_rate(self, source: str, target: str) -> tuple[float, Rate | None]:
+        """Multiplier turning an amount in `source` into `target`, and the rate used (None when
+        the currencies are the same). Raises KeyError naming the known currencies."""
+        if source == target:
+            return 1.0, None
+        if (source, target) in self.fx:
+            rate = self.fx[(source, target)]
+            return rate.amount, rate
+        if (target, source) in self.fx:
+            rate = self.fx[(target, source)]
+            return 1.0 / rate.amount, rate
+        raise KeyError(
+            f"no exchange rate between {source} and {target} in pricing.toml "
+            f"(known currencies: {', '.join(self.currencies)})"
+        )
+
+
+def _date(value: Any, where: str) -> dt.date:
+    if isinstance(value, dt.date):
+        return value
+    try:
+        return dt.date.fromisoformat(str(value))
+    except ValueError:
+        raise CatalogError(f"{where}: date {value!r} is not an ISO date") from None
+
+
+def _rate(raw: Mapping[str, Any], key: str, where: str, sources: Mapping[str, Any]) -> Rate:
+    for required in (key, "date", "source"):
+        if required not in raw:
+            raise CatalogError(f"{where}: '{required}' is required")
+    amount = raw[key]
+    if isinstance(amount, bool) or not isinstance(amount, int | float) or amount < 0:
+        raise CatalogError(f"{where}: {key} must be a number >= 0, got {amount!r}")
+    source = str(raw["source"])
+    if source not in sources:
+        raise CatalogError(f"{where}: source {source!r} is not in sources.toml")
+    return Rate(
+        amount=float(amount),
+        date=_date(raw["date"], where),
+        source=source,
+        estimate=bool(raw.get("estimate", False)),
+        note=str(raw.get("note", "")),
+    )
+
+
+def _table(raw: Mapping[str, Any], key: str, where: str, sources: Mapping) -> Mapping[str, Rate]:
+    return MappingProxyType(
+        {name: _rate(r, key, f"{where}.{name}", sources) for name, r in raw.items()}
+    )
+
+
+def _provider(name: str, raw: Mapping[str, Any], catalog: Catalog) -> ProviderPricing:
+    sources = catalog.sources
+    info = catalog.providers.get(name)
+    if info is None:
+        raise CatalogError(f"pricing.{name}: not a provider in the catalog")
+    if raw.get("currency") != info.currency:
+        raise CatalogError(
+            f"pricing.{name}: currency {raw.get('currency')!r} differs from the catalog's "
+            f"{info.currency!r}"
+        )
+    block = _table(raw["block"], "per_gb_month", f"pricing.{name}.block", sources)
+    bucket = _table(raw["bucket"], "per_gb_month", f"pricing.{name}.bucket", sources)
+    for what, table, default in (
+        ("root_disk_class", block, raw["root_disk_class"]),
+        ("bucket_class", bucket, raw["bucket_class"]),
+    ):
+        if default not in table:
+            raise CatalogError(f"pricing.{name}.{what}: {default!r} has no price in the table")
+    if raw.get("spot_caveat_source") not in sources:
+        raise CatalogError(f"pricing.{name}.spot_caveat_source: not in sources.toml")
+    subscription = None
+    if "subscription" in raw:
+        sub = dict(raw["subscription"])
+        quotes = sub.pop("monthly", {})
+        factor = _rate(sub, "monthly_factor", f"pricing.{name}.subscription", sources)
+        yearly = float(sub.get("yearly_factor", 1.0))
+        if not (0 < factor.amount <= 1 and 0 < yearly <= 1):
+            raise CatalogError(f"pricing.{name}.subscription: factors must lie in (0, 1]")
+        for itype in quotes:
+            if (name, itype) not in catalog.instances:
+                raise CatalogError(f"pricing.{name}.subscription.monthly: unknown type {itype!r}")
+        subscription = Subscription(
+            monthly_factor=factor,
+            yearly_factor=yearly,
+            monthly=_table(quotes, "price", f"pricing.{name}.subscription.monthly", sources),
+        )
+    if subscription is None and "subscription" in info.billing:
+        raise CatalogError(f"pricing.{name}: the catalog sells subscription but no terms are given")
+    egress_raw = raw["egress"]
+    return ProviderPricing(
+        provider=name,
+        currency=info.currency,
+        region=str(raw.get("region", info.price_region)),
+        root_disk_class=raw["root_disk_class"],
+        bucket_class=raw["bucket_class"],
+        spot_caveat=str(raw["spot_caveat"]),
+        spot_caveat_source=str(raw["spot_caveat_source"]),
+        block=block,
+        bucket=bucket,
+        egress=Egress(
+            _rate(egress_raw, "per_gb", f"pricing.{name}.egress", sources),
+            float(egress_raw.get("free_gb", 0)),
+        ),
+        snapshot=_rate(raw["snapshot"], "per_gb_month", f"pricing.{name}.snapshot", sources),
+        subscription=subscription,
+    )
+
+
+def parse_pricing(data: Mapping[str, Any], catalog: Catalog) -> Pricing:
+    """Build and cross-check Pricing from parsed TOML. Raises CatalogError on bad data."""
+    try:
+        meta = data["meta"]
+        band_raw = meta["spot_band"]
+        band_rate = _rate(
+            {**band_raw, "amount": 0}, "amount", "pricing.meta.spot_band", catalog.sources
+        )
+        band = (float(band_raw["low"]), float(band_raw["high"]))
+        if not 0 < band[0] <= band[1] <= 1:
+            raise CatalogError(f"pricing.meta.spot_band: need 0 < low <= high <= 1, got {band}")
+        fx: dict[tuple[str, str], Rate] = {}
+        for pair, raw in data.get("fx", {}).items():
+            base, _, quote = pair.partition("_")
+            if not (len(base) == len(quote) == 3):
+                raise CatalogError(f"pricing.fx.{pair}: name it BASE_QUOTE, e.g. USD_CNY")
+            fx[(base, quote)] = _rate(raw, "rate", f"pricing.fx.{pair}", catalog.sources)
+        providers = {
+            name: _provider(name, data[name], catalog) for name in catalog.providers if name in data
+        }
+    except KeyError as exc:
+        raise CatalogError(f"pricing.toml: missing key {exc}") from None
+    missing = [p for p in catalog.providers if p not in providers]
+    if missing:
+        raise CatalogError(f"pricing.toml: no section for {', '.join(missing)}")
+    return Pricing(
+        stale_after_days=int(meta["stale_after_days"]),
+        hours_per_month=float(meta["hours_per_month"]),
+        spot_band=band,
+        spot_band_rate=band_rate,
+        fx=MappingProxyType(fx),
+        providers=MappingProxyType(providers),
+    )
+
+
+def load_pricing(path: Path | str | None = None, catalog: Catalog | None = None) -> Pricing:
+    """The pricing data: the shipped pricing.toml (cached) or another file (tests, overrides)."""
+    if path is None and catalog is None:
+        return _load_default()
+    with Path(path or PRICING_FILE).open("rb") as fh:
+        return parse_pricing(tomllib.load(fh), catalog or load_catalog())
+
+
+@functools.lru_cache(maxsize=1)
+def _load_default() -> Pricing:
+    with PRICING_FILE.open("rb") as fh:
+        return parse_pricing(tomllib.load(fh), load_catalog())
