@@ -1,0 +1,962 @@
+"""The bill before `pulumi up`: compute, disks, bucket, egress and snapshots for one stack, and the
+same tier compared across providers, regions, billing modes and profiles.
+
+Pure arithmetic over the catalog (instance-hour prices) and pricing.toml (everything else). No
+provider SDK and no Pulumi here: `scripts/cost.py` does the live price look-ups and passes what
+they return to the parsers at the bottom of this module.
+
+Conventions:
+- amounts are in the provider's currency unless a target currency is asked for; conversions use
+  the dated rate in pricing.toml and say so.
+- "hourly" is the compute bill for every node of the stack for one running hour; disks, bucket,
+  egress and snapshots are monthly (they are billed whether or not the nodes run).
+- a month is 730 hours (pricing.toml); subscription is paid for the whole month whatever the use.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from infra.catalog import Catalog, InstanceType, load_catalog
+from infra.catalog.pricing import Pricing, ProviderPricing, Rate, load_pricing
+
+BILLING_MODES = ("on-demand", "spot", "subscription")
+MAX_HOURS_PER_MONTH = 744.0  # 31 days: more running hours than that is a typo, not a plan
+SORT_KEYS = ("gpu-hour", "tflop-hour")
+
+Range = tuple[float, float]
+
+
+class CostError(ValueError):
+    """Bad input to the cost model; `.problems` holds one line per problem, each saying the fix."""
+
+    def __init__(self, problems: Sequence[str]):
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+@dataclass(frozen=True)
+class CostInputs:
+    """What the model needs to know about a stack (the CLI fills it from a StackConfig)."""
+
+    provider: str
+    instance_type: str
+    nodes: int = 1
+    billing: str = "on-demand"
+    region: str | None = None  # None: the catalog's price region
+    root_disk_gb: float = 200
+    root_disk_class: str | None = None  # None: the provider's default in pricing.toml
+    scratch_gb: float = 0  # ignored where the instance type has local NVMe (no disk is created)
+    scratch_class: str | None = None
+    spot_max_price: float | None = None  # per node-hour, provider currency
+    subscription_months: int = 1
+    hours_per_month: float | None = None  # running hours; None: pricing.toml's 730
+    bucket_gb: float = 0
+    bucket_class: str | None = None
+    egress_gb: float = 0  # per month
+    snapshot_gb: float = 0  # stored, per month
+    stack: str | None = None
+    tier: str | None = None
+
+
+@dataclass(frozen=True)
+class LineItem:
+    """One monthly storage/transfer charge, with the figure it came from."""
+
+    item: str
+    quantity: float
+    unit: str
+    unit_price: float
+    amount: float
+    date: dt.date
+    source: str
+    estimate: bool
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "item": self.item,
+            "quantity": self.quantity,
+            "unit": self.unit,
+            "unit_price": _r(self.unit_price, 6),
+            "amount": _r(self.amount),
+            "date": self.date.isoformat(),
+            "source": self.source,
+            "estimate": self.estimate,
+        }
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Compute price per running hour of the whole stack, for each billing mode."""
+
+    on_demand: float
+    spot: Range | None
+    spot_estimated: bool
+    subscription: float | None  # the subscription's monthly price spread over 730 hours
+
+    def times(self, k: float) -> Compute:
+        return Compute(
+            on_demand=self.on_demand * k,
+            spot=(self.spot[0] * k, self.spot[1] * k) if self.spot else None,
+            spot_estimated=self.spot_estimated,
+            subscription=None if self.subscription is None else self.subscription * k,
+        )
+
+    def to_dict(self, digits: int = 4) -> dict[str, Any]:
+        return {
+            "on_demand": _r(self.on_demand, digits),
+            "spot": [_r(self.spot[0], digits), _r(self.spot[1], digits)] if self.spot else None,
+            "spot_estimated": self.spot_estimated if self.spot else None,
+            "subscription": _r(self.subscription, digits),
+        }
+
+
+@dataclass(frozen=True)
+class BreakEven:
+    """Running hours per month above which the subscription is the cheaper way to pay."""
+
+    hours_per_month: float
+    utilisation: float  # of a 730-hour month
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hours_per_month": _r(self.hours_per_month, 1), "utilisation": _r(self.utilisation)}
+
+
+@dataclass(frozen=True)
+class SpotSaving:
+    fraction: Range  # (least, most) saved against on-demand, 0..1
+    per_hour: Range  # (least, most) saved per stack-hour
+    estimated: bool
+    caveat: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fraction": [_r(self.fraction[0]), _r(self.fraction[1])],
+            "per_hour": [_r(self.per_hour[0]), _r(self.per_hour[1])],
+            "estimated": self.estimated,
+            "caveat": self.caveat,
+        }
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    inputs: CostInputs
+    currency: str
+    native_currency: str
+    fx: Rate | None  # the exchange rate applied, when currency != native_currency
+    price_region: str
+    gpu: str
+    gpus_per_node: int
+    hours_per_month: float
+    hourly: Compute  # whole stack, per running hour
+    subscription_month: float | None  # whole stack, one month at the chosen term
+    subscription_year: float | None  # whole stack, one year at the yearly rate
+    storage: tuple[LineItem, ...]
+    break_even: BreakEven | None
+    spot_saving: SpotSaving | None
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def storage_monthly(self) -> float:
+        return sum(item.amount for item in self.storage)
+
+    @property
+    def compute_monthly(self) -> Compute:
+        """Compute per month at `hours_per_month` running hours; subscription is the full price."""
+        h = self.hours_per_month
+        per_hour = self.hourly.times(h)
+        return replace(per_hour, subscription=self.subscription_month)
+
+    @property
+    def monthly_total(self) -> Compute:
+        c, s = self.compute_monthly, self.storage_monthly
+        return Compute(
+            on_demand=c.on_demand + s,
+            spot=(c.spot[0] + s, c.spot[1] + s) if c.spot else None,
+            spot_estimated=c.spot_estimated,
+            subscription=None if c.subscription is None else c.subscription + s,
+        )
+
+    def selected(self, per: Compute) -> float | Range:
+        billing = self.inputs.billing
+        if billing == "spot":
+            assert per.spot is not None  # spot is always priced (catalog range or band)
+            return per.spot
+        if billing == "subscription":
+            assert per.subscription is not None  # checked in estimate_cost
+            return per.subscription
+        return per.on_demand
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract of `scripts/cost.py --json` (see the README)."""
+        sel_hourly = self.selected(self.hourly)
+        sel_monthly = self.selected(self.monthly_total)
+        return {
+            "stack": self.inputs.stack,
+            "tier": self.inputs.tier,
+            "provider": self.inputs.provider,
+            "region": self.inputs.region or self.price_region,
+            "price_region": self.price_region,
+            "instance_type": self.inputs.instance_type,
+            "gpu": self.gpu,
+            "gpus_per_node": self.gpus_per_node,
+            "nodes": self.inputs.nodes,
+            "billing": self.inputs.billing,
+            "currency": self.currency,
+            "fx": _fx_dict(self.native_currency, self.currency, self.fx),
+            "hourly": {**self.hourly.to_dict(), "selected": _rr(sel_hourly, 4)},
+            "daily": self.hourly.times(24).to_dict(2),
+            "monthly": {
+                "hours": self.hours_per_month,
+                "compute": self.compute_monthly.to_dict(2),
+                "storage": [item.to_dict() for item in self.storage],
+                "storage_total": _r(self.storage_monthly),
+                "total": self.monthly_total.to_dict(2),
+                "selected": _rr(sel_monthly, 2),
+            },
+            "subscription": None
+            if self.subscription_month is None
+            else {
+                "months": self.inputs.subscription_months,
+                "per_month": _r(self.subscription_month),
+                "per_year": _r(self.subscription_year),
+            },
+            "break_even": self.break_even.to_dict() if self.break_even else None,
+            "spot_saving": self.spot_saving.to_dict() if self.spot_saving else None,
+            "warnings": list(self.warnings),
+        }
+
+
+# ----------------------------------------------------------------------------------------------
+# helpers
+
+
+def _r(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _rr(value: float | Range, digits: int) -> float | list[float]:
+    if isinstance(value, tuple):
+        return [round(value[0], digits), round(value[1], digits)]
+    return round(value, digits)
+
+
+def _fx_dict(native: str, target: str, rate: Rate | None) -> dict[str, Any] | None:
+    if rate is None:
+        return None
+    return {
+        "from": native,
+        "to": target,
+        "rate": rate.amount,
+        "date": rate.date.isoformat(),
+        "source": rate.source,
+    }
+
+
+def did_you_mean(word: str, options: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class _Warnings:
+    """Collects one line per stale or estimated figure that feeds a number on the bill."""
+
+    def __init__(self, pricing: Pricing, today: dt.date):
+        self.pricing, self.today = pricing, today
+        self.lines: list[str] = []
+
+    def add(self, line: str) -> None:
+        if line not in self.lines:
+            self.lines.append(line)
+
+    def check(self, what: str, date: dt.date, source: str, estimate: bool = False) -> None:
+        age = (self.today - date).days
+        limit = self.pricing.stale_after_days
+        if age > limit:
+            self.add(
+                f"{what}: figure from {source} dated {date.isoformat()} is {age} days old "
+                f"(> {limit}): refresh the catalog or check with --live"
+            )
+        if estimate:
+            self.add(f"{what}: an estimate ({source}), not a quoted price: verify before relying")
+
+    def rate(self, what: str, rate: Rate) -> None:
+        self.check(what, rate.date, rate.source, rate.estimate)
+
+
+def stale_days(date: dt.date, today: dt.date, limit: int) -> int | None:
+    """Days past the limit a price is, or None when it is fresh enough."""
+    age = (today - date).days
+    return age if age > limit else None
+
+
+def _normalise_class(name: str | None, table: Mapping[str, Rate], default: str) -> str | None:
+    """Accept the config's spellings (PL1, gp3) and the API's (cloud_essd_pl1, GP3)."""
+    if name is None or name == "":
+        return default
+    key = name.strip()
+    if key in table:
+        return key
+    folded = {k.lower(): k for k in table}
+    k = key.lower().removeprefix("cloud_essd_").removeprefix("essd_")
+    return folded.get(k) or folded.get(key.lower())
+
+
+def _priced_instance(
+    catalog: Catalog, provider: str, name: str
+) -> tuple[InstanceType | None, str | None]:
+    """The instance type, or a problem line saying why it cannot be priced."""
+    it = catalog.instances.get((provider, name))
+    if it is None:
+        names = [n for (p, n) in catalog.instances if p == provider]
+        return None, (
+            f"instance type {name!r} is not in the {provider} catalog" + did_you_mean(name, names)
+        )
+    if it.price is None:
+        return it, f"{provider} {name} has no price in the catalog: add one to {provider}.toml"
+    return it, None
+
+
+def subscription_month_price(
+    it: InstanceType, pp: ProviderPricing, hours_per_month: float
+) -> tuple[float, Rate] | None:
+    """One node's monthly PrePaid price and the figure it rests on (quote or factor)."""
+    if pp.subscription is None or it.price is None:
+        return None
+    quote = pp.subscription.monthly.get(it.name)
+    if quote is not None:
+        return quote.amount, quote
+    factor = pp.subscription.monthly_factor
+    return it.price.on_demand * hours_per_month * factor.amount, factor
+
+
+# ----------------------------------------------------------------------------------------------
+# the model
+
+
+def estimate_cost(
+    inputs: CostInputs,
+    *,
+    currency: str | None = None,
+    catalog: Catalog | None = None,
+    pricing: Pricing | None = None,
+    today: dt.date | None = None,
+) -> CostEstimate:
+    """The bill for one stack. Raises CostError listing every problem with the inputs."""
+    cat = catalog or load_catalog()
+    prc = pricing or load_pricing()
+    today = today or dt.date.today()
+    problems: list[str] = []
+
+    pp = prc.providers.get(inputs.provider)
+    if pp is None:
+        raise CostError(
+            [
+                f"provider {inputs.provider!r} is unknown: use one of {', '.join(prc.providers)}"
+                + did_you_mean(inputs.provider, prc.providers)
+            ]
+        )
+    it, why = _priced_instance(cat, inputs.provider, inputs.instance_type)
+    if why:
+        problems.append(why)
+    info = cat.providers[inputs.provider]
+    if inputs.billing not in BILLING_MODES:
+        problems.append(
+            f"billing {inputs.billing!r} is unknown: use one of {', '.join(BILLING_MODES)}"
+            + did_you_mean(inputs.billing, BILLING_MODES)
+        )
+    elif inputs.billing not in info.billing:
+        problems.append(
+            f"{inputs.provider} does not sell {inputs.billing} here "
+            f"(supported: {', '.join(info.billing)})"
+        )
+    if not isinstance(inputs.nodes, int) or isinstance(inputs.nodes, bool) or inputs.nodes < 1:
+        problems.append(f"nodes must be a whole number >= 1, got {inputs.nodes!r}")
+    hours = prc.hours_per_month if inputs.hours_per_month is None else inputs.hours_per_month
+    if not 0 <= hours <= MAX_HOURS_PER_MONTH:
+        problems.append(
+            f"hours per month must be between 0 and {MAX_HOURS_PER_MONTH:g} "
+            f"(a 31-day month), got {hours:g}"
+        )
+    for label, value in (
+        ("root disk GB", inputs.root_disk_gb),
+        ("scratch GB", inputs.scratch_gb),
+        ("bucket storage GB", inputs.bucket_gb),
+        ("egress GB", inputs.egress_gb),
+        ("snapshot GB", inputs.snapshot_gb),
+    ):
+        if value < 0:
+            problems.append(f"{label} must be >= 0, got {value:g}")
+    if inputs.subscription_months < 1:
+        problems.append(f"subscription months must be >= 1, got {inputs.subscription_months}")
+    if inputs.spot_max_price is not None and inputs.spot_max_price <= 0:
+        problems.append(f"spot max price must be above 0, got {inputs.spot_max_price:g}")
+    root_class = _normalise_class(inputs.root_disk_class, pp.block, pp.root_disk_class)
+    if root_class is None:
+        problems.append(
+            f"root disk class {inputs.root_disk_class!r} has no {inputs.provider} price: "
+            f"use one of {', '.join(pp.block)}"
+            + did_you_mean(str(inputs.root_disk_class), pp.block)
+        )
+    scratch_class = _normalise_class(inputs.scratch_class, pp.block, pp.root_disk_class)
+    if scratch_class is None:
+        problems.append(
+            f"scratch class {inputs.scratch_class!r} has no {inputs.provider} price: "
+            f"use one of {', '.join(pp.block)}" + did_you_mean(str(inputs.scratch_class), pp.block)
+        )
+    bucket_class = inputs.bucket_class or pp.bucket_class
+    if bucket_class not in pp.bucket:
+        problems.append(
+            f"bucket class {bucket_class!r} is unknown on {inputs.provider}: "
+            f"use one of {', '.join(pp.bucket)}" + did_you_mean(bucket_class, pp.bucket)
+        )
+    target = currency or pp.currency
+    try:
+        k, fx = prc.fx_rate(pp.currency, target)
+    except KeyError:
+        problems.append(
+            f"unknown currency {target!r}: use one of {', '.join(prc.currencies)}"
+            + did_you_mean(target, prc.currencies)
+        )
+        k, fx = 1.0, None
+    if problems:
+        raise CostError(problems)
+    assert it is not None and it.price is not None and root_class and scratch_class
+
+    warn = _Warnings(prc, today)
+    price = it.price
+    month = prc.hours_per_month  # hours in the month subscriptions are priced over
+    nodes = inputs.nodes
+    billing = inputs.billing
+    label = f"{inputs.provider} {it.name}"
+    warn.check(f"{label} on-demand", price.date, price.source)
+    if inputs.region and inputs.region != price.region:
+        warn.add(
+            f"prices are the catalog's for {price.region}; {inputs.region} may differ: "
+            "check with --live"
+        )
+    if fx is not None:
+        warn.rate(f"exchange rate {pp.currency}->{target}", fx)
+
+    # compute, per node-hour, native currency
+    if price.spot:
+        spot: Range = price.spot
+        spot_estimated = False
+        if billing == "spot":
+            warn.check(
+                f"{label} spot range",
+                price.spot_date or price.date,
+                price.spot_source or price.source,
+            )
+    else:
+        lo, hi = prc.spot_band
+        spot = (price.on_demand * lo, price.on_demand * hi)
+        spot_estimated = True
+        if billing == "spot":
+            warn.add(
+                f"{label} spot: no observed range in the catalog; estimated as "
+                f"{lo:.0%}-{hi:.0%} of on-demand ({prc.spot_band_rate.source})"
+            )
+    if inputs.spot_max_price is not None:
+        cap = inputs.spot_max_price
+        if cap < spot[0] and billing == "spot":
+            warn.add(
+                f"spot max price {cap:g} {pp.currency}/h is below the lowest recent spot price "
+                f"{spot[0]:g}: nodes may not start, or be reclaimed often"
+            )
+        spot = (min(spot[0], cap), min(spot[1], cap))
+
+    sub_node_month: float | None = None
+    sub_node_year: float | None = None
+    sub = subscription_month_price(it, pp, month) if "subscription" in info.billing else None
+    if sub is not None and pp.subscription is not None:
+        sub_node_month, sub_rate = sub
+        yearly = pp.subscription.yearly_factor
+        sub_node_year = sub_node_month * 12 * yearly
+        if inputs.subscription_months % 12 == 0:
+            sub_node_month = sub_node_month * yearly
+        if billing == "subscription":
+            warn.rate(f"{label} subscription", sub_rate)
+
+    hourly_native = Compute(
+        on_demand=price.on_demand * nodes,
+        spot=(spot[0] * nodes, spot[1] * nodes),
+        spot_estimated=spot_estimated,
+        subscription=None if sub_node_month is None else sub_node_month * nodes / month,
+    )
+
+    # storage and transfer, per month, native currency
+    items: list[LineItem] = []
+
+    def add(item: str, qty: float, unit: str, rate: Rate, chargeable: float | None = None) -> None:
+        if qty <= 0:
+            return
+        billable = qty if chargeable is None else chargeable
+        items.append(
+            LineItem(
+                item,
+                qty,
+                unit,
+                rate.amount * k,
+                billable * rate.amount * k,
+                rate.date,
+                rate.source,
+                rate.estimate,
+                rate.note,
+            )
+        )
+        if billable > 0:
+            warn.rate(item, rate)
+
+    add(
+        f"root disks ({root_class}, {nodes}x {inputs.root_disk_gb:g} GB)",
+        inputs.root_disk_gb * nodes,
+        "GB-month",
+        pp.block[root_class],
+    )
+    if it.nvme_count == 0:
+        add(
+            f"scratch disks ({scratch_class}, {nodes}x {inputs.scratch_gb:g} GB)",
+            inputs.scratch_gb * nodes,
+            "GB-month",
+            pp.block[scratch_class],
+        )
+    elif inputs.scratch_gb > 0:
+        warn.add(
+            f"{it.name} has {it.nvme_count}x {it.nvme_gb} GB local NVMe: scratch uses it "
+            "(included in the instance price; erased on stop)"
+        )
+    add(f"bucket ({bucket_class})", inputs.bucket_gb, "GB-month", pp.bucket[bucket_class])
+    add(
+        "data transfer out",
+        inputs.egress_gb,
+        "GB",
+        pp.egress.rate,
+        chargeable=max(0.0, inputs.egress_gb - pp.egress.free_gb),
+    )
+    add("snapshots", inputs.snapshot_gb, "GB-month", pp.snapshot)
+
+    hourly = hourly_native.times(k)
+    break_even = None
+    if hourly.subscription is not None and hourly.on_demand > 0:
+        assert sub_node_month is not None
+        be_hours = (sub_node_month * nodes * k) / hourly.on_demand
+        break_even = BreakEven(be_hours, be_hours / month)
+    saving = None
+    if hourly.spot is not None and hourly.on_demand > 0:
+        od = hourly.on_demand
+        saving = SpotSaving(
+            fraction=(1 - hourly.spot[1] / od, 1 - hourly.spot[0] / od),
+            per_hour=(od - hourly.spot[1], od - hourly.spot[0]),
+            estimated=spot_estimated,
+            caveat=(
+                f"{pp.spot_caveat} ({pp.spot_caveat_source}): checkpoint to the bucket often, "
+                "and expect restarts"
+            ),
+        )
+    return CostEstimate(
+        inputs=inputs,
+        currency=target,
+        native_currency=pp.currency,
+        fx=fx,
+        price_region=price.region,
+        gpu=it.gpu,
+        gpus_per_node=it.gpus,
+        hours_per_month=hours,
+        hourly=hourly,
+        subscription_month=None if sub_node_month is None else sub_node_month * nodes * k,
+        subscription_year=None if sub_node_year is None else sub_node_year * nodes * k,
+        storage=tuple(items),
+        break_even=break_even,
+        spot_saving=saving,
+        warnings=tuple(warn.lines),
+    )
+
+
+def hourly_estimate(
+    provider: str,
+    instance_type: str,
+    nodes: int = 1,
+    billing: str = "on-demand",
+    *,
+    spot_max_price: float | None = None,
+    subscription_months: int = 1,
+    currency: str | None = None,
+    catalog: Catalog | None = None,
+    pricing: Pricing | None = None,
+    today: dt.date | None = None,
+) -> dict[str, Any]:
+    """The stack output `hourly_cost`: {"currency", "billing", "amount", ...} for all nodes.
+
+    For spot, `amount` is the top of the range (what to budget for) and `low`/`high` bound it;
+    for subscription, `amount` is the monthly price spread over 730 hours.
+    """
+    est = estimate_cost(
+        CostInputs(
+            provider=provider,
+            instance_type=instance_type,
+            nodes=nodes,
+            billing=billing,
+            spot_max_price=spot_max_price,
+            subscription_months=subscription_months,
+            root_disk_gb=0,
+        ),
+        currency=currency,
+        catalog=catalog,
+        pricing=pricing,
+        today=today,
+    )
+    cat = catalog or load_catalog()
+    price = cat.instance(provider, instance_type).price
+    assert price is not None  # estimate_cost refused unpriced types
+    selected = est.selected(est.hourly)
+    out: dict[str, Any] = {
+        "currency": est.currency,
+        "billing": billing,
+        "amount": round(selected[1] if isinstance(selected, tuple) else selected, 4),
+        "nodes": nodes,
+        "instance_type": instance_type,
+        "price_date": price.date.isoformat(),
+        "source": price.source,
+        "estimate": bool(
+            (billing == "spot" and est.hourly.spot_estimated) or billing == "subscription"
+        ),
+        "warnings": list(est.warnings),
+    }
+    if isinstance(selected, tuple):
+        out["low"], out["high"] = round(selected[0], 4), round(selected[1], 4)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# comparison across providers
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One way to rent a tier: provider, region, profile, instance type and billing mode."""
+
+    tier: str
+    provider: str
+    region: str
+    profile: str
+    instance_type: str
+    gpu: str
+    gpus: int
+    billing: str  # on-demand | spot | subscription-month | subscription-year
+    currency: str
+    per_gpu_hour: float  # point used for sorting (spot: middle of the range)
+    per_gpu_hour_range: Range | None  # spot only
+    peak_tflops: float  # the GPU's dense peak in its training dtype
+    native_currency: str
+    native_node_hour: float
+    price_date: dt.date
+    source: str
+    estimate: bool
+    stale: bool
+
+    @property
+    def per_tflop_hour(self) -> float:
+        return self.per_gpu_hour / self.peak_tflops
+
+    @property
+    def label(self) -> str:
+        return f"{self.provider} {self.instance_type} [{self.profile}] {self.billing}"
+
+    def to_dict(self) -> dict[str, Any]:
+        rng = self.per_gpu_hour_range
+        return {
+            "provider": self.provider,
+            "region": self.region,
+            "profile": self.profile,
+            "instance_type": self.instance_type,
+            "gpu": self.gpu,
+            "gpus": self.gpus,
+            "billing": self.billing,
+            "currency": self.currency,
+            "per_gpu_hour": round(self.per_gpu_hour, 4),
+            "per_gpu_hour_range": [round(rng[0], 4), round(rng[1], 4)] if rng else None,
+            "per_tflop_hour": round(self.per_tflop_hour, 6),
+            "peak_tflops": self.peak_tflops,
+            "node_hour_native": round(self.native_node_hour, 4),
+            "native_currency": self.native_currency,
+            "price_date": self.price_date.isoformat(),
+            "source": self.source,
+            "estimate": self.estimate,
+            "stale": self.stale,
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    tier: str
+    currency: str
+    sort_by: str
+    offers: tuple[Offer, ...]
+    fx: tuple[Rate, ...]
+    warnings: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tier": self.tier,
+            "currency": self.currency,
+            "sort_by": self.sort_by,
+            "fx": [
+                {"rate": r.amount, "date": r.date.isoformat(), "source": r.source} for r in self.fx
+            ],
+            "offers": [o.to_dict() for o in self.offers],
+            "warnings": list(self.warnings),
+        }
+
+
+def _offers(
+    tier: str,
+    profile: str,
+    it: InstanceType,
+    cat: Catalog,
+    prc: Pricing,
+    currency: str,
+    k: float,
+    today: dt.date,
+) -> list[Offer]:
+    """One instance type's offers: on-demand, spot (observed or band), subscription terms."""
+    price = it.price
+    assert price is not None
+    info = cat.providers[it.provider]
+    pp = prc.providers[it.provider]
+    per_gpu = k / it.gpus
+    hours = prc.hours_per_month
+
+    def stale(date: dt.date) -> bool:
+        return stale_days(date, today, prc.stale_after_days) is not None
+
+    on_demand = Offer(
+        tier=tier,
+        provider=it.provider,
+        region=info.price_region,
+        profile=profile,
+        instance_type=it.name,
+        gpu=it.gpu,
+        gpus=it.gpus,
+        billing="on-demand",
+        currency=currency,
+        per_gpu_hour=price.on_demand * per_gpu,
+        per_gpu_hour_range=None,
+        peak_tflops=cat.gpu_for(it).peak_tflops,
+        native_currency=pp.currency,
+        native_node_hour=price.on_demand,
+        price_date=price.date,
+        source=price.source,
+        estimate=False,
+        stale=stale(price.date),
+    )
+    out = [on_demand]
+    if "spot" in info.billing:
+        if price.spot:
+            lo, hi = price.spot
+            date, source, estimate = (
+                price.spot_date or price.date,
+                price.spot_source or price.source,
+                False,
+            )
+        else:
+            lo, hi = (price.on_demand * f for f in prc.spot_band)
+            date, source, estimate = price.date, price.source, True
+        mid = (lo + hi) / 2
+        out.append(
+            replace(
+                on_demand,
+                billing="spot",
+                per_gpu_hour=mid * per_gpu,
+                per_gpu_hour_range=(lo * per_gpu, hi * per_gpu),
+                native_node_hour=mid,
+                price_date=date,
+                source=source,
+                estimate=estimate,
+                stale=stale(date),
+            )
+        )
+    sub = subscription_month_price(it, pp, hours) if "subscription" in info.billing else None
+    if sub is not None and pp.subscription is not None:
+        month, rate = sub
+        quoted = pp.subscription.monthly.get(it.name) is rate
+        source = rate.source if quoted else f"{price.source} x {rate.source}"
+        for billing, node_hour in (
+            ("subscription-month", month / hours),
+            ("subscription-year", month * pp.subscription.yearly_factor / hours),
+        ):
+            out.append(
+                replace(
+                    on_demand,
+                    billing=billing,
+                    per_gpu_hour=node_hour * per_gpu,
+                    native_node_hour=node_hour,
+                    estimate=rate.estimate,
+                    source=source,
+                )
+            )
+    return out
+
+
+def compare_tier(
+    tier: str,
+    *,
+    currency: str = "USD",
+    sort_by: str = "gpu-hour",
+    catalog: Catalog | None = None,
+    pricing: Pricing | None = None,
+    today: dt.date | None = None,
+) -> Comparison:
+    """Every priced offer of a tier, cheapest first by GPU-hour (or by reference TFLOP-hour)."""
+    cat = catalog or load_catalog()
+    prc = pricing or load_pricing()
+    today = today or dt.date.today()
+    problems = []
+    if tier not in cat.tiers:
+        problems.append(
+            f"unknown tier {tier!r}{did_you_mean(tier, cat.tiers)}: "
+            f"known tiers are {', '.join(cat.tiers)}"
+        )
+    if currency not in prc.currencies:
+        problems.append(
+            f"unknown currency {currency!r}{did_you_mean(currency, prc.currencies)}: "
+            f"use one of {', '.join(prc.currencies)}"
+        )
+    if sort_by not in SORT_KEYS:
+        problems.append(f"sort by {sort_by!r} is unknown: use one of {', '.join(SORT_KEYS)}")
+    if problems:
+        raise CostError(problems)
+
+    t = cat.tiers[tier]
+    warn = _Warnings(prc, today)
+    limit = prc.stale_after_days
+    offers: list[Offer] = []
+    fx_used: list[Rate] = []
+    for provider, profiles in t.offers.items():
+        pp = prc.providers[provider]
+        k, fx = prc.fx_rate(pp.currency, currency)
+        if fx is not None and fx not in fx_used:
+            fx_used.append(fx)
+            warn.rate(f"exchange rate {pp.currency}->{currency}", fx)
+        for profile, name in profiles.items():
+            it = cat.instance(provider, name)
+            if it.price is None:
+                warn.add(f"{provider} {name} ({profile}) has no price in the catalog: left out")
+                continue
+            if stale_days(it.price.date, today, limit) is not None:
+                warn.check(f"{provider} {name} on-demand", it.price.date, it.price.source)
+            offers.extend(_offers(tier, profile, it, cat, prc, currency, k, today))
+    if any(o.billing == "spot" and o.estimate for o in offers):
+        lo, hi = prc.spot_band
+        warn.add(
+            f"spot rows marked estimate use {lo:.0%}-{hi:.0%} of on-demand "
+            "(no observed spot range in the catalog)"
+        )
+    if any(o.billing.startswith("subscription") and o.estimate for o in offers):
+        warn.add(
+            "subscription rows are estimates from on-demand x a typical discount: "
+            "quote the real PrePaid price before committing (rows assume 100 % use)"
+        )
+    key = (
+        (lambda o: (o.per_gpu_hour, o.provider, o.instance_type, o.billing))
+        if sort_by == "gpu-hour"
+        else (lambda o: (o.per_tflop_hour, o.provider, o.instance_type, o.billing))
+    )
+    offers.sort(key=key)
+    return Comparison(tier, currency, sort_by, tuple(offers), tuple(fx_used), tuple(warn.lines))
+
+
+# ----------------------------------------------------------------------------------------------
+# live price checks (parsers only: scripts/cost.py makes the calls)
+
+
+def aws_pricing_filters(instance_type: str, location: str) -> list[dict[str, str]]:
+    """GetProducts filters selecting the Linux, shared-tenancy, no-licence on-demand product."""
+    wanted = {
+        "instanceType": instance_type,
+        "location": location,
+        "tenancy": "Shared",
+        "operatingSystem": "Linux",
+        "preInstalledSw": "NA",
+        "capacitystatus": "Used",
+        "licenseModel": "No License required",
+    }
+    return [{"Type": "TERM_MATCH", "Field": f, "Value": v} for f, v in wanted.items()]
+
+
+def parse_aws_price_list(price_list: Iterable[str | Mapping[str, Any]]) -> float:
+    """The on-demand USD/hour from GetProducts' PriceList (JSON strings). Raises LookupError."""
+    found: list[float] = []
+    for entry in price_list:
+        doc = json.loads(entry) if isinstance(entry, str) else entry
+        for term in doc.get("terms", {}).get("OnDemand", {}).values():
+            for dim in term.get("priceDimensions", {}).values():
+                usd = dim.get("pricePerUnit", {}).get("USD")
+                if usd is not None and dim.get("unit", "Hrs").lower().startswith("hr"):
+                    value = float(usd)
+                    if value > 0:
+                        found.append(value)
+    if not found:
+        raise LookupError("the Price List answer holds no on-demand hourly USD price")
+    return min(found)
+
+
+def parse_alicloud_price(body: Mapping[str, Any]) -> tuple[float, str]:
+    """Instance-hour price and currency from DescribePrice's response body (as a map).
+
+    Prefers the instanceType detail line (the total also carries the system disk)."""
+    info = body.get("PriceInfo", {}).get("Price", {})
+    currency = str(info.get("Currency", "CNY"))
+    details = info.get("DetailInfos", {}).get("DetailInfo", []) or []
+    for d in details:
+        if str(d.get("Resource", "")).lower() == "instancetype":
+            value = d.get("TradePrice", d.get("OriginalPrice"))
+            if value is not None:
+                return float(value), currency
+    for key in ("TradePrice", "OriginalPrice"):
+        if info.get(key) is not None:
+            return float(info[key]), currency
+    raise LookupError("the DescribePrice answer holds no price")
+
+
+@dataclass(frozen=True)
+class LiveCheck:
+    provider: str
+    instance_type: str
+    region: str
+    currency: str
+    catalog: float
+    live: float
+
+    @property
+    def off(self) -> float:
+        """How far the catalog is from the live price, as a fraction of the live price."""
+        return (self.catalog - self.live) / self.live
+
+    def message(self) -> str:
+        where = f"{self.provider} {self.instance_type} in {self.region}"
+        base = (
+            f"{where}: catalog {self.catalog:g} {self.currency}/h, "
+            f"live {self.live:g} {self.currency}/h"
+        )
+        if abs(self.off) < 0.005:
+            return f"{base}: the catalog is current"
+        side = "above" if self.off > 0 else "below"
+        return f"{base}: the catalog is {abs(self.off):.1%} {side} the live price"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "instance_type": self.instance_type,
+            "region": self.region,
+            "currency": self.currency,
+            "catalog": self.catalog,
+            "live": self.live,
+            "off": round(self.off, 4),
+        }
