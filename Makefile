@@ -1,0 +1,39 @@
+# gpufleet: the commands people and CI type. Everything runs from the project's .venv.
+PY      ?= .venv/bin/python
+STACK   ?= a100x4
+PYTEST_ARGS ?=
+
+.PHONY: setup test test-fast plan cost lint format bench clean
+
+setup: .venv/.installed  ## create .venv and install the pinned dependencies + this repo (editable)
+
+.venv/.installed: requirements.txt requirements-dev.txt pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+test: setup  ## every test: unit, Pulumi mocks, sshd, moto, torchrun (starts and stops its own servers)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+plan: setup  ## offline: evaluate stacks/Pulumi.$(STACK).yaml under Pulumi's mocks; no account, no network
+	$(PY) scripts/plan.py --stack $(STACK)
+
+cost: setup  ## the bill for one stack before deploying it
+	$(PY) scripts/cost.py --stack $(STACK)
+
+lint: setup  ## ruff (lint + format check) and mypy
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy infra bootstrap scripts policy
+
+format: setup
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+bench: setup  ## benchmarks that print numbers (ratios against a baseline measured in the same run)
+	$(PY) scripts/bench_plan.py
+
+clean:
+	rm -rf .venv reports .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,30 @@
+"""IdleGuard: the cloud half of "never pay for an idle GPU" (the watchdog is the node half).
+
+A scheduled function runs the reaper (infra/reaper) with a stop-only role scoped to this
+stack's tags; on AWS a CloudWatch dashboard and a CPU alarm backstop come with it.
+"""
+
+from __future__ import annotations
+
+import pulumi
+
+from infra.config import StackConfig
+from infra.nodes import NodeSpec
+from infra.providers.base import CloudProvider, NodeParts, StorageParts
+
+
+class IdleGuard(pulumi.ComponentResource):
+    def __init__(
+        self,
+        name: str,
+        cfg: StackConfig,
+        cloud: CloudProvider,
+        nodes: list[tuple[NodeSpec, NodeParts]],
+        storage: StorageParts,
+        opts: pulumi.ResourceOptions,
+    ):
+        super().__init__("gpufleet:guard:IdleGuard", name, None, opts)
+        self.parts = cloud.guard(self, name, cfg, nodes, storage)
+        self.function_name = self.parts.function_name
+        self.schedule = self.parts.schedule
+        self.register_outputs({"function_name": self.function_name, "schedule": self.schedule})

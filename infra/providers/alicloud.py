@@ -1,0 +1,437 @@
+"""Alibaba Cloud: VPC + VSwitch, OSS, RAM role, ECS GPU nodes, Function Compute reaper on a timer."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pulumi
+import pulumi_alicloud as ali
+
+from infra import guard as guard_logic
+from infra.config import StackConfig
+from infra.nodes import NodeSpec, stack_tags
+from infra.providers.base import (
+    AccessParts,
+    Feature,
+    GuardParts,
+    NetworkParts,
+    NodeParts,
+    StorageParts,
+)
+from infra.reaper import tags as T
+
+VPC_CIDR = "10.42.0.0/16"
+VSWITCH_CIDR = "10.42.0.0/20"
+# Alibaba's public Ubuntu image; the driver comes from `fab setup` (NVIDIA's apt repository).
+UBUNTU_IMAGE_REGEX = "^ubuntu_22_04_x64"
+PUBLIC_BANDWIDTH_MBPS = 100
+
+
+def _opts(parent: pulumi.Resource, **kw: object) -> pulumi.ResourceOptions:
+    return pulumi.ResourceOptions(parent=parent, **kw)  # type: ignore[arg-type]
+
+
+def charge_args(cfg: StackConfig) -> dict[str, Any]:
+    """ECS billing arguments: PostPaid (+ spot strategy) or PrePaid by the month."""
+    if cfg.billing == "subscription":
+        return {
+            "instance_charge_type": "PrePaid",
+            "period": cfg.subscription_months,
+            "period_unit": "Month",
+            # A renewal nobody asked for is a surprise bill; expiry stops the node, data stays.
+            "renewal_status": "Normal",
+        }
+    args: dict[str, Any] = {
+        "instance_charge_type": "PostPaid",
+        # Stopped pay-as-you-go VPC instances stop billing compute (AC).
+        "stopped_mode": "StopCharging",
+    }
+    if cfg.billing == "spot":
+        if cfg.spot_max_price:
+            args.update(spot_strategy="SpotWithPriceLimit", spot_price_limit=cfg.spot_max_price)
+        else:
+            args.update(spot_strategy="SpotAsPriceGo")
+    else:
+        args["spot_strategy"] = "NoSpot"
+    return args
+
+
+def tls_only_policy(bucket: str) -> str:
+    return json.dumps(
+        {
+            "Version": "1",
+            "Statement": [
+                {
+                    "Effect": "Deny",
+                    "Principal": ["*"],
+                    "Action": ["oss:*"],
+                    "Resource": [f"acs:oss:*:*:{bucket}", f"acs:oss:*:*:{bucket}/*"],
+                    "Condition": {"Bool": {"acs:SecureTransport": ["false"]}},
+                }
+            ],
+        }
+    )
+
+
+def node_policy(bucket: str) -> str:
+    return json.dumps(
+        {
+            "Version": "1",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Action": ["oss:ListObjects", "oss:GetBucketInfo"],
+                    "Resource": [f"acs:oss:*:*:{bucket}"],
+                },
+                {
+                    "Effect": "Allow",
+                    "Action": [
+                        "oss:GetObject",
+                        "oss:PutObject",
+                        "oss:DeleteObject",
+                        "oss:AbortMultipartUpload",
+                    ],
+                    "Resource": [f"acs:oss:*:*:{bucket}/*"],
+                },
+                {"Effect": "Allow", "Action": ["cms:PutCustomMetric"], "Resource": ["*"]},
+            ],
+        }
+    )
+
+
+def reaper_policy(stack: str) -> str:
+    """Describe anything, stop only instances carrying this stack's managed tags; no delete."""
+    return json.dumps(
+        {
+            "Version": "1",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Action": ["ecs:DescribeInstances", "cms:DescribeMetricList"],
+                    "Resource": ["*"],
+                },
+                {
+                    "Effect": "Allow",
+                    "Action": ["ecs:StopInstances", "ecs:StopInstance"],
+                    "Resource": ["acs:ecs:*:*:instance/*"],
+                    "Condition": {
+                        "StringEquals": {
+                            f"acs:ResourceTag/{T.MANAGED_BY}": [T.MANAGED_BY_VALUE],
+                            f"acs:ResourceTag/{T.STACK}": [stack],
+                        }
+                    },
+                },
+            ],
+        }
+    )
+
+
+def assume_role(service: str) -> str:
+    return json.dumps(
+        {
+            "Version": "1",
+            "Statement": [
+                {"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {"Service": [service]}}
+            ],
+        }
+    )
+
+
+class AlicloudProvider:
+    name = "alicloud"
+    UNSUPPORTED: Mapping[Feature, str] = {
+        Feature.PLACEMENT_GROUP: "no cluster placement group for gn6/gn7 families",
+        Feature.EFA: "eRDMA only from generation 8 (gn8is, gn8v, ebmgn8is), not in the catalog yet",
+        Feature.LOCAL_NVME: "gn6/gn7 families have no local NVMe: scratch is an ESSD data disk",
+        Feature.CPU_ALARM_STOP: "CloudMonitor alarms cannot stop an instance",
+    }
+
+    def provider_resource(self, cfg: StackConfig) -> pulumi.ProviderResource:
+        return ali.Provider("alicloud", region=cfg.region)
+
+    def _zone(self, parent: pulumi.Resource, cfg: StackConfig) -> pulumi.Output[str]:
+        if cfg.zone:
+            return pulumi.Output.from_input(cfg.zone)
+        zones = ali.get_zones_output(
+            available_instance_type=cfg.instance_type,
+            available_resource_creation="Instance",
+            available_disk_category="cloud_essd",
+            opts=pulumi.InvokeOutputOptions(parent=parent),
+        )
+
+        def first(found: list[Any]) -> str:
+            ids = sorted(z["id"] if isinstance(z, dict) else z.id for z in found)
+            if not ids:
+                raise ValueError(
+                    f"no zone in {cfg.region} offers {cfg.instance_type} with ESSD disks now: "
+                    "set gpufleet:region or gpufleet:zone, or pick another profile"
+                )
+            return str(ids[0])
+
+        return zones.zones.apply(first)
+
+    def network(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> NetworkParts:
+        tags = stack_tags(cfg)
+        zone = self._zone(parent, cfg)
+        vpc = ali.vpc.Network(
+            f"{name}-vpc", vpc_name=f"{name}-vpc", cidr_block=VPC_CIDR, tags=tags,
+            opts=_opts(parent),
+        )
+        vsw = ali.vpc.Switch(
+            f"{name}-vsw",
+            vswitch_name=f"{name}-vsw",
+            vpc_id=vpc.id,
+            cidr_block=VSWITCH_CIDR,
+            zone_id=zone,
+            tags=tags,
+            opts=_opts(parent),
+        )
+        sg = ali.ecs.SecurityGroup(
+            f"{name}-sg",
+            security_group_name=f"{name}-sg",
+            vpc_id=vpc.id,
+            description=f"gpufleet {cfg.stack}: SSH from listed networks, all traffic between nodes",
+            tags=tags,
+            opts=_opts(parent),
+        )
+        for i, cidr in enumerate(cfg.ssh_cidrs):
+            ali.ecs.SecurityGroupRule(
+                f"{name}-ssh-{i}",
+                security_group_id=sg.id,
+                type="ingress",
+                ip_protocol="tcp",
+                port_range="22/22",
+                cidr_ip=None if ":" in cidr else cidr,
+                ipv6_cidr_ip=cidr if ":" in cidr else None,
+                nic_type="intranet",
+                policy="accept",
+                description="SSH from an allowed network",
+                opts=_opts(parent),
+            )
+        ali.ecs.SecurityGroupRule(
+            f"{name}-intra",
+            security_group_id=sg.id,
+            type="ingress",
+            ip_protocol="all",
+            port_range="-1/-1",
+            source_security_group_id=sg.id,
+            nic_type="intranet",
+            policy="accept",
+            description="all traffic between the stack's nodes (NCCL, rendezvous)",
+            opts=_opts(parent),
+        )
+        return NetworkParts(vpc.id, vsw.id, sg.id, zone, None)
+
+    def storage(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> StorageParts:
+        tags = stack_tags(cfg)
+        keep = not cfg.destroy_data
+        # OSS names are global: the account id makes the name unique and stable.
+        account = ali.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=parent))
+        bucket_name = account.account_id.apply(lambda a: f"gpufleet-{cfg.stack}-{a}"[:63])
+        days = cfg.bucket_archive_days
+        bucket = ali.oss.Bucket(
+            f"{name}-bucket",
+            bucket=bucket_name,
+            force_destroy=cfg.destroy_data,
+            storage_class="Standard",
+            redundancy_type="LRS",
+            versioning=ali.oss.BucketVersioningArgs(status="Enabled"),
+            server_side_encryption_rule=ali.oss.BucketServerSideEncryptionRuleArgs(
+                sse_algorithm="AES256"
+            ),
+            lifecycle_rules=[
+                ali.oss.BucketLifecycleRuleArgs(
+                    id="archive-old-objects",
+                    enabled=True,
+                    prefix="",
+                    transitions=[
+                        ali.oss.BucketLifecycleRuleTransitionArgs(days=days, storage_class="IA"),
+                        ali.oss.BucketLifecycleRuleTransitionArgs(
+                            days=days + 180, storage_class="Archive"
+                        ),
+                    ],
+                    noncurrent_version_transitions=[
+                        ali.oss.BucketLifecycleRuleNoncurrentVersionTransitionArgs(
+                            days=days, storage_class="IA"
+                        )
+                    ],
+                    abort_multipart_uploads=[
+                        ali.oss.BucketLifecycleRuleAbortMultipartUploadArgs(days=7)
+                    ],
+                )
+            ],
+            tags=tags,
+            opts=_opts(parent, retain_on_delete=keep),
+        )
+        ali.oss.BucketAcl(
+            f"{name}-acl", bucket=bucket.bucket, acl="private", opts=_opts(parent, retain_on_delete=keep)
+        )
+        ali.oss.BucketPublicAccessBlock(
+            f"{name}-public-block",
+            bucket=bucket.bucket,
+            block_public_access=True,
+            opts=_opts(parent, retain_on_delete=keep),
+        )
+        ali.oss.BucketPolicy(
+            f"{name}-tls-only",
+            bucket=bucket.bucket,
+            policy=bucket.bucket.apply(tls_only_policy),
+            opts=_opts(parent, retain_on_delete=keep),
+        )
+        arn = bucket.bucket.apply(lambda b: f"acs:oss:*:*:{b}")
+        return StorageParts(bucket.bucket, arn)
+
+    def access(
+        self, parent: pulumi.Resource, name: str, cfg: StackConfig, storage: StorageParts
+    ) -> AccessParts:
+        tags = stack_tags(cfg)
+        key = ali.ecs.EcsKeyPair(
+            f"{name}-key",
+            key_pair_name=f"gpufleet-{cfg.stack}",
+            public_key=cfg.ssh_public_key or "",
+            tags=tags,
+            opts=_opts(parent),
+        )
+        role = ali.ram.Role(
+            f"{name}-node-role",
+            role_name=f"gpufleet-{cfg.stack}-node"[:64],
+            assume_role_policy_document=assume_role("ecs.aliyuncs.com"),
+            description=f"gpufleet {cfg.stack} GPU nodes",
+            opts=_opts(parent),
+        )
+        policy = ali.ram.Policy(
+            f"{name}-node-policy",
+            policy_name=f"gpufleet-{cfg.stack}-node"[:128],
+            policy_document=storage.bucket.apply(node_policy),
+            description="stack bucket objects and custom metrics only",
+            opts=_opts(parent),
+        )
+        ali.ram.RolePolicyAttachment(
+            f"{name}-node-attach",
+            role_name=role.role_name,
+            policy_name=policy.policy_name,
+            policy_type="Custom",
+            opts=_opts(parent),
+        )
+        return AccessParts(role.role_name, None, key.key_pair_name)
+
+    def node(
+        self,
+        parent: pulumi.Resource,
+        spec: NodeSpec,
+        cfg: StackConfig,
+        net: NetworkParts,
+        access: AccessParts,
+    ) -> NodeParts:
+        images = ali.ecs.get_images_output(
+            name_regex=UBUNTU_IMAGE_REGEX,
+            owners="system",
+            most_recent=True,
+            opts=pulumi.InvokeOutputOptions(parent=parent),
+        )
+        image_id = images.images.apply(lambda xs: xs[0]["id"] if isinstance(xs[0], dict) else xs[0].id)
+        data_disks = [
+            ali.ecs.InstanceDataDiskArgs(
+                name=f"{spec.name}-scratch",
+                category="cloud_essd",
+                performance_level=spec.scratch.volume_class,
+                size=spec.scratch.size_gb,
+                encrypted=True,
+                delete_with_instance=cfg.destroy_data,
+                description="gpufleet scratch (fast ESSD: no local NVMe on this family)",
+            )
+        ]
+        instance = ali.ecs.Instance(
+            spec.name,
+            instance_name=spec.name,
+            host_name=spec.name,
+            instance_type=spec.instance_type.name,
+            image_id=image_id,
+            availability_zone=net.zone,
+            vswitch_id=net.subnet_id,
+            security_groups=[net.security_group_id],
+            key_name=access.key_name,
+            role_name=access.role_name,
+            system_disk_category="cloud_essd",
+            system_disk_performance_level="PL0",
+            system_disk_size=cfg.root_disk_gb,
+            system_disk_encrypted=True,
+            data_disks=data_disks if spec.scratch.kind == "disk" else None,
+            internet_charge_type="PayByTraffic",
+            internet_max_bandwidth_out=PUBLIC_BANDWIDTH_MBPS,
+            http_endpoint="enabled",
+            http_tokens="required",
+            user_data=spec.user_data,
+            tags=spec.tags,
+            volume_tags=spec.tags,
+            opts=_opts(parent, ignore_changes=["image_id"]),
+            **charge_args(cfg),
+        )
+        return NodeParts(instance.id, instance.public_ip, instance.primary_ip_address)
+
+    def guard(
+        self,
+        parent: pulumi.Resource,
+        name: str,
+        cfg: StackConfig,
+        nodes: list[tuple[NodeSpec, NodeParts]],
+        storage: StorageParts,
+    ) -> GuardParts:
+        tags = stack_tags(cfg)
+        role = ali.ram.Role(
+            f"{name}-reaper-role",
+            role_name=f"gpufleet-{cfg.stack}-reaper"[:64],
+            assume_role_policy_document=assume_role("fc.aliyuncs.com"),
+            description=f"gpufleet {cfg.stack} idle reaper: stop-only, this stack's tags only",
+            opts=_opts(parent),
+        )
+        policy = ali.ram.Policy(
+            f"{name}-reaper-policy",
+            policy_name=f"gpufleet-{cfg.stack}-reaper"[:128],
+            policy_document=reaper_policy(cfg.stack),
+            opts=_opts(parent),
+        )
+        ali.ram.RolePolicyAttachment(
+            f"{name}-reaper-attach",
+            role_name=role.role_name,
+            policy_name=policy.policy_name,
+            policy_type="Custom",
+            opts=_opts(parent),
+        )
+        fn_name = guard_logic.function_name(cfg.stack)
+        fn = ali.fc.V3Function(
+            f"{name}-reaper",
+            function_name=fn_name,
+            runtime="python3.10",
+            handler=guard_logic.FC_HANDLER,
+            code=ali.fc.V3FunctionCodeArgs(
+                zip_file=base64.b64encode(guard_logic.function_zip()).decode()
+            ),
+            role=role.arn,
+            timeout=300,
+            memory_size=256,
+            cpu=0.25,
+            disk_size=512,
+            environment_variables=guard_logic.function_env(cfg),
+            description=f"gpufleet {cfg.stack}: stop idle GPU nodes (StopCharging)",
+            tags=tags,
+            opts=_opts(parent),
+        )
+        ali.fc.V3Trigger(
+            f"{name}-timer",
+            function_name=fn.function_name,
+            trigger_name="every-5-minutes",
+            trigger_type="timer",
+            trigger_config=json.dumps(
+                {"cronExpression": guard_logic.ALICLOUD_CRON, "enable": True, "payload": "{}"}
+            ),
+            qualifier="LATEST",
+            opts=_opts(parent),
+        )
+        return GuardParts(fn.function_name, guard_logic.ALICLOUD_CRON, None)
+
+
+PROVIDER = AlicloudProvider()

@@ -1,0 +1,591 @@
+"""AWS: VPC + subnet, S3, IAM instance profile, EC2 GPU nodes, Lambda reaper on a schedule."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import pulumi
+import pulumi_aws as aws
+
+from infra import guard as guard_logic
+from infra.config import StackConfig
+from infra.nodes import NodeSpec, needs_placement_group, stack_tags
+from infra.providers.base import (
+    AccessParts,
+    Feature,
+    GuardParts,
+    NetworkParts,
+    NodeParts,
+    StorageParts,
+)
+from infra.reaper import tags as T
+
+VPC_CIDR = "10.42.0.0/16"
+SUBNET_CIDR = "10.42.0.0/20"
+# Deep Learning AMIs ship driver + CUDA + EFA; Volta is not in the OSS-driver DLAMI's list,
+# so P3 starts from Canonical's Ubuntu and `fab setup` installs the R580 driver.
+DLAMI_PARAM = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+UBUNTU_PARAM = "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"
+NO_DLAMI_ARCHS = ("volta",)
+
+
+def _opts(parent: pulumi.Resource, **kw: object) -> pulumi.ResourceOptions:
+    return pulumi.ResourceOptions(parent=parent, **kw)  # type: ignore[arg-type]
+
+
+def ami_parameter(arch: str) -> str:
+    return UBUNTU_PARAM if arch in NO_DLAMI_ARCHS else DLAMI_PARAM
+
+
+def market_options(cfg: StackConfig) -> aws.ec2.InstanceInstanceMarketOptionsArgs | None:
+    """Spot that stops (not terminates) on interruption keeps the root disk; this needs a
+    persistent request."""
+    if cfg.billing != "spot":
+        return None
+    return aws.ec2.InstanceInstanceMarketOptionsArgs(
+        market_type="spot",
+        spot_options=aws.ec2.InstanceInstanceMarketOptionsSpotOptionsArgs(
+            instance_interruption_behavior="stop",
+            spot_instance_type="persistent",
+            max_price=f"{cfg.spot_max_price:g}" if cfg.spot_max_price else None,
+        ),
+    )
+
+
+def tls_only_policy(bucket_arn: str) -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "DenyInsecureTransport",
+                    "Effect": "Deny",
+                    "Principal": "*",
+                    "Action": "s3:*",
+                    "Resource": [bucket_arn, f"{bucket_arn}/*"],
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                }
+            ],
+        }
+    )
+
+
+def node_policy(bucket_arn: str, stack: str) -> str:
+    """What a node may do: its own bucket, its own metrics namespace, its own lease tag."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "StackBucketList",
+                    "Effect": "Allow",
+                    "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+                    "Resource": bucket_arn,
+                },
+                {
+                    "Sid": "StackBucketObjects",
+                    "Effect": "Allow",
+                    "Action": [
+                        "s3:GetObject",
+                        "s3:PutObject",
+                        "s3:DeleteObject",
+                        "s3:AbortMultipartUpload",
+                    ],
+                    "Resource": f"{bucket_arn}/*",
+                },
+                {
+                    "Sid": "OwnMetrics",
+                    "Effect": "Allow",
+                    "Action": "cloudwatch:PutMetricData",
+                    "Resource": "*",
+                    "Condition": {"StringEquals": {"cloudwatch:namespace": guard_logic.NAMESPACE}},
+                },
+                {
+                    "Sid": "LeaseTagOnStackInstances",
+                    "Effect": "Allow",
+                    "Action": "ec2:CreateTags",
+                    "Resource": "arn:aws:ec2:*:*:instance/*",
+                    "Condition": {
+                        "StringEquals": {f"aws:ResourceTag/{T.STACK}": stack},
+                        "ForAllValues:StringEquals": {"aws:TagKeys": [T.KEEP_ALIVE_UNTIL]},
+                    },
+                },
+            ],
+        }
+    )
+
+
+def reaper_policy(stack: str, log_group_arn: str) -> str:
+    """The scheduled job may read everything it needs, but stop only this stack's managed
+    instances; it has no terminate permission at all."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "Read",
+                    "Effect": "Allow",
+                    "Action": ["ec2:DescribeInstances", "cloudwatch:GetMetricData"],
+                    "Resource": "*",
+                },
+                {
+                    "Sid": "StopOwnStackOnly",
+                    "Effect": "Allow",
+                    "Action": "ec2:StopInstances",
+                    "Resource": "arn:aws:ec2:*:*:instance/*",
+                    "Condition": {
+                        "StringEquals": {
+                            f"aws:ResourceTag/{T.MANAGED_BY}": T.MANAGED_BY_VALUE,
+                            f"aws:ResourceTag/{T.STACK}": stack,
+                        }
+                    },
+                },
+                {
+                    "Sid": "OwnLogs",
+                    "Effect": "Allow",
+                    "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+                    "Resource": f"{log_group_arn}:*",
+                },
+            ],
+        }
+    )
+
+
+def assume_role(service: str) -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
+            ],
+        }
+    )
+
+
+class AwsProvider:
+    name = "aws"
+    UNSUPPORTED: Mapping[Feature, str] = {
+        Feature.SUBSCRIPTION: "EC2 sells reserved capacity/savings plans outside RunInstances",
+    }
+
+    def provider_resource(self, cfg: StackConfig) -> pulumi.ProviderResource:
+        return aws.Provider("aws", region=cfg.region)
+
+    # -- network ----------------------------------------------------------------------------
+    def _zone(self, parent: pulumi.Resource, cfg: StackConfig) -> pulumi.Output[str]:
+        if cfg.zone:
+            return pulumi.Output.from_input(cfg.zone)
+        offers = aws.ec2.get_instance_type_offerings_output(
+            location_type="availability-zone",
+            filters=[
+                aws.ec2.GetInstanceTypeOfferingsFilterArgs(
+                    name="instance-type", values=[cfg.instance_type]
+                )
+            ],
+            opts=pulumi.InvokeOutputOptions(parent=parent),
+        )
+
+        def first(locations: list[str]) -> str:
+            if not locations:
+                raise ValueError(
+                    f"no availability zone in {cfg.region} offers {cfg.instance_type}: "
+                    "set gpufleet:region to another region or pick another tier/profile"
+                )
+            return sorted(locations)[0]
+
+        return offers.locations.apply(first)
+
+    def network(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> NetworkParts:
+        tags = stack_tags(cfg)
+        zone = self._zone(parent, cfg)
+        vpc = aws.ec2.Vpc(
+            f"{name}-vpc",
+            cidr_block=VPC_CIDR,
+            enable_dns_hostnames=True,
+            enable_dns_support=True,
+            tags={**tags, "Name": f"{name}-vpc"},
+            opts=_opts(parent),
+        )
+        subnet = aws.ec2.Subnet(
+            f"{name}-subnet",
+            vpc_id=vpc.id,
+            cidr_block=SUBNET_CIDR,
+            availability_zone=zone,
+            map_public_ip_on_launch=True,
+            tags={**tags, "Name": f"{name}-subnet"},
+            opts=_opts(parent),
+        )
+        igw = aws.ec2.InternetGateway(
+            f"{name}-igw", vpc_id=vpc.id, tags={**tags, "Name": f"{name}-igw"}, opts=_opts(parent)
+        )
+        rt = aws.ec2.RouteTable(
+            f"{name}-rt",
+            vpc_id=vpc.id,
+            routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=igw.id)],
+            tags={**tags, "Name": f"{name}-rt"},
+            opts=_opts(parent),
+        )
+        aws.ec2.RouteTableAssociation(
+            f"{name}-rta", subnet_id=subnet.id, route_table_id=rt.id, opts=_opts(parent)
+        )
+        sg = aws.ec2.SecurityGroup(
+            f"{name}-sg",
+            vpc_id=vpc.id,
+            description=f"gpufleet {cfg.stack}: SSH from listed networks, all traffic between nodes",
+            tags={**tags, "Name": f"{name}-sg"},
+            opts=_opts(parent),
+        )
+        for i, cidr in enumerate(cfg.ssh_cidrs):
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-ssh-{i}",
+                security_group_id=sg.id,
+                ip_protocol="tcp",
+                from_port=22,
+                to_port=22,
+                cidr_ipv6=cidr if ":" in cidr else None,
+                cidr_ipv4=None if ":" in cidr else cidr,
+                description="SSH from an allowed network",
+                tags=tags,
+                opts=_opts(parent),
+            )
+        # NCCL, torchrun rendezvous and EFA need every port between the stack's own nodes.
+        aws.vpc.SecurityGroupIngressRule(
+            f"{name}-intra",
+            security_group_id=sg.id,
+            ip_protocol="-1",
+            referenced_security_group_id=sg.id,
+            description="all traffic between the stack's nodes",
+            tags=tags,
+            opts=_opts(parent),
+        )
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-egress",
+            security_group_id=sg.id,
+            ip_protocol="-1",
+            cidr_ipv4="0.0.0.0/0",
+            description="package mirrors, object storage, metrics",
+            tags=tags,
+            opts=_opts(parent),
+        )
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-egress-intra",
+            security_group_id=sg.id,
+            ip_protocol="-1",
+            referenced_security_group_id=sg.id,
+            description="EFA requires egress to the group itself",
+            tags=tags,
+            opts=_opts(parent),
+        )
+        pg = None
+        from infra.catalog import load_catalog
+
+        itype = load_catalog().instance("aws", cfg.instance_type)
+        if needs_placement_group(cfg, itype):
+            pg = aws.ec2.PlacementGroup(
+                f"{name}-pg", strategy="cluster", tags=tags, opts=_opts(parent)
+            ).name
+        return NetworkParts(vpc.id, subnet.id, sg.id, zone, pg)
+
+    # -- storage ----------------------------------------------------------------------------
+    def storage(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> StorageParts:
+        tags = stack_tags(cfg)
+        keep = not cfg.destroy_data
+        bucket = aws.s3.Bucket(
+            f"{name}-bucket",
+            bucket_prefix=f"gpufleet-{cfg.stack}-"[:37],
+            force_destroy=cfg.destroy_data,
+            tags=tags,
+            opts=_opts(parent, retain_on_delete=keep, protect=False),
+        )
+        aws.s3.BucketPublicAccessBlock(
+            f"{name}-public-block",
+            bucket=bucket.id,
+            block_public_acls=True,
+            block_public_policy=True,
+            ignore_public_acls=True,
+            restrict_public_buckets=True,
+            opts=_opts(parent, retain_on_delete=keep),
+        )
+        aws.s3.BucketServerSideEncryptionConfiguration(
+            f"{name}-sse",
+            bucket=bucket.id,
+            rules=[
+                aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
+                    apply_server_side_encryption_by_default=aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
+                        sse_algorithm="AES256"
+                    ),
+                    bucket_key_enabled=True,
+                )
+            ],
+            opts=_opts(parent, retain_on_delete=keep),
+        )
+        aws.s3.BucketVersioning(
+            f"{name}-versioning",
+            bucket=bucket.id,
+            versioning_configuration=aws.s3.BucketVersioningVersioningConfigurationArgs(
+                status="Enabled"
+            ),
+            opts=_opts(parent, retain_on_delete=keep),
+        )
+        days = cfg.bucket_archive_days
+        aws.s3.BucketLifecycleConfiguration(
+            f"{name}-lifecycle",
+            bucket=bucket.id,
+            rules=[
+                aws.s3.BucketLifecycleConfigurationRuleArgs(
+                    id="archive-old-objects",
+                    status="Enabled",
+                    filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
+                    transitions=[
+                        aws.s3.BucketLifecycleConfigurationRuleTransitionArgs(
+                            days=days, storage_class="GLACIER_IR"
+                        ),
+                        aws.s3.BucketLifecycleConfigurationRuleTransitionArgs(
+                            days=days + 180, storage_class="DEEP_ARCHIVE"
+                        ),
+                    ],
+                    noncurrent_version_transitions=[
+                        aws.s3.BucketLifecycleConfigurationRuleNoncurrentVersionTransitionArgs(
+                            noncurrent_days=days, storage_class="GLACIER_IR"
+                        )
+                    ],
+                ),
+                aws.s3.BucketLifecycleConfigurationRuleArgs(
+                    id="abort-stale-multipart-uploads",
+                    status="Enabled",
+                    filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
+                    abort_incomplete_multipart_upload=aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
+                        days_after_initiation=7
+                    ),
+                ),
+            ],
+            opts=_opts(parent, retain_on_delete=keep),
+        )
+        aws.s3.BucketPolicy(
+            f"{name}-tls-only",
+            bucket=bucket.id,
+            policy=bucket.arn.apply(tls_only_policy),
+            opts=_opts(parent, retain_on_delete=keep),
+        )
+        return StorageParts(bucket.bucket, bucket.arn)
+
+    # -- access -----------------------------------------------------------------------------
+    def access(
+        self, parent: pulumi.Resource, name: str, cfg: StackConfig, storage: StorageParts
+    ) -> AccessParts:
+        tags = stack_tags(cfg)
+        key = aws.ec2.KeyPair(
+            f"{name}-key",
+            key_name_prefix=f"gpufleet-{cfg.stack}-",
+            public_key=cfg.ssh_public_key or "",
+            tags=tags,
+            opts=_opts(parent),
+        )
+        role = aws.iam.Role(
+            f"{name}-node-role",
+            assume_role_policy=assume_role("ec2.amazonaws.com"),
+            description=f"gpufleet {cfg.stack} GPU nodes",
+            tags=tags,
+            opts=_opts(parent),
+        )
+        aws.iam.RolePolicy(
+            f"{name}-node-policy",
+            role=role.id,
+            policy=storage.bucket_arn.apply(lambda arn: node_policy(arn, cfg.stack)),
+            opts=_opts(parent),
+        )
+        profile = aws.iam.InstanceProfile(
+            f"{name}-node-profile", role=role.name, tags=tags, opts=_opts(parent)
+        )
+        return AccessParts(role.name, profile.name, key.key_name)
+
+    # -- nodes ------------------------------------------------------------------------------
+    def node(
+        self,
+        parent: pulumi.Resource,
+        spec: NodeSpec,
+        cfg: StackConfig,
+        net: NetworkParts,
+        access: AccessParts,
+    ) -> NodeParts:
+        ami = aws.ssm.get_parameter_output(
+            name=ami_parameter(spec.gpu.arch), opts=pulumi.InvokeOutputOptions(parent=parent)
+        ).value
+        ebs: list[aws.ec2.InstanceEbsBlockDeviceArgs] = []
+        if spec.scratch.kind == "disk":
+            ebs.append(
+                aws.ec2.InstanceEbsBlockDeviceArgs(
+                    device_name="/dev/sdf",
+                    volume_size=spec.scratch.size_gb,
+                    volume_type=spec.scratch.volume_class,
+                    iops=spec.scratch.iops,
+                    throughput=spec.scratch.throughput_mbs,
+                    encrypted=True,
+                    delete_on_termination=cfg.destroy_data,
+                    tags={**spec.tags, "Name": f"{spec.name}-scratch"},
+                )
+            )
+        launch_template = None
+        if spec.efa_interfaces:
+            # EFA needs one interface per network card; only a launch template can say that.
+            lt = aws.ec2.LaunchTemplate(
+                f"{spec.name}-efa",
+                description=f"{spec.efa_interfaces} EFA interfaces for {spec.instance_type.name}",
+                network_interfaces=[
+                    aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+                        network_card_index=card,
+                        device_index=0 if card == 0 else 1,
+                        interface_type="efa" if card == 0 else "efa-only",
+                        subnet_id=net.subnet_id,
+                        security_groups=[net.security_group_id],
+                        delete_on_termination=True,
+                    )
+                    for card in range(spec.efa_interfaces)
+                ],
+                tags=spec.tags,
+                opts=_opts(parent),
+            )
+            launch_template = aws.ec2.InstanceLaunchTemplateArgs(
+                id=lt.id, version=lt.latest_version.apply(str)
+            )
+        instance = aws.ec2.Instance(
+            spec.name,
+            ami=ami,
+            instance_type=spec.instance_type.name,
+            availability_zone=net.zone,
+            subnet_id=None if launch_template else net.subnet_id,
+            vpc_security_group_ids=None if launch_template else [net.security_group_id],
+            launch_template=launch_template,
+            placement_group=net.placement_group,
+            key_name=access.key_name,
+            iam_instance_profile=access.instance_profile,
+            instance_initiated_shutdown_behavior="stop",
+            instance_market_options=market_options(cfg),
+            metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
+                http_endpoint="enabled",
+                http_tokens="required",
+                http_put_response_hop_limit=2,  # containers on the node still reach IMDS
+                instance_metadata_tags="enabled",  # the watchdog reads its own tags
+            ),
+            root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
+                volume_size=cfg.root_disk_gb,
+                volume_type="gp3",
+                encrypted=True,
+                delete_on_termination=True,
+                tags={**spec.tags, "Name": f"{spec.name}-root"},
+            ),
+            ebs_block_devices=ebs or None,
+            ebs_optimized=True,
+            monitoring=True,
+            user_data=spec.user_data,
+            user_data_replace_on_change=False,
+            tags=spec.tags,
+            volume_tags=None,
+            opts=_opts(parent, ignore_changes=["ami"]),  # a newer DLAMI must not replace a node
+        )
+        public_ip: pulumi.Output[str] = instance.public_ip
+        if spec.efa_interfaces > 1:
+            # AWS assigns no public IP to an instance with several interfaces.
+            eip = aws.ec2.Eip(
+                f"{spec.name}-eip",
+                domain="vpc",
+                instance=instance.id,
+                tags=spec.tags,
+                opts=_opts(parent),
+            )
+            public_ip = eip.public_ip
+        return NodeParts(instance.id, public_ip, instance.private_ip)
+
+    # -- idle guard -------------------------------------------------------------------------
+    def guard(
+        self,
+        parent: pulumi.Resource,
+        name: str,
+        cfg: StackConfig,
+        nodes: list[tuple[NodeSpec, NodeParts]],
+        storage: StorageParts,
+    ) -> GuardParts:
+        tags = stack_tags(cfg)
+        fn_name = guard_logic.function_name(cfg.stack)
+        logs = aws.cloudwatch.LogGroup(
+            f"{name}-logs", name=f"/aws/lambda/{fn_name}", retention_in_days=30, tags=tags,
+            opts=_opts(parent),
+        )
+        role = aws.iam.Role(
+            f"{name}-reaper-role",
+            assume_role_policy=assume_role("lambda.amazonaws.com"),
+            description=f"gpufleet {cfg.stack} idle reaper: stop-only, this stack's tags only",
+            tags=tags,
+            opts=_opts(parent),
+        )
+        aws.iam.RolePolicy(
+            f"{name}-reaper-policy",
+            role=role.id,
+            policy=logs.arn.apply(lambda arn: reaper_policy(cfg.stack, arn)),
+            opts=_opts(parent),
+        )
+        fn = aws.lambda_.Function(
+            f"{name}-reaper",
+            name=fn_name,
+            runtime="python3.12",
+            handler=guard_logic.LAMBDA_HANDLER,
+            role=role.arn,
+            code=guard_logic.function_archive(),
+            timeout=300,
+            memory_size=256,
+            environment=aws.lambda_.FunctionEnvironmentArgs(
+                variables=guard_logic.function_env(cfg)
+            ),
+            tags=tags,
+            opts=_opts(parent, depends_on=[logs]),
+        )
+        rule = aws.cloudwatch.EventRule(
+            f"{name}-schedule",
+            description=f"gpufleet {cfg.stack}: look for idle GPU nodes",
+            schedule_expression=guard_logic.AWS_SCHEDULE,
+            tags=tags,
+            opts=_opts(parent),
+        )
+        aws.cloudwatch.EventTarget(
+            f"{name}-target", rule=rule.name, arn=fn.arn, opts=_opts(parent)
+        )
+        aws.lambda_.Permission(
+            f"{name}-invoke",
+            action="lambda:InvokeFunction",
+            function=fn.name,
+            principal="events.amazonaws.com",
+            source_arn=rule.arn,
+            opts=_opts(parent),
+        )
+        for spec, parts in nodes:
+            # Last line of defence: sees CPU only, so it is deliberately slow and conservative.
+            aws.cloudwatch.MetricAlarm(
+                f"{spec.name}-cpu-backstop",
+                alarm_description=guard_logic.BACKSTOP_DESCRIPTION,
+                namespace="AWS/EC2",
+                metric_name="CPUUtilization",
+                dimensions={"InstanceId": parts.instance_id},
+                statistic="Maximum",
+                period=guard_logic.BACKSTOP_PERIOD_S,
+                evaluation_periods=guard_logic.BACKSTOP_PERIODS,
+                threshold=guard_logic.BACKSTOP_CPU_PERCENT,
+                comparison_operator="LessThanThreshold",
+                treat_missing_data="notBreaching",
+                alarm_actions=[f"arn:aws:automate:{cfg.region}:ec2:stop"],
+                tags=tags,
+                opts=_opts(parent),
+            )
+        ids = pulumi.Output.all(*[p.instance_id for _, p in nodes])
+        dash = aws.cloudwatch.Dashboard(
+            f"{name}-dashboard",
+            dashboard_name=f"gpufleet-{cfg.stack}",
+            dashboard_body=ids.apply(
+                lambda xs: json.dumps(guard_logic.dashboard_body(cfg.region, list(xs)))
+            ),
+            opts=_opts(parent),
+        )
+        return GuardParts(fn.name, guard_logic.AWS_SCHEDULE, dash.dashboard_name)
+
+
+PROVIDER = AwsProvider()

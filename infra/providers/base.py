@@ -1,0 +1,110 @@
+"""The small interface every cloud module implements, and the registry that picks one.
+
+Components own the resource graph's shape (one ComponentResource per concern); a provider
+module only knows how its cloud spells each concern. Capabilities are data: a provider lists
+what it cannot do in UNSUPPORTED with the reason, instead of branching on names elsewhere.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import pulumi
+
+from infra.config import StackConfig
+from infra.nodes import NodeSpec
+
+
+class Feature(enum.Enum):
+    PLACEMENT_GROUP = "cluster placement group"
+    EFA = "EFA / RDMA networking"
+    SUBSCRIPTION = "subscription (monthly/yearly) billing"
+    LOCAL_NVME = "instance-local NVMe scratch"
+    STOP_CHARGING = "no compute charge while stopped"
+    CPU_ALARM_STOP = "CPU alarm that stops the instance"
+
+
+@dataclass
+class NetworkParts:
+    vpc_id: pulumi.Output[str]
+    subnet_id: pulumi.Output[str]
+    security_group_id: pulumi.Output[str]
+    zone: pulumi.Output[str]
+    placement_group: pulumi.Output[str] | None
+
+
+@dataclass
+class StorageParts:
+    bucket: pulumi.Output[str]
+    bucket_arn: pulumi.Output[str]
+
+
+@dataclass
+class AccessParts:
+    role_name: pulumi.Output[str]
+    instance_profile: pulumi.Output[str] | None
+    key_name: pulumi.Output[str]
+
+
+@dataclass
+class NodeParts:
+    instance_id: pulumi.Output[str]
+    public_ip: pulumi.Output[str]
+    private_ip: pulumi.Output[str]
+
+
+@dataclass
+class GuardParts:
+    function_name: pulumi.Output[str]
+    schedule: str
+    dashboard: pulumi.Output[str] | None
+
+
+class CloudProvider(Protocol):
+    name: str
+    UNSUPPORTED: Mapping[Feature, str]
+
+    def provider_resource(self, cfg: StackConfig) -> pulumi.ProviderResource: ...
+
+    def network(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> NetworkParts: ...
+
+    def storage(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> StorageParts: ...
+
+    def access(
+        self, parent: pulumi.Resource, name: str, cfg: StackConfig, storage: StorageParts
+    ) -> AccessParts: ...
+
+    def node(
+        self,
+        parent: pulumi.Resource,
+        spec: NodeSpec,
+        cfg: StackConfig,
+        net: NetworkParts,
+        access: AccessParts,
+    ) -> NodeParts: ...
+
+    def guard(
+        self,
+        parent: pulumi.Resource,
+        name: str,
+        cfg: StackConfig,
+        nodes: list[tuple[NodeSpec, NodeParts]],
+        storage: StorageParts,
+    ) -> GuardParts: ...
+
+
+_MODULES = {"aws": "infra.providers.aws", "alicloud": "infra.providers.alicloud"}
+
+
+def get_provider(name: str) -> CloudProvider:
+    """Import the cloud's module only when a stack asks for it (its SDK is large)."""
+    try:
+        module = importlib.import_module(_MODULES[name])
+    except KeyError:
+        raise ValueError(f"unknown provider {name!r}; known: {', '.join(_MODULES)}") from None
+    provider: CloudProvider = module.PROVIDER
+    return provider

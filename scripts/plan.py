@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Offline plan: evaluate the real Pulumi program for one stack under Pulumi's mocks.
+
+No credentials, no network, no Pulumi CLI. Prints every resource with its key inputs, the
+stack outputs and the hourly cost; `--json` prints one JSON object instead. Invalid config:
+exit status 2, one line per problem on stderr and nothing else.
+
+    python scripts/plan.py --stack a100x4
+    python scripts/plan.py --stack-file path/to/Pulumi.mystack.yaml --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip install -e .`
+    sys.path.insert(0, str(ROOT))
+
+from infra.config import ConfigError, load_stack_file  # noqa: E402
+
+STACKS = ROOT / "stacks"
+
+# What a person wants to see of each resource; anything else is in --json.
+KEY_INPUTS = (
+    "instanceType",
+    "availabilityZone",
+    "zoneId",
+    "instanceChargeType",
+    "spotStrategy",
+    "instanceMarketOptions",
+    "placementGroup",
+    "cidrBlock",
+    "cidrIpv4",
+    "cidrIp",
+    "fromPort",
+    "portRange",
+    "ipProtocol",
+    "strategy",
+    "bucketPrefix",
+    "bucket",
+    "scheduleExpression",
+    "runtime",
+    "handler",
+    "threshold",
+    "alarmActions",
+    "systemDiskSize",
+    "dataDisks",
+    "rootBlockDevice",
+    "ebsBlockDevices",
+    "networkInterfaces",
+    "triggerConfig",
+)
+
+
+def _short(value: Any, limit: int = 70) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def summarize(inputs: dict[str, Any]) -> str:
+    parts = []
+    for key in KEY_INPUTS:
+        if key in inputs and inputs[key] not in (None, "", [], {}):
+            value = inputs[key]
+            if key == "networkInterfaces":
+                value = f"{len(value)} interfaces ({value[0].get('interfaceType', 'ena')})"
+            parts.append(f"{key}={_short(value)}")
+    return "  ".join(parts)
+
+
+def resolve_stack_file(args: argparse.Namespace) -> Path:
+    if args.stack_file:
+        return Path(args.stack_file)
+    path = STACKS / f"Pulumi.{args.stack}.yaml"
+    if not path.exists():
+        known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS.glob("Pulumi.*.yaml"))
+        import difflib
+
+        close = difflib.get_close_matches(args.stack, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError([f"--stack: no stack {args.stack!r}{hint}; stacks: {', '.join(known)}"])
+    return path
+
+
+def plan(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """(the plan as a JSON-able dict, notes for people). Raises ConfigError on bad config."""
+    from infra.offline import PLACEHOLDER_SSH_KEY, evaluate
+    from infra.program import OUTPUT_DOCS
+
+    notes = []
+    cfg = load_stack_file(path)
+    if not cfg.ssh_public_key:
+        cfg = load_stack_file(path, {"sshPublicKey": PLACEHOLDER_SSH_KEY})
+        notes.append(
+            "gpufleet:sshPublicKey is not set: planned with a placeholder key; "
+            "`pulumi up` refuses until you set yours"
+        )
+    result = evaluate(cfg)
+    doc = {
+        "stack": cfg.stack,
+        "stack_file": str(path),
+        "resources": [r.as_dict() for r in result.resources],
+        "outputs": result.outputs,
+        "output_docs": OUTPUT_DOCS,
+        "cost": result.outputs["hourly_cost"],
+        "notes": notes,
+    }
+    notes.extend(result.outputs["hourly_cost"].get("warnings", []))
+    return doc, notes
+
+
+def print_human(doc: dict[str, Any], notes: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"gpufleet plan: stack {doc['stack']} ({len(doc['resources'])} resources)")
+    table.add_column("type", style="cyan", no_wrap=True)
+    table.add_column("name", style="bold")
+    table.add_column("key inputs", overflow="fold")
+    for r in doc["resources"]:
+        table.add_row(r["type"], r["name"], summarize(r["inputs"]))
+    console.print(table)
+    out = Table(title="outputs (the contract bootstrap reads)")
+    out.add_column("output", style="bold")
+    out.add_column("value", overflow="fold")
+    for key, value in doc["outputs"].items():
+        out.add_row(key, _short(value, 200))
+    console.print(out)
+    cost = doc["cost"]
+    span = f" (range {cost['low']:g}-{cost['high']:g})" if "low" in cost else ""
+    console.print(
+        f"[bold]hourly cost:[/bold] {cost['amount']:g} {cost['currency']}/h{span} "
+        f"for {cost['nodes']}x {cost['instance_type']}, {cost['billing']} "
+        f"(price {cost['price_date']}, source {cost['source']}"
+        f"{', estimate' if cost['estimate'] else ''})"
+    )
+    for note in notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--stack", help="a stack in stacks/ (Pulumi.<stack>.yaml)")
+    which.add_argument("--stack-file", help="any Pulumi.<stack>.yaml file")
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    args = parser.parse_args(argv)
+    try:
+        doc, notes = plan(resolve_stack_file(args))
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2, sort_keys=False, default=str)
+        sys.stdout.write("\n")
+    else:
+        print_human(doc, notes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
