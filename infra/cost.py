@@ -667,7 +667,8 @@ class Offer:
 
     @property
     def label(self) -> str:
-        return f"{self.provider} {self.instance_type} [{self.profile}] {self.billing}"
+        profile = "" if self.profile == "general" else f" [{self.profile}]"
+        return f"{self.provider} {self.instance_type}{profile} {self.billing}"
 
     def to_dict(self) -> dict[str, Any]:
         rng = self.per_gpu_hour_range

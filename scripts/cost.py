@@ -1,0 +1,553 @@
+#!/usr/bin/env python3
+"""What a stack will cost before `pulumi up`, and how a tier compares across providers.
+
+    python scripts/cost.py --stack a100x4 [--hours-per-month 200] [--egress-gb 50]
+                           [--storage-gb 500] [--snapshot-gb 0] [--currency USD] [--json] [--live]
+    python scripts/cost.py --stack-file stacks/Pulumi.a100x4.yaml ...
+    python scripts/cost.py --compare a100x8 [--currency USD] [--sort tflop-hour]
+                           [--plot a100x8.png] [--json]
+
+Exit status: 0 done, 2 bad input (message on stderr), 1 the catalog data itself is broken.
+--live asks AWS's Price List API / Alibaba's DescribePrice for the current on-demand price of the
+stack's instance type when credentials are present; the estimate never depends on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # run as a file from a checkout without the editable install
+    sys.path.insert(0, str(REPO))
+
+from infra.catalog import CatalogError, load_catalog  # noqa: E402
+from infra.config import ConfigError, StackConfig, load_stack_file  # noqa: E402
+from infra.cost import (  # noqa: E402
+    SORT_KEYS,
+    Comparison,
+    CostError,
+    CostEstimate,
+    CostInputs,
+    LiveCheck,
+    aws_pricing_filters,
+    compare_tier,
+    did_you_mean,
+    estimate_cost,
+    parse_alicloud_price,
+    parse_aws_price_list,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+STACKS_DIR = REPO / "stacks"
+BILLING_COLOURS = {
+    "on-demand": "#4C72B0",
+    "spot": "#DD8452",
+    "subscription-month": "#55A868",
+    "subscription-year": "#2E6B3C",
+}
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed on stderr, exit status 2."""
+
+
+class LiveUnavailable(Exception):
+    """A live price could not be asked for (no credentials, no network): said, not fatal."""
+
+
+# ----------------------------------------------------------------------------------------------
+# stack -> inputs
+
+
+def stack_path(name: str, stacks_dir: Path = STACKS_DIR) -> Path:
+    path = stacks_dir / f"Pulumi.{name}.yaml"
+    if path.is_file():
+        return path
+    known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
+    listing = ", ".join(known) if known else "none yet"
+    raise UsageError(
+        f"no stack {name!r}: {path} does not exist{did_you_mean(name, known)}. "
+        f"Known stacks: {listing}; or pass --stack-file FILE"
+    )
+
+
+def inputs_from_stack(cfg: StackConfig, args: argparse.Namespace) -> CostInputs:
+    """Map the validated stack config plus the usage flags onto the cost model's inputs."""
+    return CostInputs(
+        provider=cfg.provider,
+        instance_type=cfg.instance_type,
+        nodes=cfg.nodes,
+        billing=cfg.billing,
+        region=cfg.region,
+        root_disk_gb=cfg.root_disk_gb,
+        scratch_gb=cfg.scratch_gb,
+        scratch_class=cfg.scratch_class,
+        spot_max_price=cfg.spot_max_price,
+        subscription_months=cfg.subscription_months or 1,
+        hours_per_month=args.hours_per_month,
+        bucket_gb=args.storage_gb,
+        bucket_class=args.bucket_class,
+        egress_gb=args.egress_gb,
+        snapshot_gb=args.snapshot_gb,
+        stack=cfg.stack,
+        tier=cfg.tier,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# live prices (SDK imports stay here, inside the functions: the model never needs them)
+
+
+def aws_location(region: str) -> str:
+    """The Price List API's `location` for a region code ('US East (N. Virginia)')."""
+    import botocore.loaders
+
+    for partition in botocore.loaders.create_loader().load_data("endpoints")["partitions"]:
+        if region in partition["regions"]:
+            return str(partition["regions"][region]["description"])
+    raise LiveUnavailable(f"region {region!r} is not known to botocore: cannot name its location")
+
+
+def live_aws_price(instance_type: str, region: str) -> float:
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    session = boto3.session.Session()
+    if session.get_credentials() is None:
+        raise LiveUnavailable(
+            "no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+            "to compare with the Price List API"
+        )
+    # The Price List API is served from us-east-1 whatever region is priced.
+    client = session.client("pricing", region_name="us-east-1")
+    kwargs: dict[str, Any] = {
+        "ServiceCode": "AmazonEC2",
+        "Filters": aws_pricing_filters(instance_type, aws_location(region)),
+        "FormatVersion": "aws_v1",
+        "MaxResults": 100,
+    }
+    items: list[str] = []
+    try:
+        while True:
+            page = client.get_products(**kwargs)
+            items.extend(page.get("PriceList", []))
+            if not page.get("NextToken"):
+                break
+            kwargs["NextToken"] = page["NextToken"]
+    except (BotoCoreError, ClientError) as exc:
+        raise LiveUnavailable(f"AWS Price List API: {exc}") from None
+    try:
+        return parse_aws_price_list(items)
+    except LookupError as exc:
+        raise LiveUnavailable(
+            f"AWS Price List API: {exc} for {instance_type} in {region}"
+        ) from None
+
+
+def live_alicloud_price(instance_type: str, region: str) -> tuple[float, str]:
+    key = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID") or os.environ.get("ALICLOUD_ACCESS_KEY")
+    secret = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET") or os.environ.get(
+        "ALICLOUD_SECRET_KEY"
+    )
+    if not key or not secret:
+        raise LiveUnavailable(
+            "no Alibaba Cloud credentials: set ALIBABA_CLOUD_ACCESS_KEY_ID and "
+            "ALIBABA_CLOUD_ACCESS_KEY_SECRET to compare with DescribePrice"
+        )
+    from alibabacloud_ecs20140526 import models as ecs_models
+    from alibabacloud_ecs20140526.client import Client
+    from alibabacloud_tea_openapi import models as api_models
+
+    # ALIBABA_CLOUD_ECS_ENDPOINT points the client elsewhere (tests: a local fake on 127.0.0.1).
+    endpoint = os.environ.get("ALIBABA_CLOUD_ECS_ENDPOINT") or f"ecs.{region}.aliyuncs.com"
+    local = endpoint.startswith(("127.0.0.1", "localhost"))
+    client = Client(
+        api_models.Config(
+            access_key_id=key,
+            access_key_secret=secret,
+            region_id=region,
+            endpoint=endpoint,
+            protocol="http" if local else "https",
+        )
+    )
+    request = ecs_models.DescribePriceRequest(
+        region_id=region,
+        resource_type="instance",
+        instance_type=instance_type,
+        price_unit="Hour",
+        period=1,
+    )
+    try:
+        body = client.describe_price(request).body.to_map()
+    except Exception as exc:  # the Tea SDK raises its own hierarchy plus transport errors
+        raise LiveUnavailable(f"Alibaba Cloud DescribePrice: {exc}") from None
+    try:
+        return parse_alicloud_price(body)
+    except LookupError as exc:
+        raise LiveUnavailable(f"Alibaba Cloud DescribePrice: {exc}") from None
+
+
+def live_check(est: CostEstimate) -> LiveCheck:
+    cat = load_catalog()
+    it = cat.instance(est.inputs.provider, est.inputs.instance_type)
+    assert it.price is not None
+    region = est.inputs.region or it.price.region
+    if est.inputs.provider == "aws":
+        live, currency = live_aws_price(it.name, region), "USD"
+    elif est.inputs.provider == "alicloud":
+        live, currency = live_alicloud_price(it.name, region)
+    else:
+        raise LiveUnavailable(f"no live price source for {est.inputs.provider}")
+    if currency != it.price.currency:
+        raise LiveUnavailable(
+            f"live price came in {currency}, the catalog is in {it.price.currency}"
+        )
+    return LiveCheck(est.inputs.provider, it.name, region, currency, it.price.on_demand, live)
+
+
+# ----------------------------------------------------------------------------------------------
+# rendering
+
+
+def _money(value: float | tuple[float, float] | None, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, tuple):
+        return f"{value[0]:,.2f} - {value[1]:,.2f}{unit}"
+    return f"{value:,.2f}{unit}"
+
+
+def _console(out: TextIO) -> Any:
+    from rich.console import Console
+
+    # Pipes get a fixed, wide layout so tables never wrap into nonsense in CI logs.
+    return Console(file=out, width=None if out.isatty() else 200, highlight=False)
+
+
+def render_estimate(est: CostEstimate, out: TextIO, live: str | None = None) -> None:
+    from rich.table import Table
+
+    con = _console(out)
+    i = est.inputs
+    cur = est.currency
+    head = f"{i.stack or i.instance_type}: " if i.stack else ""
+    con.print(
+        f"[bold]{head}{i.provider} {i.instance_type}[/bold] ({est.gpus_per_node}x {est.gpu}) "
+        f"x {i.nodes} node{'s' if i.nodes > 1 else ''}, {i.region or est.price_region}, "
+        f"billing [bold]{i.billing}[/bold], prices in {cur}"
+        + (f" (from {est.native_currency} at {est.fx.amount:g}, {est.fx.date})" if est.fx else "")
+    )
+    compute = Table(title="Compute, all nodes", title_justify="left")
+    for col in (
+        "billing",
+        f"{cur}/hour",
+        f"{cur}/day",
+        f"{cur}/month at {est.hours_per_month:g} h",
+    ):
+        compute.add_column(col, justify="right" if col != "billing" else "left")
+    h, m = est.hourly, est.compute_monthly
+    d = h.times(24)
+    compute.add_row("on-demand", _money(h.on_demand), _money(d.on_demand), _money(m.on_demand))
+    if h.spot:
+        label = "spot (estimate)" if h.spot_estimated else "spot (observed range)"
+        compute.add_row(label, _money(h.spot), _money(d.spot), _money(m.spot))
+    if h.subscription is not None:
+        compute.add_row(
+            f"subscription ({i.subscription_months} mo term)",
+            _money(h.subscription),
+            _money(d.subscription),
+            _money(m.subscription) + " (fixed)",
+        )
+    con.print(compute)
+
+    monthly = Table(
+        title=f"Monthly bill at {est.hours_per_month:g} running hours", title_justify="left"
+    )
+    for col in ("item", "quantity", "unit price", cur, "source"):
+        monthly.add_column(col, justify="left" if col in ("item", "source") else "right")
+    sel_compute = est.selected(m)
+    monthly.add_row(f"compute ({i.billing})", "", "", _money(sel_compute), "catalog")
+    for item in est.storage:
+        src = item.source + (" (estimate)" if item.estimate else "") + f" {item.date}"
+        monthly.add_row(
+            item.item,
+            f"{item.quantity:,g} {item.unit}",
+            f"{item.unit_price:g}",
+            _money(item.amount),
+            src,
+        )
+    monthly.add_row(
+        "[bold]total[/bold]", "", "", f"[bold]{_money(est.selected(est.monthly_total))}[/bold]", ""
+    )
+    con.print(monthly)
+
+    if est.break_even:
+        be = est.break_even
+        con.print(
+            f"Break-even: the subscription is cheaper above {be.hours_per_month:,.0f} running "
+            f"hours a month ({be.utilisation:.0%} of the month); below that, pay on-demand."
+        )
+    elif "subscription" not in load_catalog().providers[i.provider].billing:
+        con.print(f"Subscription: not sold on {i.provider} through this tool.")
+    if est.spot_saving:
+        s = est.spot_saving
+        kind = "estimated" if s.estimated else "from observed spot prices"
+        con.print(
+            f"Spot saves {s.fraction[0]:.0%}-{s.fraction[1]:.0%} ({_money(s.per_hour)} {cur}/h, "
+            f"{kind}). Caveat: {s.caveat}."
+        )
+    if live:
+        con.print(f"Live: {live}")
+    if est.warnings:
+        con.print("[bold yellow]Warnings[/bold yellow]")
+        for w in est.warnings:
+            con.print(f"  ! {w}", soft_wrap=True)
+
+
+def render_comparison(cmp: Comparison, out: TextIO) -> None:
+    from rich import box
+    from rich.table import Table
+
+    con = _console(out)
+    cat = load_catalog()
+    t = cat.tiers[cmp.tier]
+    table = Table(
+        title=f"{cmp.tier}: {t.description} - sorted by {cmp.currency} per {cmp.sort_by}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    cols = (
+        "#",
+        "provider / region",
+        "instance type",
+        "profile",
+        "billing",
+        f"{cmp.currency}/GPU-h",
+        "spot range",
+        f"{cmp.currency}/TFLOP-h",
+        "node-h, native",
+        "price date",
+        "flags",
+    )
+    for col in cols:
+        right = ("/" in col and "region" not in col) or col in ("#", "node-h, native")
+        table.add_column(col, justify="right" if right else "left", no_wrap=True)
+    for n, o in enumerate(cmp.offers, 1):
+        flags = ", ".join(f for f, on in (("estimate", o.estimate), ("stale", o.stale)) if on)
+        rng = o.per_gpu_hour_range
+        table.add_row(
+            str(n),
+            f"{o.provider} {o.region}",
+            o.instance_type,
+            o.profile,
+            o.billing,
+            f"{o.per_gpu_hour:.3f}",
+            f"{rng[0]:.2f}-{rng[1]:.2f}" if rng else "",
+            f"{o.per_tflop_hour:.5f}",
+            f"{o.native_node_hour:,.2f} {o.native_currency}",
+            o.price_date.isoformat(),
+            flags,
+        )
+    con.print(table)
+    con.print(
+        "TFLOP-h: per GPU-hour over the GPU's dense peak in its training dtype (bf16, else fp16). "
+        "Subscription rows assume the node runs all month."
+    )
+    for w in cmp.warnings:
+        con.print(f"  ! {w}", soft_wrap=True)
+
+
+def comparison_figure(cmp: Comparison) -> Figure:
+    """Two bar panels, cheapest at the top: per GPU-hour and per reference TFLOP-hour.
+
+    Built on matplotlib's object API (no pyplot state); the caller saves or inspects it."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    offers = list(cmp.offers)
+    n = len(offers)
+    fig = Figure(figsize=(13, 1.6 + 0.42 * n), layout="constrained")
+    ax_gpu, ax_tf = fig.subplots(1, 2, sharey=True)
+    ys = list(range(n))[::-1]  # first (cheapest) offer at the top
+    for billing, colour in BILLING_COLOURS.items():
+        rows = [(y, o) for y, o in zip(ys, offers, strict=True) if o.billing == billing]
+        if not rows:
+            continue
+        ypos = [r[0] for r in rows]
+        for ax, values in (
+            (ax_gpu, [o.per_gpu_hour for _, o in rows]),
+            (ax_tf, [o.per_tflop_hour * 1000 for _, o in rows]),
+        ):
+            bars = ax.barh(ypos, values, color=colour, label=billing, height=0.7)
+            for bar, (_, o) in zip(bars, rows, strict=True):
+                if o.estimate:
+                    bar.set_hatch("//")
+                    bar.set_edgecolor("white")
+                if o.stale:
+                    bar.set_alpha(0.65)
+        spot = [(yy, o.per_gpu_hour, o.per_gpu_hour_range) for yy, o in rows]
+        ranged = [(yy, mid, rng) for yy, mid, rng in spot if rng is not None]
+        if ranged:
+            # the observed (or banded) spot range around the midpoint the bar shows
+            ax_gpu.errorbar(
+                [mid for _, mid, _ in ranged],
+                [yy for yy, _, _ in ranged],
+                xerr=[
+                    [mid - lo for _, mid, (lo, _) in ranged],
+                    [hi - mid for _, mid, (_, hi) in ranged],
+                ],
+                fmt="none",
+                ecolor="black",
+                capsize=3,
+                linewidth=1,
+            )
+    for y, o in zip(ys, offers, strict=True):
+        top = o.per_gpu_hour_range[1] if o.per_gpu_hour_range else o.per_gpu_hour
+        ax_gpu.annotate(f" {o.per_gpu_hour:.2f}", (top, y), va="center", fontsize=8)
+        ax_tf.annotate(
+            f" {o.per_tflop_hour * 1000:.2f}", (o.per_tflop_hour * 1000, y), va="center", fontsize=8
+        )
+    ax_gpu.set_yticks(ys, [o.label for o in offers], fontsize=9)
+    ax_gpu.set_xlabel(f"{cmp.currency} per GPU-hour")
+    ax_tf.set_xlabel(f"{cmp.currency} per 1000 TFLOP-hours (GPU's dense peak)")
+    for ax in (ax_gpu, ax_tf):
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_axisbelow(True)
+        ax.margins(x=0.18)
+    cat = load_catalog()
+    tier = cat.tiers[cmp.tier]
+    fx = "; ".join(f"1 USD = {r.amount:g} CNY ({r.date}, {r.source})" for r in cmp.fx)
+    fig.suptitle(
+        f"{cmp.tier}: {tier.description} - cheapest first\n"
+        + (f"converted at {fx}" if fx else f"prices in {cmp.currency}"),
+        fontsize=11,
+    )
+    handles = [
+        Patch(color=c, label=b)
+        for b, c in BILLING_COLOURS.items()
+        if any(o.billing == b for o in offers)
+    ]
+    handles.append(Patch(facecolor="grey", hatch="//", edgecolor="white", label="estimate"))
+    handles.append(Patch(facecolor="grey", alpha=0.65, label="stale price (> 180 days)"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=9)
+    return fig
+
+
+def save_figure(fig: Figure, path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    if path.suffix.lower() != ".png":
+        raise UsageError(f"--plot writes PNG: name the file *.png, got {path.name!r}")
+    if not path.parent.is_dir():
+        raise UsageError(f"--plot: directory {path.parent} does not exist")
+    FigureCanvasAgg(fig)  # Agg: no display needed, same output on CI and laptops
+    fig.savefig(path, dpi=110)
+
+
+# ----------------------------------------------------------------------------------------------
+# command line
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cost.py",
+        description="The bill for a stack before `pulumi up`, or a tier across providers.",
+    )
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--stack", metavar="NAME", help="stacks/Pulumi.NAME.yaml")
+    what.add_argument("--stack-file", metavar="FILE", type=Path, help="a Pulumi.<stack>.yaml")
+    what.add_argument("--compare", metavar="TIER", help="compare a tier across providers")
+    p.add_argument(
+        "--hours-per-month",
+        type=float,
+        default=None,
+        metavar="H",
+        help="hours the nodes run each month (default 730: always on)",
+    )
+    p.add_argument("--egress-gb", type=float, default=0.0, metavar="G", help="data out per month")
+    p.add_argument("--storage-gb", type=float, default=0.0, metavar="S", help="bucket GB stored")
+    p.add_argument("--bucket-class", default=None, help="bucket storage class (default Standard)")
+    p.add_argument("--snapshot-gb", type=float, default=0.0, metavar="N", help="snapshot GB stored")
+    p.add_argument(
+        "--currency", default=None, help="USD or CNY (default: the provider's; USD for --compare)"
+    )
+    p.add_argument("--sort", choices=SORT_KEYS, default="gpu-hour", help="--compare order")
+    p.add_argument("--plot", type=Path, metavar="FILE.png", help="--compare: write a bar chart")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--live", action="store_true", help="check the catalog against live prices")
+    return p
+
+
+def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
+    args = parser().parse_args(argv)
+    if args.compare:
+        for flag in ("stack", "live"):
+            if getattr(args, flag):
+                raise UsageError(f"--{flag} does not apply to --compare")
+        cmp = compare_tier(args.compare, currency=args.currency or "USD", sort_by=args.sort)
+        if args.plot:
+            save_figure(comparison_figure(cmp), args.plot)
+        if args.json:
+            doc = cmp.to_dict()
+            if args.plot:
+                doc["plot"] = str(args.plot)
+            out.write(json.dumps(doc, indent=2) + "\n")
+        else:
+            render_comparison(cmp, out)
+            if args.plot:
+                out.write(f"chart written to {args.plot}\n")
+        return 0
+
+    if args.plot:
+        raise UsageError("--plot only applies to --compare TIER")
+    path = args.stack_file if args.stack_file else stack_path(args.stack)
+    cfg = load_stack_file(path)
+    est = estimate_cost(inputs_from_stack(cfg, args), currency=args.currency)
+    live_doc: dict[str, Any] | None = None
+    live_line: str | None = None
+    if args.live:
+        try:
+            check = live_check(est)
+            live_line = check.message()
+            live_doc = {"ok": True, **check.to_dict(), "message": live_line}
+        except LiveUnavailable as exc:
+            live_line = f"not checked: {exc}"
+            live_doc = {"ok": False, "message": str(exc)}
+            err.write(f"cost.py --live: {exc}\n")
+    if args.json:
+        doc = est.to_dict()
+        if live_doc is not None:
+            doc["live"] = live_doc
+        out.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        render_estimate(est, out, live_line)
+    return 0
+
+
+def main(
+    argv: Sequence[str] | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+) -> int:
+    try:
+        return run(sys.argv[1:] if argv is None else argv, out, err)
+    except (UsageError, CostError) as exc:
+        problems = getattr(exc, "problems", None) or [str(exc)]
+        err.write("cost.py: " + "\n  ".join(["bad input:", *problems]) + "\n")
+        return 2
+    except ConfigError as exc:
+        err.write(f"cost.py: {exc}\n")
+        return 2
+    except CatalogError as exc:
+        err.write(f"cost.py: the catalog data is inconsistent (a bug, not your input): {exc}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
