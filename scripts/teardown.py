@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Stop idle managed GPU instances: the scheduled reaper, as a command.
+
+Dry run unless --apply. Prints one decision per managed instance (id, stack, action
+stop|keep, reason) and what the stops save per hour; --json prints one JSON object
+{"decisions": [...], "summary": {...}}. Never terminates; never touches untagged or
+gpufleet:protected=true instances.
+
+    python scripts/teardown.py --provider aws --region us-east-1 --stack a100x4
+    python scripts/teardown.py --provider aws --region us-east-1 --apply --json
+
+Exit status: 0 every intended stop succeeded (or dry run); 1 some stop failed; 2 bad input
+or the scan itself failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip install -e .`
+    sys.path.insert(0, str(ROOT))
+
+from infra.reaper.core import PriceLookup, Report, reap  # noqa: E402
+from infra.reaper.handler import ConfigError, make_cloud  # noqa: E402
+
+_REGION = re.compile(r"^[a-z]{2}(-[a-z0-9]+){1,3}$")
+_STACK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+def catalog_prices() -> PriceLookup | None:
+    """Prices from infra/catalog when it is importable; the reaper also runs without it."""
+    try:
+        from infra.catalog import load_catalog
+
+        cat = load_catalog()
+    except Exception:  # missing or broken catalog: report "price unknown", still reap
+        return None
+
+    def lookup(provider: str, instance_type: str, spot: bool) -> tuple[int, float | None, str]:
+        item = cat.instances.get((provider, instance_type))
+        if item is None:
+            raise LookupError
+        price = item.price
+        if price is None:
+            return item.gpus, None, "USD"
+        per_hour = getattr(price, "spot", None) if spot else None
+        return item.gpus, per_hour if per_hour is not None else price.on_demand, price.currency
+
+    def safe(provider: str, instance_type: str, spot: bool) -> tuple[int, float | None, str] | None:
+        try:
+            return lookup(provider, instance_type, spot)
+        except (LookupError, AttributeError):
+            return None
+
+    return safe
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Stop idle gpufleet GPU instances (dry run unless --apply)."
+    )
+    parser.add_argument("--provider", required=True, choices=["aws", "alicloud"])
+    parser.add_argument("--region", required=True, help="e.g. us-east-1, cn-beijing")
+    parser.add_argument("--stack", help="only this stack's instances (default: every stack)")
+    parser.add_argument("--endpoint-url", help="alternative API endpoint (local tests)")
+    parser.add_argument("--apply", action="store_true", help="really stop (default: dry run)")
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    args = parser.parse_args(argv)
+    if not _REGION.match(args.region):
+        parser.error(f"--region {args.region!r} does not look like a region (e.g. us-east-1)")
+    if args.stack is not None and not _STACK.match(args.stack):
+        parser.error(f"--stack {args.stack!r}: letters, digits, '-', '_' and '.' only")
+    if args.endpoint_url and not re.match(r"^https?://", args.endpoint_url):
+        parser.error(f"--endpoint-url {args.endpoint_url!r} must start with http:// or https://")
+    return args
+
+
+def render_text(report: Report) -> str:
+    lines = []
+    width = max([len(d.instance_id) for d in report.decisions] + [11])
+    for d in report.decisions:
+        result = f" [{d.result}]" if d.result else ""
+        lines.append(
+            f"{d.instance_id:<{width}}  {d.stack or '-':<14} {d.action:<4}  {d.reason}{result}"
+        )
+        if d.warning:
+            lines.append(f"{'':<{width}}  warning: {d.warning}")
+    s = report.summary
+    mode = "applied" if report.apply else "dry run: nothing was stopped (use --apply)"
+    money = ", ".join(f"{v:.2f} {c}/h" for c, v in sorted(s["saved_per_hour"].items()))
+    if s.get("price_unknown"):
+        unknown = ", ".join(s["price_unknown"])
+        money = f"{money}; " if money else ""
+        money += f"price unknown for {unknown}"
+    lines.append(
+        f"{s['instances']} managed instance(s): {s['stop']} to stop, {s['keep']} kept; "
+        f"{s['stopped']} stopped, {s['failed']} failed ({mode})"
+    )
+    lines.append(
+        f"saves {s['gpu_hours_saved_per_hour']} GPU-hours per hour; {money or 'nothing to save'}"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    env: dict[str, Any] = {"GPUFLEET_REGION": args.region}
+    if args.endpoint_url:
+        env["GPUFLEET_ENDPOINT_URL"] = args.endpoint_url
+    try:
+        cloud = make_cloud(args.provider, env)
+        report = reap(cloud, stack=args.stack, apply=args.apply, price=catalog_prices())
+    except (ConfigError, ValueError) as exc:
+        print(f"teardown: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the scan failed: nothing was decided, nothing stopped
+        print(
+            f"teardown: scan failed, nothing stopped: {type(exc).__name__}: {exc}", file=sys.stderr
+        )
+        return 2
+    if args.json:
+        print(json.dumps(report.as_json(), indent=2, sort_keys=True))
+    else:
+        print(render_text(report))
+    return report.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
