@@ -1,0 +1,426 @@
+"""The cost model against hand-checked arithmetic (figures from the shipped catalog/pricing.toml).
+
+Every expected number below is worked out by hand in the comment next to it, so a change in the
+model's arithmetic (not in the data) fails here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from infra.catalog import load_catalog
+from infra.cost import (
+    CostError,
+    CostEstimate,
+    CostInputs,
+    LiveCheck,
+    compare_tier,
+    estimate_cost,
+    hourly_estimate,
+    parse_alicloud_price,
+    parse_aws_price_list,
+)
+
+TODAY = dt.date(2026, 11, 29)
+
+
+def est(currency: str | None = None, today: dt.date = TODAY, **kw: Any) -> CostEstimate:
+    return estimate_cost(CostInputs(**kw), currency=currency, today=today)
+
+
+# --- one hand-checked case per billing mode -------------------------------------------------
+
+
+def test_on_demand_two_aws_nodes_add_up_compute_and_root_disks():
+    e = est(
+        provider="aws",
+        instance_type="p4d.24xlarge",
+        nodes=2,
+        hours_per_month=100,
+        root_disk_gb=200,
+        scratch_gb=500,  # p4d has local NVMe: no scratch disk is bought
+    )
+    assert e.currency == "USD"
+    assert e.hourly.on_demand == pytest.approx(43.916)  # 21.958 x 2
+    assert e.compute_monthly.on_demand == pytest.approx(4391.6)  # x 100 h
+    assert [i.item.split(" (")[0] for i in e.storage] == ["root disks"]
+    assert e.storage_monthly == pytest.approx(32.0)  # 2 x 200 GB x 0.08 gp3
+    assert e.selected(e.monthly_total) == pytest.approx(4423.6)
+    assert e.subscription_month is None and e.break_even is None  # not sold on AWS
+
+
+def test_spot_uses_the_catalogs_observed_range_times_nodes():
+    e = est(provider="aws", instance_type="p4d.24xlarge", nodes=3, billing="spot", root_disk_gb=0)
+    assert e.hourly.spot == pytest.approx((7.41, 24.57))  # [2.47, 8.19] x 3
+    assert not e.hourly.spot_estimated
+    assert e.compute_monthly.spot == pytest.approx((7.41 * 730, 24.57 * 730))
+    assert e.selected(e.hourly) == pytest.approx((7.41, 24.57))
+    saving = e.spot_saving
+    assert saving is not None
+    # 1 - 8.19/21.958 = 0.62701, 1 - 2.47/21.958 = 0.88751
+    assert saving.fraction == pytest.approx((0.62701, 0.88751), abs=1e-5)
+    assert "2-minute" in saving.caveat
+
+
+def test_spot_without_a_catalog_range_is_the_30_to_70_percent_band_and_says_so():
+    e = est(provider="alicloud", instance_type="ecs.gn7-c12g1.3xlarge", billing="spot")
+    assert e.hourly.spot == pytest.approx((9.474, 22.106))  # 31.58 x 0.3, 31.58 x 0.7
+    assert e.hourly.spot_estimated
+    assert any("spot: no observed range" in w and "30%-70%" in w for w in e.warnings)
+    assert e.to_dict()["hourly"]["spot_estimated"] is True
+
+
+def test_spot_max_price_caps_what_spot_can_cost():
+    e = est(
+        provider="aws", instance_type="p4d.24xlarge", billing="spot", spot_max_price=5.0, nodes=2
+    )
+    assert e.hourly.spot == pytest.approx((4.94, 10.0))  # [2.47, min(8.19, 5)] x 2
+
+
+def test_subscription_month_is_on_demand_times_730_times_factor_with_break_even():
+    e = est(provider="alicloud", instance_type="ecs.gn7-c12g1.3xlarge", billing="subscription")
+    assert e.currency == "CNY"
+    assert e.subscription_month == pytest.approx(10374.03)  # 31.58 x 730 x 0.45
+    assert e.hourly.subscription == pytest.approx(14.211)  # 10374.03 / 730
+    # fixed whatever the hours: the month is paid for
+    short = est(
+        provider="alicloud",
+        instance_type="ecs.gn7-c12g1.3xlarge",
+        billing="subscription",
+        hours_per_month=50,
+    )
+    assert short.compute_monthly.subscription == pytest.approx(10374.03)
+    assert short.compute_monthly.on_demand == pytest.approx(1579.0)  # 31.58 x 50
+    be = e.break_even
+    assert be is not None
+    assert be.hours_per_month == pytest.approx(328.5)  # 10374.03 / 31.58
+    assert be.utilisation == pytest.approx(0.45)
+
+
+def test_a_whole_number_of_years_gets_the_yearly_rate():
+    e = est(
+        provider="alicloud",
+        instance_type="ecs.gn7-c12g1.3xlarge",
+        billing="subscription",
+        subscription_months=12,
+        nodes=2,
+    )
+    assert e.subscription_month == pytest.approx(2 * 10374.03 * 0.85)  # 17635.85
+    assert e.subscription_year == pytest.approx(2 * 10374.03 * 12 * 0.85)
+    assert e.break_even is not None
+    assert e.break_even.hours_per_month == pytest.approx(328.5 * 0.85)
+
+
+def test_subscription_on_a_provider_that_does_not_sell_it_is_refused():
+    with pytest.raises(CostError, match="aws does not sell subscription"):
+        est(provider="aws", instance_type="p4d.24xlarge", billing="subscription")
+
+
+# --- storage, transfer, snapshots ------------------------------------------------------------
+
+
+def test_alicloud_scratch_is_an_essd_disk_per_node_at_its_performance_level():
+    e = est(
+        provider="alicloud",
+        instance_type="ecs.gn7-c13g1.13xlarge",
+        nodes=2,
+        root_disk_gb=200,
+        scratch_gb=500,
+        scratch_class="PL1",
+    )
+    amounts = {i.item: i.amount for i in e.storage}
+    assert amounts == {
+        "root disks (PL0, 2x 200 GB)": pytest.approx(200.0),  # 400 GB x 0.5
+        "scratch disks (PL1, 2x 500 GB)": pytest.approx(1000.0),  # 1000 GB x 1.0
+    }
+
+
+def test_api_spellings_of_disk_classes_are_accepted():
+    e = est(
+        provider="alicloud",
+        instance_type="ecs.gn7-c12g1.3xlarge",
+        scratch_gb=1261,
+        scratch_class="cloud_essd_pl3",
+    )
+    assert any(i.item.startswith("scratch disks (PL3") for i in e.storage)
+
+
+def test_bucket_classes_egress_free_tier_and_snapshots_are_priced_per_gb():
+    e = est(
+        provider="aws",
+        instance_type="g5.xlarge",
+        root_disk_gb=0,
+        bucket_gb=1000,
+        bucket_class="DEEP_ARCHIVE",
+        egress_gb=250,
+        snapshot_gb=40,
+    )
+    amounts = {i.item: i.amount for i in e.storage}
+    assert amounts["bucket (DEEP_ARCHIVE)"] == pytest.approx(0.99)  # 1000 x 0.00099
+    assert amounts["data transfer out"] == pytest.approx(13.5)  # (250 - 100 free) x 0.09
+    assert amounts["snapshots"] == pytest.approx(2.0)  # 40 x 0.05
+    inside_free_tier = est(provider="aws", instance_type="g5.xlarge", egress_gb=50)
+    assert {i.item: i.amount for i in inside_free_tier.storage}["data transfer out"] == 0
+
+
+def test_oss_storage_classes_step_down_in_price():
+    prices = [
+        {
+            i.item: i.unit_price
+            for i in est(
+                provider="alicloud",
+                instance_type="ecs.gn7-c12g1.3xlarge",
+                bucket_gb=100,
+                bucket_class=cls,
+            ).storage
+        }[f"bucket ({cls})"]
+        for cls in ("Standard", "IA", "Archive", "ColdArchive")
+    ]
+    assert prices == [0.12, 0.08, 0.033, 0.015]
+
+
+# --- currency --------------------------------------------------------------------------------
+
+
+def test_cny_prices_convert_to_usd_at_the_dated_rate_and_say_so():
+    e = est(currency="USD", provider="alicloud", instance_type="ecs.gn7-c12g1.3xlarge")
+    assert e.currency == "USD" and e.native_currency == "CNY"
+    assert e.hourly.on_demand == pytest.approx(31.58 / 7.15)  # 4.41678
+    assert e.fx is not None and e.fx.date == dt.date(2025, 9, 1)
+    doc = e.to_dict()
+    assert doc["fx"] == {
+        "from": "CNY",
+        "to": "USD",
+        "rate": 7.15,
+        "date": "2025-09-01",
+        "source": "MEM",
+    }
+    assert any(w.startswith("exchange rate CNY->USD") for w in e.warnings)
+
+
+def test_usd_prices_convert_to_cny_including_storage():
+    e = est(currency="CNY", provider="aws", instance_type="p4d.24xlarge", root_disk_gb=100)
+    assert e.hourly.on_demand == pytest.approx(21.958 * 7.15)  # 157.0
+    assert e.storage_monthly == pytest.approx(100 * 0.08 * 7.15)  # 57.2
+
+
+# --- the seed's price bands ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("tier", "low", "high"), [("a100x1", 25, 35), ("a100x4", 120, 180)])
+def test_alicloud_a100_on_demand_falls_in_the_seed_band(tier: str, low: float, high: float):
+    itype = load_catalog().resolve(tier, "alicloud").name
+    e = est(provider="alicloud", instance_type=itype)
+    assert e.currency == "CNY"
+    assert low <= e.hourly.on_demand <= high
+
+
+# --- stale and estimated prices --------------------------------------------------------------
+
+
+def test_alicloud_2023_prices_warn_as_stale_but_not_when_they_were_fresh():
+    args: dict[str, Any] = {
+        "provider": "alicloud",
+        "instance_type": "ecs.gn7-c12g1.3xlarge",
+        "root_disk_gb": 0,
+    }
+    now = est(**args)
+    assert any(
+        "on-demand: figure from ACH dated 2023-06-01" in w and "> 180" in w for w in now.warnings
+    )
+    back_then = est(today=dt.date(2023, 7, 1), **args)
+    assert not any("days old" in w for w in back_then.warnings)
+
+
+def test_a_fresh_aws_price_carries_no_stale_warning_but_an_old_disk_price_does():
+    e = est(provider="aws", instance_type="g5.xlarge", root_disk_gb=100)
+    assert not any("on-demand" in w for w in e.warnings)  # KP, 2026-07-20: 132 days
+    assert any(w.startswith("root disks (gp3") and "318 days old" in w for w in e.warnings)
+
+
+def test_estimated_figures_are_flagged_only_when_they_feed_the_bill():
+    quiet = est(provider="aws", instance_type="g5.xlarge", root_disk_gb=0, egress_gb=0)
+    assert not any("estimate" in w for w in quiet.warnings)
+    loud = est(provider="aws", instance_type="g5.xlarge", root_disk_gb=0, egress_gb=500)
+    assert any(w.startswith("data transfer out: an estimate (MEM)") for w in loud.warnings)
+
+
+def test_a_region_other_than_the_price_region_is_called_out():
+    e = est(provider="aws", instance_type="g5.xlarge", region="eu-west-1")
+    assert any("us-east-1; eu-west-1 may differ" in w for w in e.warnings)
+
+
+# --- bad inputs ------------------------------------------------------------------------------
+
+
+def test_negative_hours_are_refused_with_the_valid_range():
+    with pytest.raises(CostError, match=r"between 0 and 744.*got -5"):
+        est(provider="aws", instance_type="g5.xlarge", hours_per_month=-5)
+
+
+def test_unknown_currency_names_the_known_ones():
+    with pytest.raises(CostError, match=r"unknown currency 'EUR': use one of CNY, USD"):
+        est(currency="EUR", provider="aws", instance_type="g5.xlarge")
+
+
+def test_every_problem_is_reported_at_once_with_suggestions():
+    with pytest.raises(CostError) as info:
+        est(
+            provider="aws",
+            instance_type="p4d.24xlarg",
+            billing="spott",
+            nodes=0,
+            egress_gb=-1,
+            bucket_class="GLACIER",
+        )
+    text = "\n".join(info.value.problems)
+    assert len(info.value.problems) == 5
+    assert "did you mean 'p4d.24xlarge'" in text
+    assert "did you mean 'spot'" in text
+    assert "nodes must be a whole number >= 1" in text
+    assert "egress GB must be >= 0" in text
+    assert "bucket class 'GLACIER'" in text
+
+
+def test_unknown_provider_and_unpriced_types_are_refused():
+    with pytest.raises(CostError, match="did you mean 'aws'"):
+        est(provider="awss", instance_type="g5.xlarge")
+    with pytest.raises(CostError, match=r"ecs\.ebmgn7\.26xlarge has no price"):
+        est(provider="alicloud", instance_type="ecs.ebmgn7.26xlarge")
+
+
+# --- the stack output ------------------------------------------------------------------------
+
+
+def test_hourly_estimate_has_the_stack_output_shape():
+    out = hourly_estimate("aws", "p4d.24xlarge", 2, "on-demand", today=TODAY)
+    assert out["currency"] == "USD" and out["billing"] == "on-demand"
+    assert out["amount"] == pytest.approx(43.916)
+    assert out["nodes"] == 2 and out["price_date"] == "2026-07-20" and out["source"] == "KP"
+    assert out["estimate"] is False
+
+
+def test_hourly_estimate_for_spot_budgets_the_top_of_the_range():
+    out = hourly_estimate("aws", "p4d.24xlarge", 2, "spot", today=TODAY)
+    assert (out["low"], out["high"], out["amount"]) == (4.94, 16.38, 16.38)
+
+
+def test_hourly_estimate_for_subscription_spreads_the_month_over_730_hours():
+    out = hourly_estimate("alicloud", "ecs.gn7-c12g1.3xlarge", 1, "subscription", today=TODAY)
+    assert out["amount"] == pytest.approx(14.211, abs=1e-4)
+    assert out["estimate"] is True and out["currency"] == "CNY"
+
+
+# --- comparison ------------------------------------------------------------------------------
+
+
+def test_comparison_is_sorted_cheapest_gpu_hour_first_across_providers_and_modes():
+    cmp = compare_tier("a100x8", today=TODAY)
+    costs = [o.per_gpu_hour for o in cmp.offers]
+    assert costs == sorted(costs)
+    kinds = {(o.provider, o.billing) for o in cmp.offers}
+    assert kinds == {
+        ("aws", "on-demand"),
+        ("aws", "spot"),
+        ("alicloud", "on-demand"),
+        ("alicloud", "spot"),
+        ("alicloud", "subscription-month"),
+        ("alicloud", "subscription-year"),
+    }
+    p4d = next(
+        o for o in cmp.offers if o.instance_type == "p4d.24xlarge" and o.billing == "on-demand"
+    )
+    assert p4d.per_gpu_hour == pytest.approx(21.958 / 8)
+    assert p4d.per_tflop_hour == pytest.approx(21.958 / 8 / 312)  # A100 bf16 dense peak
+    assert any("ecs.ebmgn7.26xlarge (memory) has no price" in w for w in cmp.warnings)
+
+
+def test_sorting_by_tflop_hour_can_reverse_the_gpu_hour_order():
+    # A10G (AWS, 70 TF) is cheaper per GPU-hour than Alicloud's A10 (125 TF) but dearer per TFLOP
+    by_gpu = compare_tier("a10x1", today=TODAY)
+    by_tf = compare_tier("a10x1", sort_by="tflop-hour", today=TODAY)
+    od = [o.instance_type for o in by_gpu.offers if o.billing == "on-demand"]
+    od_tf = [o.instance_type for o in by_tf.offers if o.billing == "on-demand"]
+    assert od.index("g5.xlarge") < od.index("ecs.gn7i-c8g1.2xlarge")
+    assert od_tf.index("g5.xlarge") > od_tf.index("ecs.gn7i-c8g1.2xlarge")
+    tf = [o.per_tflop_hour for o in by_tf.offers]
+    assert tf == sorted(tf)
+
+
+def test_comparison_in_cny_keeps_cny_prices_unconverted():
+    cmp = compare_tier("a100x4", currency="CNY", today=TODAY)
+    od = next(o for o in cmp.offers if o.billing == "on-demand")
+    assert od.per_gpu_hour == pytest.approx(126.33 / 4)
+    assert cmp.fx == ()
+
+
+def test_unknown_tier_and_currency_in_a_comparison_are_clear_errors():
+    with pytest.raises(CostError) as info:
+        compare_tier("a100x3", currency="EUR")
+    text = " ".join(info.value.problems)
+    assert "unknown tier 'a100x3' (did you mean" in text and "known tiers are" in text
+    assert "unknown currency 'EUR'" in text
+
+
+# --- live-price parsing ----------------------------------------------------------------------
+
+
+def _aws_product(usd: str, unit: str = "Hrs") -> str:
+    import json
+
+    return json.dumps(
+        {
+            "product": {"attributes": {"instanceType": "p4d.24xlarge"}},
+            "terms": {
+                "OnDemand": {
+                    "SKU.JRTCKXETXF": {
+                        "priceDimensions": {
+                            "SKU.JRTCKXETXF.6YS6EN2CT7": {
+                                "unit": unit,
+                                "pricePerUnit": {"USD": usd},
+                            }
+                        }
+                    }
+                }
+            },
+        }
+    )
+
+
+def test_aws_price_list_parser_reads_the_on_demand_hourly_usd():
+    assert parse_aws_price_list([_aws_product("21.9580000000")]) == pytest.approx(21.958)
+    with pytest.raises(LookupError):
+        parse_aws_price_list([_aws_product("0.0000000000")])
+    with pytest.raises(LookupError):
+        parse_aws_price_list([])
+
+
+def test_alicloud_price_parser_prefers_the_instance_line_over_the_total():
+    body = {
+        "PriceInfo": {
+            "Price": {
+                "Currency": "CNY",
+                "TradePrice": 33.1,
+                "DetailInfos": {
+                    "DetailInfo": [
+                        {"Resource": "systemDisk", "TradePrice": 1.52},
+                        {"Resource": "instanceType", "TradePrice": 31.58},
+                    ]
+                },
+            }
+        }
+    }
+    assert parse_alicloud_price(body) == (31.58, "CNY")
+    del body["PriceInfo"]["Price"]["DetailInfos"]
+    assert parse_alicloud_price(body) == (33.1, "CNY")
+
+
+def test_live_check_says_how_far_the_catalog_is_off():
+    check = LiveCheck("alicloud", "ecs.gn7-c12g1.3xlarge", "cn-shanghai", "CNY", 31.58, 28.71)
+    assert check.off == pytest.approx(0.09997, abs=1e-4)
+    assert "10.0% above the live price" in check.message()
+    same = LiveCheck("aws", "p4d.24xlarge", "us-east-1", "USD", 21.958, 21.958)
+    assert same.message().endswith("the catalog is current")
