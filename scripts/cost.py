@@ -67,7 +67,8 @@ class LiveUnavailable(Exception):
 # stack -> inputs
 
 
-def stack_path(name: str, stacks_dir: Path = STACKS_DIR) -> Path:
+def stack_path(name: str, stacks_dir: Path | None = None) -> Path:
+    stacks_dir = stacks_dir or STACKS_DIR
     path = stacks_dir / f"Pulumi.{name}.yaml"
     if path.is_file():
         return path
