@@ -189,7 +189,11 @@ def live_alicloud_price(instance_type: str, region: str) -> tuple[float, str]:
     try:
         body = client.describe_price(request).body.to_map()
     except Exception as exc:  # the Tea SDK raises its own hierarchy plus transport errors
-        raise LiveUnavailable(f"Alibaba Cloud DescribePrice: {exc}") from None
+        code = getattr(exc, "code", None)
+        text = str(getattr(exc, "message", None) or exc).split(" request id:")[0]
+        raise LiveUnavailable(
+            f"Alibaba Cloud DescribePrice: {code + ': ' if code else ''}{text}"
+        ) from None
     try:
         return parse_alicloud_price(body)
     except LookupError as exc:
