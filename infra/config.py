@@ -140,7 +140,11 @@ class _Reader:
         return value
 
     def number(
-        self, key: str, kind: Callable[[Any], Any], default: Any = None, minimum: float | None = None
+        self,
+        key: str,
+        kind: Callable[[Any], Any],
+        default: Any = None,
+        minimum: float | None = None,
     ) -> Any:
         value = self.raw.get(key)
         if value is None or value == "":
@@ -177,7 +181,7 @@ class _Reader:
         return default
 
     def structured(self, key: str, kind: type) -> Any:
-        """Lists and maps arrive as YAML values from a stack file, or as JSON text from the engine."""
+        """Lists and maps come as YAML values from a stack file, or as JSON text from the engine."""
         value = self.raw.get(key)
         if value is None or value == "":
             return None
@@ -274,7 +278,7 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
     if not cidrs_raw:
         r.problem(
             "sshCidrs",
-            "required: the networks allowed to SSH in, e.g. [\"203.0.113.7/32\"] "
+            'required: the networks allowed to SSH in, e.g. ["203.0.113.7/32"] '
             "(your address: curl -s https://checkip.amazonaws.com)",
         )
     for i, c in enumerate(cidrs_raw or []):
@@ -298,8 +302,8 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
     root = r.number("rootDiskGb", int, 200)
     if root is not None and root < MIN_ROOT_DISK_GB:
         r.problem(
-            "rootDiskGb", f"{root} GB is too small: driver, CUDA and PyTorch need >= "
-            f"{MIN_ROOT_DISK_GB} GB"
+            "rootDiskGb",
+            f"{root} GB is too small: driver, CUDA and PyTorch need >= {MIN_ROOT_DISK_GB} GB",
         )
     scratch_gb = r.number("scratchGb", int, 500, minimum=1)
     scratch_class = (
@@ -307,12 +311,9 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
         if provider
         else None
     ) or ""
-    if provider == "alicloud" and scratch_class in ESSD_MIN_GB and scratch_gb is not None:
-        if scratch_gb < ESSD_MIN_GB[scratch_class]:
-            r.problem(
-                "scratchGb",
-                f"ESSD {scratch_class} starts at {ESSD_MIN_GB[scratch_class]} GiB, got {scratch_gb}",
-            )
+    essd_min = ESSD_MIN_GB.get(scratch_class, 0) if provider == "alicloud" else 0
+    if scratch_gb is not None and scratch_gb < essd_min:
+        r.problem("scratchGb", f"ESSD {scratch_class} starts at {essd_min} GiB, got {scratch_gb}")
     scratch_path = r.text("scratchPath", "/scratch") or "/scratch"
     if not re.fullmatch(r"/[A-Za-z0-9._/-]+", scratch_path) or scratch_path.rstrip("/") in (
         "",

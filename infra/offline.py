@@ -25,6 +25,14 @@ PLACEHOLDER_SSH_KEY = (
     "gpufleet-plan-placeholder"
 )
 ACCOUNT_ID = "123456789012"
+# Types whose `name` the engine generates when the program does not set one.
+NAMED_BY_ENGINE = (
+    "aws:ec2/placementGroup:PlacementGroup",
+    "aws:iam/role:Role",
+    "aws:iam/instanceProfile:InstanceProfile",
+    "aws:cloudwatch/eventRule:EventRule",
+    "aws:lambda/function:Function",
+)
 
 
 @dataclass
@@ -51,7 +59,7 @@ class PlanResult:
 def _zone_offerings(region: str, instance_type: str) -> list[str] | None:
     """Real per-AZ offerings for a region, from moto's copy of the EC2 API data."""
     try:
-        import moto  # noqa: F401
+        import moto
     except ImportError:
         return None
     root = Path(moto.__file__).parent / "ec2" / "resources" / "instance_type_offerings"
@@ -112,20 +120,19 @@ class Mocks(pulumi.runtime.Mocks):
         elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
             rid = "lt-" + _digest(args.name, n=17)
             out["latestVersion"] = 1
-        elif typ == "aws:ec2/placementGroup:PlacementGroup":
-            out.setdefault("name", args.name)
-        elif typ in ("aws:iam/role:Role", "aws:iam/instanceProfile:InstanceProfile"):
-            out.setdefault("name", args.name)
-        elif typ == "aws:cloudwatch/eventRule:EventRule":
-            out.setdefault("name", args.name)
-        elif typ == "aws:lambda/function:Function":
+        elif typ in NAMED_BY_ENGINE:
             out.setdefault("name", args.name)
         elif typ == "alicloud:ram/role:Role":
             out["arn"] = f"acs:ram::{ACCOUNT_ID}:role/{inputs.get('roleName', args.name)}"
         out.setdefault("id", rid)
         return rid, out
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]] | dict:
+    def call(
+        self, args: pulumi.runtime.MockCallArgs
+    ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        return self._answer(args), []
+
+    def _answer(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
         inputs = dict(args.args)
         with self._lock:
             self.invokes.append((args.token, inputs))

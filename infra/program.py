@@ -16,8 +16,8 @@ from infra.components.guard import IdleGuard
 from infra.components.network import Network
 from infra.components.node import GpuNode
 from infra.components.storage import Storage
-from infra.cost import hourly_estimate
 from infra.config import ConfigError, StackConfig, parse_config, strip_namespace
+from infra.cost import hourly_estimate
 from infra.nodes import plan_nodes, tier_summary
 from infra.providers.base import get_provider
 

@@ -185,9 +185,7 @@ class Catalog:
         for prof, name in offers.items():
             if prof != profile:
                 it = self.instance(provider, name)
-                found.append(
-                    Alternative(provider, name, it.gpus, it.gpu, tier, f"profile {prof}")
-                )
+                found.append(Alternative(provider, name, it.gpus, it.gpu, tier, f"profile {prof}"))
         if not offers:
             same_gpu = [
                 it

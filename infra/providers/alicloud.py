@@ -1,4 +1,4 @@
-"""Alibaba Cloud: VPC + VSwitch, OSS, RAM role, ECS GPU nodes, Function Compute reaper on a timer."""
+"""Alibaba Cloud: VPC + VSwitch, OSS, RAM role, ECS GPU nodes, a Function Compute reaper."""
 
 from __future__ import annotations
 
@@ -177,7 +177,10 @@ class AlicloudProvider:
         tags = stack_tags(cfg)
         zone = self._zone(parent, cfg)
         vpc = ali.vpc.Network(
-            f"{name}-vpc", vpc_name=f"{name}-vpc", cidr_block=VPC_CIDR, tags=tags,
+            f"{name}-vpc",
+            vpc_name=f"{name}-vpc",
+            cidr_block=VPC_CIDR,
+            tags=tags,
             opts=_opts(parent),
         )
         vsw = ali.vpc.Switch(
@@ -193,7 +196,7 @@ class AlicloudProvider:
             f"{name}-sg",
             security_group_name=f"{name}-sg",
             vpc_id=vpc.id,
-            description=f"gpufleet {cfg.stack}: SSH from listed networks, all traffic between nodes",
+            description=f"gpufleet {cfg.stack}: SSH from listed networks, all between nodes",
             tags=tags,
             opts=_opts(parent),
         )
@@ -267,7 +270,10 @@ class AlicloudProvider:
             opts=_opts(parent, retain_on_delete=keep),
         )
         ali.oss.BucketAcl(
-            f"{name}-acl", bucket=bucket.bucket, acl="private", opts=_opts(parent, retain_on_delete=keep)
+            f"{name}-acl",
+            bucket=bucket.bucket,
+            acl="private",
+            opts=_opts(parent, retain_on_delete=keep),
         )
         ali.oss.BucketPublicAccessBlock(
             f"{name}-public-block",
@@ -300,6 +306,7 @@ class AlicloudProvider:
             role_name=f"gpufleet-{cfg.stack}-node"[:64],
             assume_role_policy_document=assume_role("ecs.aliyuncs.com"),
             description=f"gpufleet {cfg.stack} GPU nodes",
+            tags=tags,
             opts=_opts(parent),
         )
         policy = ali.ram.Policy(
@@ -307,6 +314,7 @@ class AlicloudProvider:
             policy_name=f"gpufleet-{cfg.stack}-node"[:128],
             policy_document=storage.bucket.apply(node_policy),
             description="stack bucket objects and custom metrics only",
+            tags=tags,
             opts=_opts(parent),
         )
         ali.ram.RolePolicyAttachment(
@@ -332,7 +340,9 @@ class AlicloudProvider:
             most_recent=True,
             opts=pulumi.InvokeOutputOptions(parent=parent),
         )
-        image_id = images.images.apply(lambda xs: xs[0]["id"] if isinstance(xs[0], dict) else xs[0].id)
+        image_id = images.images.apply(
+            lambda xs: xs[0]["id"] if isinstance(xs[0], dict) else xs[0].id
+        )
         data_disks = [
             ali.ecs.InstanceDataDiskArgs(
                 name=f"{spec.name}-scratch",
@@ -386,12 +396,14 @@ class AlicloudProvider:
             role_name=f"gpufleet-{cfg.stack}-reaper"[:64],
             assume_role_policy_document=assume_role("fc.aliyuncs.com"),
             description=f"gpufleet {cfg.stack} idle reaper: stop-only, this stack's tags only",
+            tags=tags,
             opts=_opts(parent),
         )
         policy = ali.ram.Policy(
             f"{name}-reaper-policy",
             policy_name=f"gpufleet-{cfg.stack}-reaper"[:128],
             policy_document=reaper_policy(cfg.stack),
+            tags=tags,
             opts=_opts(parent),
         )
         ali.ram.RolePolicyAttachment(

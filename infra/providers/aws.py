@@ -25,7 +25,9 @@ VPC_CIDR = "10.42.0.0/16"
 SUBNET_CIDR = "10.42.0.0/20"
 # Deep Learning AMIs ship driver + CUDA + EFA; Volta is not in the OSS-driver DLAMI's list,
 # so P3 starts from Canonical's Ubuntu and `fab setup` installs the R580 driver.
-DLAMI_PARAM = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+DLAMI_PARAM = (
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+)
 UBUNTU_PARAM = "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"
 NO_DLAMI_ARCHS = ("volta",)
 
@@ -232,7 +234,7 @@ class AwsProvider:
         sg = aws.ec2.SecurityGroup(
             f"{name}-sg",
             vpc_id=vpc.id,
-            description=f"gpufleet {cfg.stack}: SSH from listed networks, all traffic between nodes",
+            description=f"gpufleet {cfg.stack}: SSH from listed networks, all between nodes",
             tags={**tags, "Name": f"{name}-sg"},
             opts=_opts(parent),
         )
@@ -439,7 +441,7 @@ class AwsProvider:
                         interface_type="efa" if card == 0 else "efa-only",
                         subnet_id=net.subnet_id,
                         security_groups=[net.security_group_id],
-                        delete_on_termination=True,
+                        delete_on_termination="true",  # typed as a string in the SDK
                     )
                     for card in range(spec.efa_interfaces)
                 ],
@@ -509,7 +511,10 @@ class AwsProvider:
         tags = stack_tags(cfg)
         fn_name = guard_logic.function_name(cfg.stack)
         logs = aws.cloudwatch.LogGroup(
-            f"{name}-logs", name=f"/aws/lambda/{fn_name}", retention_in_days=30, tags=tags,
+            f"{name}-logs",
+            name=f"/aws/lambda/{fn_name}",
+            retention_in_days=30,
+            tags=tags,
             opts=_opts(parent),
         )
         role = aws.iam.Role(
@@ -547,9 +552,7 @@ class AwsProvider:
             tags=tags,
             opts=_opts(parent),
         )
-        aws.cloudwatch.EventTarget(
-            f"{name}-target", rule=rule.name, arn=fn.arn, opts=_opts(parent)
-        )
+        aws.cloudwatch.EventTarget(f"{name}-target", rule=rule.name, arn=fn.arn, opts=_opts(parent))
         aws.lambda_.Permission(
             f"{name}-invoke",
             action="lambda:InvokeFunction",

@@ -1,0 +1,301 @@
+"""Every stack in stacks/ runs through the real program under mocks and keeps the invariants.
+
+A new stack file is picked up with no test change (the fixture globs stacks/).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+
+from infra.catalog import load_catalog
+from infra.config import WORLD
+from infra.offline import PlanResult
+from infra.reaper import tags as T
+
+CAT = load_catalog()
+
+
+def _args_class(token: str) -> type | None:
+    pkg, mod_path, cls = token.split(":")
+    if pkg in ("pulumi", "gpufleet"):
+        return None
+    mod = mod_path.split("/")[0]
+    for candidate in (mod, mod + "_"):
+        try:
+            module = importlib.import_module(f"pulumi_{pkg}.{candidate}")
+        except ImportError:
+            continue
+        return getattr(module, cls + "Args", None)
+    raise AssertionError(f"cannot find the SDK class for {token}")
+
+
+def taggable(token: str) -> bool:
+    args = _args_class(token)
+    return args is not None and "tags" in inspect.signature(args.__init__).parameters
+
+
+def instances(result: PlanResult) -> list:
+    return result.of_type("aws:ec2/instance:Instance") + result.of_type(
+        "alicloud:ecs/instance:Instance"
+    )
+
+
+def test_every_taggable_resource_carries_the_stack_tags(stack):
+    cfg, result = stack
+    checked = 0
+    for r in result.resources:
+        if taggable(r.type):
+            tags = r.inputs.get("tags") or {}
+            assert tags.get(T.MANAGED_BY) == "gpufleet", f"{r.type} {r.name} untagged"
+            assert tags.get(T.STACK) == cfg.stack, f"{r.type} {r.name}"
+            checked += 1
+    assert checked >= 5
+
+
+def test_node_count_and_instance_type_are_what_config_and_catalog_say(stack):
+    cfg, result = stack
+    nodes = instances(result)
+    assert len(nodes) == cfg.nodes
+    expected = CAT.resolve(cfg.tier, cfg.provider, cfg.profile).name
+    assert {n.inputs["instanceType"] for n in nodes} == {expected}
+    roles = sorted(n.inputs["tags"][T.ROLE] for n in nodes)
+    assert roles == ["head"] + ["worker"] * (cfg.nodes - 1)
+    assert [n["name"] for n in result.outputs["nodes"]] == [
+        f"{cfg.stack}-{i}" for i in range(cfg.nodes)
+    ]
+
+
+def test_instance_metadata_requires_tokens_imdsv2(stack):
+    _, result = stack
+    for n in instances(result):
+        tokens = n.inputs.get("metadataOptions", {}).get("httpTokens") or n.inputs.get("httpTokens")
+        assert tokens == "required", n.name
+
+
+def test_every_disk_is_encrypted(stack):
+    _, result = stack
+    for n in instances(result):
+        if n.type.startswith("aws:"):
+            assert n.inputs["rootBlockDevice"]["encrypted"] is True
+            for disk in n.inputs.get("ebsBlockDevices", []):
+                assert disk["encrypted"] is True
+        else:
+            assert n.inputs["systemDiskEncrypted"] is True
+            for disk in n.inputs.get("dataDisks", []):
+                assert disk["encrypted"] is True
+
+
+def test_nodes_stop_rather_than_terminate_and_keep_scratch_disks(stack):
+    cfg, result = stack
+    for n in instances(result):
+        if n.type.startswith("aws:"):
+            assert n.inputs["instanceInitiatedShutdownBehavior"] == "stop"
+            for disk in n.inputs.get("ebsBlockDevices", []):
+                assert disk["deleteOnTermination"] is cfg.destroy_data
+        else:
+            for disk in n.inputs.get("dataDisks", []):
+                assert disk["deleteWithInstance"] is cfg.destroy_data
+
+
+def test_ssh_is_never_open_to_the_world(stack):
+    cfg, result = stack
+    ssh_sources = []
+    for r in result.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"):
+        if r.inputs.get("fromPort") == 22:
+            ssh_sources.append(r.inputs.get("cidrIpv4") or r.inputs.get("cidrIpv6"))
+    for r in result.of_type("alicloud:ecs/securityGroupRule:SecurityGroupRule"):
+        if r.inputs.get("portRange") == "22/22":
+            ssh_sources.append(r.inputs.get("cidrIp") or r.inputs.get("ipv6CidrIp"))
+    assert sorted(ssh_sources) == sorted(cfg.ssh_cidrs)
+    assert not set(ssh_sources) & set(WORLD)
+
+
+def test_nodes_reach_each_other_on_every_port(stack):
+    _, result = stack
+    intra = [
+        r
+        for r in result.resources
+        if ("IngressRule" in r.type or r.inputs.get("type") == "ingress")
+        and (r.inputs.get("referencedSecurityGroupId") or r.inputs.get("sourceSecurityGroupId"))
+    ]
+    assert len(intra) == 1
+    assert intra[0].inputs.get("ipProtocol") in ("-1", "all")
+
+
+def test_bucket_is_private_encrypted_versioned_and_tls_only(stack):
+    cfg, result = stack
+    if cfg.provider == "aws":
+        (bucket,) = result.of_type("aws:s3/bucket:Bucket")
+        assert bucket.inputs["forceDestroy"] is cfg.destroy_data
+        (block,) = result.of_type("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
+        assert all(
+            block.inputs[k] is True
+            for k in (
+                "blockPublicAcls",
+                "blockPublicPolicy",
+                "ignorePublicAcls",
+                "restrictPublicBuckets",
+            )
+        )
+        (sse,) = result.of_type(
+            "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+        )
+        rule = sse.inputs["rules"][0]["applyServerSideEncryptionByDefault"]
+        assert rule["sseAlgorithm"] in ("AES256", "aws:kms")
+        (ver,) = result.of_type("aws:s3/bucketVersioning:BucketVersioning")
+        assert ver.inputs["versioningConfiguration"]["status"] == "Enabled"
+        (lc,) = result.of_type("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")
+        rules = {r["id"]: r for r in lc.inputs["rules"]}
+        assert rules["archive-old-objects"]["transitions"][0]["days"] == cfg.bucket_archive_days
+        assert rules["abort-stale-multipart-uploads"]["abortIncompleteMultipartUpload"]
+        (pol,) = result.of_type("aws:s3/bucketPolicy:BucketPolicy")
+        stmt = json.loads(pol.inputs["policy"])["Statement"][0]
+        assert (
+            stmt["Effect"] == "Deny" and stmt["Condition"]["Bool"]["aws:SecureTransport"] == "false"
+        )
+    else:
+        (bucket,) = result.of_type("alicloud:oss/bucket:Bucket")
+        assert bucket.inputs["serverSideEncryptionRule"]["sseAlgorithm"] == "AES256"
+        assert bucket.inputs["versioning"]["status"] == "Enabled"
+        assert bucket.inputs["forceDestroy"] is cfg.destroy_data
+        rule = bucket.inputs["lifecycleRules"][0]
+        assert rule["transitions"][0]["days"] == cfg.bucket_archive_days
+        assert rule["abortMultipartUploads"][0]["days"] == 7
+        (block,) = result.of_type("alicloud:oss/bucketPublicAccessBlock:BucketPublicAccessBlock")
+        assert block.inputs["blockPublicAccess"] is True
+        (acl,) = result.of_type("alicloud:oss/bucketAcl:BucketAcl")
+        assert acl.inputs["acl"] == "private"
+        (pol,) = result.of_type("alicloud:oss/bucketPolicy:BucketPolicy")
+        stmt = json.loads(pol.inputs["policy"])["Statement"][0]
+        assert stmt["Condition"]["Bool"]["acs:SecureTransport"] == ["false"]
+
+
+def test_spot_stacks_ask_for_spot_that_stops_on_interruption(stack):
+    cfg, result = stack
+    for n in instances(result):
+        if n.type.startswith("aws:"):
+            market = n.inputs.get("instanceMarketOptions")
+            if cfg.billing == "spot":
+                assert market["marketType"] == "spot"
+                assert market["spotOptions"]["instanceInterruptionBehavior"] == "stop"
+                assert market["spotOptions"]["spotInstanceType"] == "persistent"
+            else:
+                assert market is None
+        else:
+            spot = n.inputs.get("spotStrategy")
+            assert (spot != "NoSpot") is (cfg.billing == "spot")
+
+
+def test_multi_node_efa_stacks_get_efa_interfaces_and_a_cluster_placement_group(stack):
+    cfg, result = stack
+    it = CAT.instance(cfg.provider, cfg.instance_type)
+    lts = result.of_type("aws:ec2/launchTemplate:LaunchTemplate")
+    pgs = result.of_type("aws:ec2/placementGroup:PlacementGroup")
+    if cfg.provider == "aws" and it.efa and cfg.nodes > 1:
+        assert len(lts) == cfg.nodes
+        for lt in lts:
+            nics = lt.inputs["networkInterfaces"]
+            assert len(nics) == it.efa_interfaces
+            assert {n["networkCardIndex"] for n in nics} == set(range(it.efa_interfaces))
+            assert nics[0]["interfaceType"] == "efa"
+        assert [p.inputs["strategy"] for p in pgs] == ["cluster"]
+        for n in instances(result):
+            assert n.inputs["placementGroup"] == pgs[0].name
+        # several interfaces: AWS gives no automatic public IP, so each node gets an EIP
+        assert len(result.of_type("aws:ec2/eip:Eip")) == cfg.nodes
+        assert result.outputs["tier"]["efa"] is True
+    else:
+        assert not lts
+
+
+def test_scratch_is_local_nvme_or_a_fast_data_disk(stack):
+    cfg, result = stack
+    it = CAT.instance(cfg.provider, cfg.instance_type)
+    scratch = result.outputs["scratch"]
+    assert scratch["path"] == cfg.scratch_path
+    if it.nvme_count:
+        assert scratch == {
+            "path": cfg.scratch_path,
+            "kind": "nvme",
+            "devices": it.nvme_count,
+            "size_gb": it.local_nvme_gb,
+        }
+    else:
+        assert scratch["kind"] == "disk" and scratch["size_gb"] == cfg.scratch_gb
+        for n in instances(result):
+            disks = n.inputs.get("dataDisks") or n.inputs.get("ebsBlockDevices")
+            assert (
+                len(disks) == 1
+                and disks[0].get("size", disks[0].get("volumeSize")) == cfg.scratch_gb
+            )
+
+
+def test_every_stack_declares_its_idle_guard(stack):
+    cfg, result = stack
+    if cfg.provider == "aws":
+        (fn,) = result.of_type("aws:lambda/function:Function")
+        assert fn.inputs["environment"]["variables"]["GPUFLEET_STACK"] == cfg.stack
+        (rule,) = result.of_type("aws:cloudwatch/eventRule:EventRule")
+        assert rule.inputs["scheduleExpression"] == "rate(5 minutes)"
+        policies = [
+            json.loads(p.inputs["policy"]) for p in result.of_type("aws:iam/rolePolicy:RolePolicy")
+        ]
+        stop = [
+            s for p in policies for s in p["Statement"] if s.get("Action") == "ec2:StopInstances"
+        ]
+        assert (
+            stop and stop[0]["Condition"]["StringEquals"][f"aws:ResourceTag/{T.STACK}"] == cfg.stack
+        )
+        actions = json.dumps(policies)
+        assert "TerminateInstances" not in actions
+        alarms = result.of_type("aws:cloudwatch/metricAlarm:MetricAlarm")
+        assert len(alarms) == cfg.nodes
+        assert all(
+            a.inputs["alarmActions"] == [f"arn:aws:automate:{cfg.region}:ec2:stop"] for a in alarms
+        )
+        (dash,) = result.of_type("aws:cloudwatch/dashboard:Dashboard")
+        body = json.loads(dash.inputs["dashboardBody"])
+        ids = {n["instance_id"] for n in result.outputs["nodes"]}
+        assert {m[3] for m in body["widgets"][0]["properties"]["metrics"]} == ids
+    else:
+        (fn,) = result.of_type("alicloud:fc/v3Function:V3Function")
+        assert fn.inputs["environmentVariables"]["GPUFLEET_STACK"] == cfg.stack
+        assert fn.inputs["code"]["zipFile"]
+        (trigger,) = result.of_type("alicloud:fc/v3Trigger:V3Trigger")
+        assert trigger.inputs["triggerType"] == "timer"
+        assert json.loads(trigger.inputs["triggerConfig"])["enable"] is True
+        docs = [
+            json.loads(p.inputs["policyDocument"])
+            for p in result.of_type("alicloud:ram/policy:Policy")
+        ]
+        stop = [s for d in docs for s in d["Statement"] if "ecs:StopInstances" in s["Action"]]
+        assert stop[0]["Condition"]["StringEquals"][f"acs:ResourceTag/{T.STACK}"] == [cfg.stack]
+        assert "DeleteInstance" not in json.dumps(docs)
+        for n in instances(result):
+            if cfg.billing != "subscription":
+                assert n.inputs["stoppedMode"] == "StopCharging"
+
+
+def test_nodes_carry_the_idle_policy_in_their_tags(stack):
+    cfg, result = stack
+    for n in instances(result):
+        tags = n.inputs["tags"]
+        assert tags[T.IDLE_MINUTES] == str(cfg.idle_minutes)
+        assert tags[T.TTL_HOURS] == (str(cfg.ttl_hours) if cfg.ttl_hours else "off")
+        assert tags[T.WATCHDOG] == "on"
+
+
+def test_outputs_keep_the_documented_contract(stack):
+    cfg, result = stack
+    from infra.program import OUTPUT_DOCS
+
+    assert set(result.outputs) == set(OUTPUT_DOCS)
+    assert result.outputs["ssh_user"] == CAT.providers[cfg.provider].ssh_user
+    assert result.outputs["zone"].startswith(cfg.region)
+    for node in result.outputs["nodes"]:
+        assert set(node) == {"name", "role", "instance_id", "public_ip", "private_ip"}
+        assert node["private_ip"].startswith("10.42.")
+    cost = result.outputs["hourly_cost"]
+    assert cost["currency"] == CAT.providers[cfg.provider].currency and cost["amount"] > 0
