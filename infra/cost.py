@@ -161,6 +161,7 @@ class CostEstimate:
     break_even: BreakEven | None
     spot_saving: SpotSaving | None
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    subscription_estimated: bool = False  # from a discount factor, not a quoted price
 
     @property
     def storage_monthly(self) -> float:
@@ -226,6 +227,7 @@ class CostEstimate:
                 "months": self.inputs.subscription_months,
                 "per_month": _r(self.subscription_month),
                 "per_year": _r(self.subscription_year),
+                "estimated": self.subscription_estimated,
             },
             "break_even": self.break_even.to_dict() if self.break_even else None,
             "spot_saving": self.spot_saving.to_dict() if self.spot_saving else None,
@@ -474,9 +476,11 @@ def estimate_cost(
 
     sub_node_month: float | None = None
     sub_node_year: float | None = None
+    sub_estimated = False
     sub = subscription_month_price(it, pp, month) if "subscription" in info.billing else None
     if sub is not None and pp.subscription is not None:
         sub_node_month, sub_rate = sub
+        sub_estimated = sub_rate.estimate
         yearly = pp.subscription.yearly_factor
         sub_node_year = sub_node_month * 12 * yearly
         if inputs.subscription_months % 12 == 0:
@@ -576,6 +580,7 @@ def estimate_cost(
         break_even=break_even,
         spot_saving=saving,
         warnings=tuple(warn.lines),
+        subscription_estimated=sub_estimated,
     )
 
 
@@ -587,6 +592,7 @@ def hourly_estimate(
     *,
     spot_max_price: float | None = None,
     subscription_months: int = 1,
+    region: str | None = None,
     currency: str | None = None,
     catalog: Catalog | None = None,
     pricing: Pricing | None = None,
@@ -605,7 +611,8 @@ def hourly_estimate(
             billing=billing,
             spot_max_price=spot_max_price,
             subscription_months=subscription_months,
-            root_disk_gb=0,
+            region=region,
+            root_disk_gb=0,  # compute only: disks are on the monthly bill, not the hourly rate
         ),
         currency=currency,
         catalog=catalog,
@@ -624,9 +631,8 @@ def hourly_estimate(
         "instance_type": instance_type,
         "price_date": price.date.isoformat(),
         "source": price.source,
-        "estimate": bool(
-            (billing == "spot" and est.hourly.spot_estimated) or billing == "subscription"
-        ),
+        "estimate": (billing == "spot" and est.hourly.spot_estimated)
+        or (billing == "subscription" and est.subscription_estimated),
         "warnings": list(est.warnings),
     }
     if isinstance(selected, tuple):

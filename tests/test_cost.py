@@ -314,6 +314,11 @@ def test_hourly_estimate_for_subscription_spreads_the_month_over_730_hours():
     assert out["estimate"] is True and out["currency"] == "CNY"
 
 
+def test_hourly_estimate_warns_when_the_stack_region_is_not_the_price_region():
+    out = hourly_estimate("aws", "g5.xlarge", region="ap-northeast-1", today=TODAY)
+    assert any("ap-northeast-1 may differ" in w for w in out["warnings"])
+
+
 # --- comparison ------------------------------------------------------------------------------
 
 

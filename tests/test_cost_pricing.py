@@ -11,7 +11,7 @@ import pytest
 
 from infra.catalog import CatalogError, load_catalog
 from infra.catalog.pricing import PRICING_FILE, Pricing, load_pricing, parse_pricing
-from infra.cost import CostInputs, compare_tier, estimate_cost
+from infra.cost import CostInputs, compare_tier, estimate_cost, hourly_estimate
 
 TODAY = dt.date(2026, 11, 29)
 
@@ -107,6 +107,13 @@ def test_a_quoted_monthly_price_wins_over_the_factor_estimate(raw: dict[str, Any
     assert e.break_even is not None
     assert e.break_even.hours_per_month == pytest.approx(9000.0 / 31.58)
     assert not any("subscription: an estimate" in w for w in e.warnings)
+    assert e.to_dict()["subscription"]["estimated"] is False
+    assert (
+        hourly_estimate(
+            "alicloud", "ecs.gn7-c12g1.3xlarge", billing="subscription", pricing=p, today=TODAY
+        )["estimate"]
+        is False
+    )
     offers = compare_tier("a100x1", currency="CNY", pricing=p, today=TODAY).offers
     month = next(o for o in offers if o.billing == "subscription-month")
     assert month.per_gpu_hour == pytest.approx(9000.0 / 730) and not month.estimate
