@@ -221,10 +221,6 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
         r.problem("tier", f"required: one of {', '.join(cat.tiers)}")
     tier = r.choice("tier", cat.tiers)
     profile = r.choice("profile", PROFILES, "general") or "general"
-    nodes = r.number("nodes", int, 1, minimum=1)
-    if nodes > MAX_NODES:
-        r.problem("nodes", f"at most {MAX_NODES} nodes per stack, got {nodes}")
-
     instance_type = ""
     if provider and tier:
         try:
@@ -232,6 +228,9 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
         except UnavailableError as exc:
             r.problem("tier", str(exc))
     info = cat.providers[provider] if provider else None
+    nodes = r.number("nodes", int, 1, minimum=1)
+    if nodes > MAX_NODES:
+        r.problem("nodes", f"at most {MAX_NODES} nodes per stack, got {nodes}")
 
     billing = r.choice("billing", BILLING_MODES, "on-demand") or "on-demand"
     spot_max = r.number("spotMaxPrice", float, None, minimum=0)

@@ -67,6 +67,7 @@ def build(cfg: StackConfig) -> dict[str, Any]:
         cfg.billing,
         spot_max_price=cfg.spot_max_price,
         subscription_months=cfg.subscription_months or 1,
+        region=cfg.region,
     )
     if cfg.max_hourly_cost is not None and hourly["amount"] > cfg.max_hourly_cost:
         raise ConfigError(

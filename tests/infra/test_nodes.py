@@ -1,0 +1,117 @@
+"""Pure node planning: scratch, EFA, placement, tags and the first-boot script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from infra.catalog import load_catalog
+from infra.config import parse_config
+from infra.nodes import (
+    NODE_INFO_PATH,
+    efa_interfaces,
+    needs_placement_group,
+    plan_nodes,
+    plan_scratch,
+)
+from infra.reaper import tags as T
+
+CAT = load_catalog()
+CIDRS = ["203.0.113.0/24"]
+
+
+def cfg(stack: str = "test", **kw: object):
+    raw = {"provider": "aws", "tier": "a100x8", "sshCidrs": CIDRS, **kw}
+    return parse_config(raw, stack)
+
+
+def test_instance_nvme_becomes_scratch_with_all_devices():
+    c = cfg()
+    plan = plan_scratch(c, CAT.instance("aws", "p4d.24xlarge"))
+    assert (plan.kind, plan.devices, plan.size_gb) == ("nvme", 8, 8000)
+
+
+def test_types_without_nvme_get_a_provisioned_fast_disk():
+    c = cfg(tier="v100x1", scratchGb=800)
+    plan = plan_scratch(c, CAT.instance("aws", "p3.2xlarge"))
+    assert (plan.kind, plan.volume_class, plan.iops, plan.throughput_mbs) == (
+        "disk",
+        "gp3",
+        16000,
+        1000,
+    )
+    io2 = plan_scratch(
+        cfg(tier="v100x1", scratchGb=800, scratchClass="io2"), CAT.instance("aws", "p3.2xlarge")
+    )
+    assert (io2.volume_class, io2.iops) == ("io2", 64000)
+
+
+def test_alicloud_scratch_is_an_essd_at_the_configured_level():
+    c = parse_config(
+        {
+            "provider": "alicloud",
+            "tier": "a100x4",
+            "sshCidrs": CIDRS,
+            "scratchClass": "PL2",
+            "scratchGb": 600,
+        },
+        "s",
+    )
+    plan = plan_scratch(c, CAT.instance("alicloud", c.instance_type))
+    assert (plan.kind, plan.volume_class, plan.size_gb) == ("disk", "PL2", 600)
+
+
+def test_efa_only_on_multi_node_stacks_of_efa_types():
+    p5 = CAT.instance("aws", "p5.48xlarge")
+    assert efa_interfaces(cfg(tier="h100x8"), p5) == 0
+    assert efa_interfaces(cfg(tier="h100x8", nodes=2), p5) == 32
+    assert efa_interfaces(cfg(tier="a10x1", nodes=2), CAT.instance("aws", "g5.xlarge")) == 0
+
+
+def test_placement_group_for_clusters_on_aws_only():
+    p4d = CAT.instance("aws", "p4d.24xlarge")
+    assert not needs_placement_group(cfg(), p4d)
+    assert needs_placement_group(cfg(nodes=2), p4d)
+    ali = parse_config(
+        {"provider": "alicloud", "tier": "a100x8", "sshCidrs": CIDRS, "nodes": 2}, "s"
+    )
+    assert not needs_placement_group(ali, CAT.instance("alicloud", ali.instance_type))
+
+
+def test_node_zero_is_the_head_and_the_rest_are_workers():
+    specs = plan_nodes(cfg(nodes=3, stack="big"))
+    assert [(s.name, s.role) for s in specs] == [
+        ("big-0", "head"),
+        ("big-1", "worker"),
+        ("big-2", "worker"),
+    ]
+    assert all(s.tags[T.ROLE] == s.role for s in specs)
+
+
+def test_user_tags_never_override_the_managed_tags():
+    (spec,) = plan_nodes(cfg(tags={"team": "nlp", "Name": "mine"}))
+    assert spec.tags["team"] == "nlp"
+    assert spec.tags[T.MANAGED_BY] == "gpufleet" and spec.tags["Name"] == "test-0"
+
+
+def test_ttl_zero_is_tagged_as_an_explicit_off():
+    (spec,) = plan_nodes(cfg(ttlHours=0))
+    assert spec.tags[T.TTL_HOURS] == "off"
+
+
+def test_user_data_is_valid_bash_that_records_the_node(tmp_path):
+    (spec,) = plan_nodes(cfg())
+    script = tmp_path / "user-data.sh"
+    script.write_text(spec.user_data)
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    body = spec.user_data.split("<<'GPUFLEET_EOF'\n")[1].split("\nGPUFLEET_EOF")[0]
+    info = json.loads(body)
+    assert info["gpu_model"] == "A100-40GB" and info["gpu_count"] == 8 and info["role"] == "head"
+    assert NODE_INFO_PATH in spec.user_data
+
+
+def test_user_data_refuses_names_that_are_not_hostnames():
+    with pytest.raises(ValueError, match="hostname"):
+        plan_nodes(cfg(stack="Bad_Name"))

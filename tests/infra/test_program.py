@@ -1,0 +1,78 @@
+"""The program refuses what would go wrong at deploy time, before any resource exists."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.config import ConfigError, parse_config
+from infra.offline import PLACEHOLDER_SSH_KEY, evaluate
+from infra.providers.alicloud import charge_args
+from infra.providers.aws import ami_parameter, market_options
+from infra.providers.base import Feature, get_provider
+
+CIDRS = ["203.0.113.0/24"]
+
+
+def test_deploy_needs_an_ssh_key_and_says_how_to_set_it():
+    cfg = parse_config({"provider": "aws", "tier": "t4x1", "sshCidrs": CIDRS}, "dev")
+    with pytest.raises(ConfigError, match="pulumi config set gpufleet:sshPublicKey"):
+        evaluate(cfg)
+
+
+def test_a_stack_above_its_cost_ceiling_declares_nothing():
+    cfg = parse_config(
+        {
+            "provider": "aws",
+            "tier": "h100x8",
+            "nodes": 2,
+            "sshCidrs": CIDRS,
+            "sshPublicKey": PLACEHOLDER_SSH_KEY,
+            "maxHourlyCost": 100,
+        },
+        "big",
+    )
+    from infra.offline import Mocks
+
+    before = len(Mocks("x", "y").resources)
+    with pytest.raises(ConfigError, match=r"costs about 110.08 USD/h .* above the limit 100"):
+        evaluate(cfg)
+    assert before == 0
+
+
+def test_volta_nodes_start_from_plain_ubuntu_because_the_dlami_skips_them():
+    assert "canonical/ubuntu" in ami_parameter("volta")
+    assert "deeplearning" in ami_parameter("hopper")
+
+
+def test_spot_max_price_is_passed_as_text_and_on_demand_has_no_market_options():
+    base = {"provider": "aws", "tier": "t4x1", "sshCidrs": CIDRS}
+    spot = market_options(parse_config({**base, "billing": "spot", "spotMaxPrice": 0.3}, "s"))
+    assert spot is not None
+    assert market_options(parse_config(base, "s")) is None
+
+
+def test_alicloud_billing_modes_map_to_charge_types():
+    base = {"provider": "alicloud", "tier": "a10x1", "sshCidrs": CIDRS}
+    assert charge_args(parse_config(base, "s"))["spot_strategy"] == "NoSpot"
+    spot = charge_args(parse_config({**base, "billing": "spot", "spotMaxPrice": 5}, "s"))
+    assert spot["spot_strategy"] == "SpotWithPriceLimit" and spot["spot_price_limit"] == 5
+    assert (
+        charge_args(parse_config({**base, "billing": "spot"}, "s"))["spot_strategy"]
+        == "SpotAsPriceGo"
+    )
+    sub = charge_args(
+        parse_config({**base, "billing": "subscription", "subscriptionMonths": 3}, "s")
+    )
+    assert (sub["instance_charge_type"], sub["period"], sub["period_unit"]) == (
+        "PrePaid",
+        3,
+        "Month",
+    )
+    assert "stopped_mode" not in sub
+
+
+def test_capabilities_are_data_not_branches():
+    assert Feature.SUBSCRIPTION in get_provider("aws").UNSUPPORTED
+    assert Feature.EFA in get_provider("alicloud").UNSUPPORTED
+    with pytest.raises(ValueError, match="unknown provider"):
+        get_provider("gcp")

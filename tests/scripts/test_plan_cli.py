@@ -1,0 +1,59 @@
+"""`scripts/plan.py`: the offline main job, as a person and a machine call it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAN = ROOT / "scripts" / "plan.py"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(PLAN), *args], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+
+
+def test_plan_json_lists_resources_outputs_and_cost():
+    proc = run("--stack", "h100x8x2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert {"resources", "outputs", "cost"} <= set(doc)
+    types = [r["type"] for r in doc["resources"]]
+    assert types.count("aws:ec2/instance:Instance") == 2
+    assert all({"type", "name", "inputs"} <= set(r) for r in doc["resources"])
+    assert doc["cost"]["amount"] == 110.08 and doc["cost"]["currency"] == "USD"
+    assert len(doc["outputs"]["nodes"]) == 2
+
+
+def test_plan_prints_a_readable_table_for_people():
+    proc = run("--stack", "a100x4")
+    assert proc.returncode == 0, proc.stderr
+    assert "ecs.gn7-c13g1.13xlarge" in proc.stdout and "CNY/h" in proc.stdout
+    assert "placeholder key" in proc.stdout
+
+
+def test_invalid_config_exits_2_with_one_line_per_problem_and_nothing_else(tmp_path):
+    bad = tmp_path / "Pulumi.broken.yaml"
+    bad.write_text(
+        "config:\n"
+        "  gpufleet:provider: aws\n"
+        "  gpufleet:tier: a100x4\n"
+        "  gpufleet:nodes: 0\n"
+        "  gpufleet:sshCidrs: ['0.0.0.0/0']\n"
+    )
+    proc = run("--stack-file", str(bad))
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith("gpufleet:tier: aws does not offer tier 'a100x4'")
+    assert lines[1].startswith("gpufleet:nodes:") and lines[2].startswith("gpufleet:sshCidrs[0]:")
+
+
+def test_unknown_stack_name_gets_a_suggestion():
+    proc = run("--stack", "a100x44")
+    assert proc.returncode == 2 and "did you mean 'a100x4'" in proc.stderr
