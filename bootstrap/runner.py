@@ -181,6 +181,9 @@ def connect(host: Host, config: Config | None, timeout_s: float) -> Connection:
         # Each thread gets its own copy: Config objects are not meant to be shared.
         kwargs["config"] = config.clone()
     conn = Connection(**kwargs)
+    # Steps run unattended in threads: never forward the terminal's stdin to a remote
+    # command (a prompt would hang the host's thread, and stdin belongs to no one thread).
+    conn.config.run.in_stream = False
     conn.open()
     return conn
 

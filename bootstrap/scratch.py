@@ -17,6 +17,7 @@ disks are virtio (vdb...) or NVMe disks next to the system disk.
 
 from __future__ import annotations
 
+import dataclasses
 import json as jsonlib
 import re
 import shlex
@@ -117,6 +118,36 @@ def parse_lsblk(data: Mapping[str, Any] | str) -> list[BlockDevice]:
         data = jsonlib.loads(data)
     assert isinstance(data, Mapping)
     return [_device(d) for d in data.get("blockdevices", [])]
+
+
+def parse_blkid(text: str) -> dict[str, dict[str, str]]:
+    """``==/dev/x`` + ``blkid -p -o export /dev/x`` sections -> {path: {TYPE, LABEL, ...}}."""
+    out: dict[str, dict[str, str]] = {}
+    current: dict[str, str] | None = None
+    for line in text.splitlines():
+        if line.startswith("==/dev/"):
+            current = out.setdefault(line[2:].strip(), {})
+        elif current is not None and "=" in line:
+            key, _, value = line.partition("=")
+            current[key.strip()] = value.strip()
+    return out
+
+
+def blkid_command(paths: Sequence[str]) -> str:
+    """Probe devices directly (``-p``: no cache, no udev), as lsblk may not know yet."""
+    quoted = " ".join(shlex.quote(p) for p in paths)
+    return f'for d in {quoted}; do echo "==$d"; blkid -p -o export "$d" 2>/dev/null; done; true'
+
+
+def _with_probe(dev: BlockDevice, probes: Mapping[str, Mapping[str, str]]) -> BlockDevice:
+    probe = probes.get(dev.path) or {}
+    if dev.fstype or not (probe.get("TYPE") or probe.get("PTTYPE")):
+        return dev
+    return dataclasses.replace(
+        dev,
+        fstype=probe.get("TYPE") or f"partition table ({probe['PTTYPE']})",
+        label=dev.label or probe.get("LABEL") or None,
+    )
 
 
 def nvme_models(data: Mapping[str, Any] | str | None) -> dict[str, tuple[str, str]]:
@@ -245,9 +276,16 @@ def plan_scratch(
     force: bool = False,
     nvme_list: Mapping[str, Any] | str | None = None,
     owner: str | None = None,
+    blkid: str = "",
 ) -> ScratchPlan:
-    """What mount-scratch must do; raises ScratchRefused rather than risk data."""
-    devices = parse_lsblk(lsblk)
+    """What mount-scratch must do; raises ScratchRefused rather than risk data.
+
+    ``blkid`` (output of :func:`blkid_command`) adds what a direct probe of the devices
+    found: lsblk reads filesystem types from udev, which can lag or be absent, and a
+    filesystem it does not report must still count as data.
+    """
+    probes = parse_blkid(blkid)
+    devices = [_with_probe(d, probes) for d in parse_lsblk(lsblk)]
     path = spec.path
     if not path.startswith("/") or path in SYSTEM_MOUNTS:
         raise ScratchRefused(f"scratch path {path!r} must be an absolute, non-system path")
@@ -382,6 +420,8 @@ def mount_scratch_step(conn: Connection, ctx: HostContext) -> StepResult:
     opts = ctx.options
     lsblk = check(sh(conn, LSBLK_COMMAND), "lsblk")
     nvme = sh(conn, "command -v nvme >/dev/null && nvme list -o json 2>/dev/null")
+    disks = [d.path for d in parse_lsblk(lsblk) if d.type in ("disk", "loop")]
+    blkid = root_sh(conn, ctx, blkid_command(disks)).stdout if disks else ""
     owner = conn.user if conn.user and conn.user != "root" else None
     try:
         plan = plan_scratch(
@@ -391,6 +431,7 @@ def mount_scratch_step(conn: Connection, ctx: HostContext) -> StepResult:
             force=opts.force,
             nvme_list=nvme.stdout if nvme.ok and nvme.stdout.strip() else None,
             owner=owner,
+            blkid=blkid,
         )
     except ScratchRefused as exc:
         raise StepFailed(str(exc)) from None

@@ -181,3 +181,16 @@ def test_relative_or_system_scratch_path_is_refused() -> None:
     for bad in ("scratch", "/", "/boot"):
         with pytest.raises(ScratchRefused, match="non-system path"):
             plan_scratch(sample("lsblk_g5_xlarge.json"), ScratchSpec(path=bad))
+
+
+def test_a_filesystem_only_blkid_sees_still_counts_as_data() -> None:
+    # lsblk takes FSTYPE from udev; on a node where udev has not caught up it shows null.
+    blkid = "==/dev/nvme1n1\nDEVNAME=/dev/nvme1n1\nLABEL=old\nTYPE=ext4\n"
+    with pytest.raises(ScratchRefused, match="ext4 label old"):
+        plan_scratch(sample("lsblk_g5_xlarge.json"), G5, blkid=blkid)
+
+
+def test_our_label_seen_only_by_blkid_is_mounted_not_reformatted() -> None:
+    blkid = f"==/dev/nvme1n1\nLABEL={LABEL}\nTYPE=ext4\n"
+    plan = plan_scratch(sample("lsblk_g5_xlarge.json"), G5, blkid=blkid)
+    assert plan.action == "mount"

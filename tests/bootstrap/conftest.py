@@ -1,0 +1,90 @@
+"""Fixtures for driving the real ``fab`` tasks against the local sshd."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.sshd import SshServer, sshd_server
+
+__all__ = ["sshd_server"]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class FabResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def doc(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.stdout)
+        return data
+
+    def host(self, index: int = 0) -> dict[str, Any]:
+        host: dict[str, Any] = self.doc["hosts"][index]
+        return host
+
+    def step(self, name: str, index: int = 0) -> dict[str, Any]:
+        for s in self.host(index)["steps"]:
+            if s["step"] == name:
+                return dict(s)
+        raise AssertionError(f"no step {name!r} in {self.host(index)['steps']}")
+
+
+def run_fab(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> FabResult:
+    """``fab ARGS`` from the repo root, as a person would type it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "fabric", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        check=False,
+    )
+    return FabResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def node_dir(prefix: str) -> Path:
+    """A directory the SSH test user can reach (pytest's tmp dirs are private to root)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture(scope="session")
+def node_venv(sshd_server: SshServer) -> Iterator[tuple[Path, FabResult]]:
+    """``fab install-pytorch`` run once for the session: (venv path, its result).
+
+    The pip install is the slow part of these tests (~20-30 s), so the tests that need a
+    bootstrapped venv share this one.
+    """
+    base = node_dir("gpufleet-node-")
+    venv = base / "venv"
+    result = run_fab(
+        *sshd_server.fab_args(),
+        "install-pytorch",
+        "--allow-no-gpu",
+        "--torch-index",
+        "default",
+        "--venv",
+        str(venv),
+        "--json",
+    )
+    try:
+        yield venv, result
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
