@@ -1,9 +1,10 @@
 # gpufleet: the commands people and CI type. Everything runs from the project's .venv.
 PY      ?= .venv/bin/python
 STACK   ?= a100x4
+TIER    ?= a100x8
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-fast plan cost lint format bench clean
+.PHONY: setup test plan cost compare lint format bench clean
 
 setup: .venv/.installed  ## create .venv and install the pinned dependencies + this repo (editable)
 
@@ -22,6 +23,9 @@ plan: setup  ## offline: evaluate stacks/Pulumi.$(STACK).yaml under Pulumi's moc
 
 cost: setup  ## the bill for one stack before deploying it
 	$(PY) scripts/cost.py --stack $(STACK)
+
+compare: setup  ## a tier across providers, profiles and billing modes: table + chart
+	$(PY) scripts/cost.py --compare $(TIER) --plot $(TIER)-cost.png
 
 lint: setup  ## ruff (lint + format check) and mypy
 	$(PY) -m ruff check .

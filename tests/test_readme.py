@@ -1,0 +1,59 @@
+"""The README tells the truth about stacks, config keys and commands."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from infra.config import KEYS
+from tests.infra.conftest import STACK_FILES, planned, stack_id
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def stack_rows() -> dict[str, list[str]]:
+    section = README.split("## Stacks", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 7 and cells[0] not in ("stack", "---"):
+            rows[cells[0]] = cells
+    return rows
+
+
+def test_every_stack_file_has_a_row_and_every_row_a_stack_file():
+    assert set(stack_rows()) == {stack_id(p) for p in STACK_FILES}
+
+
+@pytest.mark.parametrize("path", STACK_FILES, ids=stack_id)
+def test_stack_rows_match_what_the_program_declares(path):
+    cfg, result = planned(path)
+    _, provider, itype, gpus, nodes, billing, price = stack_rows()[stack_id(path)]
+    tier = result.outputs["tier"]
+    assert (provider, itype, int(nodes), billing) == (
+        cfg.provider,
+        tier["instance_type"],
+        cfg.nodes,
+        cfg.billing,
+    )
+    assert gpus.startswith(f"{tier['gpu_count']}x ")
+    cost = result.outputs["hourly_cost"]
+    numbers = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", price)]
+    expected = cost["low"] if "low" in cost else cost["amount"]
+    assert numbers[0] == pytest.approx(expected, abs=0.01)
+    assert cost["currency"] in price
+
+
+def test_every_config_key_is_documented():
+    for key in KEYS:
+        assert f"| `{key}` |" in README, key
+
+
+def test_the_two_commands_are_there_and_exist_in_the_makefile():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "make plan STACK=a100x4" in README and "make test" in README
+    assert re.search(r"^plan:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
