@@ -12,10 +12,14 @@ import pulumi
 
 from infra.config import StackConfig
 
-NAMESPACE = "gpufleet"  # custom metrics namespace the watchdog publishes into
-METRIC_GPU_UTIL = "GPUUtilization"
-METRIC_GPU_MEM = "GPUMemoryUtilization"
-METRIC_HEARTBEAT = "Heartbeat"
+# The metric names are the reaper's contract with the watchdog; one definition, there.
+from infra.reaper.core import (
+    DIMENSION,
+    METRIC_GPU_MEM,
+    METRIC_GPU_UTIL,
+    METRIC_HEARTBEAT,
+    NAMESPACE,
+)
 
 AWS_SCHEDULE = "rate(5 minutes)"
 ALICLOUD_CRON = "@every 5m"
@@ -78,7 +82,7 @@ def dashboard_body(region: str, instance_ids: list[str]) -> dict[str, Any]:
                 "stat": stat,
                 "period": 60,
                 "view": "timeSeries",
-                "metrics": [[NAMESPACE, metric, "InstanceId", i] for i in instance_ids],
+                "metrics": [[NAMESPACE, metric, DIMENSION, i] for i in instance_ids],
             },
         }
 
