@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -71,31 +72,58 @@ def _tail(text: str, lines: int = 8) -> str:
 
 def collect_nvidia() -> dict[str, Any]:
     """Driver-level inventory and health, topology and NVLink state, PCI ground truth."""
-    out: dict[str, Any] = {"available": False, "error": None}
     lspci = run(["lspci", "-n", "-d", "10de:"])
-    out["pci"] = None if lspci["missing"] else smi.count_pci_gpus(lspci["out"])
-    out["nvswitch_devices"] = len(glob.glob("/dev/nvidia-nvswitch*"))
+    nvswitch_devices = len(glob.glob("/dev/nvidia-nvswitch*"))
     if shutil.which("nvidia-smi") is None:
+        return nvidia_from_outputs(
+            None,
+            lspci=None if lspci["missing"] else lspci["out"],
+            nvswitch_devices=nvswitch_devices,
+        )
+    q = run(["nvidia-smi", "-q", "-x"], timeout=120)
+    topo = run(["nvidia-smi", "topo", "-m"])
+    nvlink = run(["nvidia-smi", "nvlink", "--status"])
+    return nvidia_from_outputs(
+        q,
+        topo=topo["out"] if topo["rc"] == 0 else None,
+        nvlink=nvlink["out"] if nvlink["rc"] == 0 else None,
+        lspci=None if lspci["missing"] else lspci["out"],
+        nvswitch_devices=nvswitch_devices,
+    )
+
+
+def nvidia_from_outputs(
+    query: dict[str, Any] | None,
+    *,
+    topo: str | None = None,
+    nvlink: str | None = None,
+    lspci: str | None = None,
+    nvswitch_devices: int = 0,
+) -> dict[str, Any]:
+    """The ``nvidia`` section of the report from the tools' raw outputs (pure: recorded
+    outputs in tests take exactly this path). ``query`` is run()'s result for
+    ``nvidia-smi -q -x``; None when nvidia-smi is not installed."""
+    out: dict[str, Any] = {"available": False, "error": None, "gpus": []}
+    out["pci"] = None if lspci is None else smi.count_pci_gpus(lspci)
+    out["nvswitch_devices"] = nvswitch_devices
+    if query is None:
         out["error"] = "nvidia-smi not found (no NVIDIA driver installed?)"
         return out
-    q = run(["nvidia-smi", "-q", "-x"], timeout=120)
-    if "<nvidia_smi_log" not in q["out"]:
+    if "<nvidia_smi_log" not in query["out"]:
         # e.g. "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver"
-        out["error"] = f"nvidia-smi -q -x failed: {_tail(q['out'] + q['err'], 3)}"
+        out["error"] = f"nvidia-smi -q -x failed: {_tail(query['out'] + query['err'], 3)}"
         return out
     try:
-        out.update(smi.parse_smi_xml(q["out"]))
+        out.update(smi.parse_smi_xml(query["out"]))
     except ValueError as exc:
         out["error"] = str(exc)
         return out
     out["available"] = bool(out["gpus"])
-    if q["rc"] != 0:
+    if query["rc"] != 0:
         # A GPU that fell off the bus makes nvidia-smi list the others and exit non-zero.
-        out["smi_stderr"] = _tail(q["err"] or q["out"], 5)
-    topo = run(["nvidia-smi", "topo", "-m"])
-    out["topology"] = smi.parse_topo(topo["out"]) if topo["rc"] == 0 else None
-    nvlink = run(["nvidia-smi", "nvlink", "--status"])
-    out["nvlink"] = smi.parse_nvlink_status(nvlink["out"]) if nvlink["rc"] == 0 else None
+        out["smi_stderr"] = _tail(query["err"] or query["out"], 5)
+    out["topology"] = smi.parse_topo(topo) if topo is not None else None
+    out["nvlink"] = smi.parse_nvlink_status(nvlink) if nvlink is not None else None
     return out
 
 
@@ -110,9 +138,13 @@ def collect_xids() -> dict[str, Any]:
     for source, cmd in attempts:
         result = run(cmd, timeout=30)
         if result["rc"] == 0 and result["out"].strip():
-            return {"source": source, "events": smi.parse_xids(result["out"]), "error": None}
+            return xid_from_log(source, result["out"])
         errors.append(f"{source}: {_tail(result['err'], 1) or 'no output'}")
     return {"source": None, "events": [], "error": "; ".join(errors)}
+
+
+def xid_from_log(source: str, text: str) -> dict[str, Any]:
+    return {"source": source, "events": smi.parse_xids(text), "error": None}
 
 
 def collect_fabric_manager() -> dict[str, Any]:
@@ -295,12 +327,14 @@ def _aligned_buffer(size: int) -> mmap.mmap:
     return buf
 
 
-def scratch_probe(path: str, size_mb: int, block_mb: int = 16) -> dict[str, Any]:
+def scratch_probe(path: str, size_mb: int, block_mb: int = 8, threads: int = 8) -> dict[str, Any]:
     """Sequential write (fsync'd) then read of one file on the scratch volume.
 
-    O_DIRECT bypasses the page cache so the numbers are the device's; file systems that refuse
-    it (tmpfs, overlayfs) fall back to buffered I/O with fsync and a page-cache drop, and the
-    result says which one was measured."""
+    ``threads`` requests of ``block_mb`` are in flight at once: one synchronous stream cannot
+    keep a RAID 0 of several NVMe devices busy. O_DIRECT bypasses the page cache so the
+    numbers are the device's; file systems that refuse it (tmpfs, overlayfs) fall back to
+    buffered I/O with fsync and a page-cache drop, and the result says which one was measured.
+    """
     result: dict[str, Any] = {"path": path, "bytes": 0, "direct": False, "error": None}
     target = Path(path)
     if not target.is_dir():
@@ -308,25 +342,28 @@ def scratch_probe(path: str, size_mb: int, block_mb: int = 16) -> dict[str, Any]
         return result
     result["is_mount"] = os.path.ismount(path)
     result["fs_type"] = _fs_type(path)
+    block = block_mb * MiB
     usage = shutil.disk_usage(path)
-    size = min(size_mb * MiB, int(usage.free * 0.5)) // (block_mb * MiB) * (block_mb * MiB)
+    size = min(size_mb * MiB, int(usage.free * 0.5)) // block * block
     if size <= 0:
         result["error"] = f"{path} has only {usage.free // MiB} MiB free"
         return result
-    block = block_mb * MiB
-    buf = _aligned_buffer(block)
+    threads = max(1, min(threads, size // block))
+    buffers = [_aligned_buffer(block) for _ in range(threads)]
     file = target / f".gpufleet-verify-{os.getpid()}.bin"
-    direct_flag = getattr(os, "O_DIRECT", 0)
+    direct = getattr(os, "O_DIRECT", 0)
     try:
-        result["direct"] = bool(direct_flag)
         try:
-            write_s = _write_file(file, buf, size, direct_flag)
+            write_s = _file_io(file, buffers, size, direct, write=True)
+            result["direct"] = bool(direct)
         except OSError:
-            result["direct"] = False
-            write_s = _write_file(file, buf, size, 0)
-        read_s = _read_file(file, buf, size, direct_flag if result["direct"] else 0)
+            direct = 0
+            write_s = _file_io(file, buffers, size, 0, write=True)
+        read_s = _file_io(file, buffers, size, direct, write=False)
         result.update(
             bytes=size,
+            threads=threads,
+            block_bytes=block,
             write_s=round(write_s, 4),
             read_s=round(read_s, 4),
             write_gbs=size / write_s / 1e9,
@@ -335,7 +372,8 @@ def scratch_probe(path: str, size_mb: int, block_mb: int = 16) -> dict[str, Any]
     except OSError as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
     finally:
-        buf.close()
+        for buf in buffers:
+            buf.close()
         with contextlib.suppress(OSError):
             file.unlink()
     return result
@@ -353,34 +391,33 @@ def _fs_type(path: str) -> str | None:
     return fs
 
 
-def _write_file(file: Path, buf: mmap.mmap, size: int, extra_flags: int) -> float:
-    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | extra_flags, 0o600)
+def _file_io(file: Path, buffers: list[mmap.mmap], size: int, flags: int, *, write: bool) -> float:
+    """Seconds to write (and fsync) or read ``size`` bytes, one thread per buffer, each thread
+    taking every n-th block so the file is covered front to back."""
+    block, n = len(buffers[0]), len(buffers)
+    mode = (os.O_WRONLY | os.O_CREAT | os.O_TRUNC) if write else os.O_RDONLY
+    fd = os.open(file, mode | flags, 0o600)
     try:
-        started = time.perf_counter()
-        written = 0
-        while written < size:
-            written += os.write(fd, buf)
-        os.fsync(fd)
+        if write:
+            os.ftruncate(fd, size)
+
+        def worker(k: int) -> None:
+            buf = buffers[k]
+            for offset in range(k * block, size, n * block):
+                done = os.pwrite(fd, buf, offset) if write else os.preadv(fd, [buf], offset)
+                if done != block:
+                    raise OSError(f"short {'write' if write else 'read'} at {offset}: {done}")
+
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            started = time.perf_counter()
+            list(pool.map(worker, range(n)))  # re-raises a worker's OSError here
+        if write:
+            os.fsync(fd)
         elapsed = time.perf_counter() - started
-        if not extra_flags and hasattr(os, "posix_fadvise"):
-            # Drop the just-written pages so the read below hits the device, not RAM.
+        if write and not flags and hasattr(os, "posix_fadvise"):
+            # Drop the just-written pages so the read that follows hits the device, not RAM.
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         return elapsed
-    finally:
-        os.close(fd)
-
-
-def _read_file(file: Path, buf: mmap.mmap, size: int, extra_flags: int) -> float:
-    fd = os.open(file, os.O_RDONLY | extra_flags)
-    try:
-        started = time.perf_counter()
-        done = 0
-        while done < size:
-            n = os.readv(fd, [buf])
-            if n == 0:
-                break
-            done += n
-        return time.perf_counter() - started
     finally:
         os.close(fd)
 
