@@ -71,6 +71,11 @@ class HostReport:
         return self.connection_error is not None or any(s.result.is_failure for s in self.steps)
 
     @property
+    def reboot_required(self) -> bool:
+        """A step (e.g. a driver install) left the node needing a reboot to take effect."""
+        return any(bool(s.result.details.get("reboot_required")) for s in self.steps)
+
+    @property
     def status(self) -> str:
         if self.connection_error:
             return self.connection_error
@@ -91,6 +96,7 @@ class HostReport:
             "role": self.host.role,
             "status": self.status,
             "error": self.connection_message or None,
+            "reboot_required": self.reboot_required,
             "seconds": round(self.seconds, 3),
             "steps": [s.to_json() for s in self.steps],
         }
@@ -320,12 +326,14 @@ def summary_table(report: FleetReport) -> Table:
 
 def verdict_line(report: FleetReport) -> str:
     failed = report.failed_hosts
+    reboot = [h.host.label for h in report.hosts if h.reboot_required]
+    suffix = f"; REBOOT REQUIRED on {', '.join(reboot)}" if reboot else ""
     if failed:
         names = ", ".join(h.host.label for h in failed)
-        return f"{len(failed)} of {len(report.hosts)} host(s) failed: {names}"
+        return f"{len(failed)} of {len(report.hosts)} host(s) failed: {names}{suffix}"
     if report.changed:
-        return f"all {len(report.hosts)} host(s) done; changes were made"
-    return f"all {len(report.hosts)} host(s) already in the desired state; nothing changed"
+        return f"all {len(report.hosts)} host(s) done; changes were made{suffix}"
+    return f"all {len(report.hosts)} host(s) already in the desired state; nothing changed{suffix}"
 
 
 def emit(

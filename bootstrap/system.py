@@ -321,22 +321,19 @@ def _probe_summary(facts: Mapping[str, Any]) -> str:
     return f"{os_info.pretty_name} ({facts['arch']}); {gpu}"
 
 
-@step("preflight")
-def preflight(conn: Connection, ctx: HostContext) -> StepResult:
-    """Facts for later steps, and the conditions every changing task needs: sudo, an OS we
-    know how to install drivers on."""
-    facts = probe(conn, ctx)
+def preflight_verdict(facts: Mapping[str, Any], user: str | None) -> StepResult:
+    """Can this node be bootstrapped? (pure: sudo, OS, CPU architecture)"""
     os_info: OsInfo = facts["os"]
     details = {"os": os_info.pretty_name, "gpu_count": facts["gpu_count"]}
     if facts["sudo"] == "missing":
         return StepResult.failed(
-            f"sudo is not installed and user {conn.user!r} is not root; install sudo or "
+            f"sudo is not installed and user {user!r} is not root; install sudo or "
             "connect as a user with passwordless sudo",
             **details,
         )
     if facts["sudo"] == "no":
         return StepResult.failed(
-            f"user {conn.user!r} has no passwordless sudo (sudo -n true failed); "
+            f"user {user!r} has no passwordless sudo (sudo -n true failed); "
             "bootstrap needs root: add a NOPASSWD sudoers rule or connect as another user",
             **details,
         )
@@ -349,6 +346,13 @@ def preflight(conn: Connection, ctx: HostContext) -> StepResult:
     if facts["arch"] not in ("x86_64", "aarch64"):
         return StepResult.failed(f"unsupported CPU architecture {facts['arch']!r}", **details)
     return StepResult.ok(_probe_summary(facts), **details)
+
+
+@step("preflight")
+def preflight(conn: Connection, ctx: HostContext) -> StepResult:
+    """Facts for later steps, and the conditions every changing task needs: sudo, an OS we
+    know how to install drivers on."""
+    return preflight_verdict(probe(conn, ctx), conn.user)
 
 
 @step("probe")

@@ -11,6 +11,7 @@ from bootstrap.system import (
     parse_os_release,
     parse_pci_devices,
     parse_smi_cuda_version,
+    preflight_verdict,
 )
 
 UBUNTU_2204 = """PRETTY_NAME="Ubuntu 22.04.5 LTS"
@@ -129,3 +130,27 @@ def test_apt_lock_messages_are_recognised() -> None:
         "(unattended-upgr)"
     )
     assert not apt_lock_error("E: Unable to locate package nvidia-open-999")
+
+
+def probe_text(os_release: str, sudo: str = "yes", arch: str = "x86_64") -> str:
+    return (
+        f"==os\n{os_release}==uid\n1000\n==sudo\n{sudo}\n==arch\n{arch}\n==kernel\nk\n"
+        "==pci\n==smi\nmissing\n==reboot\nno\n==uptime\n60\n"
+    )
+
+
+def test_preflight_rejects_an_unsupported_os_and_names_the_supported_ones() -> None:
+    result = preflight_verdict(facts_from_probe(probe_text(AMAZON_LINUX)), "ec2-user")
+    assert result.status == "failed"
+    assert "unsupported OS: Amazon Linux 2023" in result.message
+    assert "Ubuntu 22.04" in result.message and "Ubuntu 24.04" in result.message
+
+
+def test_preflight_rejects_a_user_without_passwordless_sudo() -> None:
+    result = preflight_verdict(facts_from_probe(probe_text(UBUNTU_2204, sudo="no")), "bob")
+    assert result.status == "failed" and "'bob' has no passwordless sudo" in result.message
+
+
+def test_preflight_passes_ubuntu_with_sudo() -> None:
+    result = preflight_verdict(facts_from_probe(probe_text(UBUNTU_2204)), "ubuntu")
+    assert result.status == "ok" and result.message.startswith("Ubuntu 22.04.5 LTS (x86_64)")
