@@ -38,6 +38,7 @@ format: setup
 
 bench: setup  ## benchmarks that print numbers (ratios against a baseline measured in the same run)
 	$(PY) scripts/bench_plan.py
+	$(PY) scripts/bench_setup.py
 
 clean:
 	rm -rf .venv reports .pytest_cache .mypy_cache .ruff_cache
