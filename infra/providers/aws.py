@@ -165,6 +165,26 @@ def assume_role(service: str) -> str:
     )
 
 
+def _role_with_policy(
+    parent: pulumi.Resource,
+    name: str,
+    service: str,
+    policy: pulumi.Input[str],
+    description: str,
+    tags: dict[str, str],
+) -> aws.iam.Role:
+    """An IAM role a service assumes, with one inline policy."""
+    role = aws.iam.Role(
+        f"{name}-role",
+        assume_role_policy=assume_role(service),
+        description=description,
+        tags=tags,
+        opts=_opts(parent),
+    )
+    aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=policy, opts=_opts(parent))
+    return role
+
+
 class AwsProvider:
     name = "aws"
     UNSUPPORTED: Mapping[Feature, str] = {
@@ -384,18 +404,13 @@ class AwsProvider:
             tags=tags,
             opts=_opts(parent),
         )
-        role = aws.iam.Role(
-            f"{name}-node-role",
-            assume_role_policy=assume_role("ec2.amazonaws.com"),
-            description=f"gpufleet {cfg.stack} GPU nodes",
-            tags=tags,
-            opts=_opts(parent),
-        )
-        aws.iam.RolePolicy(
-            f"{name}-node-policy",
-            role=role.id,
-            policy=storage.bucket_arn.apply(lambda arn: node_policy(arn, cfg.stack)),
-            opts=_opts(parent),
+        role = _role_with_policy(
+            parent,
+            f"{name}-node",
+            "ec2.amazonaws.com",
+            storage.bucket_arn.apply(lambda arn: node_policy(arn, cfg.stack)),
+            f"gpufleet {cfg.stack} GPU nodes",
+            tags,
         )
         profile = aws.iam.InstanceProfile(
             f"{name}-node-profile", role=role.name, tags=tags, opts=_opts(parent)
@@ -445,6 +460,14 @@ class AwsProvider:
                     )
                     for card in range(spec.efa_interfaces)
                 ],
+                # The instance's own metadata_options override these at launch; the template
+                # must not hand IMDSv1 to anyone who launches from it directly.
+                metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                    http_endpoint="enabled",
+                    http_tokens="required",
+                    http_put_response_hop_limit=2,
+                    instance_metadata_tags="enabled",
+                ),
                 tags=spec.tags,
                 opts=_opts(parent),
             )
@@ -517,18 +540,13 @@ class AwsProvider:
             tags=tags,
             opts=_opts(parent),
         )
-        role = aws.iam.Role(
-            f"{name}-reaper-role",
-            assume_role_policy=assume_role("lambda.amazonaws.com"),
-            description=f"gpufleet {cfg.stack} idle reaper: stop-only, this stack's tags only",
-            tags=tags,
-            opts=_opts(parent),
-        )
-        aws.iam.RolePolicy(
-            f"{name}-reaper-policy",
-            role=role.id,
-            policy=logs.arn.apply(lambda arn: reaper_policy(cfg.stack, arn)),
-            opts=_opts(parent),
+        role = _role_with_policy(
+            parent,
+            f"{name}-reaper",
+            "lambda.amazonaws.com",
+            logs.arn.apply(lambda arn: reaper_policy(cfg.stack, arn)),
+            f"gpufleet {cfg.stack} idle reaper: stop-only, this stack's tags only",
+            tags,
         )
         fn = aws.lambda_.Function(
             f"{name}-reaper",
