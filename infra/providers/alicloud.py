@@ -140,6 +140,42 @@ def assume_role(service: str) -> str:
     )
 
 
+def _role_with_policy(
+    parent: pulumi.Resource,
+    name: str,
+    role_name: str,
+    service: str,
+    document: pulumi.Input[str],
+    description: str,
+    tags: dict[str, str],
+) -> ali.ram.Role:
+    """A RAM role a service assumes, with one custom policy attached (RAM has no inline kind)."""
+    role = ali.ram.Role(
+        f"{name}-role",
+        role_name=role_name[:64],
+        assume_role_policy_document=assume_role(service),
+        description=description,
+        tags=tags,
+        opts=_opts(parent),
+    )
+    policy = ali.ram.Policy(
+        f"{name}-policy",
+        policy_name=role_name[:128],
+        policy_document=document,
+        description=description,
+        tags=tags,
+        opts=_opts(parent),
+    )
+    ali.ram.RolePolicyAttachment(
+        f"{name}-attach",
+        role_name=role.role_name,
+        policy_name=policy.policy_name,
+        policy_type="Custom",
+        opts=_opts(parent),
+    )
+    return role
+
+
 class AlicloudProvider:
     name = "alicloud"
     UNSUPPORTED: Mapping[Feature, str] = {
@@ -301,28 +337,14 @@ class AlicloudProvider:
             tags=tags,
             opts=_opts(parent),
         )
-        role = ali.ram.Role(
-            f"{name}-node-role",
-            role_name=f"gpufleet-{cfg.stack}-node"[:64],
-            assume_role_policy_document=assume_role("ecs.aliyuncs.com"),
-            description=f"gpufleet {cfg.stack} GPU nodes",
-            tags=tags,
-            opts=_opts(parent),
-        )
-        policy = ali.ram.Policy(
-            f"{name}-node-policy",
-            policy_name=f"gpufleet-{cfg.stack}-node"[:128],
-            policy_document=storage.bucket.apply(node_policy),
-            description="stack bucket objects and custom metrics only",
-            tags=tags,
-            opts=_opts(parent),
-        )
-        ali.ram.RolePolicyAttachment(
-            f"{name}-node-attach",
-            role_name=role.role_name,
-            policy_name=policy.policy_name,
-            policy_type="Custom",
-            opts=_opts(parent),
+        role = _role_with_policy(
+            parent,
+            f"{name}-node",
+            f"gpufleet-{cfg.stack}-node",
+            "ecs.aliyuncs.com",
+            storage.bucket.apply(node_policy),
+            f"gpufleet {cfg.stack} GPU nodes: stack bucket objects and custom metrics only",
+            tags,
         )
         return AccessParts(role.role_name, None, key.key_pair_name)
 
@@ -391,27 +413,14 @@ class AlicloudProvider:
         storage: StorageParts,
     ) -> GuardParts:
         tags = stack_tags(cfg)
-        role = ali.ram.Role(
-            f"{name}-reaper-role",
-            role_name=f"gpufleet-{cfg.stack}-reaper"[:64],
-            assume_role_policy_document=assume_role("fc.aliyuncs.com"),
-            description=f"gpufleet {cfg.stack} idle reaper: stop-only, this stack's tags only",
-            tags=tags,
-            opts=_opts(parent),
-        )
-        policy = ali.ram.Policy(
-            f"{name}-reaper-policy",
-            policy_name=f"gpufleet-{cfg.stack}-reaper"[:128],
-            policy_document=reaper_policy(cfg.stack),
-            tags=tags,
-            opts=_opts(parent),
-        )
-        ali.ram.RolePolicyAttachment(
-            f"{name}-reaper-attach",
-            role_name=role.role_name,
-            policy_name=policy.policy_name,
-            policy_type="Custom",
-            opts=_opts(parent),
+        role = _role_with_policy(
+            parent,
+            f"{name}-reaper",
+            f"gpufleet-{cfg.stack}-reaper",
+            "fc.aliyuncs.com",
+            reaper_policy(cfg.stack),
+            f"gpufleet {cfg.stack} idle reaper: stop-only, this stack's tags only",
+            tags,
         )
         fn_name = guard_logic.function_name(cfg.stack)
         fn = ali.fc.V3Function(
