@@ -16,7 +16,7 @@ from infra.reaper import tags as T
 
 # Where bootstrap, the watchdog and verify-gpu find what the stack knows about a node.
 NODE_INFO_PATH = "/etc/gpufleet/node.json"
-EFA_MIN_NODES = 2  # EFA only pays off when GPUs talk across nodes
+EFA_MIN_NODES = 2  # below this, EFA only on the multi-card types (see efa_interfaces)
 
 
 @dataclass(frozen=True)
@@ -94,8 +94,12 @@ def plan_scratch(cfg: StackConfig, itype: InstanceType) -> ScratchPlan:
 
 
 def efa_interfaces(cfg: StackConfig, itype: InstanceType) -> int:
-    """EFA interfaces to attach: all the type offers, on multi-node stacks only."""
-    if cfg.provider != "aws" or not itype.efa or cfg.nodes < EFA_MIN_NODES:
+    """EFA interfaces to attach: all the type offers, on multi-node stacks, and always on the
+    multi-card training types (p4d, p4de, p5.48xlarge): interfaces cannot be added to a running
+    instance, so a single node declared without them would have to be replaced to grow."""
+    if cfg.provider != "aws" or not itype.efa:
+        return 0
+    if cfg.nodes < EFA_MIN_NODES and itype.efa_interfaces <= 1:
         return 0
     return max(1, itype.efa_interfaces)
 

@@ -63,17 +63,22 @@ def test_alicloud_scratch_is_an_essd_at_the_configured_level():
     assert (plan.kind, plan.volume_class, plan.size_gb) == ("disk", "PL2", 600)
 
 
-def test_efa_only_on_multi_node_stacks_of_efa_types():
+def test_efa_on_clusters_and_on_multi_card_training_types():
     p5 = CAT.instance("aws", "p5.48xlarge")
-    assert efa_interfaces(cfg(tier="h100x8"), p5) == 0
+    assert efa_interfaces(cfg(tier="h100x8"), p5) == 32
     assert efa_interfaces(cfg(tier="h100x8", nodes=2), p5) == 32
+    g5 = CAT.instance("aws", "g5.12xlarge")
+    assert efa_interfaces(cfg(tier="a10x4"), g5) == 0
+    assert efa_interfaces(cfg(tier="a10x4", nodes=2), g5) == 1
     assert efa_interfaces(cfg(tier="a10x1", nodes=2), CAT.instance("aws", "g5.xlarge")) == 0
 
 
 def test_placement_group_for_clusters_on_aws_only():
     p4d = CAT.instance("aws", "p4d.24xlarge")
-    assert not needs_placement_group(cfg(), p4d)
-    assert needs_placement_group(cfg(nodes=2), p4d)
+    assert needs_placement_group(cfg(), p4d)  # EFA interfaces: ready to grow
+    g5 = CAT.instance("aws", "g5.xlarge")
+    assert not needs_placement_group(cfg(tier="a10x1"), g5)
+    assert needs_placement_group(cfg(tier="a10x1", nodes=2), g5)
     ali = parse_config(
         {"provider": "alicloud", "tier": "a100x8", "sshCidrs": CIDRS, "nodes": 2}, "s"
     )
