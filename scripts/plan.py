@@ -2,11 +2,17 @@
 """Offline plan: evaluate the real Pulumi program for one stack under Pulumi's mocks.
 
 No credentials, no network, no Pulumi CLI. Prints every resource with its key inputs, the
-stack outputs and the hourly cost; `--json` prints one JSON object instead. Invalid config:
-exit status 2, one line per problem on stderr and nothing else.
+stack outputs and the hourly cost; `--json` prints one JSON object instead. Then runs the
+guardrail policies (policy/, the same rules `pulumi preview --policy-pack policy/` runs) on the
+resources the mocks recorded and prints their violations as `pulumi preview` does.
+
+Exit status: 0 planned and no mandatory policy failed (advisories may be printed); 2 invalid
+stack or policy config (one line per problem on stderr, nothing else); 3 planned, but a
+mandatory policy failed (the plan is still printed, `pulumi up` would be refused).
 
     python scripts/plan.py --stack a100x4
     python scripts/plan.py --stack-file path/to/Pulumi.mystack.yaml --json
+    python scripts/plan.py --stack t4x1 --policy-config policy-config.json
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip insta
     sys.path.insert(0, str(ROOT))
 
 from infra.config import ConfigError, load_stack_file  # noqa: E402
+from policy.rules import PolicyConfigError  # noqa: E402
 
 STACKS = ROOT / "stacks"
+EXIT_INVALID = 2
 
 # What a person wants to see of each resource; anything else is in --json.
 KEY_INPUTS = (
@@ -87,10 +95,15 @@ def resolve_stack_file(args: argparse.Namespace) -> Path:
     return path
 
 
-def plan(path: Path) -> tuple[dict[str, Any], list[str]]:
-    """(the plan as a JSON-able dict, notes for people). Raises ConfigError on bad config."""
+def plan(
+    path: Path, policy_config: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """(the plan as a JSON-able dict, notes for people). Raises ConfigError on bad config.
+
+    `doc["policies"]` holds the guardrails' verdict (policy/offline.py `summary`)."""
     from infra.offline import PLACEHOLDER_SSH_KEY, evaluate
     from infra.program import OUTPUT_DOCS
+    from policy.offline import check_plan, summary
 
     notes = []
     cfg = load_stack_file(path)
@@ -109,6 +122,7 @@ def plan(path: Path) -> tuple[dict[str, Any], list[str]]:
         "output_docs": OUTPUT_DOCS,
         "cost": result.outputs["hourly_cost"],
         "notes": notes,
+        "policies": summary(check_plan(cfg, result, policy_config)),
     }
     notes.extend(result.outputs["hourly_cost"].get("warnings", []))
     return doc, notes
@@ -142,6 +156,17 @@ def print_human(doc: dict[str, Any], notes: list[str]) -> None:
     )
     for note in notes:
         console.print(f"[yellow]note:[/yellow] {note}")
+    print_policies(doc["policies"])
+
+
+def print_policies(section: dict[str, Any]) -> None:
+    """Plain text (not rich markup: messages contain [brackets]), like `pulumi preview`."""
+    from policy.offline import format_preview
+    from policy.rules import Violation
+
+    violations = [Violation(**v) for v in section["violations"]]
+    print()
+    print(format_preview(violations))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,19 +175,30 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--stack", help="a stack in stacks/ (Pulumi.<stack>.yaml)")
     which.add_argument("--stack-file", help="any Pulumi.<stack>.yaml file")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    parser.add_argument(
+        "--policy-config",
+        metavar="FILE",
+        help="policy pack config, as for `pulumi preview --policy-pack-config` (JSON)",
+    )
     args = parser.parse_args(argv)
+    from policy.offline import EXIT_MANDATORY, load_pack_config
+
     try:
-        doc, notes = plan(resolve_stack_file(args))
+        pack_config = load_pack_config(args.policy_config) if args.policy_config else None
+        doc, notes = plan(resolve_stack_file(args), pack_config)
     except ConfigError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
-        return 2
+        return EXIT_INVALID
+    except PolicyConfigError as exc:
+        print(f"--policy-config: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     if args.json:
         json.dump(doc, sys.stdout, indent=2, sort_keys=False, default=str)
         sys.stdout.write("\n")
     else:
         print_human(doc, notes)
-    return 0
+    return 0 if doc["policies"]["passed"] else EXIT_MANDATORY
 
 
 if __name__ == "__main__":
