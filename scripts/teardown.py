@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -49,8 +50,10 @@ def catalog_prices() -> PriceLookup | None:
         price = item.price
         if price is None:
             return item.gpus, None, "USD"
-        per_hour = getattr(price, "spot", None) if spot else None
-        return item.gpus, per_hour if per_hour is not None else price.on_demand, price.currency
+        band = price.spot if spot else None
+        # Spot prices move: the middle of the catalog's observed band is the estimate.
+        per_hour = (band[0] + band[1]) / 2 if band else price.on_demand
+        return item.gpus, per_hour, price.currency
 
     def safe(provider: str, instance_type: str, spot: bool) -> tuple[int, float | None, str] | None:
         try:
@@ -110,7 +113,16 @@ def render_text(report: Report) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    env: dict[str, Any] = {"GPUFLEET_REGION": args.region}
+    env: dict[str, Any] = {
+        "GPUFLEET_REGION": args.region,
+        # Retry tuning and the Alicloud account id come from the environment, as in the
+        # cloud function.
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if k.startswith("GPUFLEET_") and k != "GPUFLEET_REGION"
+        },
+    }
     if args.endpoint_url:
         env["GPUFLEET_ENDPOINT_URL"] = args.endpoint_url
     try:

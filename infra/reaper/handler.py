@@ -7,6 +7,7 @@ The function reads its settings from environment variables that the stack sets:
   GPUFLEET_REGION     region to scan (default: the function's own region)
   GPUFLEET_APPLY      "true" to stop; anything else is a dry run that only logs
   GPUFLEET_RETRY_MODE standard | adaptive (AWS, default standard)
+  GPUFLEET_MAX_ATTEMPTS         attempts per API call, retries included (default 6)
   GPUFLEET_ALICLOUD_ACCOUNT_ID  Alicloud account id (default: the FC context's)
   GPUFLEET_ENDPOINT_URL         an alternative API endpoint (tests)
 
@@ -46,6 +47,19 @@ def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < 1:
+        raise ConfigError(f"{name} must be at least 1, got {value}")
+    return value
+
+
 def make_cloud(
     provider: str,
     env: Mapping[str, str],
@@ -64,6 +78,7 @@ def make_cloud(
             region,
             endpoint_url=endpoint,
             retry_mode=env.get("GPUFLEET_RETRY_MODE", "standard"),
+            max_attempts=_int_env(env, "GPUFLEET_MAX_ATTEMPTS", 6),
         )
     if provider == "alicloud":
         from .alicloud import AlicloudCloud

@@ -1,0 +1,286 @@
+"""A managed fleet on a moto server: every case the reaper must tell apart, >= 2,000 instances.
+
+moto cannot launch an instance in the past, so the fleet ages its instances by writing
+``launch_time`` in the in-process moto backend (the server runs in this process). Metrics
+are put through the real CloudWatch API with timestamps relative to the same clock.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import boto3
+
+from infra.reaper import tags as T
+from infra.reaper.core import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
+from infra.reaper.policy import UTC, format_utc
+
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+AMI = "ami-12c6146b"  # one of moto's built-in AMIs
+
+
+def client(service: str, url: str) -> Any:
+    return boto3.client(
+        service,
+        endpoint_url=url,
+        region_name=REGION,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    """One kind of instance: how it looks and what the reaper must do with it."""
+
+    name: str
+    expect: str  # "stop" | "keep" | "absent" (never in the decisions)
+    age_min: float = 180  # minutes since launch
+    heartbeat_min: float | None = None  # minutes ago; None = no heartbeat datapoint
+    util: float | None = None  # the GPU utilization datapoint (at the heartbeat time)
+    tags: dict[str, str] = field(default_factory=dict)
+    spot: bool = False
+    stopped: bool = False
+    disable_api_stop: bool = False
+    managed: bool = True
+
+
+def cases(now: datetime) -> list[Case]:
+    lease = format_utc(now + timedelta(hours=2))
+    return [
+        Case("busy", "keep", heartbeat_min=1, util=93),
+        Case("idle-watchdog-alive", "keep", heartbeat_min=2, util=0),
+        Case("stale-heartbeat-idle", "stop", heartbeat_min=17, util=2),
+        Case("watchdog-gone-long-ago", "stop"),
+        Case("stale-heartbeat-but-gpu-busy", "keep", heartbeat_min=12, util=95),
+        Case("no-metrics-yet", "keep", age_min=10),
+        Case("lease-in-the-future", "keep", tags={T.KEEP_ALIVE_UNTIL: lease}),
+        Case("protected", "keep", tags={T.PROTECTED: "true"}),
+        Case(
+            "ttl-expired-while-busy",
+            "stop",
+            age_min=13 * 60,
+            heartbeat_min=1,
+            util=99,
+            tags={T.TTL_HOURS: "12"},
+        ),
+        Case(
+            "ttl-opted-out",
+            "keep",
+            age_min=30 * 60,
+            heartbeat_min=1,
+            util=99,
+            tags={T.TTL_HOURS: "off"},
+        ),
+        Case("spot-idle", "stop", spot=True, heartbeat_min=20, util=0),
+        Case("spot-busy", "keep", spot=True, heartbeat_min=1, util=70),
+        Case("already-stopped", "keep", stopped=True),
+        Case("untagged", "absent", managed=False),
+        Case("watchdog-off", "keep", tags={T.WATCHDOG: "off"}),
+    ]
+
+
+# Per stack: (tier, ttl, how many of each case). x8 tier: 12 h TTL, 15 idle minutes.
+STACKS = {"alpha": ("a100x8", "12", 80), "beta": ("t4x1", "24", 40), "gamma": ("h100x8", "12", 16)}
+HEADS_PER_STACK = 2  # a head and a worker that are both idle: the worker must stop first
+REFUSED = 3  # idle instances with DisableApiStop: AWS refuses to stop them
+
+
+@dataclass
+class Fleet:
+    url: str
+    now: datetime
+    expected: dict[str, str]  # instance id -> stop | keep | absent (stack "alpha" view)
+    stack_of: dict[str, str]
+    case_of: dict[str, str]
+    role_of: dict[str, str]
+    refused: set[str]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def expected_for(self, stack: str | None) -> dict[str, str]:
+        """What the reaper must decide when scanning ``stack`` (None: every stack)."""
+        out = {}
+        for iid, want in self.expected.items():
+            if want == "absent":
+                continue
+            if stack is not None and self.stack_of[iid] != stack:
+                continue
+            out[iid] = want
+        return out
+
+    def refused_in(self, stack: str) -> set[str]:
+        return {i for i in self.refused if self.stack_of[i] == stack}
+
+    def stop_ids(self, stack: str | None) -> set[str]:
+        return {i for i, w in self.expected_for(stack).items() if w == "stop"}
+
+
+def speed_up_moto_tags() -> Callable[[], None]:
+    """Make moto's per-resource tag lookup O(1) instead of a scan of every tag in the region.
+
+    moto answers ``get_tags`` for one instance by filtering all tags with regexes, which makes
+    describing N instances O(N^2) (about 25 s for 2,000 here). The replacement returns the
+    same records from the same store. Returns the undo.
+    """
+    from moto.ec2.models.core import TaggedEC2Resource
+    from moto.ec2.utils import EC2_PREFIX_TO_RESOURCE, get_prefix
+
+    original = TaggedEC2Resource.get_tags
+
+    def get_tags(self: Any) -> list[dict[str, str]]:
+        if not self.id:
+            return []
+        kind = EC2_PREFIX_TO_RESOURCE.get(get_prefix(self.id), "")
+        return [
+            {"resource_id": self.id, "key": k, "value": v, "resource_type": kind}
+            for k, v in self.ec2_backend.tags.get(self.id, {}).items()
+        ]
+
+    TaggedEC2Resource.get_tags = get_tags  # type: ignore[method-assign]
+
+    def undo() -> None:
+        TaggedEC2Resource.get_tags = original  # type: ignore[method-assign]
+
+    return undo
+
+
+def states() -> dict[str, str]:
+    """Every instance's state, read from the in-process backend (no API call to count)."""
+    return {i.id: i.state for r in _ec2_backend().all_reservations() for i in r.instances}
+
+
+def _ec2_backend() -> Any:
+    from moto.backends import get_backend
+
+    return get_backend("ec2")[ACCOUNT][REGION]
+
+
+def age(instance_ids: list[str], minutes: float, now: datetime) -> None:
+    backend = _ec2_backend()
+    launched = (now - timedelta(minutes=minutes)).astimezone(UTC).replace(tzinfo=None)
+    for iid in instance_ids:
+        backend.get_instance(iid).launch_time = launched
+
+
+def _run(ec2: Any, count: int, tags: dict[str, str], case: Case) -> list[str]:
+    ids: list[str] = []
+    while count > 0:
+        n = min(count, 500)
+        kwargs: dict[str, Any] = {
+            "ImageId": AMI,
+            "InstanceType": "p4d.24xlarge",
+            "MinCount": n,
+            "MaxCount": n,
+            "TagSpecifications": [
+                {
+                    "ResourceType": "instance",
+                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+                }
+            ]
+            if tags
+            else [],
+        }
+        if case.spot:
+            kwargs["InstanceMarketOptions"] = {
+                "MarketType": "spot",
+                "SpotOptions": {
+                    "SpotInstanceType": "persistent",
+                    "InstanceInterruptionBehavior": "stop",
+                },
+            }
+        if case.disable_api_stop:
+            kwargs["DisableApiStop"] = True
+        response = ec2.run_instances(**kwargs)
+        ids += [i["InstanceId"] for i in response["Instances"]]
+        count -= n
+    return ids
+
+
+def _metric_data(iid: str, case: Case, now: datetime) -> Iterator[dict[str, Any]]:
+    if case.heartbeat_min is None:
+        return
+    at = now - timedelta(minutes=case.heartbeat_min)
+    dims = [{"Name": DIMENSION, "Value": iid}]
+    yield {
+        "MetricName": METRIC_HEARTBEAT,
+        "Dimensions": dims,
+        "Timestamp": at,
+        "Value": float(int(at.timestamp())),
+    }
+    if case.util is not None:
+        yield {
+            "MetricName": METRIC_GPU_UTIL,
+            "Dimensions": dims,
+            "Timestamp": at,
+            "Value": case.util,
+            "Unit": "Percent",
+        }
+
+
+def build_fleet(url: str, *, scale: int = 1) -> Fleet:
+    """Launch the fleet on a fresh moto state; ``scale`` multiplies every case count."""
+    import urllib.request
+
+    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST")).read()
+    ec2 = client("ec2", url)
+    cw = client("cloudwatch", url)
+    now = datetime.now(UTC)
+    expected: dict[str, str] = {}
+    stack_of: dict[str, str] = {}
+    case_of: dict[str, str] = {}
+    role_of: dict[str, str] = {}
+    refused: set[str] = set()
+    data: list[dict[str, Any]] = []
+    to_stop_now: list[str] = []
+    for stack, (tier, ttl, per_case) in STACKS.items():
+        base = {T.MANAGED_BY: T.MANAGED_BY_VALUE, T.STACK: stack, T.TIER: tier, T.TTL_HOURS: ttl}
+        base[T.ROLE] = "worker"
+        specials = [
+            Case("idle-head", "stop", heartbeat_min=40, util=0, tags={T.ROLE: "head"}),
+            Case("idle-worker", "stop", heartbeat_min=40, util=0),
+            Case("refuses-stop", "stop", heartbeat_min=40, util=0, disable_api_stop=True),
+        ]
+        counts = [(c, per_case * scale) for c in cases(now)]
+        counts += [(specials[0], 1), (specials[1], 1), (specials[2], REFUSED)]
+        for case, count in counts:
+            tags = {**base, **case.tags} if case.managed else {"Name": f"{stack}-hand-made"}
+            ids = _run(ec2, count, tags, case)
+            age(ids, case.age_min, now)
+            for iid in ids:
+                expected[iid] = case.expect
+                stack_of[iid] = stack if case.managed else ""
+                case_of[iid] = case.name
+                role_of[iid] = tags.get(T.ROLE, "")
+                data.extend(_metric_data(iid, case, now))
+                if case.disable_api_stop:
+                    refused.add(iid)
+            if case.stopped:
+                to_stop_now += ids
+    for start in range(0, len(to_stop_now), 500):
+        ec2.stop_instances(InstanceIds=to_stop_now[start : start + 500])
+    random.Random(7).shuffle(data)  # metrics arrive in no particular order
+    for start in range(0, len(data), 1000):
+        cw.put_metric_data(Namespace=NAMESPACE, MetricData=data[start : start + 1000])
+    return Fleet(url, now, expected, stack_of, case_of, role_of, refused)
+
+
+def restart(fleet: Fleet, instance_ids: list[str]) -> None:
+    """Undo a test's stops: start them again, with their old launch times."""
+    if not instance_ids:
+        return
+    ec2 = client("ec2", fleet.url)
+    for start in range(0, len(instance_ids), 500):
+        ec2.start_instances(InstanceIds=instance_ids[start : start + 500])
+    by_case: dict[str, list[str]] = {}
+    for iid in instance_ids:
+        by_case.setdefault(fleet.case_of[iid], []).append(iid)
+    ages = {c.name: c.age_min for c in cases(fleet.now)}
+    ages.update({"idle-head": 180, "idle-worker": 180, "refuses-stop": 180})
+    for name, ids in by_case.items():
+        age(ids, ages[name], fleet.now)
