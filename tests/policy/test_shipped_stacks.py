@@ -1,0 +1,47 @@
+"""Every policy against every stack in stacks/ (a new stack file is picked up with no change)."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.reaper import tags as T
+from policy import rules as R
+from tests.policy.conftest import Planned
+
+
+@pytest.mark.parametrize("rule", R.RULES, ids=lambda r: r.name)
+def test_shipped_stack_passes_every_mandatory_policy(shipped: Planned, rule: R.Rule) -> None:
+    found = R.evaluate(
+        shipped.resources,
+        stack_config={"maxHourlyCost": shipped.cfg.max_hourly_cost},
+        rules=[rule],
+    )
+    assert [v.message for v in found if v.level == R.MANDATORY] == []
+
+
+def test_spot_advice_appears_exactly_on_on_demand_dev_boxes(shipped: Planned) -> None:
+    cfg = shipped.cfg
+    dev = cfg.tier in R.DEV_TIERS or cfg.tags.get("purpose") == "dev"
+    expected = (
+        {f"{cfg.stack}-{i}" for i in range(cfg.nodes)} if dev and cfg.billing != "spot" else set()
+    )
+    advised = {
+        v.resource_name for v in R.evaluate(shipped.resources) if v.policy == "dev-stacks-use-spot"
+    }
+    assert advised == expected
+
+
+def test_the_policies_had_something_to_judge_on_every_stack(shipped: Planned) -> None:
+    """Guards against a vacuous pass: the stack's nodes, buckets and SSH rules are all there,
+    and every bucket is linked to its public access block and TLS policy."""
+    res = shipped.resources
+    nodes = [r for r in res if R.is_gpu_instance(r, R.catalog_gpu_types)]
+    assert len(nodes) == shipped.cfg.nodes
+    assert all(n.tags[T.STACK] == shipped.cfg.stack for n in nodes)
+    buckets = [r for r in res if r.type in R.BUCKET_KINDS]
+    assert len(buckets) == 1
+    kind = R.BUCKET_KINDS[buckets[0].type]
+    for attached_type in (kind.block_type, kind.policy_type):
+        assert [r for r in res if r.type == attached_type and R.refers_to(r, "bucket", buckets[0])]
+    ssh_rules = [r for r in res if r.type in (R.AWS_SG_INGRESS, R.ALI_SG_RULE)]
+    assert len(ssh_rules) >= len(shipped.cfg.ssh_cidrs) + 1  # + the rule between the nodes
