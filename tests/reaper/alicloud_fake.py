@@ -1,0 +1,206 @@
+"""A protocol fake of the Alicloud ECS and CloudMonitor RPC actions the reaper uses.
+
+No Alicloud emulator exists, so this speaks just enough of the real wire format for the
+official SDKs: POST, action in the ``x-acs-action`` header, parameters in the query string,
+JSON bodies shaped like the documented responses. It is a protocol fake, not an emulator:
+it checks what we send and answers like the docs say, nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+
+@dataclass
+class FakeInstance:
+    instance_id: str
+    tags: dict[str, str]
+    start_time: str  # "2026-03-01T08:00Z", Alicloud's format
+    status: str = "Running"
+    instance_type: str = "ecs.gn7i-c8g1.2xlarge"
+    spot_strategy: str = "NoSpot"
+    charge_type: str = "PostPaid"
+    refuses_stop: bool = False
+
+
+@dataclass
+class FakeAlicloud:
+    instances: list[FakeInstance] = field(default_factory=list)
+    # (metric, instance id) -> [(unix ms, value)]
+    datapoints: dict[tuple[str, str], list[tuple[int, float]]] = field(default_factory=dict)
+    throttle_rate: float = 0.0
+    seed: int = 3
+    calls: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    # ------------------------------------------------------------------ actions
+
+    def describe_instances(self, q: dict[str, str]) -> dict[str, Any]:
+        wanted: dict[str, str] = {}
+        n = 1
+        while f"Tag.{n}.Key" in q:
+            wanted[q[f"Tag.{n}.Key"]] = q.get(f"Tag.{n}.Value", "")
+            n += 1
+        if q.get("RegionId") != "cn-beijing":
+            return {"__status__": 400, "Code": "InvalidRegionId.NotFound", "Message": "region"}
+        match = [i for i in self.instances if all(i.tags.get(k) == v for k, v in wanted.items())]
+        size = int(q.get("MaxResults", "10"))
+        offset = int(q.get("NextToken") or 0)
+        page = match[offset : offset + size]
+        token = str(offset + size) if offset + size < len(match) else ""
+        return {
+            "RequestId": "fake",
+            "NextToken": token,
+            "Instances": {
+                "Instance": [
+                    {
+                        "InstanceId": i.instance_id,
+                        "Status": i.status,
+                        "InstanceType": i.instance_type,
+                        "StartTime": i.start_time,
+                        "CreationTime": i.start_time,
+                        "SpotStrategy": i.spot_strategy,
+                        "InstanceChargeType": i.charge_type,
+                        "Tags": {"Tag": [{"TagKey": k, "TagValue": v} for k, v in i.tags.items()]},
+                    }
+                    for i in page
+                ]
+            },
+        }
+
+    def stop_instances(self, q: dict[str, str]) -> dict[str, Any]:
+        if q.get("StoppedMode") != "StopCharging":
+            return {"__status__": 400, "Code": "Fake.WrongMode", "Message": "want StopCharging"}
+        ids = [q[k] for k in sorted(q, key=_index) if k.startswith("InstanceId.")]
+        if not 1 <= len(ids) <= 100:
+            return {"__status__": 400, "Code": "InvalidParameter", "Message": "1..100 ids"}
+        by_id = {i.instance_id: i for i in self.instances}
+        rows = []
+        for iid in ids:
+            inst = by_id.get(iid)
+            if inst is None:
+                rows.append({"InstanceId": iid, "Code": "InvalidInstanceId.NotFound"})
+            elif inst.refuses_stop:
+                rows.append(
+                    {"InstanceId": iid, "Code": "IncorrectInstanceStatus", "Message": "locked"}
+                )
+            else:
+                previous = inst.status
+                inst.status = "Stopped"
+                rows.append(
+                    {
+                        "InstanceId": iid,
+                        "Code": "200",
+                        "Message": "success",
+                        "PreviousStatus": previous,
+                        "CurrentStatus": "Stopping",
+                    }
+                )
+        return {"RequestId": "fake", "InstanceResponses": {"InstanceResponse": rows}}
+
+    def describe_metric_list(self, q: dict[str, str]) -> dict[str, Any]:
+        if not q.get("Namespace", "").startswith("acs_customMetric_"):
+            return {"__status__": 400, "Code": "Fake.Namespace", "Message": q.get("Namespace")}
+        dims = json.loads(q.get("Dimensions") or "[]")
+        if len(dims) > 50:
+            return {"__status__": 400, "Code": "InvalidParameter", "Message": "max 50 dims"}
+        start, end = int(q["StartTime"]), int(q["EndTime"])
+        points = []
+        for dim in dims:
+            iid = dim["instanceId"]
+            for ts, value in self.datapoints.get((q["MetricName"], iid), []):
+                if start < ts <= end:  # left-open, right-closed, as documented
+                    points.append(
+                        {
+                            "timestamp": ts,
+                            "instanceId": iid,
+                            "Maximum": value,
+                            "Minimum": value,
+                            "Average": value,
+                        }
+                    )
+        size = int(q.get("Length", "1000"))
+        offset = int(q.get("NextToken") or 0)
+        page = points[offset : offset + size]
+        token = str(offset + size) if offset + size < len(points) else None
+        out: dict[str, Any] = {
+            "RequestId": "fake",
+            "Code": "200",
+            "Success": True,
+            "Period": q.get("Period", "60"),
+            "Datapoints": json.dumps(page),
+        }
+        if token:
+            out["NextToken"] = token
+        return out
+
+    # ------------------------------------------------------------------ server
+
+    def handle(self, action: str, q: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        with self.lock:
+            self.calls.append((action, q))
+            if self.throttle_rate and self.rng.random() < self.throttle_rate:
+                if self.rng.random() < 0.5:
+                    return 400, {"Code": "Throttling.User", "Message": "Request was denied"}
+                return 503, {"Code": "ServiceUnavailable", "Message": "try later"}
+            fn = {
+                "DescribeInstances": self.describe_instances,
+                "StopInstances": self.stop_instances,
+                "DescribeMetricList": self.describe_metric_list,
+            }.get(action)
+            if fn is None:
+                return 400, {"Code": "InvalidAction.NotFound", "Message": action}
+            body = fn(q)
+            return int(body.pop("__status__", 200)), body
+
+    @contextmanager
+    def running(self) -> Iterator[str]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                if "Authorization" not in self.headers:
+                    status, body = 400, {"Code": "MissingAuthorization", "Message": "unsigned"}
+                else:
+                    query = {k: v[-1] for k, v in parse_qs(urlparse(self.path).query).items()}
+                    status, body = fake.handle(self.headers.get("x-acs-action", ""), query)
+                body.setdefault("RequestId", "fake")
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json;charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_port}"
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+def _index(key: str) -> int:
+    try:
+        return int(key.split(".")[1])
+    except (IndexError, ValueError):
+        return 0

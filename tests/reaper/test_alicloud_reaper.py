@@ -1,0 +1,252 @@
+"""The reaper with the official Alicloud SDKs against a local protocol fake (see alicloud_fake)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+import pytest
+
+from infra.reaper import tags as T
+from infra.reaper.alicloud import AlicloudCloud
+from infra.reaper.core import Report, reap
+from infra.reaper.handler import build_function_zip, fc_handler
+from infra.reaper.policy import UTC
+from scripts import teardown
+from tests.reaper.alicloud_fake import FakeAlicloud, FakeInstance
+
+pytestmark = pytest.mark.integration
+
+REGION = "cn-beijing"
+ACCOUNT = "1234567890"
+PER_CASE = 12  # x 14 cases: 168 instances, so scans page (100) and metric calls batch (50)
+
+
+def ali_time(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ")
+
+
+def build(now: datetime) -> tuple[FakeAlicloud, dict[str, str]]:
+    fake = FakeAlicloud()
+    expected: dict[str, str] = {}
+    lease = (now + timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    base = {T.MANAGED_BY: T.MANAGED_BY_VALUE, T.STACK: "ali", T.TIER: "a10x1"}
+    # name: (expect, age min, heartbeat min ago, util, extra tags, fake instance overrides)
+    cases: dict[str, tuple[str, float, float | None, float | None, dict[str, str], dict]] = {
+        "busy": ("keep", 180, 1, 90, {}, {}),
+        "idle-alive": ("keep", 180, 2, 0, {}, {}),
+        "stale-idle": ("stop", 180, 20, 1, {}, {}),
+        "gone": ("stop", 180, None, None, {}, {}),
+        "booting": ("keep", 10, None, None, {}, {}),
+        "lease": ("keep", 180, None, None, {T.KEEP_ALIVE_UNTIL: lease}, {}),
+        "protected": ("keep", 180, None, None, {T.PROTECTED: "true"}, {}),
+        "ttl": ("stop", 25 * 60, 1, 100, {}, {}),
+        "spot-idle": ("stop", 180, None, None, {}, {"spot_strategy": "SpotAsPriceGo"}),
+        "stopped": ("keep", 180, None, None, {}, {"status": "Stopped"}),
+        "prepaid-idle": ("keep", 180, None, None, {}, {"charge_type": "PrePaid"}),
+        "refuses": ("stop", 180, None, None, {}, {"refuses_stop": True}),
+        "other-stack": ("absent", 180, None, None, {T.STACK: "other"}, {}),
+        "untagged": ("absent", 180, None, None, {"__untagged__": "1"}, {}),
+    }
+    n = 0
+    for name, (expect, age, beat, util, extra, overrides) in cases.items():
+        for _ in range(PER_CASE):
+            n += 1
+            iid = f"i-{name}-{n:04d}"
+            tags = {"Name": name} if "__untagged__" in extra else {**base, **extra}
+            fake.instances.append(
+                FakeInstance(iid, tags, ali_time(now - timedelta(minutes=age)), **overrides)
+            )
+            expected[iid] = expect
+            if beat is not None:
+                at = now - timedelta(minutes=beat)
+                ms = int(at.timestamp() * 1000)
+                fake.datapoints[("Heartbeat", iid)] = [(ms, float(int(at.timestamp())))]
+                if util is not None:
+                    fake.datapoints[("GPUUtilization", iid)] = [(ms, util)]
+    return fake, expected
+
+
+def cloud(url: str, **kw: object) -> AlicloudCloud:
+    return AlicloudCloud(
+        REGION,
+        endpoint=url,
+        access_key_id="fake-id",
+        access_key_secret="fake-secret",
+        account_id=ACCOUNT,
+        sleep=lambda _s: None,  # the retry backoff is not what these tests measure
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def check(report: Report, expected: dict[str, str]) -> None:
+    want = {i: a for i, a in expected.items() if a != "absent"}
+    got = {d.instance_id: d.action for d in report.decisions}
+    wrong = [
+        (d.instance_id, d.action, d.reason)
+        for d in report.decisions
+        if d.action != want[d.instance_id]
+    ]
+    assert not wrong
+    assert got == want
+
+
+def test_sdk_scan_pages_by_next_token_and_filters_by_tags_server_side() -> None:
+    now = datetime.now(UTC)
+    fake, expected = build(now)
+    with fake.running() as url:
+        found = cloud(url).scan("ali")
+    assert {i.instance_id for i in found} == {i for i, a in expected.items() if a != "absent"}
+    scans = [q for action, q in fake.calls if action == "DescribeInstances"]
+    assert len(scans) == 2  # 144 matching instances, 100 per page
+    assert scans[0]["Tag.1.Key"] == "managed-by"
+    assert scans[0]["Tag.2.Value"] == "ali"
+    assert "NextToken" in scans[1]
+
+
+def test_dry_run_decides_exactly_and_stops_nothing() -> None:
+    now = datetime.now(UTC)
+    fake, expected = build(now)
+    with fake.running() as url:
+        report = reap(cloud(url), stack="ali", apply=False)
+    check(report, expected)
+    assert not [a for a, _ in fake.calls if a == "StopInstances"]
+    metric_calls = [q for a, q in fake.calls if a == "DescribeMetricList"]
+    assert all(len(json.loads(q["Dimensions"])) <= 50 for q in metric_calls)
+    assert all(q["Namespace"] == f"acs_customMetric_{ACCOUNT}" for q in metric_calls)
+
+
+def test_apply_stops_with_stop_charging_and_reports_refusals() -> None:
+    now = datetime.now(UTC)
+    fake, expected = build(now)
+    with fake.running() as url:
+        report = reap(cloud(url), stack="ali", apply=True)
+    check(report, expected)
+    stops = [q for a, q in fake.calls if a == "StopInstances"]
+    assert stops
+    assert all(q["StoppedMode"] == "StopCharging" for q in stops)
+    stopped = {i.instance_id for i in fake.instances if i.status == "Stopped"}
+    want = {i for i, a in expected.items() if a == "stop" and "refuses" not in i}
+    already = {i for i in expected if "-stopped-" in i}
+    assert stopped - already == want
+    failed = {d.instance_id for d in report.decisions if d.result.startswith("failed")}
+    assert failed == {i for i in expected if "refuses" in i}
+    assert report.exit_code == 1
+
+
+def test_prepaid_instances_are_kept_because_stopping_saves_nothing() -> None:
+    now = datetime.now(UTC)
+    fake, _ = build(now)
+    with fake.running() as url:
+        report = reap(cloud(url), stack="ali")
+    reasons = {d.reason for d in report.decisions if "prepaid" in d.instance_id}
+    assert reasons == {"subscription (prepaid) billing: stopping would save nothing"}
+
+
+def test_throttling_and_5xx_are_retried_to_the_same_decisions() -> None:
+    now = datetime.now(UTC)
+    fake, expected = build(now)
+    fake.throttle_rate = 0.3
+    with fake.running() as url:
+        report = reap(cloud(url, max_attempts=10), stack="ali", apply=True)
+    check(report, expected)
+    stopped = {i.instance_id for i in fake.instances if i.status == "Stopped"}
+    assert all(expected[i] == "stop" or "-stopped-" in i for i in stopped)
+
+
+def test_missing_account_id_makes_metrics_unreadable_so_nothing_idle_is_stopped() -> None:
+    now = datetime.now(UTC)
+    fake, expected = build(now)
+    with fake.running() as url:
+        c = cloud(url)
+        c.account_id = None
+        report = reap(c, stack="ali", apply=False)
+    stops = {d.instance_id for d in report.decisions if d.action == "stop"}
+    # Only the TTL (which needs no metrics) still stops.
+    assert stops == {i for i in expected if "-ttl-" in i}
+
+
+def test_teardown_cli_speaks_alicloud(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = datetime.now(UTC)
+    fake, expected = build(now)
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "fake-id")
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "fake-secret")
+    monkeypatch.setenv("GPUFLEET_ALICLOUD_ACCOUNT_ID", ACCOUNT)
+    with fake.running() as url:
+        code = teardown.main(
+            [
+                *("--provider", "alicloud", "--region", REGION, "--stack", "ali"),
+                "--json",
+                "--endpoint-url",
+                url,
+            ]
+        )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    got = {d["instance_id"]: d["action"] for d in out["decisions"]}
+    assert got == {i: a for i, a in expected.items() if a != "absent"}
+
+
+def test_teardown_cli_without_alicloud_credentials_exits_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = teardown.main(["--provider", "alicloud", "--region", REGION])
+    assert code == 2
+    assert "ALIBABA_CLOUD_ACCESS_KEY_ID" in capsys.readouterr().err
+
+
+class _Creds:
+    access_key_id = "fake-id"
+    access_key_secret = "fake-secret"
+    security_token = "fake-token"
+
+
+class _Context:
+    credentials = _Creds()
+    region = REGION
+    account_id = ACCOUNT
+
+
+def test_function_compute_handler_reaps_its_stack_with_the_context_credentials(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = datetime.now(UTC)
+    fake, expected = build(now)
+    with fake.running() as url:
+        monkeypatch.setenv("GPUFLEET_STACK", "ali")
+        monkeypatch.setenv("GPUFLEET_APPLY", "false")
+        monkeypatch.setenv("GPUFLEET_ENDPOINT_URL", url)
+        out = json.loads(fc_handler(b"{}", _Context()))
+    assert out["apply"] is False
+    assert {s["instance_id"] for s in out["stops"]} == {
+        i for i, a in expected.items() if a == "stop"
+    }
+
+
+def test_function_zip_is_deterministic_and_importable(tmp_path: object) -> None:
+    import sys
+    import zipfile
+    from io import BytesIO
+    from pathlib import Path
+
+    first, second = build_function_zip(), build_function_zip()
+    assert first == second
+    names = zipfile.ZipFile(BytesIO(first)).namelist()
+    assert "handler.py" in names
+    assert "gpufleet_reaper/policy.py" in names
+    assert all(n == "handler.py" or n.startswith("gpufleet_reaper/") for n in names)
+    target = Path(str(tmp_path))
+    zipfile.ZipFile(BytesIO(first)).extractall(target)
+    sys.path.insert(0, str(target))
+    try:
+        import handler as entry  # type: ignore[import-not-found]
+
+        assert callable(entry.handler)
+        assert callable(entry.fc_handler)
+        assert entry.handler.__module__ == "gpufleet_reaper.handler"
+    finally:
+        sys.path.remove(str(target))
+        for mod in [m for m in sys.modules if m == "handler" or m.startswith("gpufleet_reaper")]:
+            del sys.modules[mod]
