@@ -241,7 +241,7 @@ def test_function_zip_is_deterministic_and_importable(tmp_path: object) -> None:
     zipfile.ZipFile(BytesIO(first)).extractall(target)
     sys.path.insert(0, str(target))
     try:
-        import handler as entry  # type: ignore[import-not-found]
+        import handler as entry
 
         assert callable(entry.handler)
         assert callable(entry.fc_handler)
