@@ -14,12 +14,15 @@ a pass) and NOT-RUN (not applicable, or not asked for: ``--quick``, ``--cpu``). 
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import io
 import json as jsonlib
 import math
 import os
 import shlex
 import statistics
+import tarfile
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -381,11 +384,27 @@ def _cpu_checks(m: Mapping[str, Any], exp: Expected) -> list[Check]:
             "bandwidth and MFU are not measured",
         )
     ]
+    torch_info = m.get("torch") or {}
+    if torch_info.get("error") or not torch_info.get("torch"):
+        checks.append(
+            Check(
+                "software",
+                FAIL,
+                "no usable torch",
+                "torch in the node's Python",
+                detail=f"{torch_info.get('error') or 'torch not found'}: run fab install-pytorch "
+                "or pass --python",
+            )
+        )
+    else:
+        checks.append(Check("software", PASS, f"torch {torch_info['torch']}", "torch"))
     run = m.get("torchrun") or {}
     if exp.quick:
         checks.append(Check("train", NOT_RUN, "--quick", detail="training step skipped"))
         return checks
     checks += _run_checks(run, exp, "", gpu=None)
+    # Scratch and the bucket do not need a GPU: a CPU run judges them like a GPU run.
+    checks += _scratch_checks(m, exp, exp.thresholds)
     return checks
 
 
@@ -1418,14 +1437,38 @@ def node_command(
     return " ".join(shlex.quote(a) for a in [*prefix, *args])
 
 
+def remote_bundle() -> str:
+    """The node-side files as base64 of a gzipped tar, small enough for one command line."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name in REMOTE_FILES:
+            data = (REMOTE_DIR / name).read_bytes()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def ship_command(bundle: str) -> str:
+    """One round trip: a fresh temp dir on the node with the files unpacked, its path printed.
+
+    Sent inside the command rather than over SFTP, which hardened images sometimes disable;
+    Linux caps one argument at 128 KiB, the bundle is a fraction of that."""
+    if len(bundle) > 100_000:
+        raise ValueError(f"node bundle too large for one command line ({len(bundle)} bytes)")
+    return (
+        "d=$(mktemp -d /tmp/gpufleet-verify.XXXXXX) && "
+        f'printf %s {bundle} | base64 -d | tar -xzf - -C "$d" && echo "$d"'
+    )
+
+
 def _ship(conn: Connection) -> str:
     """Copy the node-side files into a fresh temp dir on the node; returns its path."""
-    made = sh(conn, "mktemp -d /tmp/gpufleet-verify.XXXXXX", timeout=30)
+    made = sh(conn, ship_command(remote_bundle()), timeout=60)
     remote = str(made.stdout).strip()
     if not made.ok or not remote.startswith("/tmp/gpufleet-verify."):
-        raise StepFailed(f"could not create a temp dir on the node: {made.stderr.strip()}")
-    for name in REMOTE_FILES:
-        conn.put(str(REMOTE_DIR / name), remote=f"{remote}/{name}")
+        why = (str(made.stderr) or str(made.stdout)).strip()[-300:]
+        raise StepFailed(f"could not copy the verify files to the node (needs base64, tar): {why}")
     return remote
 
 

@@ -363,6 +363,16 @@ def cpu_report(losses: list[float]) -> dict[str, Any]:
         "schema": v.NODE_SCHEMA,
         "mode": "cpu",
         "host": {"hostname": "laptop"},
+        "torch": {"torch": "2.13.0+cpu", "torch_cuda": None, "device_count": 0, "error": None},
+        "scratch": {
+            "path": "/scratch",
+            "bytes": 16 << 20,
+            "direct": True,
+            "error": None,
+            "is_mount": True,
+            "read_gbs": 1.1,
+            "write_gbs": 0.9,
+        },
         "torchrun": {
             "nproc": 2,
             "nnodes": 1,
@@ -390,6 +400,7 @@ def test_a_cpu_run_is_never_a_pass_for_a_gpu_tier() -> None:
     assert "NOT verified" in verdict.check("gpu").detail
     assert verdict.check("train").status == v.PASS
     assert verdict.check("mfu").status == v.NOT_RUN  # tokens/s reported, not judged on CPU
+    assert verdict.check("software").measured == "torch 2.13.0+cpu"
     assert v.overall([verdict]) == v.CPU_ONLY
     flat = v.judge(cpu_report([4.9] * 40), expected(cpu=True))
     assert flat.status == v.FAIL and v.overall([verdict, flat]) == v.FAIL
