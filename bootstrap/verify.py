@@ -1254,6 +1254,7 @@ def _storage_checks(m: Mapping[str, Any], exp: Expected) -> list[Check]:
     if st is None:
         return []
     status = st.get("status")
+    bucket = st.get("bucket") or exp.bucket
     if status == "ok":
         timing = ", ".join(
             f"{k[:-2]} {st[k] * 1000:.0f} ms" for k in ("put_s", "get_s", "delete_s") if k in st
@@ -1263,19 +1264,19 @@ def _storage_checks(m: Mapping[str, Any], exp: Expected) -> list[Check]:
                 "storage",
                 PASS,
                 f"put/get/delete ok ({st.get('tool')})",
-                f"s3/oss {st.get('bucket')}",
+                f"put/get/delete in {bucket}",
                 detail=timing,
             )
         ]
     if status == "skip":
-        if not exp.bucket and not st.get("bucket"):
+        if not bucket:
             return [Check("storage", NOT_RUN, "no bucket", "-", detail=str(st.get("reason", "")))]
         return [
             Check(
                 "storage",
                 SKIP,
                 "not probed",
-                f"put/get/delete in {st.get('bucket')}",
+                f"put/get/delete in {bucket}",
                 detail=str(st.get("reason", "")),
             )
         ]
@@ -1284,7 +1285,7 @@ def _storage_checks(m: Mapping[str, Any], exp: Expected) -> list[Check]:
             "storage",
             FAIL,
             "error",
-            f"put/get/delete in {st.get('bucket')}",
+            f"put/get/delete in {bucket}",
             detail=str(st.get("reason", ""))[:300],
         )
     ]

@@ -370,8 +370,8 @@ def cpu_report(losses: list[float]) -> dict[str, Any]:
             "direct": True,
             "error": None,
             "is_mount": True,
-            "read_gbs": 1.1,
-            "write_gbs": 0.9,
+            "read_gbs": 13.1,
+            "write_gbs": 6.9,
         },
         "torchrun": {
             "nproc": 2,
@@ -388,7 +388,11 @@ def cpu_report(losses: list[float]) -> dict[str, Any]:
                 "flops_per_token": 748032,
             },
         },
-        "storage": {"status": "skip", "reason": "the stack has no bucket"},
+        "storage": {
+            "status": "skip",
+            "bucket": "gpufleet-a100x8-ab12cd",
+            "reason": "neither boto3 nor the aws CLI is on the node",
+        },
     }
 
 
@@ -401,6 +405,8 @@ def test_a_cpu_run_is_never_a_pass_for_a_gpu_tier() -> None:
     assert verdict.check("train").status == v.PASS
     assert verdict.check("mfu").status == v.NOT_RUN  # tokens/s reported, not judged on CPU
     assert verdict.check("software").measured == "torch 2.13.0+cpu"
+    storage = verdict.check("storage")
+    assert storage.status == v.SKIP and "aws CLI" in storage.detail  # SKIP is never a PASS
     assert v.overall([verdict]) == v.CPU_ONLY
     flat = v.judge(cpu_report([4.9] * 40), expected(cpu=True))
     assert flat.status == v.FAIL and v.overall([verdict, flat]) == v.FAIL
