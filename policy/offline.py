@@ -31,7 +31,7 @@ def resources_from_plan(result: PlanResult, cfg: StackConfig) -> list[R.Resource
         rid, state = replay.new_resource(
             pulumi.runtime.MockResourceArgs(rec.type, rec.name, dict(rec.inputs))
         )
-        ids = identifiers(state) | {rid}
+        ids = identifiers(rec.type, state) | {rid}
         out.append(R.Resource(rec.type, rec.name, rec.inputs, ids=ids))
     return out
 

@@ -30,8 +30,13 @@ from pulumi_policy.proxy import _DictProxy, _is_unknown, _ListProxy
 
 from policy import rules as R
 
-# Keys whose values other resources use to point at this one.
-ID_KEYS = ("id", "arn", "name", "bucket", "functionName")
+# Inputs/outputs that identify a resource (what other resources use to point at it). `bucket`
+# and `functionName` identify only buckets and functions: elsewhere they are references.
+ID_KEYS = ("id", "arn", "name")
+OWN_NAME_KEYS = {
+    **{t: "bucket" for t in R.BUCKET_KINDS},
+    **{t: "functionName" for t in R.ALI_FUNCTIONS},
+}
 STACK_CONFIG_KEYS = ("maxHourlyCost",)
 
 
@@ -56,13 +61,16 @@ def plain(value: Any) -> Any:
     return value
 
 
-def identifiers(props: Mapping[str, Any]) -> frozenset[str]:
-    return frozenset(v for k in ID_KEYS if isinstance(v := props.get(k), str) and v)
+def identifiers(type_: str, props: Mapping[str, Any]) -> frozenset[str]:
+    keys = (*ID_KEYS, OWN_NAME_KEYS[type_]) if type_ in OWN_NAME_KEYS else ID_KEYS
+    return frozenset(v for k in keys if isinstance(v := props.get(k), str) and v)
 
 
 def from_args(args: ResourceValidationArgs) -> R.Resource:
     inputs = plain(args.props)
-    return R.Resource(args.resource_type, args.name, inputs, args.urn, identifiers(inputs))
+    return R.Resource(
+        args.resource_type, args.name, inputs, args.urn, identifiers(args.resource_type, inputs)
+    )
 
 
 def from_policy_resource(resource: PolicyResource) -> R.Resource:
@@ -72,7 +80,12 @@ def from_policy_resource(resource: PolicyResource) -> R.Resource:
         for key, targets in (resource.property_dependencies or {}).items()
     }
     return R.Resource(
-        resource.resource_type, resource.name, props, resource.urn, identifiers(props), deps
+        resource.resource_type,
+        resource.name,
+        props,
+        resource.urn,
+        identifiers(resource.resource_type, props),
+        deps,
     )
 
 
