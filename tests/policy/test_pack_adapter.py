@@ -131,7 +131,11 @@ def test_a_resource_policy_reports_through_the_sdk_callback() -> None:
     args = ResourceValidationArgs(
         node.type, unknown_checking_proxy(props), urn("t4x1", node), node.name, _options(), None
     )
-    policy.validate(args, lambda message, u=None: reported.append((message, u)))
+
+    def report(message: str, u: str | None = None) -> None:
+        reported.append((message, u))
+
+    policy.validate(args, report)
     assert len(reported) == 1 and "t4x1-0" in reported[0][0] and "http_tokens" in reported[0][0]
 
 
@@ -157,9 +161,11 @@ def test_a_stack_policy_links_by_property_dependencies_when_ids_are_unknown() ->
         )
     policy = P.stack_policy(next(r for r in R.RULES if r.name == "buckets-private-tls-only"))
     reported: list[tuple[str, str | None]] = []
-    policy.validate(
-        StackValidationArgs(list(by_urn.values())), lambda m, u=None: reported.append((m, u))
-    )
+
+    def report(message: str, u: str | None = None) -> None:
+        reported.append((message, u))
+
+    policy.validate(StackValidationArgs(list(by_urn.values())), report)
     bucket = p.one(R.AWS_BUCKETS[0], "-bucket")
     assert [u for _, u in reported] == [urn("a100x8", bucket)]
     assert "no public access block" in reported[0][0]
