@@ -1,0 +1,1 @@
+../../infra/reaper/policy.py
