@@ -178,7 +178,10 @@ try:
     info["device_count"] = torch.cuda.device_count() if info["cuda_available"] else 0
     if info["device_count"]:
         info["bf16_supported"] = torch.cuda.is_bf16_supported()
-        info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        try:
+            info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:
+            info["nccl"] = None
         info["devices"] = [torch.cuda.get_device_name(i) for i in range(info["device_count"])]
 except Exception as exc:
     info["error"] = f"{type(exc).__name__}: {exc}"

@@ -273,6 +273,14 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return {"bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
+def _nccl_version() -> str | None:
+    try:
+        version = torch.cuda.nccl.version()
+    except Exception:  # a build without NCCL: the all-reduce will say more
+        return None
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
 def runtime_info(device: torch.device) -> dict[str, Any]:
     info: dict[str, Any] = {
         "torch": torch.__version__,
@@ -288,7 +296,7 @@ def runtime_info(device: torch.device) -> dict[str, Any]:
             capability=f"{props.major}.{props.minor}",
             sm_count=props.multi_processor_count,
             bf16_supported=torch.cuda.is_bf16_supported(),
-            nccl=".".join(map(str, torch.cuda.nccl.version())),
+            nccl=_nccl_version(),
             cudnn=torch.backends.cudnn.version(),
         )
     return info
