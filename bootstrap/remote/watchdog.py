@@ -16,8 +16,9 @@ One run:
      powers off (the instance's shutdown behaviour is stop). A sync that fails postpones
      the power-off, for at most ``sync_failure_grace_minutes``: money is bounded too.
 
-    watchdog.py run            one run, as the timer does
-    watchdog.py status --json  the idle clock and what keeps the node alive, without acting
+    watchdog.py run               one run, as the timer does
+    watchdog.py status --json     the idle clock and what keeps the node alive, without acting
+    watchdog.py lease --hours N   keep this node N hours: lease file + instance tag
 """
 
 from __future__ import annotations
@@ -531,6 +532,76 @@ class MetricsPublisher:
             raise RuntimeError(f"PutCustomMetric: {answer.get('Code')} {answer.get('Message')}")
 
 
+def write_lease_tag(
+    config: Config, instance_id: str, until: str, creds: dict[str, str], timeout: float = 10.0
+) -> None:
+    """Set the gpufleet:keep-alive-until tag on this instance, so the reaper sees the lease."""
+    key = "gpufleet:keep-alive-until"  # infra/reaper/tags.py KEEP_ALIVE_UNTIL
+    if config.provider == "aws":
+        url = (config.endpoint_url or f"https://ec2.{config.region}.amazonaws.com").rstrip("/")
+        url += "/"
+        body = urllib.parse.urlencode(
+            {
+                "Action": "CreateTags",
+                "Version": "2016-11-15",
+                "ResourceId.1": instance_id,
+                "Tag.1.Key": key,
+                "Tag.1.Value": until,
+            }
+        ).encode()
+        headers = sigv4_headers(
+            method="POST",
+            url=url,
+            body=body,
+            region=config.region,
+            service="ec2",
+            access_key_id=creds["access_key_id"],
+            secret=creds["secret"],
+            token=creds.get("token", ""),
+        )
+    else:
+        url = (config.endpoint_url or f"https://ecs.{config.region}.aliyuncs.com").rstrip("/")
+        url += "/"
+        body = alicloud_rpc_query(
+            {
+                "Action": "TagResources",
+                "Version": "2014-05-26",
+                "RegionId": config.region,
+                "ResourceType": "instance",
+                "ResourceId.1": instance_id,
+                "Tag.1.Key": key,
+                "Tag.1.Value": until,
+            },
+            access_key_id=creds["access_key_id"],
+            secret=creds["secret"],
+            token=creds.get("token", ""),
+        ).encode()
+        headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout) as resp:
+        resp.read()
+
+
+def write_lease(
+    config: Config, hours: float, now: dt.datetime, tagger: Callable[[str], None] | None
+) -> dict[str, Any]:
+    """The lease file (what this watchdog reads) and the instance tag (what the reaper reads)."""
+    if not 0 < hours <= 24 * 14:
+        raise ValueError(f"--hours must be more than 0 and at most 336 (14 days), got {hours}")
+    until = policy.format_utc(now + dt.timedelta(hours=hours))
+    path = Path(config.state_dir) / LEASE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(until + "\n")
+    out: dict[str, Any] = {"lease_until": until, "file": str(path), "tag": "not set"}
+    if tagger is not None:
+        try:
+            tagger(until)
+            out["tag"] = "set"
+        except Exception as exc:  # the file alone still keeps this node's watchdog away
+            out["tag"] = f"failed: {exc}"
+    return out
+
+
 def env_or_role_credentials(metadata: Metadata) -> Callable[[], dict[str, str] | None]:
     def get() -> dict[str, str] | None:
         env = os.environ
@@ -850,9 +921,10 @@ def build(config: Config) -> Watchdog:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="gpufleet idle watchdog")
-    parser.add_argument("command", choices=["run", "status"])
+    parser.add_argument("command", choices=["run", "status", "lease"])
     parser.add_argument("--config", default=str(CONFIG_PATH))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--hours", type=float, help="lease: keep this node for N hours")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
@@ -861,6 +933,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"watchdog: {exc}", file=sys.stderr)
         return 2
     dog = build(config)
+    if args.command == "lease":
+        if args.hours is None:
+            print("watchdog: lease needs --hours N", file=sys.stderr)
+            return 2
+        metadata = Metadata(config.provider, config.metadata_url)
+        instance_id = config.instance_id or metadata.instance_id() or ""
+        creds = env_or_role_credentials(metadata)
+
+        def tag(until: str) -> None:
+            found = creds()
+            if not instance_id or not found:
+                raise RuntimeError("no instance id or credentials on this node")
+            write_lease_tag(config, instance_id, until, found)
+
+        try:
+            out = write_lease(config, args.hours, dog.probe.now(), tag)
+        except ValueError as exc:
+            print(f"watchdog: {exc}", file=sys.stderr)
+            return 2
+        print(
+            json.dumps(out) if args.json else f"lease until {out['lease_until']} (tag {out['tag']})"
+        )
+        return 0
     if args.command == "status":
         decision, state = dog.status()
         lease = read_lease(Path(config.state_dir))
