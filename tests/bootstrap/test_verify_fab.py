@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,8 +29,14 @@ def free_port() -> int:
 
 @pytest.fixture
 def node_scratch() -> Iterator[Path]:
-    """A scratch folder the SSH test user can write (pytest's tmp dirs are root-only)."""
-    base = node_dir("gpufleet-verify-scratch-")
+    """A scratch folder the SSH test user can write (pytest's tmp dirs are root-only), on
+    tmpfs when there is one: these tests are about the plumbing, not this machine's disk."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        base = Path(tempfile.mkdtemp(prefix="gpufleet-verify-scratch-", dir=shm))
+        base.chmod(0o755)
+    else:
+        base = node_dir("gpufleet-verify-scratch-")
     scratch = base / "scratch"
     scratch.mkdir()
     scratch.chmod(0o777)
