@@ -448,7 +448,8 @@ def _inventory(nv: Mapping[str, Any], torch_info: Mapping[str, Any], exp: Expect
     found = len(gpus)
     pci = (nv.get("pci") or {}).get("gpus")
     extra = []
-    if pci is not None and pci != found:
+    # Fewer on the bus than the driver lists means lspci cannot see the bus (a container).
+    if pci is not None and pci > found:
         extra.append(f"lspci shows {pci} NVIDIA GPU(s), the driver {found}")
     if nv.get("smi_stderr"):
         extra.append(f"nvidia-smi: {nv['smi_stderr']}")
