@@ -112,7 +112,10 @@ class _Reader:
         self.problems: list[str] = []
 
     def problem(self, key: str, message: str) -> None:
-        self.problems.append(f"{NAMESPACE}:{key}: {message}")
+        # One line per problem (plan.py prints them so): a key from YAML may hold a newline.
+        key = str(key)
+        shown = key if key.isprintable() else repr(key)[1:-1]
+        self.problems.append(f"{NAMESPACE}:{shown}: {message}")
 
     def has(self, key: str) -> bool:
         return self.raw.get(key) not in (None, "")
@@ -153,10 +156,15 @@ class _Reader:
         try:
             if isinstance(value, bool):
                 raise ValueError
-            if kind is int and isinstance(value, float) and not value.is_integer():
-                raise ValueError
-            parsed = kind(float(value)) if kind is int else kind(value)
-        except (TypeError, ValueError):
+            if kind is int:
+                # "1.5", 1.5, "inf" and 1e400 are not whole numbers (and int(inf) would raise).
+                as_float = float(value)
+                if not as_float.is_integer():
+                    raise ValueError
+                parsed = int(as_float)
+            else:
+                parsed = kind(value)
+        except (TypeError, ValueError, OverflowError):
             self.problem(key, f"{value!r} is not {word}")
             return default
         if parsed != parsed or parsed in (float("inf"), float("-inf")):
@@ -200,6 +208,9 @@ class _Reader:
 
 
 _TAG_KEY = re.compile(r"^[\w.:/=+@ -]{1,127}$")
+# The stack name becomes host names (<stack>-<i>), bucket and role names: Pulumi allows more
+# (upper case, _ and .), which would only fail later, deep inside the program.
+_STACK_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,59}")
 _SSH_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp\d+|sk-ssh-ed25519@openssh\.com) ")
 
 
@@ -210,6 +221,13 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
     """
     cat = catalog or load_catalog()
     r = _Reader(raw)
+    if not _STACK_NAME.fullmatch(stack):
+        suggestion = re.sub(r"[^a-z0-9-]+", "-", stack.lower()).strip("-")[:60] or "my-stack"
+        r.problem(
+            "stack",
+            f"stack name {stack!r} must be 1-60 lower-case letters, digits and hyphens (it "
+            f"becomes hostnames, bucket and role names): rename the stack, e.g. {suggestion!r}",
+        )
     for key in raw:
         if key not in KEYS:
             r.problem(key, f"unknown key{_did_you_mean(key, KEYS)}; valid keys: see README")

@@ -11,7 +11,7 @@ import pulumi
 import pulumi_alicloud as ali
 
 from infra import guard as guard_logic
-from infra.config import StackConfig
+from infra.config import ConfigError, StackConfig
 from infra.nodes import NodeSpec, stack_tags
 from infra.providers.base import (
     AccessParts,
@@ -201,9 +201,12 @@ class AlicloudProvider:
         def first(found: list[Any]) -> str:
             ids = sorted(z["id"] if isinstance(z, dict) else z.id for z in found)
             if not ids:
-                raise ValueError(
-                    f"no zone in {cfg.region} offers {cfg.instance_type} with ESSD disks now: "
-                    "set gpufleet:region or gpufleet:zone, or pick another profile"
+                raise ConfigError(  # a ValueError; `plan.py` exits 2 on it
+                    [
+                        f"gpufleet:region: no zone in {cfg.region} offers {cfg.instance_type} "
+                        "with ESSD disks now: set gpufleet:region or gpufleet:zone, or pick "
+                        "another profile"
+                    ]
                 )
             return str(ids[0])
 

@@ -9,7 +9,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra import guard as guard_logic
-from infra.config import StackConfig
+from infra.config import ConfigError, StackConfig
 from infra.nodes import NodeSpec, needs_placement_group, stack_tags
 from infra.providers.base import (
     AccessParts,
@@ -210,9 +210,14 @@ class AwsProvider:
 
         def first(locations: list[str]) -> str:
             if not locations:
-                raise ValueError(
-                    f"no availability zone in {cfg.region} offers {cfg.instance_type}: "
-                    "set gpufleet:region to another region or pick another tier/profile"
+                # A ConfigError (a ValueError) so that callers can tell bad config from bugs
+                # through Pulumi's wrapping; `plan.py` exits 2 on it.
+                raise ConfigError(
+                    [
+                        f"gpufleet:region: no availability zone in {cfg.region} offers "
+                        f"{cfg.instance_type}: set gpufleet:region to another region or pick "
+                        "another tier/profile"
+                    ]
                 )
             return sorted(locations)[0]
 
