@@ -113,7 +113,16 @@ def plan(
             "gpufleet:sshPublicKey is not set: planned with a placeholder key; "
             "`pulumi up` refuses until you set yours"
         )
-    result = evaluate(cfg)
+    try:
+        result = evaluate(cfg)
+    except Exception as exc:
+        # Pulumi re-raises what an Output's apply raised as a chain of ValueErrors; a
+        # ConfigError somewhere in that chain is bad config found late (e.g. no zone in the
+        # region offers the type), not a bug.
+        cause = config_error_in(exc)
+        if cause is None:
+            raise
+        raise cause from None
     doc = {
         "stack": cfg.stack,
         "stack_file": str(path),
@@ -126,6 +135,17 @@ def plan(
     }
     notes.extend(result.outputs["hourly_cost"].get("warnings", []))
     return doc, notes
+
+
+def config_error_in(exc: BaseException) -> ConfigError | None:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ConfigError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def print_human(doc: dict[str, Any], notes: list[str]) -> None:
