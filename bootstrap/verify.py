@@ -23,7 +23,6 @@ import os
 import shlex
 import statistics
 import tarfile
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -42,7 +41,7 @@ from bootstrap.hosts import INVENTORY_ENV, Fleet, HostDiscoveryError, pulumi_sta
 from bootstrap.pytorch import DEFAULT_VENV
 from bootstrap.runner import FleetReport, run_fleet
 from bootstrap.system import ProgressStream, probe_step, sh
-from infra.catalog import DATA_DIR, Catalog, Gpu, gpu_by_nvml_name, load_catalog
+from infra.catalog import Catalog, Gpu, gpu_by_nvml_name, load_catalog
 
 PASS, WARN, FAIL, SKIP, NOT_RUN = "PASS", "WARN", "FAIL", "SKIP", "NOT-RUN"
 CPU_ONLY = "CPU-ONLY"
@@ -122,14 +121,6 @@ class Expected:
         }
 
 
-def default_thresholds() -> dict[str, float]:
-    """``[defaults.thresholds]`` of gpus.toml: the thresholds when no GPU model is known
-    (a CPU run, or a GPU the catalog does not list)."""
-    with (DATA_DIR / "gpus.toml").open("rb") as fh:
-        data = tomllib.load(fh)
-    return {k: float(v) for k, v in data.get("defaults", {}).get("thresholds", {}).items()}
-
-
 def expected_from(
     outputs: Mapping[str, Any] | None,
     catalog: Catalog,
@@ -185,7 +176,7 @@ def expected_from(
     if provider and itype and (provider, itype) in catalog.instances:
         network = catalog.instances[(provider, itype)].network_gbps
     first = gpus_allowed[0] if gpus_allowed else None
-    thresholds = dict(first.thresholds) if first else default_thresholds()
+    thresholds = dict(first.thresholds if first else catalog.default_thresholds)
     memory = float(raw_tier.get("gpu_memory_gb") or (first.memory_gb if first else 0))
     raw_scratch = outputs.get("scratch") or {}
     spec = scratch or ScratchSpec(

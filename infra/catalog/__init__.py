@@ -158,6 +158,8 @@ class Catalog:
     instances: Mapping[tuple[str, str], InstanceType]
     tiers: Mapping[str, Tier]
     providers: Mapping[str, ProviderInfo] = field(default_factory=dict)
+    # gpus.toml [defaults.thresholds]: what verify-gpu judges by when no GPU model is known
+    default_thresholds: Mapping[str, float] = field(default_factory=dict)
 
     def instance(self, provider: str, name: str) -> InstanceType:
         try:
@@ -241,8 +243,12 @@ def _read(name: str) -> dict[str, Any]:
         return tomllib.load(fh)
 
 
+def _default_thresholds(data: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in data.get("defaults", {}).get("thresholds", {}).items()}
+
+
 def _gpus(data: dict[str, Any]) -> dict[str, Gpu]:
-    defaults = dict(data.get("defaults", {}).get("thresholds", {}))
+    defaults = _default_thresholds(data)
     out = {}
     for key, g in data["gpus"].items():
         thresholds = {**defaults, **g.get("thresholds", {})}
@@ -344,7 +350,8 @@ def load_catalog() -> Catalog:
         k: Source(k, v["title"], v["url"], _date(v["retrieved"], f"sources.{k}"), v.get("note", ""))
         for k, v in _read("sources.toml")["sources"].items()
     }
-    gpus = _gpus(_read("gpus.toml"))
+    gpu_data = _read("gpus.toml")
+    gpus = _gpus(gpu_data)
     instances: dict[tuple[str, str], InstanceType] = {}
     providers = {}
     for name in PROVIDERS:
@@ -367,6 +374,7 @@ def load_catalog() -> Catalog:
         instances=MappingProxyType(instances),
         tiers=MappingProxyType(tiers),
         providers=MappingProxyType(providers),
+        default_thresholds=MappingProxyType(_default_thresholds(gpu_data)),
     )
 
 

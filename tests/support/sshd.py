@@ -201,6 +201,8 @@ def start_sshd(workdir: Path | None = None, *, timeout_s: float = 10.0) -> SshSe
                 "MaxStartups 64:30:128",
                 "MaxSessions 64",
                 "LogLevel VERBOSE",
+                # Fabric's put/get speak SFTP; without this line the channel just closes.
+                "Subsystem sftp internal-sftp",
                 "",
             ]
         )
