@@ -4,7 +4,7 @@ STACK   ?= a100x4
 TIER    ?= a100x8
 PYTEST_ARGS ?=
 
-.PHONY: setup test plan cost compare lint format bench clean
+.PHONY: setup test plan cost compare lint format bench device-verify clean
 
 setup: .venv/.installed  ## create .venv and install the pinned dependencies + this repo (editable)
 
@@ -39,6 +39,9 @@ format: setup
 bench: setup  ## benchmarks that print numbers (ratios against a baseline measured in the same run)
 	$(PY) scripts/bench_plan.py
 	$(PY) scripts/bench_setup.py
+
+device-verify:  ## node-side verify-gpu checks directly on this machine's GPU (no SSH)
+	bash scripts/device_verify.sh
 
 clean:
 	rm -rf .venv reports .pytest_cache .mypy_cache .ruff_cache
