@@ -25,6 +25,7 @@ TASK_MODULES: tuple[str, ...] = (
     "bootstrap.scratch",
     "bootstrap.status",
     "bootstrap.setup",
+    "bootstrap.hostkey_tasks",
 )
 # Written by other work streams; absent modules are simply not offered as tasks.
 OPTIONAL_MODULES: tuple[str, ...] = (

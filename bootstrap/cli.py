@@ -13,11 +13,17 @@ A new task is a few lines::
         \"\"\"Extend the idle lease on every node.\"\"\"
         fleet_run(c, "keep-alive", [my_step], stack=stack, inventory=inventory, as_json=json,
                   options=Options(extra={"hours": hours}))
+
+Every fleet task also gets ``--known-hosts FILE`` and ``--accept-new-host-key HOST[,HOST]``
+(added by :func:`fleet_task`; see ``bootstrap.hostkeys``), so no task can connect without
+checking host keys.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -30,11 +36,14 @@ from invoke.exceptions import Exit
 from rich.console import Console
 
 from bootstrap.api import Host, HostContext, Options, Step
+from bootstrap.hostkeys import KNOWN_HOSTS_ENV, resolve_settings, unmatched_selectors
 from bootstrap.hosts import Fleet, HostDiscoveryError, discover
-from bootstrap.runner import FleetReport, emit, run_fleet
+from bootstrap.runner import HOST_KEY_SETTINGS_KEY, FleetReport, emit, run_fleet
 from bootstrap.system import preflight, probe_step
 
 CLI_HOSTS_KEY = "gpufleet_cli_hosts"
+# (known_hosts, accept_new_host_key) as given on the task's command line.
+HOST_KEY_OPTIONS_KEY = "gpufleet_host_key_options"
 
 COMMON_HELP = {
     "stack": "Pulumi stack to read hosts from (default: PULUMI_STACK, then the selected stack)",
@@ -42,6 +51,15 @@ COMMON_HELP = {
     "json": "print one JSON document instead of progress and tables",
     "connect_timeout": "seconds to wait for each host's SSH handshake (default 10)",
 }
+
+HOST_KEY_HELP = {
+    "known_hosts": "file of pinned SSH host keys (default: $"
+    + KNOWN_HOSTS_ENV
+    + ", then ~/.config/gpufleet/known_hosts/<stack>)",
+    "accept_new_host_key": "HOST[,HOST]: pin the new key of these hosts only (address, "
+    "address:port or node name), replacing the old one: for a node you replaced",
+}
+_HOST_KEY_PARAMS = ("known_hosts", "accept_new_host_key")
 
 
 class FleetExecutor(fabric.Executor):
@@ -68,19 +86,54 @@ class FleetExecutor(fabric.Executor):
         return ret
 
 
-def fleet_task(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Task[Any]]:
-    """``@task`` that marks the task as running on the whole fleet in parallel."""
+def fleet_task(
+    *args: Any, host_key_options: bool = True, **kwargs: Any
+) -> Callable[[Callable[..., Any]], Task[Any]]:
+    """``@task`` that marks the task as running on the whole fleet in parallel.
+
+    With ``host_key_options`` (the default) the task also takes ``--known-hosts`` and
+    ``--accept-new-host-key``; they reach the runner through the config, so task bodies need
+    not pass them on.
+    """
 
     # No auto short flags: `-i` would mean the key before the task name and the inventory
     # after it. Long options only, spelled the same on every task.
     kwargs.setdefault("auto_shortflags", False)
+    if host_key_options:
+        kwargs["help"] = {**HOST_KEY_HELP, **(kwargs.get("help") or {})}
 
     def wrap(fn: Callable[..., Any]) -> Task[Any]:
-        t: Task[Any] = task(*args, **kwargs)(fn)
+        body = with_host_key_options(fn) if host_key_options else fn
+        t: Task[Any] = task(*args, **kwargs)(body)
         t.gpufleet_fleet = True  # type: ignore[attr-defined]
         return t
 
     return wrap
+
+
+def with_host_key_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with two more keyword options, stored in ``c.config`` for :func:`resolve_fleet`."""
+    sig = inspect.signature(fn)
+    clash = [name for name in _HOST_KEY_PARAMS if name in sig.parameters]
+    if clash:
+        raise TypeError(f"{fn.__qualname__}: fleet_task adds {', '.join(clash)} itself")
+
+    @functools.wraps(fn)
+    def body(
+        c: Context, *args: Any, known_hosts: str = "", accept_new_host_key: str = "", **kw: Any
+    ) -> Any:
+        c.config[HOST_KEY_OPTIONS_KEY] = (known_hosts, accept_new_host_key)  # type: ignore[assignment]
+        return fn(c, *args, **kw)
+
+    extra = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default="", annotation=str)
+        for name in _HOST_KEY_PARAMS
+    ]
+    # invoke builds the task's flags from this signature (the body's own plus the two above).
+    body.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[*sig.parameters.values(), *extra]
+    )
+    return body
 
 
 def _cli_hosts(c: Context) -> list[str]:
@@ -99,10 +152,16 @@ def _cli_key(c: Context) -> str | None:
     return str(keys) if keys else None
 
 
-def resolve_fleet(c: Context, *, stack: str = "", inventory: str = "") -> Fleet:
-    """The hosts for this run, or an Exit with a message saying how to give them."""
+def resolve_fleet(
+    c: Context, *, stack: str = "", inventory: str = "", known_hosts: str = ""
+) -> Fleet:
+    """The hosts for this run, or an Exit with a message saying how to give them.
+
+    Also settles the run's host-key settings (file, hosts to re-pin, keys from the stack
+    outputs) and leaves them in ``c.config`` for :func:`bootstrap.runner.run_fleet`.
+    """
     try:
-        return discover(
+        fleet = discover(
             cli_hosts=_cli_hosts(c),
             inventory=inventory or None,
             stack=stack or None,
@@ -111,6 +170,24 @@ def resolve_fleet(c: Context, *, stack: str = "", inventory: str = "") -> Fleet:
         )
     except HostDiscoveryError as exc:
         raise Exit(f"gpufleet: {exc}", code=2) from None
+    option_file, accept = c.config.get(HOST_KEY_OPTIONS_KEY) or ("", "")
+    settings = resolve_settings(
+        stack=fleet.stack or stack or None,
+        known_hosts=known_hosts or option_file,
+        accept=accept,
+        stack_keys=fleet.host_keys,
+    )
+    unmatched = unmatched_selectors(settings.accept, fleet.hosts)
+    if unmatched:
+        # A typo here must not pass silently: the person believes a node was re-pinned.
+        raise Exit(
+            f"gpufleet: --accept-new-host-key {','.join(unmatched)} names no host of this run "
+            f"({', '.join(h.label for h in fleet.hosts)}); name hosts by address, "
+            "address:port or node name",
+            code=2,
+        )
+    c.config[HOST_KEY_SETTINGS_KEY] = settings  # type: ignore[assignment]
+    return fleet
 
 
 def _console(as_json: bool) -> Console:

@@ -11,11 +11,15 @@ Order of precedence (closest to the person typing wins):
 
 Beyond the stack outputs contract, an inventory may carry ``ssh_port``, ``ssh_key`` and, per
 node, ``host`` / ``ssh_port`` / ``ssh_user`` (for bastions, port forwards and test sshds).
+A node may also carry ``host_keys``: its SSH host public keys as ``"TYPE BASE64 [COMMENT]"``
+strings (the ``/etc/ssh/ssh_host_*_key.pub`` lines, e.g. from the instance's console output);
+they are pinned before the first connection (see ``bootstrap.hostkeys``).
 Everything here except :func:`pulumi_stack_outputs` is pure.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -26,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bootstrap.api import Host, ScratchSpec, TierInfo
+from bootstrap.hostkeys import PublicKey
 
 INVENTORY_ENV = "GPUFLEET_INVENTORY"
 
@@ -44,6 +49,8 @@ class Fleet:
     tier: TierInfo = field(default_factory=TierInfo)
     scratch: ScratchSpec = field(default_factory=ScratchSpec)
     source: str = ""  # where the list came from, for messages
+    # address -> the node's SSH host keys from the stack outputs (optional nodes[].host_keys)
+    host_keys: Mapping[str, tuple[PublicKey, ...]] = field(default_factory=dict)
 
 
 def _require(mapping: Mapping[str, Any], key: str, where: str, kind: type) -> Any:
@@ -69,6 +76,24 @@ def _port(value: Any, where: str) -> int:
     return port
 
 
+def _host_keys(value: Any, where: str) -> tuple[PublicKey, ...]:
+    if not isinstance(value, list):
+        raise HostDiscoveryError(
+            f"{where}: expected a list of 'TYPE BASE64' strings, got {type(value).__name__}"
+        )
+    keys: list[PublicKey] = []
+    for j, line in enumerate(value):
+        if not isinstance(line, str):
+            raise HostDiscoveryError(f"{where}[{j}]: expected a 'TYPE BASE64' string, got {line!r}")
+        try:
+            keys.append(PublicKey.parse(line))
+        except ValueError as exc:
+            raise HostDiscoveryError(
+                f"{where}[{j}]: {exc} (copy the line from /etc/ssh/ssh_host_*_key.pub)"
+            ) from None
+    return tuple(keys)
+
+
 def parse_stack_outputs(outputs: Mapping[str, Any], *, source: str = "stack outputs") -> Fleet:
     """Hosts and metadata from stack outputs (or an inventory file of the same shape)."""
     if not isinstance(outputs, Mapping):
@@ -84,6 +109,7 @@ def parse_stack_outputs(outputs: Mapping[str, Any], *, source: str = "stack outp
     if key is not None and not isinstance(key, str):
         raise HostDiscoveryError(f"{source}.ssh_key: expected a path string, got {key!r}")
     hosts: list[Host] = []
+    host_keys: dict[str, tuple[PublicKey, ...]] = {}
     for i, node in enumerate(nodes):
         where = f"{source}.nodes[{i}]"
         if not isinstance(node, Mapping):
@@ -97,6 +123,12 @@ def parse_stack_outputs(outputs: Mapping[str, Any], *, source: str = "stack outp
                 f"{where} ({name}): no address (host, public_ip or private_ip); "
                 "a stopped instance has no public IP: start it, or pass -H"
             )
+        if node.get("host_keys") is not None:
+            keys = _host_keys(node["host_keys"], f"{where}.host_keys")
+            # Filed under every address of the node: -H may name it by any of them.
+            for addr in (node.get("host"), node.get("public_ip"), node.get("private_ip")):
+                if isinstance(addr, str) and addr and keys:
+                    host_keys[addr] = keys
         hosts.append(
             Host(
                 address=address,
@@ -134,6 +166,7 @@ def parse_stack_outputs(outputs: Mapping[str, Any], *, source: str = "stack outp
         tier=tier,
         scratch=scratch,
         source=source,
+        host_keys=host_keys,
     )
 
 
@@ -237,27 +270,14 @@ def discover(
     if cli_hosts:
         user = default_user or (meta.hosts[0].user if meta and meta.hosts else None)
         hosts = tuple(parse_host_string(h, default_user=user) for h in cli_hosts)
-        base = meta or Fleet(hosts=())
-        fleet = Fleet(
-            hosts=hosts,
-            stack=base.stack,
-            provider=base.provider,
-            tier=base.tier,
-            scratch=base.scratch,
-            source="-H",
-        )
+        fleet = dataclasses.replace(meta or Fleet(hosts=()), hosts=hosts, source="-H")
     else:
         assert meta is not None
         fleet = meta
     if key_filename:
         # -i on the command line beats the inventory's ssh_key.
-        fleet = Fleet(
-            hosts=tuple(_with_key(h, key_filename) for h in fleet.hosts),
-            stack=fleet.stack,
-            provider=fleet.provider,
-            tier=fleet.tier,
-            scratch=fleet.scratch,
-            source=fleet.source,
+        fleet = dataclasses.replace(
+            fleet, hosts=tuple(_with_key(h, key_filename) for h in fleet.hosts)
         )
     if not fleet.hosts:
         raise HostDiscoveryError("no hosts to run on")

@@ -4,6 +4,9 @@ One thread per host: each opens its own SSH connection, runs the steps in order 
 the first failed one (later steps are reported as skipped with the reason). A host that cannot
 be reached, or refuses the key, is reported as such; it never aborts the other hosts.
 
+Every connection checks the host's SSH key against the run's known_hosts file
+(``bootstrap.hostkeys``): unknown hosts are recorded, a changed key fails that host only.
+
 The runner owns all output: progress lines while steps run (unless ``--json``), then either a
 rich summary table or one JSON document on stdout. Tasks call :func:`fleet_run`.
 """
@@ -29,6 +32,18 @@ from rich.table import Table
 from rich.text import Text
 
 from bootstrap.api import Host, HostContext, Status, Step, StepFailed, StepResult
+from bootstrap.hostkeys import (
+    HostKeyCheck,
+    HostKeyError,
+    HostKeyEvent,
+    HostKeySettings,
+    HostKeyVerifier,
+    fingerprint,
+    resolve_settings,
+)
+
+# Where resolve_fleet leaves the run's HostKeySettings in the invoke config, for run_fleet.
+HOST_KEY_SETTINGS_KEY = "gpufleet_host_key_settings"
 
 # How long to wait for the TCP connect + SSH handshake before calling a host unreachable.
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -60,11 +75,13 @@ class StepRecord:
 @dataclass
 class HostReport:
     host: Host
-    # Set when no step could run: "unreachable", "auth-failed" or "ssh-error".
+    # Set when no step could run: "unreachable", "auth-failed", "host-key-mismatch",
+    # "host-key-error" or "ssh-error".
     connection_error: str | None = None
     connection_message: str = ""
     steps: list[StepRecord] = field(default_factory=list)
     seconds: float = 0.0
+    host_key: HostKeyEvent | None = None  # what the host-key check did (None: never got there)
 
     @property
     def failed(self) -> bool:
@@ -97,6 +114,7 @@ class HostReport:
             "status": self.status,
             "error": self.connection_message or None,
             "reboot_required": self.reboot_required,
+            "host_key": self.host_key.to_json() if self.host_key else None,
             "seconds": round(self.seconds, 3),
             "steps": [s.to_json() for s in self.steps],
         }
@@ -142,6 +160,14 @@ def _jsonable(value: Any) -> Any:
 def classify_connect_error(exc: BaseException, host: Host) -> tuple[str, str]:
     """(kind, message) for an exception raised while opening the SSH connection."""
     target = f"{host.user + '@' if host.user else ''}{host.address}:{host.port}"
+    if isinstance(exc, HostKeyError):
+        return (exc.kind, exc.message)
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return (
+            "host-key-mismatch",
+            f"{target} presented host key {fingerprint(exc.key.asbytes())} but "
+            f"{fingerprint(exc.expected_key.asbytes())} was expected: not connecting",
+        )
     if isinstance(exc, paramiko.AuthenticationException):
         key = f" with key {host.key_filename}" if host.key_filename else ""
         return (
@@ -161,8 +187,10 @@ def classify_connect_error(exc: BaseException, host: Host) -> tuple[str, str]:
     return ("ssh-error", f"{target}: SSH failed: {exc.__class__.__name__}: {exc}")
 
 
-def connect(host: Host, config: Config | None, timeout_s: float) -> Connection:
-    """An open Connection to ``host`` (raises what paramiko raises)."""
+def connect(
+    host: Host, config: Config | None, timeout_s: float, *, host_keys: HostKeyCheck
+) -> Connection:
+    """An open Connection to ``host`` whose key ``host_keys`` accepted (else raises)."""
     connect_kwargs: dict[str, Any] = {}
     if config is not None:
         connect_kwargs.update(dict(config.get("connect_kwargs", {}) or {}))
@@ -190,7 +218,13 @@ def connect(host: Host, config: Config | None, timeout_s: float) -> Connection:
     # Steps run unattended in threads: never forward the terminal's stdin to a remote
     # command (a prompt would hang the host's thread, and stdin belongs to no one thread).
     conn.config.run.in_stream = False
-    conn.open()
+    # Replaces Fabric's AutoAddPolicy: pinned keys are checked, unknown ones recorded.
+    host_keys.install(conn.client)
+    try:
+        conn.open()
+    except BaseException:
+        conn.close()  # a refused host key leaves paramiko's transport thread running
+        raise
     return conn
 
 
@@ -216,16 +250,27 @@ def run_host(
     config: Config | None,
     printer: _Printer,
     timeout_s: float,
+    verifier: HostKeyVerifier,
 ) -> HostReport:
     report = HostReport(host)
     started = time.monotonic()
+    check = verifier.check(host)
+    if check.event is not None:  # pinned from the stack outputs before connecting
+        printer.line(host, check.event.message, "yellow")
     try:
-        conn = connect(host, config, timeout_s)
+        conn = connect(host, config, timeout_s, host_keys=check)
+        event = check.confirm(conn.client)
     except Exception as exc:
-        report.connection_error, report.connection_message = classify_connect_error(exc, host)
+        report.host_key = check.event
+        report.connection_error, report.connection_message = classify_connect_error(
+            check.explain(exc), host
+        )
         printer.line(host, report.connection_message, "bold red")
         report.seconds = time.monotonic() - started
         return report
+    if event.noteworthy and event.origin == "connection":
+        printer.line(host, event.message, "yellow")
+    report.host_key = event
     try:
         ctx = make_context(host)
         ctx.progress = lambda message: printer.line(host, message, "dim")
@@ -289,17 +334,34 @@ def run_fleet(
     config: Config | None = None,
     console: Console | None = None,
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+    host_keys: HostKeySettings | None = None,
 ) -> FleetReport:
-    """Run ``steps`` on all ``hosts`` concurrently; never raises for a host's failure."""
+    """Run ``steps`` on all ``hosts`` concurrently; never raises for a host's failure.
+
+    Host keys are checked against ``host_keys`` (default: the settings ``resolve_fleet`` left
+    in ``config``, else the known_hosts file for hosts without a stack).
+    """
     printer = _Printer(console)
     started = time.monotonic()
+    verifier = HostKeyVerifier(host_keys or host_key_settings(config))
+    verifier.prepare(hosts)
     with ThreadPoolExecutor(max_workers=max(1, min(len(hosts), 64))) as pool:
         futures = [
-            pool.submit(run_host, h, steps, make_context, config, printer, connect_timeout_s)
+            pool.submit(
+                run_host, h, steps, make_context, config, printer, connect_timeout_s, verifier
+            )
             for h in hosts
         ]
         reports = [f.result() for f in futures]
     return FleetReport(task, reports, time.monotonic() - started)
+
+
+def host_key_settings(config: Config | None) -> HostKeySettings:
+    """The run's host-key settings from ``config``, or the defaults for hosts without a stack."""
+    settings = config.get(HOST_KEY_SETTINGS_KEY) if config is not None else None
+    if isinstance(settings, HostKeySettings):
+        return settings
+    return resolve_settings(stack=None)
 
 
 def summary_table(report: FleetReport) -> Table:
@@ -313,13 +375,21 @@ def summary_table(report: FleetReport) -> Table:
         if h.connection_error:
             table.add_row(h.host.label, "connect", Text(h.status, "bold red"), h.connection_message)
             continue
-        for i, s in enumerate(h.steps):
+        first = True
+        if h.host_key is not None and h.host_key.noteworthy:
+            # A first or changed key is worth seeing at the end, next to what ran on the host.
             table.add_row(
-                h.host.label if i == 0 else "",
+                h.host.label, "host-key", Text(h.host_key.status, "yellow"), h.host_key.message
+            )
+            first = False
+        for s in h.steps:
+            table.add_row(
+                h.host.label if first else "",
                 s.name,
                 Text(s.result.status.value, _STATUS_STYLE[s.result.status]),
                 s.result.message,
             )
+            first = False
         table.add_section()
     return table
 

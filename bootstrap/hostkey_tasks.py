@@ -1,0 +1,87 @@
+"""Tasks on the pinned SSH host keys themselves: show them, forget them.
+
+Both work on this machine's known_hosts file only (see ``bootstrap.hostkeys``) and never
+connect to a node. ``fab -H ubuntu@1.2.3.4 forget-host-key`` is what a host-key mismatch
+message tells a person to run once they know the node was replaced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from invoke import Context
+from invoke.exceptions import Exit
+from rich.console import Console
+from rich.table import Table
+
+from bootstrap.cli import COMMON_HELP, HOST_KEY_HELP, fleet_task, resolve_fleet
+from bootstrap.hostkeys import (
+    Entry,
+    HostKeyError,
+    KnownHostsFile,
+    PublicKey,
+    forget_host,
+    host_alias,
+    keys_for,
+)
+from bootstrap.hosts import Fleet
+from bootstrap.runner import host_key_settings
+
+_HELP = {
+    "stack": COMMON_HELP["stack"],
+    "inventory": COMMON_HELP["inventory"],
+    "known_hosts": HOST_KEY_HELP["known_hosts"],
+}
+
+
+def _file(c: Context, stack: str, inventory: str, known_hosts: str) -> tuple[Fleet, KnownHostsFile]:
+    fleet = resolve_fleet(c, stack=stack, inventory=inventory, known_hosts=known_hosts)
+    return fleet, KnownHostsFile(host_key_settings(c.config).path)
+
+
+def _forget(alias: str) -> Callable[[list[Entry]], tuple[list[Entry], list[PublicKey]]]:
+    return lambda entries: forget_host(entries, alias)
+
+
+@fleet_task(host_key_options=False, help=_HELP)
+def forget_host_key(
+    c: Context, stack: str = "", inventory: str = "", known_hosts: str = ""
+) -> None:
+    """Forget the pinned SSH host key of each host, so the next connection records a new one."""
+    fleet, store = _file(c, stack, inventory, known_hosts)
+    console = Console(highlight=False, soft_wrap=True)
+    for host in fleet.hosts:
+        alias = host_alias(host.address, host.port)
+        try:
+            removed = store.update(_forget(alias))
+        except HostKeyError as exc:
+            raise Exit(f"gpufleet: {exc.message}", code=2) from None
+        if removed:
+            keys = ", ".join(f"{k.fingerprint} ({k.key_type})" for k in removed)
+            console.print(
+                f"{alias}: forgot {keys} from {store.path}; "
+                "the next connection records the key the host presents"
+            )
+        else:
+            console.print(f"{alias}: no key pinned in {store.path}")
+
+
+@fleet_task(host_key_options=False, help=_HELP)
+def host_keys(c: Context, stack: str = "", inventory: str = "", known_hosts: str = "") -> None:
+    """Show the pinned SSH host key fingerprints of each host (to compare out of band)."""
+    fleet, store = _file(c, stack, inventory, known_hosts)
+    try:
+        entries = store.read()
+    except HostKeyError as exc:
+        raise Exit(f"gpufleet: {exc.message}", code=2) from None
+    table = Table(title=f"pinned host keys in {store.path}")
+    for column in ("host", "name", "type", "fingerprint"):
+        table.add_column(column)
+    for host in fleet.hosts:
+        alias = host_alias(host.address, host.port)
+        keys = keys_for(entries, alias)
+        if not keys:
+            table.add_row(alias, host.name or "", "", "(none: recorded on first connection)")
+        for k in keys:
+            table.add_row(alias, host.name or "", k.key_type, k.fingerprint)
+    Console(highlight=False, soft_wrap=False).print(table)
