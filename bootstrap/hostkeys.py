@@ -56,10 +56,17 @@ T = TypeVar("T")
 class HostKeyError(Exception):
     """A host whose key cannot be trusted; ``kind`` is what the per-host summary shows."""
 
-    def __init__(self, message: str, *, kind: str = "host-key-mismatch") -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str = "host-key-mismatch",
+        event: HostKeyEvent | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.kind = kind
+        self.event = event  # for --json: the presented and the expected fingerprints
 
 
 class HostKeyFileError(HostKeyError):
@@ -375,6 +382,23 @@ def mismatch_message(
     )
 
 
+def mismatch_error(
+    host: Host,
+    *,
+    presented: PublicKey,
+    expected: Sequence[PublicKey],
+    path: Path,
+    origin: str = "pinned",
+    seen: str = "the host presented",
+) -> HostKeyError:
+    message = mismatch_message(
+        host, presented=presented, expected=expected, path=path, origin=origin, seen=seen
+    )
+    alias = host_alias(host.address, host.port)
+    event = HostKeyEvent("mismatch", alias, presented, path, tuple(expected))
+    return HostKeyError(message, event=event)
+
+
 def revoked_message(host: Host, key: PublicKey, path: Path) -> str:
     return (
         f"host key {key.fingerprint} ({key.key_type}) presented by "
@@ -508,16 +532,17 @@ def resolve_settings(
 class HostKeyEvent:
     """What the host-key check did for one host (shown per host and in ``--json``)."""
 
-    status: str  # "recorded" | "pinned" | "replaced" | "matched"
+    status: str  # "recorded" | "pinned" | "replaced" | "matched" | "mismatch"
     alias: str
-    key: PublicKey
+    key: PublicKey  # the key the host presented (or the stack outputs gave)
     path: Path
-    previous: tuple[PublicKey, ...] = ()  # replaced keys
+    previous: tuple[PublicKey, ...] = ()  # the keys pinned before: replaced, or expected
     origin: str = "connection"  # "connection" | "stack outputs"
 
     @property
     def noteworthy(self) -> bool:
-        return self.status != "matched"
+        """Worth a line of its own (a mismatch has one already: the host's error)."""
+        return self.status not in ("matched", "mismatch")
 
     @property
     def message(self) -> str:
@@ -531,6 +556,11 @@ class HostKeyEvent:
                 f"replaced host key for {self.alias} in {self.path}: was "
                 f"{fingerprints(self.previous)}, now {fp} (--accept-new-host-key, "
                 f"from the {self.origin})"
+            )
+        if self.status == "mismatch":
+            return (
+                f"host key {fp} for {self.alias} does not match "
+                f"{fingerprints(self.previous)} pinned in {self.path}"
             )
         return f"host key {fp} for {self.alias} matches {self.path}"
 
@@ -598,14 +628,12 @@ class HostKeyVerifier:
             for key in keys:
                 m = add_key(entries, alias, key)
                 if m.outcome == "conflict":
-                    raise HostKeyError(
-                        mismatch_message(
-                            host,
-                            presented=key,
-                            expected=m.existing,
-                            path=path,
-                            seen="the stack outputs give",
-                        )
+                    raise mismatch_error(
+                        host,
+                        presented=key,
+                        expected=m.existing,
+                        path=path,
+                        seen="the stack outputs give",
                     )
                 entries = m.entries
                 if m.outcome == "added":
@@ -686,9 +714,7 @@ class HostKeyCheck(paramiko.MissingHostKeyPolicy):
             m = add_key(entries, self.alias, presented)
             if m.outcome == "conflict":
                 # Another thread (or run) pinned a different key meanwhile: same refusal.
-                raise HostKeyError(
-                    mismatch_message(self.host, presented=presented, expected=m.existing, path=path)
-                )
+                raise mismatch_error(self.host, presented=presented, expected=m.existing, path=path)
             if m.outcome == "present":
                 return m.entries, HostKeyEvent("matched", self.alias, presented, path)
             return m.entries, HostKeyEvent("recorded", self.alias, presented, path)
@@ -701,14 +727,12 @@ class HostKeyCheck(paramiko.MissingHostKeyPolicy):
             presented = PublicKey.from_paramiko(exc.key)
             stack = self.verifier.settings.keys_from_stack(self.host)
             origin = "from the stack outputs, pinned" if stack else "pinned"
-            return HostKeyError(
-                mismatch_message(
-                    self.host,
-                    presented=presented,
-                    expected=self._expected or [PublicKey.from_paramiko(exc.expected_key)],
-                    path=self.path,
-                    origin=origin,
-                )
+            return mismatch_error(
+                self.host,
+                presented=presented,
+                expected=self._expected or [PublicKey.from_paramiko(exc.expected_key)],
+                path=self.path,
+                origin=origin,
             )
         return exc
 
@@ -722,12 +746,3 @@ class HostKeyCheck(paramiko.MissingHostKeyPolicy):
         presented = PublicKey.from_paramiko(transport.get_remote_server_key())
         self.event = HostKeyEvent("matched", self.alias, presented, self.path)
         return self.event
-
-
-def describe(settings: HostKeySettings) -> dict[str, Any]:
-    """The settings as ``--json`` shows them."""
-    return {
-        "known_hosts": str(settings.path),
-        "source": settings.source,
-        "accept_new_host_key": list(settings.accept),
-    }

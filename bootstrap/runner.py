@@ -261,10 +261,10 @@ def run_host(
         conn = connect(host, config, timeout_s, host_keys=check)
         event = check.confirm(conn.client)
     except Exception as exc:
-        report.host_key = check.event
-        report.connection_error, report.connection_message = classify_connect_error(
-            check.explain(exc), host
-        )
+        explained = check.explain(exc)
+        mismatch = explained.event if isinstance(explained, HostKeyError) else None
+        report.host_key = mismatch or check.event
+        report.connection_error, report.connection_message = classify_connect_error(explained, host)
         printer.line(host, report.connection_message, "bold red")
         report.seconds = time.monotonic() - started
         return report

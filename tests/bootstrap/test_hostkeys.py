@@ -245,6 +245,16 @@ def test_a_recorded_key_shows_in_the_summary_and_the_json(tmp_path: Path) -> Non
     assert "host-key" not in console.export_text()  # a matching key is not news
 
 
+def test_a_mismatch_event_names_the_presented_and_the_pinned_key(tmp_path: Path) -> None:
+    event = HostKeyEvent("mismatch", "10.0.0.7", KEY_B, tmp_path / "kh", (KEY_A,))
+    assert event.message == (
+        f"host key {B_FP} (ssh-ed25519) for 10.0.0.7 does not match "
+        f"{A_FP} (ssh-ed25519) pinned in {tmp_path / 'kh'}"
+    )
+    assert not event.noteworthy  # the host's error already says it, at length
+    assert event.to_json()["previous"] == [A_FP]
+
+
 def test_the_file_is_written_0600_in_a_0700_directory(tmp_path: Path) -> None:
     store = KnownHostsFile(tmp_path / "gpufleet" / "known_hosts" / "a100x8")
     result = store.update(lambda entries: (add_key(entries, "10.0.0.7", KEY_A).entries, "done"))

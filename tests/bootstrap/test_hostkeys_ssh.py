@@ -133,6 +133,11 @@ def test_first_connection_records_the_host_key_and_the_next_one_must_match(
     assert key["status"] == "matched" and key["fingerprint"] == fp
     assert kh.read_text() == f"[127.0.0.1]:{sshd_server.port} {host_pub(sshd_server)}\n"
 
+    # The fingerprint can be compared out of band (e.g. with the instance's console output).
+    shown = run_fab(*sshd_server.fab_args(), "host-keys", "--known-hosts", str(kh))
+    assert shown.returncode == 0, shown.stderr
+    assert fp in shown.stdout and f"[127.0.0.1]:{sshd_server.port}" in shown.stdout
+
 
 def test_a_changed_host_key_fails_that_host_while_the_other_host_runs(
     sshd_server: SshServer, replacement: SshServer, address: Forwarder, tmp_path: Path
@@ -159,8 +164,17 @@ def test_a_changed_host_key_fails_that_host_while_the_other_host_runs(
     assert f"--accept-new-host-key 127.0.0.1:{address.port}" in message
     assert f"forget-host-key --known-hosts {kh}" in message
     assert kh.read_text() == pinned  # never silently replaced
+    # --json carries both fingerprints for a machine to read.
+    key = changed["host_key"]
+    assert isinstance(key, dict)
+    assert (key["status"], key["fingerprint"], key["previous"]) == (
+        "mismatch",
+        keygen_fingerprint(replacement),
+        [keygen_fingerprint(sshd_server)],
+    )
 
 
+@pytest.mark.slow
 def test_accept_new_host_key_repins_only_the_named_host(
     sshd_server: SshServer, replacement: SshServer, address: Forwarder, tmp_path: Path
 ) -> None:
@@ -198,6 +212,7 @@ def test_accept_new_host_key_repins_only_the_named_host(
     assert "--accept-new-host-key x names no host of this run" in typo.stderr
 
 
+@pytest.mark.slow
 def test_the_commands_the_mismatch_message_gives_do_forget_the_old_key(
     sshd_server: SshServer, replacement: SshServer, address: Forwarder, tmp_path: Path
 ) -> None:
