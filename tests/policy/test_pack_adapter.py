@@ -270,3 +270,13 @@ def test_the_stack_config_ceiling_reaches_the_pack(analyzer: Any) -> None:
     [d] = analyzer.AnalyzeStack(request, timeout=60).diagnostics
     assert d.policyName == "cost-ceiling" and d.urn == ""
     assert "110.08 USD/h" in d.message and f"maxHourlyCost={CEILING}" in d.message
+
+
+def test_the_pack_project_file_matches_the_code_and_uses_the_project_venv() -> None:
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "policy" / "PulumiPolicy.yaml").read_text())
+    assert doc["version"] == R.PACK_VERSION
+    assert doc["runtime"]["name"] == "python"
+    venv = (ROOT / "policy" / doc["runtime"]["options"]["virtualenv"]).resolve()
+    assert venv == (ROOT / ".venv").resolve()
