@@ -76,6 +76,9 @@ def main() -> int:
             setup = [
                 *sshd.fab_args(),
                 "setup",
+                # every run starts an sshd with a new host key: keep its pin with the run
+                "--known-hosts",
+                str(work / "known_hosts"),
                 "--allow-no-gpu",
                 "--torch-index",
                 "default",
