@@ -628,3 +628,28 @@ def test_timer_rearms_after_reboot_and_runs_continuously() -> None:
 
 def test_stop_decision_constant_is_shared() -> None:
     assert STOP == "stop"
+
+
+@pytest.mark.integration
+def test_lease_writes_the_file_and_tags_the_instance_for_the_reaper(
+    tmp_path: Path, moto: str
+) -> None:
+    ec2 = aws("ec2", moto)
+    iid = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"][0][
+        "InstanceId"
+    ]
+    config = make_config(tmp_path, endpoint_url=moto)
+    creds = {"access_key_id": "testing", "secret": "testing"}
+    out = wd.write_lease(
+        config,
+        3,
+        BOOT,
+        lambda until: wd.write_lease_tag(config, iid, until, creds),
+    )
+    assert out["tag"] == "set"
+    assert out["lease_until"] == "2026-03-01T11:00:00Z"
+    assert (Path(config.state_dir) / wd.LEASE_FILE).read_text().strip() == out["lease_until"]
+    tags = ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]["Tags"]
+    assert {"Key": "gpufleet:keep-alive-until", "Value": out["lease_until"]} in tags
+    with pytest.raises(ValueError, match="at most 336"):
+        wd.write_lease(config, 400, BOOT, None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import random
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,9 +29,12 @@ _EC2_5XX = _EC2_THROTTLE.replace(b"RequestLimitExceeded", b"InternalError").repl
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, *, rate: float, seed: int = 1) -> None:
+    def __init__(
+        self, upstream: str, *, rate: float, seed: int = 1, latency_s: float = 0.0
+    ) -> None:
         self.upstream = urlparse(upstream)
         self.rate = rate
+        self.latency_s = latency_s  # added to every request: a network that is not loopback
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.always_fail_stop: set[str] = set()
@@ -89,6 +93,8 @@ class FaultProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 verdict = proxy._verdict(body)
+                if proxy.latency_s:
+                    time.sleep(proxy.latency_s)
                 is_ec2 = b"Action=" in body  # EC2 speaks the query protocol; CloudWatch CBOR
                 if verdict == "throttle" and is_ec2:
                     return self._reply(503, _EC2_THROTTLE)
