@@ -40,7 +40,8 @@ class RecordedResource:
     type: str
     name: str
     inputs: dict[str, Any]
-    parent_type: str | None = None
+    id: str = ""
+    outputs: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"type": self.type, "name": self.name, "inputs": self.inputs}
@@ -93,8 +94,9 @@ class Mocks(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         inputs = dict(args.inputs)
+        record = RecordedResource(args.typ, args.name, inputs)
         with self._lock:
-            self.resources.append(RecordedResource(args.typ, args.name, inputs))
+            self.resources.append(record)
         rid = f"{args.name}-{_digest(args.typ, args.name)}"
         out = dict(inputs)
         typ = args.typ
@@ -125,6 +127,7 @@ class Mocks(pulumi.runtime.Mocks):
         elif typ == "alicloud:ram/role:Role":
             out["arn"] = f"acs:ram::{ACCOUNT_ID}:role/{inputs.get('roleName', args.name)}"
         out.setdefault("id", rid)
+        record.id, record.outputs = rid, out
         return rid, out
 
     def call(

@@ -2,8 +2,8 @@
 
 The mocks record each resource's inputs exactly as the engine would receive them, but not the
 engine's property dependencies, so references (a bucket policy's `bucket`) are resolved by
-value: the offline mocks are deterministic, so asking them again for a resource's outputs gives
-the very id/ARN/name that the referring resources were given during the run.
+value: each recorded resource keeps the id and outputs the mocks answered with, which are the
+very id/ARN/name that the referring resources were given during the run.
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pulumi
-
 from infra.config import StackConfig
-from infra.offline import Mocks, PlanResult
+from infra.offline import PlanResult
 from policy import rules as R
 from policy.pack import identifiers
 
@@ -25,15 +23,12 @@ EXIT_MANDATORY = 3
 
 
 def resources_from_plan(result: PlanResult, cfg: StackConfig) -> list[R.Resource]:
-    replay = Mocks(cfg.stack, cfg.region)
-    out: list[R.Resource] = []
-    for rec in result.resources:
-        rid, state = replay.new_resource(
-            pulumi.runtime.MockResourceArgs(rec.type, rec.name, dict(rec.inputs))
+    return [
+        R.Resource(
+            rec.type, rec.name, rec.inputs, ids=identifiers(rec.type, rec.outputs) | {rec.id}
         )
-        ids = identifiers(rec.type, state) | {rid}
-        out.append(R.Resource(rec.type, rec.name, rec.inputs, ids=ids))
-    return out
+        for rec in result.resources
+    ]
 
 
 def stack_settings(cfg: StackConfig) -> dict[str, Any]:

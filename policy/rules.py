@@ -158,7 +158,7 @@ PUBLIC_ACLS = ("public-read", "public-read-write", "authenticated-read")
 S3_SSE_ALGORITHMS = ("AES256", "aws:kms", "aws:kms:dsse")
 OSS_SSE_ALGORITHMS = ("AES256", "KMS", "SM4")
 ALI_SPOT = ("SpotAsPriceGo", "SpotWithPriceLimit")
-DEV_TIERS = ("t4x1", "a10x1")
+DEV_TIERS = ("t4x1",)  # "the cheap dev box"; any stack tagged purpose=dev counts too
 
 # What the reaper reads from its environment (infra/reaper/handler.py).
 ENV_STACK = "GPUFLEET_STACK"

@@ -46,11 +46,19 @@ def test_plan_json_carries_the_policy_verdict() -> None:
     assert section["mandatory"] == 0 and section["violations"] == []
 
 
-def test_an_advisory_is_printed_but_does_not_fail_the_plan() -> None:
-    proc = run("--stack", "a10x1")
+def test_an_advisory_is_printed_but_does_not_fail_the_plan(tmp_path: Path) -> None:
+    devbox = tmp_path / "Pulumi.devbox.yaml"
+    devbox.write_text(
+        "config:\n"
+        "  gpufleet:provider: alicloud\n"
+        "  gpufleet:tier: a10x1\n"
+        "  gpufleet:sshCidrs: ['203.0.113.0/24']\n"
+        "  gpufleet:tags: {purpose: dev}\n"
+    )
+    proc = run("--stack-file", str(devbox))
     assert proc.returncode == 0, proc.stderr
     assert "Policies:" in proc.stdout
-    assert "- [advisory]  dev-stacks-use-spot  (alicloud:ecs/instance:Instance: a10x1-0)" in (
+    assert "- [advisory]  dev-stacks-use-spot  (alicloud:ecs/instance:Instance: devbox-0)" in (
         proc.stdout
     )
 
