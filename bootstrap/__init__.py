@@ -6,8 +6,6 @@ module becomes a top-level task (``install_driver`` is typed ``install-driver``)
 
 Adding a module: write ``bootstrap/<concern>.py`` with its steps and tasks (see
 ``bootstrap.api`` and ``bootstrap.cli``) and add its name to ``TASK_MODULES``.
-``OPTIONAL_MODULES`` are picked up when their file exists and skipped silently when it does
-not, so the watchdog and GPU verification can land independently.
 """
 
 from __future__ import annotations
@@ -26,22 +24,9 @@ TASK_MODULES: tuple[str, ...] = (
     "bootstrap.status",
     "bootstrap.setup",
     "bootstrap.hostkey_tasks",
-)
-# Written by other work streams; absent modules are simply not offered as tasks.
-OPTIONAL_MODULES: tuple[str, ...] = (
     "bootstrap.watchdog",
     "bootstrap.verify",
 )
-
-
-def import_optional(name: str) -> ModuleType | None:
-    """Import ``name`` if its file exists; a module that exists but is broken still raises."""
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name == name:
-            return None
-        raise
 
 
 def tasks_defined_in(module: ModuleType) -> Iterable[Task[Any]]:
@@ -53,9 +38,7 @@ def tasks_defined_in(module: ModuleType) -> Iterable[Task[Any]]:
 
 def build_collection() -> Collection:
     ns = Collection()
-    modules = [importlib.import_module(m) for m in TASK_MODULES]
-    modules += [m for m in map(import_optional, OPTIONAL_MODULES) if m is not None]
-    for module in modules:
+    for module in map(importlib.import_module, TASK_MODULES):
         for t in tasks_defined_in(module):
             ns.add_task(t)
     return ns

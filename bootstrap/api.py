@@ -151,6 +151,7 @@ class HostContext:
     tier: TierInfo = field(default_factory=TierInfo)
     scratch: ScratchSpec = field(default_factory=ScratchSpec)
     stack: str | None = None
+    outputs: Mapping[str, Any] = field(default_factory=dict)  # the stack outputs, if known
     facts: dict[str, Any] = field(default_factory=dict)
     progress: ProgressFn = _no_progress
     cancel: threading.Event = field(default_factory=threading.Event)

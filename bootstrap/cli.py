@@ -229,6 +229,7 @@ def fleet_run(
             tier=fleet.tier,
             scratch=scratch,
             stack=fleet.stack,
+            outputs=fleet.outputs,
         )
 
     first: Step = probe_step if readonly else preflight

@@ -27,6 +27,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from bootstrap.api import Host, ScratchSpec, TierInfo
@@ -51,6 +52,8 @@ class Fleet:
     source: str = ""  # where the list came from, for messages
     # address -> the node's SSH host keys from the stack outputs (optional nodes[].host_keys)
     host_keys: Mapping[str, tuple[PublicKey, ...]] = field(default_factory=dict)
+    # The stack outputs as read (bucket, region, idle, ... beyond what the fields above keep)
+    outputs: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _require(mapping: Mapping[str, Any], key: str, where: str, kind: type) -> Any:
@@ -167,6 +170,7 @@ def parse_stack_outputs(outputs: Mapping[str, Any], *, source: str = "stack outp
         scratch=scratch,
         source=source,
         host_keys=host_keys,
+        outputs=MappingProxyType(dict(outputs)),
     )
 
 

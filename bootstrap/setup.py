@@ -2,46 +2,18 @@
 
 from __future__ import annotations
 
-from fabric import Connection
 from invoke import Context
 
-import bootstrap
-from bootstrap.api import HostContext, Options, Step, StepResult, step
+from bootstrap.api import Options, Step
 from bootstrap.cli import COMMON_HELP, fleet_run, fleet_task
 from bootstrap.driver import install_driver_step
 from bootstrap.pytorch import DEFAULT_TORCH, DEFAULT_VENV, install_pytorch_step
 from bootstrap.scratch import mount_scratch_step
-
-WATCHDOG_MODULE = "bootstrap.watchdog"
-WATCHDOG_STEP = "install_watchdog"
-
-
-def watchdog_step() -> Step:
-    """The idle watchdog install, the last step of setup, IF ``bootstrap.watchdog`` exists.
-
-    The watchdog is delivered separately (the teardown work); until it is there, setup says
-    so on every host instead of silently leaving nodes without an idle guard.
-    """
-    module = bootstrap.import_optional(WATCHDOG_MODULE)
-    found = getattr(module, WATCHDOG_STEP, None) if module else None
-    if found is not None:
-        return found
-    reason = (
-        f"{WATCHDOG_MODULE} is not installed in this checkout"
-        if module is None
-        else f"{WATCHDOG_MODULE} has no {WATCHDOG_STEP} step"
-    )
-
-    @step("install-watchdog")
-    def missing_watchdog(conn: Connection, ctx: HostContext) -> StepResult:
-        del conn, ctx
-        return StepResult.skipped(f"{reason}: no idle watchdog on this node")
-
-    return missing_watchdog
+from bootstrap.watchdog import install_watchdog
 
 
 def setup_steps() -> list[Step]:
-    return [install_driver_step, install_pytorch_step, mount_scratch_step, watchdog_step()]
+    return [install_driver_step, install_pytorch_step, mount_scratch_step, install_watchdog]
 
 
 @fleet_task(
@@ -57,6 +29,8 @@ def setup_steps() -> list[Step]:
         "scratch_path": "scratch mount point (default: the stack's scratch.path)",
         "fstab": "fstab file mount-scratch updates (default /etc/fstab)",
         "apt_lock_timeout": "seconds to wait for an apt lock held by unattended upgrades",
+        "watchdog_timer": "arm the idle watchdog's systemd timer (--no-watchdog-timer: install "
+        "its files only, for images and hosts without systemd)",
     }
 )
 def setup(
@@ -74,6 +48,7 @@ def setup(
     scratch_path: str = "",
     fstab: str = "/etc/fstab",
     apt_lock_timeout: int = 300,
+    watchdog_timer: bool = True,
     connect_timeout: float = 10.0,
 ) -> None:
     """Driver + CUDA, PyTorch venv, NVMe scratch, idle watchdog: the whole bootstrap."""
@@ -88,6 +63,7 @@ def setup(
         scratch_devices=tuple(d.strip() for d in scratch_devices.split(",") if d.strip()),
         scratch_path=scratch_path or None,
         fstab=fstab,
+        extra={"enable_timer": watchdog_timer},
     )
     fleet_run(
         c,

@@ -36,8 +36,8 @@ from rich.table import Table
 from rich.text import Text
 
 from bootstrap.api import Host, HostContext, Options, ScratchSpec, StepFailed, StepResult, step
-from bootstrap.cli import CLI_HOSTS_KEY, COMMON_HELP, fleet_task, resolve_fleet
-from bootstrap.hosts import INVENTORY_ENV, Fleet, HostDiscoveryError, pulumi_stack_outputs
+from bootstrap.cli import COMMON_HELP, fleet_task, resolve_fleet
+from bootstrap.hosts import Fleet
 from bootstrap.pytorch import DEFAULT_VENV
 from bootstrap.runner import FleetReport, run_fleet
 from bootstrap.system import ProgressStream, probe_step, sh
@@ -1535,21 +1535,6 @@ def verify_cross_step(conn: Connection, ctx: HostContext) -> StepResult:
     return _result(run_on_node(conn, ctx, "cross"), ctx, cluster=True)
 
 
-def stack_outputs(c: Context, stack: str, inventory: str) -> dict[str, Any] | None:
-    """The raw stack outputs (bucket, region, tier details beyond what Fleet keeps)."""
-    path = inventory or os.environ.get(INVENTORY_ENV)
-    if path:
-        data = jsonlib.loads(Path(path).read_text())
-        return data if isinstance(data, dict) else None
-    from_cli = isinstance(c, Connection) or bool(c.config.get(CLI_HOSTS_KEY))
-    if from_cli and not stack:
-        return None
-    try:
-        return pulumi_stack_outputs(stack or os.environ.get("PULUMI_STACK") or None)
-    except HostDiscoveryError as exc:
-        raise Exit(f"gpufleet: {exc}", code=2) from None
-
-
 def master_address(outputs: Mapping[str, Any] | None, fleet: Fleet, override: str | None) -> str:
     """Where the cross-node rendezvous listens: the head's private IP (the nodes reach each
     other inside the VPC), else the address we reach the head at."""
@@ -1791,7 +1776,7 @@ def verify_gpu(
     """Prove each node trains at the speed it is paid for: health, GEMM, bandwidth, a DDP step."""
     console = Console(stderr=json, highlight=False, soft_wrap=False)
     fleet = resolve_fleet(c, stack=stack, inventory=inventory)
-    outputs = stack_outputs(c, stack, inventory)
+    outputs = dict(fleet.outputs) or None
     try:
         env = parse_node_env(node_env)
         spec = replace(fleet.scratch, path=scratch) if scratch else None

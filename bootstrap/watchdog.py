@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +24,7 @@ from bootstrap.api import HostContext, Options, StepResult, step
 from bootstrap.cli import COMMON_HELP, fleet_run, fleet_task
 from bootstrap.runner import FleetReport
 from bootstrap.system import root_sh, sh
+from infra.nodes import NODE_INFO_PATH as NODE_INFO  # the stack's first-boot facts
 
 REMOTE_DIR = Path(__file__).resolve().parent / "remote"
 # (file in bootstrap/remote, where it goes on the node, mode)
@@ -57,9 +57,21 @@ def watchdog_config(ctx: HostContext, extra: Mapping[str, Any]) -> dict[str, Any
         cfg["stack"] = ctx.stack
     if ctx.tier.name:
         cfg["tier"] = ctx.tier.name
+    out = ctx.outputs
+    idle = out.get("idle") or {}
+    from_stack = {
+        "bucket": out.get("bucket"),
+        "provider": out.get("provider"),
+        "region": out.get("region"),
+        "idle_minutes": idle.get("idle_minutes"),
+        "ttl_hours": idle.get("ttl_hours"),
+    }
     for key in ("bucket", "provider", "region", "idle_minutes", "ttl_hours", "dry_run"):
-        if extra.get(key) not in (None, ""):
-            cfg[key] = extra[key]
+        value = extra.get(key)
+        if value in (None, ""):
+            value = from_stack.get(key)
+        if value not in (None, ""):
+            cfg[key] = value
     if extra.get("state_dir"):
         cfg["state_dir"] = extra["state_dir"]
     return cfg
@@ -102,8 +114,18 @@ def install_watchdog(conn: Connection, ctx: HostContext) -> StepResult:
     if not py.ok or py.stdout.strip() != "True":
         return StepResult.failed("the watchdog needs python3 >= 3.10 on the node")
 
+    config = watchdog_config(ctx, extra)
+    unknown = [k for k in ("provider", "region", "stack", "node") if k not in config]
+    if unknown and not sh(conn, f"test -f {NODE_INFO}").ok:
+        # A plain `-H` host with no stack behind it (a workstation, a foreign VM): the watchdog
+        # could only power it off blind, so it is not installed, and the report says so.
+        return StepResult.skipped(
+            f"no stack facts for this host ({', '.join(unknown)} unknown: no --stack or "
+            f"--inventory, and no {NODE_INFO} from a gpufleet first boot): idle watchdog not "
+            "installed; for a stack's node run `fab install-watchdog --stack S`"
+        )
     files = node_files(prefix, unit_dir)
-    config_text = json.dumps(watchdog_config(ctx, extra), indent=2, sort_keys=True) + "\n"
+    config_text = json.dumps(config, indent=2, sort_keys=True) + "\n"
     wanted = {dest: sha256(src) for src, dest, _ in files}
     wanted[f"{etc}/watchdog.json"] = hashlib.sha256(config_text.encode()).hexdigest()
     have = parse_sha256sum(
@@ -141,7 +163,7 @@ def install_watchdog(conn: Connection, ctx: HostContext) -> StepResult:
     status = json.loads(check.stdout)
     armed = "timer active" if enable else "timer not enabled (--no-enable)"
     note = f"{status['action']}: {status['reason']}"
-    if not extra.get("bucket"):
+    if not (extra.get("bucket") or ctx.outputs.get("bucket")):
         note += "; WARNING no bucket in the stack outputs: scratch will not be saved"
     if not stale:
         return StepResult.ok(f"up to date, {armed}; {note}")
@@ -215,29 +237,6 @@ def _extra(**values: Any) -> Options:
     return Options(extra={k: v for k, v in values.items() if v not in (None, "")})
 
 
-def _stack_facts(c: Context, stack: str, inventory: str) -> dict[str, Any]:
-    """bucket/provider/region/idle from the stack outputs (not part of bootstrap's Fleet)."""
-    from bootstrap.hosts import INVENTORY_ENV, pulumi_stack_outputs
-
-    outputs: dict[str, Any] = {}
-    source = inventory or os.environ.get(INVENTORY_ENV, "")
-    try:
-        if source:
-            outputs = json.loads(Path(source).read_text())
-        elif stack:
-            outputs = pulumi_stack_outputs(stack)
-    except Exception:  # the host list comes from elsewhere (-H): these facts are optional
-        return {}
-    idle = outputs.get("idle") or {}
-    return {
-        "bucket": outputs.get("bucket"),
-        "provider": outputs.get("provider"),
-        "region": outputs.get("region"),
-        "idle_minutes": idle.get("idle_minutes"),
-        "ttl_hours": idle.get("ttl_hours"),
-    }
-
-
 @fleet_task(
     name="install-watchdog",
     help={
@@ -266,11 +265,8 @@ def install_watchdog_task(
     connect_timeout: float = 10.0,
 ) -> None:
     """Install (or update) the idle watchdog and arm its systemd timer on every node."""
-    facts = _stack_facts(c, stack, inventory)
-    if bucket:
-        facts["bucket"] = bucket
     options = _extra(
-        **facts,
+        bucket=bucket or None,
         dry_run=dry_run or None,
         enable_timer=not no_enable,
         watchdog_prefix=prefix,

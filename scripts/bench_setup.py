@@ -80,6 +80,7 @@ def main() -> int:
                 "--known-hosts",
                 str(work / "known_hosts"),
                 "--allow-no-gpu",
+                "--no-watchdog-timer",  # this machine runs no systemd
                 "--torch-index",
                 "default",
                 "--venv",
