@@ -39,6 +39,7 @@ format: setup
 bench: setup  ## benchmarks that print numbers (ratios against a baseline measured in the same run)
 	$(PY) scripts/bench_plan.py
 	$(PY) scripts/bench_setup.py
+	$(PY) scripts/bench_teardown.py
 
 device-verify:  ## node-side verify-gpu checks directly on this machine's GPU (no SSH)
 	bash scripts/device_verify.sh

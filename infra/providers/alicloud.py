@@ -76,7 +76,7 @@ def tls_only_policy(bucket: str) -> str:
     )
 
 
-def node_policy(bucket: str) -> str:
+def node_policy(bucket: str, stack: str) -> str:
     return json.dumps(
         {
             "Version": "1",
@@ -97,6 +97,13 @@ def node_policy(bucket: str) -> str:
                     "Resource": [f"acs:oss:*:*:{bucket}/*"],
                 },
                 {"Effect": "Allow", "Action": ["cms:PutCustomMetric"], "Resource": ["*"]},
+                {
+                    # `fab keep-alive` writes the lease tag from the node, on its own stack only
+                    "Effect": "Allow",
+                    "Action": ["ecs:TagResources"],
+                    "Resource": ["acs:ecs:*:*:instance/*"],
+                    "Condition": {"StringEquals": {f"acs:ResourceTag/{T.STACK}": [stack]}},
+                },
             ],
         }
     )
@@ -345,7 +352,7 @@ class AlicloudProvider:
             f"{name}-node",
             f"gpufleet-{cfg.stack}-node",
             "ecs.aliyuncs.com",
-            storage.bucket.apply(node_policy),
+            storage.bucket.apply(lambda b: node_policy(b, cfg.stack)),
             f"gpufleet {cfg.stack} GPU nodes: stack bucket objects and custom metrics only",
             tags,
         )
