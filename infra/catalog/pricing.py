@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from infra.catalog import DATA_DIR, Catalog, CatalogError, load_catalog
+from infra.catalog import DATA_DIR, Catalog, CatalogError, _date, load_catalog
 
 PRICING_FILE = DATA_DIR / "pricing.toml"
 
@@ -96,15 +96,6 @@ class Pricing:
             f"no exchange rate between {source} and {target} in pricing.toml "
             f"(known currencies: {', '.join(self.currencies)})"
         )
-
-
-def _date(value: Any, where: str) -> dt.date:
-    if isinstance(value, dt.date):
-        return value
-    try:
-        return dt.date.fromisoformat(str(value))
-    except ValueError:
-        raise CatalogError(f"{where}: date {value!r} is not an ISO date") from None
 
 
 def _rate(raw: Mapping[str, Any], key: str, where: str, sources: Mapping[str, Any]) -> Rate:

@@ -17,13 +17,13 @@ import json
 import random
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlparse
 
 from . import tags as T
-from .core import METRIC_GPU_UTIL, METRIC_HEARTBEAT, Instance, Metrics, StopResult
+from .core import METRIC_GPU_UTIL, METRIC_HEARTBEAT, Instance, Metrics, StopResult, chunks
 from .policy import UTC, parse_utc
 
 PAGE = 100  # DescribeInstances MaxResults ceiling
@@ -58,11 +58,6 @@ def _retryable(exc: BaseException) -> bool:
         return True
     # Connection problems surface as plain exceptions without an API error code.
     return getattr(exc, "code", None) is None and not isinstance(exc, ValueError | TypeError)
-
-
-def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 class AlicloudCloud:
@@ -195,7 +190,7 @@ class AlicloudCloud:
             why = "GPUFLEET_ALICLOUD_ACCOUNT_ID unset: cannot name the custom-metric namespace"
             return {iid: Metrics(error=why) for iid in instance_ids}
         out: dict[str, Metrics] = {}
-        for batch in _chunks(list(instance_ids), METRIC_DIMENSIONS_PER_CALL):
+        for batch in chunks(list(instance_ids), METRIC_DIMENSIONS_PER_CALL):
             try:
                 util = self._metric_max(METRIC_GPU_UTIL, batch, start, end)
                 beats = self._metric_max(METRIC_HEARTBEAT, batch, start, end)
@@ -256,7 +251,7 @@ class AlicloudCloud:
 
     def stop(self, instance_ids: Sequence[str]) -> StopResult:
         result = StopResult()
-        for batch in _chunks(list(instance_ids), STOP_BATCH):
+        for batch in chunks(list(instance_ids), STOP_BATCH):
             result.merge(self._stop_bisect(batch))
         return result
 

@@ -11,7 +11,7 @@ API budget for N managed instances (the benchmark measures it):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,7 @@ from .core import (
     Instance,
     Metrics,
     StopResult,
+    chunks,
 )
 from .policy import UTC
 
@@ -83,11 +84,6 @@ def _error_text(exc: BaseException) -> str:
         err = response.get("Error", {})
         return f"{err.get('Code', type(exc).__name__)}: {err.get('Message', '')}".strip(": ")
     return f"{type(exc).__name__}: {exc}"
-
-
-def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 class AwsCloud:
@@ -166,7 +162,7 @@ class AwsCloud:
         period = max(60, math.ceil((end - start).total_seconds() / 60) * 60)
         out: dict[str, Metrics] = {}
         per_call = QUERIES_PER_CALL // 2
-        for batch in _chunks(list(instance_ids), per_call):
+        for batch in chunks(list(instance_ids), per_call):
             try:
                 out.update(self._metrics_batch(batch, start, end, period))
             except Exception as exc:  # any failure of the batch: unreadable, never "idle"
@@ -235,7 +231,7 @@ class AwsCloud:
     def stop(self, instance_ids: Sequence[str]) -> StopResult:
         """Stop in batches; a batch refused for an id is bisected to isolate that id."""
         result = StopResult()
-        for batch in _chunks(list(instance_ids), STOP_BATCH):
+        for batch in chunks(list(instance_ids), STOP_BATCH):
             result.merge(self._stop_bisect(batch))
         return result
 

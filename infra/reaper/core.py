@@ -7,7 +7,7 @@ and ``alicloud.py`` are the two real ones. Nothing here imports an SDK.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -38,6 +38,12 @@ METRIC_HEARTBEAT = "Heartbeat"
 DIMENSION = "InstanceId"  # CloudWatch; CloudMonitor uses "instanceId"
 
 RUNNING = "running"
+
+
+def chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+    """Consecutive slices of at most ``size``: one API call's worth each."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 @dataclass(frozen=True)
