@@ -78,7 +78,7 @@ EOF
 "$PY" - "$work/verify_node.json" <<'EOF' | tee "$work/verdict.txt" || true
 import json, sys
 try:
-    from bootstrap.verify import expected_from, judge
+    from bootstrap.verify_judge import expected_from, judge
     from infra.catalog import gpu_by_nvml_name, load_catalog
 except ImportError as exc:
     sys.exit(f"verdict skipped: {exc} (the judge needs the project's requirements)")

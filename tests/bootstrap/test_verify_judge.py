@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from bootstrap import verify as v
+from bootstrap import verify_judge as j
 from bootstrap.remote import verify_node, verify_smi
 from infra.catalog import load_catalog
 
@@ -77,7 +78,7 @@ def node_report(
         nvswitch_devices=6,
     )
     report: dict[str, Any] = {
-        "schema": v.NODE_SCHEMA,
+        "schema": j.NODE_SCHEMA,
         "stage": "local",
         "mode": "gpu",
         "host": {"hostname": "ip-10-0-1-5"},
@@ -121,17 +122,17 @@ def node_report(
     return report
 
 
-def expected(**kwargs: Any) -> v.Expected:
-    return v.expected_from(P4D_OUTPUTS, load_catalog(), **kwargs)
+def expected(**kwargs: Any) -> j.Expected:
+    return j.expected_from(P4D_OUTPUTS, load_catalog(), **kwargs)
 
 
-def statuses(verdict: v.Verdict) -> dict[str, str]:
+def statuses(verdict: j.Verdict) -> dict[str, str]:
     return {c.name: c.status for c in verdict.checks}
 
 
 def test_a_healthy_8x_a100_node_passes_every_check() -> None:
-    verdict = v.judge(node_report(), expected())
-    assert verdict.status == v.PASS, [c for c in verdict.checks if c.status != v.PASS]
+    verdict = j.judge(node_report(), expected())
+    assert verdict.status == j.PASS, [c for c in verdict.checks if c.status != j.PASS]
     assert list(statuses(verdict)) == [
         "gpu.count",
         "gpu.model",
@@ -164,7 +165,7 @@ def test_a_healthy_8x_a100_node_passes_every_check() -> None:
 
 
 def test_mfu_is_model_flops_over_the_catalog_peak_of_every_gpu() -> None:
-    check = v.judge(node_report(), expected()).check("mfu")
+    check = j.judge(node_report(), expected()).check("mfu")
     bench = json.loads(read("a100x8_bench.json"))["train"]
     want = bench["tokens_per_s"] * bench["flops_per_token"] / (8 * 312e12)
     assert check.value == pytest.approx(want)
@@ -186,73 +187,73 @@ def test_a_node_missing_one_of_eight_gpus_fails_and_names_the_evidence() -> None
         torch_devices=7,
         edit=seven_gemms,
     )
-    verdict = v.judge(report, expected())
+    verdict = j.judge(report, expected())
     count = verdict.check("gpu.count")
-    assert (count.status, count.measured) == (v.FAIL, "7 of 8")
+    assert (count.status, count.measured) == (j.FAIL, "7 of 8")
     assert "lspci shows 8 NVIDIA GPU(s), the driver 7" in count.detail
     assert "Unable to determine the device handle" in count.detail
     xid = verdict.check("xid")
-    assert (xid.status, xid.measured) == (v.FAIL, "Xid 79")
+    assert (xid.status, xid.measured) == (j.FAIL, "Xid 79")
     assert "0000:a0:1d" in xid.detail
-    assert verdict.status == v.FAIL
+    assert verdict.status == j.FAIL
 
 
 def test_uncorrectable_ecc_errors_and_a_pending_row_remap_fail_the_node() -> None:
-    verdict = v.judge(node_report(smi="a100x8_smi_ecc.xml", dmesg="dmesg_xid48.txt"), expected())
+    verdict = j.judge(node_report(smi="a100x8_smi_ecc.xml", dmesg="dmesg_xid48.txt"), expected())
     ecc = verdict.check("ecc")
-    assert ecc.status == v.FAIL and "GPU5: 2" in ecc.detail
+    assert ecc.status == j.FAIL and "GPU5: 2" in ecc.detail
     remap = verdict.check("memory.remap")
-    assert remap.status == v.FAIL and "GPU5: row remap pending" in remap.detail
+    assert remap.status == j.FAIL and "GPU5: row remap pending" in remap.detail
     assert verdict.check("xid").measured == "Xid 48"  # 63 rides along, 48 is the fatal one
-    assert verdict.status == v.FAIL
+    assert verdict.status == j.FAIL
 
 
 def test_nvlink_with_inactive_links_fails_on_an_nvlink_tier() -> None:
-    verdict = v.judge(
+    verdict = j.judge(
         node_report(topo="a100x8_topo_nvlink_down.txt", nvlink="a100x8_nvlink_down.txt"),
         expected(),
     )
     check = verdict.check("nvlink")
-    assert check.status == v.FAIL
+    assert check.status == j.FAIL
     assert "GPU3 link(s) 4, 5 inactive" in check.detail
 
 
 def test_nvlink_is_not_judged_on_a_tier_without_it() -> None:
-    verdict = v.judge(node_report(), expected(tier="t4x4"))
-    assert verdict.check("nvlink").status == v.NOT_RUN
+    verdict = j.judge(node_report(), expected(tier="t4x4"))
+    assert verdict.check("nvlink").status == j.NOT_RUN
 
 
 def test_a_gpu_on_a_x8_pcie_link_fails_with_the_threshold_named() -> None:
-    check = v.judge(node_report(load="a100x8_load_pcie_x8.csv"), expected()).check("pcie")
-    assert check.status == v.FAIL
+    check = j.judge(node_report(load="a100x8_load_pcie_x8.csv"), expected()).check("pcie")
+    assert check.status == j.FAIL
     assert check.measured == "gen4 x8 (under load)"
     assert "GPU6 gen4 x8: width below x16" in check.detail
     assert check.threshold == "min_pcie_width/min_pcie_gen"
 
 
 def test_idle_link_downshift_is_only_a_warning_without_load_samples() -> None:
-    check = v.judge(node_report(load=None), expected()).check("pcie")
-    assert check.status == v.WARN
+    check = j.judge(node_report(load=None), expected()).check("pcie")
+    assert check.status == j.WARN
     assert "read at idle" in check.detail
 
 
 def test_thermal_throttling_fails_and_the_hot_gpu_is_named() -> None:
-    verdict = v.judge(node_report(load="a100x8_load_thermal.csv"), expected())
+    verdict = j.judge(node_report(load="a100x8_load_thermal.csv"), expected())
     throttle = verdict.check("throttle")
-    assert throttle.status == v.FAIL
+    assert throttle.status == j.FAIL
     assert throttle.measured == "GPU2: hw_thermal_slowdown, sw_thermal_slowdown"
     temp = verdict.check("temperature")
-    assert (temp.status, temp.measured, temp.threshold) == (v.WARN, "91 C", "max_temperature_c")
+    assert (temp.status, temp.measured, temp.threshold) == (j.WARN, "91 C", "max_temperature_c")
 
 
 def test_gemm_at_40_percent_of_peak_fails_and_says_by_how_much() -> None:
     def slow_gpu4(r: dict[str, Any]) -> None:
         r["torchrun"]["gemm"][4]["tflops"] = 0.40 * 312
 
-    check = v.judge(node_report(edit=slow_gpu4), expected()).check("gemm")
+    check = j.judge(node_report(edit=slow_gpu4), expected()).check("gemm")
     gpu = load_catalog().gpus["A100-40GB"]
     warn_at = 0.75 * 0.869 * 312
-    assert check.status == v.FAIL
+    assert check.status == j.FAIL
     assert check.threshold == "warn_ratio"
     assert check.shortfall == pytest.approx(1 - 124.8 / warn_at)
     assert check.value == pytest.approx(124.8)
@@ -265,44 +266,44 @@ def test_gemm_a_little_slow_is_a_warning_naming_the_pass_ratio() -> None:
     def slowish(r: dict[str, Any]) -> None:
         r["torchrun"]["gemm"][0]["tflops"] = 0.85 * 0.869 * 312
 
-    check = v.judge(node_report(edit=slowish), expected()).check("gemm")
-    assert (check.status, check.threshold) == (v.WARN, "pass_ratio")
+    check = j.judge(node_report(edit=slowish), expected()).check("gemm")
+    assert (check.status, check.threshold) == (j.WARN, "pass_ratio")
 
 
 def test_thresholds_come_from_the_catalog_not_the_code() -> None:
     exp = expected()
-    stricter = v.Expected(**{**exp.__dict__, "thresholds": {**exp.thresholds, "pass_ratio": 0.999}})
-    assert v.judge(node_report(), exp).check("gemm").status == v.PASS
-    assert v.judge(node_report(), stricter).check("gemm").status == v.WARN
+    stricter = j.Expected(**{**exp.__dict__, "thresholds": {**exp.thresholds, "pass_ratio": 0.999}})
+    assert j.judge(node_report(), exp).check("gemm").status == j.PASS
+    assert j.judge(node_report(), stricter).check("gemm").status == j.WARN
 
 
 def test_mig_enabled_fails_a_tier_that_rents_whole_gpus() -> None:
-    check = v.judge(node_report(smi="a100x8_smi_mig.xml"), expected()).check("mig")
-    assert check.status == v.FAIL and "nvidia-smi -mig 0" in check.detail
+    check = j.judge(node_report(smi="a100x8_smi_mig.xml"), expected()).check("mig")
+    assert check.status == j.FAIL and "nvidia-smi -mig 0" in check.detail
 
 
 def test_fabric_manager_down_on_an_nvswitch_node_fails() -> None:
     def fm_down(r: dict[str, Any]) -> None:
         r["fabric_manager"] = {"state": "inactive", "error": None}
 
-    check = v.judge(node_report(edit=fm_down), expected()).check("fabric-manager")
-    assert (check.status, check.measured) == (v.FAIL, "inactive")
+    check = j.judge(node_report(edit=fm_down), expected()).check("fabric-manager")
+    assert (check.status, check.measured) == (j.FAIL, "inactive")
 
 
 def test_a_torch_build_newer_than_the_driver_is_the_driver_torch_mismatch() -> None:
     def mismatch(r: dict[str, Any]) -> None:
         r["torch"].update(torch="2.13.0+cu130", torch_cuda="13.0", cuda_available=False)
 
-    check = v.judge(node_report(edit=mismatch), expected()).check("software")
-    assert check.status == v.FAIL and "driver too old" in check.detail
+    check = j.judge(node_report(edit=mismatch), expected()).check("software")
+    assert check.status == j.FAIL and "driver too old" in check.detail
 
 
 def test_a_loss_that_does_not_fall_fails_the_training_step() -> None:
     def flat(r: dict[str, Any]) -> None:
         r["torchrun"]["train"]["losses"] = [6.93] * 30
 
-    check = v.judge(node_report(edit=flat), expected()).check("train")
-    assert (check.status, check.threshold) == (v.FAIL, "loss_drop_min")
+    check = j.judge(node_report(edit=flat), expected()).check("train")
+    assert (check.status, check.threshold) == (j.FAIL, "loss_drop_min")
     assert check.shortfall == pytest.approx(1.0)
 
 
@@ -310,23 +311,23 @@ def test_a_diverging_loss_fails_and_names_the_step() -> None:
     def nan(r: dict[str, Any]) -> None:
         r["torchrun"]["train"]["losses"][7] = math.nan
 
-    check = v.judge(node_report(edit=nan), expected()).check("train")
-    assert check.status == v.FAIL and "at step 7" in check.measured
+    check = j.judge(node_report(edit=nan), expected()).check("train")
+    assert check.status == j.FAIL and "at step 7" in check.measured
 
 
 def test_a_wrong_all_reduce_sum_fails() -> None:
     def wrong(r: dict[str, Any]) -> None:
         r["torchrun"]["allreduce"]["correct"] = False
 
-    assert v.judge(node_report(edit=wrong), expected()).check("allreduce.local").status == v.FAIL
+    assert j.judge(node_report(edit=wrong), expected()).check("allreduce.local").status == j.FAIL
 
 
 def test_scratch_that_is_not_mounted_is_called_out() -> None:
     def root_disk(r: dict[str, Any]) -> None:
         r["scratch"].update(is_mount=False)
 
-    check = v.judge(node_report(edit=root_disk), expected()).check("scratch.read")
-    assert check.status == v.WARN and "not a mount point" in check.detail
+    check = j.judge(node_report(edit=root_disk), expected()).check("scratch.read")
+    assert check.status == j.WARN and "not a mount point" in check.detail
 
 
 def test_quick_mode_skips_bandwidth_and_training_but_not_health() -> None:
@@ -335,11 +336,11 @@ def test_quick_mode_skips_bandwidth_and_training_but_not_health() -> None:
             r["torchrun"].pop(key, None)
         r.pop("scratch")
 
-    verdict = v.judge(node_report(edit=quick), expected(quick=True))
+    verdict = j.judge(node_report(edit=quick), expected(quick=True))
     s = statuses(verdict)
-    assert s["gemm"] == s["ecc"] == s["nvlink"] == v.PASS
-    assert s["hbm"] == s["allreduce.local"] == s["train"] == s["scratch"] == v.NOT_RUN
-    assert verdict.status == v.PASS
+    assert s["gemm"] == s["ecc"] == s["nvlink"] == j.PASS
+    assert s["hbm"] == s["allreduce.local"] == s["train"] == s["scratch"] == j.NOT_RUN
+    assert verdict.status == j.PASS
 
 
 def test_a_host_without_a_gpu_fails_with_advice_and_no_benchmarks() -> None:
@@ -351,16 +352,16 @@ def test_a_host_without_a_gpu_fails_with_advice_and_no_benchmarks() -> None:
             skipped="GPU benchmarks not run: nvidia-smi not found",
         )
     )
-    verdict = v.judge(report, expected())
+    verdict = j.judge(report, expected())
     first = verdict.checks[0]
-    assert (first.name, first.status) == ("gpu.present", v.FAIL)
+    assert (first.name, first.status) == ("gpu.present", j.FAIL)
     assert "nvidia-smi not found" in first.detail and "--cpu" in first.detail
-    assert verdict.status == v.FAIL
+    assert verdict.status == j.FAIL
 
 
 def cpu_report(losses: list[float]) -> dict[str, Any]:
     return {
-        "schema": v.NODE_SCHEMA,
+        "schema": j.NODE_SCHEMA,
         "mode": "cpu",
         "host": {"hostname": "laptop"},
         "torch": {"torch": "2.13.0+cpu", "torch_cuda": None, "device_count": 0, "error": None},
@@ -398,18 +399,18 @@ def cpu_report(losses: list[float]) -> dict[str, Any]:
 
 def test_a_cpu_run_is_never_a_pass_for_a_gpu_tier() -> None:
     falling = [4.9 - 0.1 * i for i in range(40)]
-    verdict = v.judge(cpu_report(falling), expected(cpu=True))
-    assert verdict.status == v.CPU_ONLY
-    assert verdict.check("gpu").status == v.NOT_RUN
+    verdict = j.judge(cpu_report(falling), expected(cpu=True))
+    assert verdict.status == j.CPU_ONLY
+    assert verdict.check("gpu").status == j.NOT_RUN
     assert "NOT verified" in verdict.check("gpu").detail
-    assert verdict.check("train").status == v.PASS
-    assert verdict.check("mfu").status == v.NOT_RUN  # tokens/s reported, not judged on CPU
+    assert verdict.check("train").status == j.PASS
+    assert verdict.check("mfu").status == j.NOT_RUN  # tokens/s reported, not judged on CPU
     assert verdict.check("software").measured == "torch 2.13.0+cpu"
     storage = verdict.check("storage")
-    assert storage.status == v.SKIP and "aws CLI" in storage.detail  # SKIP is never a PASS
-    assert v.overall([verdict]) == v.CPU_ONLY
-    flat = v.judge(cpu_report([4.9] * 40), expected(cpu=True))
-    assert flat.status == v.FAIL and v.overall([verdict, flat]) == v.FAIL
+    assert storage.status == j.SKIP and "aws CLI" in storage.detail  # SKIP is never a PASS
+    assert j.overall([verdict]) == j.CPU_ONLY
+    flat = j.judge(cpu_report([4.9] * 40), expected(cpu=True))
+    assert flat.status == j.FAIL and j.overall([verdict, flat]) == j.FAIL
 
 
 @pytest.mark.parametrize(
@@ -425,20 +426,20 @@ def test_a_cpu_run_is_never_a_pass_for_a_gpu_tier() -> None:
 def test_a_bad_report_from_the_node_is_an_error_that_says_what_is_wrong(
     text: str, says: str
 ) -> None:
-    with pytest.raises(v.ReportError, match=says):
-        v.parse_report(text)
+    with pytest.raises(j.ReportError, match=says):
+        j.parse_report(text)
 
 
 def test_an_unusable_report_becomes_a_failed_verdict_not_a_crash() -> None:
-    verdict = v.judge({"report_error": "the node's report is truncated"}, expected(), host="n0")
-    assert verdict.status == v.FAIL
+    verdict = j.judge({"report_error": "the node's report is truncated"}, expected(), host="n0")
+    assert verdict.status == j.FAIL
     assert verdict.checks[0].name == "report" and "truncated" in verdict.checks[0].detail
 
 
 def test_a_crashed_node_script_is_reported_with_what_it_did_measure() -> None:
-    verdict = v.judge(node_report(edit=lambda r: r.update(fatal="MemoryError: ")), expected())
-    assert verdict.checks[0].name == "report" and verdict.status == v.FAIL
-    assert verdict.check("gemm").status == v.PASS
+    verdict = j.judge(node_report(edit=lambda r: r.update(fatal="MemoryError: ")), expected())
+    assert verdict.checks[0].name == "report" and verdict.status == j.FAIL
+    assert verdict.check("gemm").status == j.PASS
 
 
 def test_expected_comes_from_the_stack_outputs_and_the_catalog() -> None:
@@ -451,22 +452,22 @@ def test_expected_comes_from_the_stack_outputs_and_the_catalog() -> None:
 
 
 def test_a_tier_named_on_the_command_line_replaces_the_stack_tier() -> None:
-    exp = v.expected_from(None, load_catalog(), tier="v100x1")
+    exp = j.expected_from(None, load_catalog(), tier="v100x1")
     assert exp.gpu is not None and exp.gpu.training_dtype == "float16"
     assert exp.gpu_count == 1 and not exp.nvlink
     with pytest.raises(ValueError, match=r"unknown tier 'a100x3'.*a100x4"):
-        v.expected_from(None, load_catalog(), tier="a100x3")
+        j.expected_from(None, load_catalog(), tier="a100x3")
 
 
 def test_without_any_tier_the_found_gpu_sets_the_performance_bar() -> None:
-    exp = v.expected_from(None, load_catalog())
-    verdict = v.judge(node_report(), exp)
-    assert verdict.check("gpu.count").status == v.WARN  # nothing to compare the count with
-    assert verdict.check("gemm").status == v.PASS  # judged against the A100's catalog entry
+    exp = j.expected_from(None, load_catalog())
+    verdict = j.judge(node_report(), exp)
+    assert verdict.check("gpu.count").status == j.WARN  # nothing to compare the count with
+    assert verdict.check("gemm").status == j.PASS  # judged against the A100's catalog entry
 
 
 def test_the_node_command_carries_dtype_peak_and_rendezvous_quoted() -> None:
-    exp = v.expected_from(None, load_catalog(), tier="v100x1")
+    exp = j.expected_from(None, load_catalog(), tier="v100x1")
     opts = v.VerifyOptions(python="/opt/my venv/bin/python", node_env={"NCCL_DEBUG": "INFO"})
     cmd = v.node_command(
         "/tmp/gpufleet-verify.abc",
@@ -511,27 +512,27 @@ def cross_report(busbw: float, losses: list[float]) -> dict[str, Any]:
         "allreduce": {**bench["allreduce"], "world": 16, "busbw_gbs": busbw},
         "train": {**bench["train"], "world": 16, "losses": losses},
     }
-    return {"schema": v.NODE_SCHEMA, "stage": "cross", "torchrun": run}
+    return {"schema": j.NODE_SCHEMA, "stage": "cross", "torchrun": run}
 
 
 def test_the_cross_node_run_is_judged_against_the_instance_network() -> None:
     exp = expected(nodes=2)
     good = [6.9 - 0.2 * i for i in range(30)]
     per_host = {"n0": cross_report(30.0, good), "n1": cross_report(30.0, good)}
-    verdict = v.judge_cluster(per_host, exp)
+    verdict = j.judge_cluster(per_host, exp)
     ar = verdict.check("allreduce.cross")
-    assert ar.status == v.PASS and "400 Gbit/s network" in ar.detail  # 0.5 x 50 GB/s = 25
-    slow = v.judge_cluster({"n0": cross_report(6.0, good)}, exp).check("allreduce.cross")
-    assert slow.status == v.FAIL and slow.threshold == "warn_ratio"
+    assert ar.status == j.PASS and "400 Gbit/s network" in ar.detail  # 0.5 x 50 GB/s = 25
+    slow = j.judge_cluster({"n0": cross_report(6.0, good)}, exp).check("allreduce.cross")
+    assert slow.status == j.FAIL and slow.threshold == "warn_ratio"
 
 
 def test_a_cross_node_run_that_never_met_fails_with_each_nodes_reason() -> None:
     per_host: dict[str, dict[str, Any]] = {
-        "n0": {"schema": v.NODE_SCHEMA, "torchrun": {"errors": ["torchrun timed out after 600 s"]}},
+        "n0": {"schema": j.NODE_SCHEMA, "torchrun": {"errors": ["torchrun timed out after 600 s"]}},
         "n1": {"report_error": "the node wrote no report (exit 255)"},
     }
-    verdict = v.judge_cluster(per_host, expected(nodes=2))
-    assert verdict.status == v.FAIL
+    verdict = j.judge_cluster(per_host, expected(nodes=2))
+    assert verdict.status == j.FAIL
     assert "n0: torchrun timed out" in verdict.checks[0].detail
     assert "n1: the node wrote no report" in verdict.checks[0].detail
 
@@ -542,7 +543,7 @@ def test_the_table_and_the_verdict_line_say_what_failed() -> None:
     def slow(r: dict[str, Any]) -> None:
         r["torchrun"]["gemm"][4]["tflops"] = 124.8
 
-    verdict = v.judge(copy.deepcopy(node_report(edit=slow)), expected(), host="a100x8-0")
+    verdict = j.judge(copy.deepcopy(node_report(edit=slow)), expected(), host="a100x8-0")
     console = Console(record=True, width=200)
     console.print(v.verdict_table(verdict, "verify-gpu a100x8-0"))
     text = console.export_text()

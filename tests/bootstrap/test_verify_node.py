@@ -20,6 +20,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from bootstrap import verify as v
+from bootstrap import verify_judge as j
 from bootstrap.api import ScratchSpec
 from bootstrap.remote import verify_node, verify_smi
 from infra.catalog import load_catalog
@@ -193,7 +194,7 @@ def test_the_report_is_uploaded_to_the_stack_bucket(moto_s3: str, tmp_path: Path
     s3.create_bucket(Bucket="gpufleet-reports")
     report = tmp_path / "verify-20261129T120000Z.json"
     report.write_text('{"overall": "PASS"}')
-    exp = v.Expected(provider="aws", region="us-east-1", bucket="gpufleet-reports")
+    exp = j.Expected(provider="aws", region="us-east-1", bucket="gpufleet-reports")
     result = v.upload_report(report, exp, endpoint_url=moto_s3)
     assert result == {"status": "ok", "url": f"s3://gpufleet-reports/gpufleet/verify/{report.name}"}
     body = s3.get_object(Bucket="gpufleet-reports", Key=f"gpufleet/verify/{report.name}")["Body"]
@@ -207,14 +208,14 @@ def test_without_credentials_the_upload_is_skipped_with_a_clear_message(
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     report = tmp_path / "r.json"
     report.write_text("{}")
-    exp = v.Expected(provider="aws", region="us-east-1", bucket="b")
+    exp = j.Expected(provider="aws", region="us-east-1", bucket="b")
     result = v.upload_report(report, exp)
     assert result["status"] == "skip" and "no AWS credentials" in result["reason"]
 
 
 def test_the_saved_report_is_named_by_stack_and_time(tmp_path: Path) -> None:
     run = v.VerifyRun(
-        expected=v.expected_from(None, load_catalog(), tier="t4x1"),
+        expected=j.expected_from(None, load_catalog(), tier="t4x1"),
         verdicts=[],
         cluster=None,
         measurements={},
@@ -224,7 +225,7 @@ def test_the_saved_report_is_named_by_stack_and_time(tmp_path: Path) -> None:
     path = v.save_report(run, tmp_path)
     assert path == tmp_path / "adhoc" / "verify-20261129T120000Z.json"
     doc = json.loads(path.read_text())
-    assert doc["schema"] == v.REPORT_SCHEMA and doc["overall"] == v.FAIL  # no host verified
+    assert doc["schema"] == v.REPORT_SCHEMA and doc["overall"] == j.FAIL  # no host verified
     assert doc["expected"]["tier"] == "t4x1"
 
 
@@ -268,7 +269,7 @@ def test_the_cpu_training_step_runs_under_torchrun_and_its_loss_falls(
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    report: dict[str, Any] = v.parse_report(out.read_text())
+    report: dict[str, Any] = j.parse_report(out.read_text())
     run = report["torchrun"]
     assert run["errors"] == [] and run["rc"] == 0
     train = run["train"]
@@ -277,9 +278,9 @@ def test_the_cpu_training_step_runs_under_torchrun_and_its_loss_falls(
     assert train["losses"][-1] < 0.8 * train["losses"][0]
     assert run["allreduce"]["correct"] is True and run["allreduce"]["world"] == 2
     # A data-disk expectation: the verdict must not hinge on this machine's disk speed.
-    exp = v.expected_from(
+    exp = j.expected_from(
         None, load_catalog(), tier="a100x8", cpu=True, scratch=ScratchSpec(str(scratch), "disk")
     )
-    verdict = v.judge(report, exp)
-    assert verdict.status == v.CPU_ONLY, verdict.checks
+    verdict = j.judge(report, exp)
+    assert verdict.status == j.CPU_ONLY, verdict.checks
     assert "verify: torchrun" in proc.stderr  # progress goes to stderr, the JSON to --out
