@@ -104,6 +104,18 @@ def efa_interfaces(cfg: StackConfig, itype: InstanceType) -> int:
     return max(1, itype.efa_interfaces)
 
 
+def efa_layout(efa_interfaces: int) -> list[tuple[int, int, str]]:
+    """(network card, device index, interface type) per interface, as AWS recommends for
+    multi-card EFA types: an ENA primary on card 0, an EFA-only interface beside it, and one
+    EFA-only interface at device 0 of every further card (EC2 user guide, "Maximize network
+    bandwidth on instances with multiple network cards")."""
+    if efa_interfaces < 1:
+        return []
+    layout = [(0, 0, "interface"), (0, 1, "efa-only")]
+    layout += [(card, 0, "efa-only") for card in range(1, efa_interfaces)]
+    return layout
+
+
 def needs_placement_group(cfg: StackConfig, itype: InstanceType) -> bool:
     """A cluster placement group keeps nodes on the same spine (AWS only)."""
     return cfg.provider == "aws" and (cfg.nodes > 1 or efa_interfaces(cfg, itype) > 0)

@@ -106,7 +106,11 @@ class Mocks(pulumi.runtime.Mocks):
         if typ == "aws:ec2/instance:Instance":
             rid = "i-" + _digest(typ, args.name, n=17)
             public, private = self._ips_for(args.name)
-            out.update(publicIp=public, privateIp=private)
+            out.update(
+                publicIp=public,
+                privateIp=private,
+                primaryNetworkInterfaceId="eni-" + _digest("eni", args.name, n=17),
+            )
         elif typ == "alicloud:ecs/instance:Instance":
             rid = "i-" + _digest(typ, args.name, n=20)
             public, private = self._ips_for(args.name)

@@ -10,7 +10,7 @@ import pulumi_aws as aws
 
 from infra import guard as guard_logic
 from infra.config import ConfigError, StackConfig
-from infra.nodes import NodeSpec, needs_placement_group, stack_tags
+from infra.nodes import NodeSpec, efa_layout, needs_placement_group, stack_tags
 from infra.providers.base import (
     AccessParts,
     Feature,
@@ -457,13 +457,13 @@ class AwsProvider:
                 network_interfaces=[
                     aws.ec2.LaunchTemplateNetworkInterfaceArgs(
                         network_card_index=card,
-                        device_index=0 if card == 0 else 1,
-                        interface_type="efa" if card == 0 else "efa-only",
+                        device_index=device,
+                        interface_type=None if kind == "interface" else kind,
                         subnet_id=net.subnet_id,
                         security_groups=[net.security_group_id],
                         delete_on_termination="true",  # typed as a string in the SDK
                     )
-                    for card in range(spec.efa_interfaces)
+                    for card, device, kind in efa_layout(spec.efa_interfaces)
                 ],
                 # The instance's own metadata_options override these at launch; the template
                 # must not hand IMDSv1 to anyone who launches from it directly.
@@ -516,11 +516,12 @@ class AwsProvider:
         )
         public_ip: pulumi.Output[str] = instance.public_ip
         if spec.efa_interfaces > 1:
-            # AWS assigns no public IP to an instance with several interfaces.
+            # AWS assigns no public IP to an instance with several interfaces, and an address
+            # for such an instance must name the interface (the ENA primary).
             eip = aws.ec2.Eip(
                 f"{spec.name}-eip",
                 domain="vpc",
-                instance=instance.id,
+                network_interface=instance.primary_network_interface_id,
                 tags=spec.tags,
                 opts=_opts(parent),
             )

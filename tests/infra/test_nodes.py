@@ -12,6 +12,7 @@ from infra.config import parse_config
 from infra.nodes import (
     NODE_INFO_PATH,
     efa_interfaces,
+    efa_layout,
     needs_placement_group,
     plan_nodes,
     plan_scratch,
@@ -71,6 +72,15 @@ def test_efa_on_clusters_and_on_multi_card_training_types():
     assert efa_interfaces(cfg(tier="a10x4"), g5) == 0
     assert efa_interfaces(cfg(tier="a10x4", nodes=2), g5) == 1
     assert efa_interfaces(cfg(tier="a10x1", nodes=2), CAT.instance("aws", "g5.xlarge")) == 0
+
+
+def test_efa_layout_puts_an_ena_primary_first_and_one_efa_only_per_card():
+    assert efa_layout(0) == []
+    assert efa_layout(1) == [(0, 0, "interface"), (0, 1, "efa-only")]
+    layout = efa_layout(4)
+    assert layout[:2] == [(0, 0, "interface"), (0, 1, "efa-only")]
+    assert layout[2:] == [(1, 0, "efa-only"), (2, 0, "efa-only"), (3, 0, "efa-only")]
+    assert len({(card, device) for card, device, _ in efa_layout(32)}) == 33
 
 
 def test_placement_group_for_clusters_on_aws_only():

@@ -197,14 +197,18 @@ def test_multi_node_efa_stacks_get_efa_interfaces_and_a_cluster_placement_group(
         assert len(lts) == cfg.nodes
         for lt in lts:
             nics = lt.inputs["networkInterfaces"]
-            assert len(nics) == it.efa_interfaces
-            assert {n["networkCardIndex"] for n in nics} == set(range(it.efa_interfaces))
-            assert nics[0]["interfaceType"] == "efa"
+            efa = [n for n in nics if n.get("interfaceType") == "efa-only"]
+            assert len(efa) == it.efa_interfaces and len(nics) == it.efa_interfaces + 1
+            assert {n["networkCardIndex"] for n in efa} == set(range(it.efa_interfaces))
+            primary = [n for n in nics if n["networkCardIndex"] == 0 and n["deviceIndex"] == 0]
+            assert len(primary) == 1 and "interfaceType" not in primary[0]  # ENA primary
         assert [p.inputs["strategy"] for p in pgs] == ["cluster"]
         for n in instances(result):
             assert n.inputs["placementGroup"] == pgs[0].name
         # several interfaces: AWS gives no automatic public IP, so each node gets an EIP
-        assert len(result.of_type("aws:ec2/eip:Eip")) == (cfg.nodes if it.efa_interfaces > 1 else 0)
+        eips = result.of_type("aws:ec2/eip:Eip")
+        assert len(eips) == (cfg.nodes if it.efa_interfaces > 1 else 0)
+        assert all(e.inputs["networkInterface"].startswith("eni-") for e in eips)
         assert result.outputs["tier"]["efa"] is True
     else:
         assert not lts
