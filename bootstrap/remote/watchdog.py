@@ -586,8 +586,10 @@ def write_lease(
     config: Config, hours: float, now: dt.datetime, tagger: Callable[[str], None] | None
 ) -> dict[str, Any]:
     """The lease file (what this watchdog reads) and the instance tag (what the reaper reads)."""
-    if not 0 < hours <= 24 * 14:
-        raise ValueError(f"--hours must be more than 0 and at most 336 (14 days), got {hours}")
+    if not 0 < hours <= policy.MAX_LEASE_HOURS:
+        raise ValueError(
+            f"--hours must be more than 0 and at most {policy.MAX_LEASE_HOURS}, got {hours}"
+        )
     until = policy.format_utc(now + dt.timedelta(hours=hours))
     path = Path(config.state_dir) / LEASE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,8 +16,9 @@ Two entry points, one per layer, built on the same guards:
 Precedence, first match wins (the same in both layers):
 
 1. ``protected`` -> keep (an explicit hands-off).
-2. a lease in the future -> keep. A lease is an explicit, time-bounded promise to pay, so
-   it also holds off the hard TTL.
+2. a lease in the future, at most MAX_LEASE_HOURS ahead -> keep. A lease is an explicit,
+   time-bounded promise to pay, so it also holds off the hard TTL; a lease further ahead is
+   ignored (the other rules decide, and the TTL applies).
 3. hard TTL reached (time since launch/boot) -> stop, even while busy.
 4. an unreadable lease -> keep (an unreadable signal counts as active; the TTL above still
    bounds the cost).
@@ -50,6 +51,10 @@ IDLE_MINUTES_BY_FAMILY: dict[str, int] = {
 }
 # Unknown GPU: the longer limit, because stopping too early loses work while stopping too
 # late only costs money that the hard TTL bounds.
+# The longest lease anyone may take (`fab keep-alive` refuses more). A lease further ahead is
+# not honoured: a tag written as "2099-01-01" must not keep a GPU running for ever.
+MAX_LEASE_HOURS = 24 * 14
+
 DEFAULT_IDLE_MINUTES = 30
 DEFAULT_TTL_HOURS = 24.0
 DEFAULT_TTL_HOURS_X8 = 12.0
@@ -242,7 +247,7 @@ def _guards(
     """Rules 1-5 of the module docstring; None when the activity rules must decide."""
     if protected:
         return Decision(KEEP, "protected (gpufleet:protected=true)")
-    if lease.until is not None and lease.until > now:
+    if lease.until is not None and now < lease.until <= now + timedelta(hours=MAX_LEASE_HOURS):
         return Decision(KEEP, f"lease until {format_utc(lease.until)}")
     up = _minutes(now - started_at)
     if limits.ttl_hours is not None and up >= limits.ttl_hours * 60:

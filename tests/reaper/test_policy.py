@@ -9,6 +9,7 @@ import pytest
 
 from infra.reaper.policy import (
     KEEP,
+    MAX_LEASE_HOURS,
     STOP,
     UTC,
     CloudView,
@@ -258,6 +259,14 @@ def test_ttl_opt_out_lets_a_busy_node_run() -> None:
 def test_lease_holds_off_the_ttl() -> None:
     d = node(samples(0, 1), 25 * 60, lease=Lease(until=at(26 * 60)))
     assert d.action == KEEP
+
+
+def test_a_lease_beyond_the_longest_allowed_is_ignored() -> None:
+    far = Lease(until=at(25 * 60 + MAX_LEASE_HOURS * 60 + 1))
+    d = node(samples(0, 1), 25 * 60, lease=far)
+    assert d.action == STOP and "hard TTL" in d.reason
+    near = Lease(until=at(25 * 60 + MAX_LEASE_HOURS * 60))
+    assert node(samples(0, 1), 25 * 60, lease=near).action == KEEP
 
 
 def test_protected_beats_everything() -> None:
