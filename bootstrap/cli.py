@@ -27,6 +27,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import fabric
@@ -35,9 +36,11 @@ from invoke import Context, Task, task
 from invoke.exceptions import Exit
 from rich.console import Console
 
+from bootstrap import console_keys
 from bootstrap.api import Host, HostContext, Options, Step
+from bootstrap.console_keys import Fetch
 from bootstrap.hostkeys import KNOWN_HOSTS_ENV, resolve_settings, unmatched_selectors
-from bootstrap.hosts import Fleet, HostDiscoveryError, discover
+from bootstrap.hosts import Fleet, HostDiscoveryError, discover, parse_stack_outputs
 from bootstrap.runner import HOST_KEY_SETTINGS_KEY, FleetReport, emit, run_fleet
 from bootstrap.system import preflight, probe_step
 
@@ -170,6 +173,7 @@ def resolve_fleet(
         )
     except HostDiscoveryError as exc:
         raise Exit(f"gpufleet: {exc}", code=2) from None
+    fleet = pin_console_host_keys(fleet)
     option_file, accept = c.config.get(HOST_KEY_OPTIONS_KEY) or ("", "")
     settings = resolve_settings(
         stack=fleet.stack or stack or None,
@@ -188,6 +192,32 @@ def resolve_fleet(
         )
     c.config[HOST_KEY_SETTINGS_KEY] = settings  # type: ignore[assignment]
     return fleet
+
+
+def pin_console_host_keys(fleet: Fleet, fetch: Fetch | None = None) -> Fleet:
+    """On AWS, add the host keys cloud-init printed to each node's console (read through the
+    EC2 API with the caller's credentials) to the keys pinned before the first connection.
+    Off with GPUFLEET_CONSOLE_HOST_KEYS=0; any failure falls back to trust on first use."""
+    nodes = fleet.outputs.get("nodes") or []
+    if fleet.provider != "aws" or not nodes or not console_keys.enabled():
+        return fleet
+    try:
+        fetch = fetch or console_keys.aws_console_fetcher(str(fleet.outputs.get("region") or ""))
+    except Exception as exc:  # boto3 missing or no region: the run goes on, unpinned
+        print(f"gpufleet: host keys: console output not read ({exc})", file=sys.stderr)
+        return fleet
+    enriched, notes = console_keys.with_console_host_keys(fleet.outputs, fetch)
+    for note in notes:
+        print(f"gpufleet: host keys: {note}", file=sys.stderr)
+    try:
+        found = parse_stack_outputs(enriched, source="console output").host_keys
+    except HostDiscoveryError as exc:
+        print(f"gpufleet: host keys: ignored ({exc})", file=sys.stderr)
+        return fleet
+    # Keys the stack outputs list themselves win over what the console shows.
+    return dataclasses.replace(
+        fleet, host_keys={**found, **fleet.host_keys}, outputs=MappingProxyType(enriched)
+    )
 
 
 def _console(as_json: bool) -> Console:

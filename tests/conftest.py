@@ -42,4 +42,7 @@ def isolated_home(
     monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    # fab would otherwise ask EC2 for each aws node's console output (host keys): tests that
+    # want it turn it on against their own moto server.
+    monkeypatch.setenv("GPUFLEET_CONSOLE_HOST_KEYS", "0")
     yield home
