@@ -231,23 +231,48 @@ def install_driver_step(conn: Connection, ctx: HostContext) -> StepResult:
     )
     apt_get(conn, ctx, "install", "--no-install-recommends", *plan.packages)
     for service in plan.services:
-        root_sh(conn, ctx, f"systemctl enable --now {service}")
+        check(root_sh(conn, ctx, f"systemctl enable {service}"), f"systemctl enable {service}")
     # A freshly installed module may load without a reboot (no nouveau on cloud images);
-    # when it does not, say so instead of pretending the GPU works.
-    root_sh(conn, ctx, "modprobe nvidia")
+    # when it does not, nvidia-smi below says so, and the REBOOT REQUIRED result carries
+    # modprobe's reason.
+    modprobe = root_sh(conn, ctx, "modprobe nvidia")
     smi = sh(conn, "nvidia-smi --query-gpu=driver_version --format=csv,noheader", timeout=60)
     if smi.ok and smi.stdout.strip():
         ctx.facts["driver_version"] = smi.stdout.split()[0]
+        # The services need the loaded driver, so they start only now; one that will not
+        # start (a fabric manager of another version than the driver) fails the step.
+        for service in plan.services:
+            _start_service(conn, ctx, service, ctx.facts["driver_version"])
         return StepResult.changed(
             f"installed {' '.join(plan.packages)}; driver {ctx.facts['driver_version']} loaded",
             **details,
         )
     ctx.facts["reboot_required"] = True
+    why = (str(modprobe.stderr) or str(modprobe.stdout)).strip().splitlines()[-1:]
     return StepResult.changed(
         f"installed {' '.join(plan.packages)}; REBOOT REQUIRED to load the driver "
         "(sudo reboot, then rerun fab setup)",
         reboot_required=True,
         **details,
+        **({"modprobe": why[0]} if not modprobe.ok and why else {}),
+    )
+
+
+def _start_service(conn: Connection, ctx: HostContext, service: str, driver: str) -> None:
+    """Start an enabled service now, or end the step saying why it did not start."""
+    result = root_sh(conn, ctx, f"systemctl start {service}", timeout=120)
+    if result.ok:
+        return
+    tail = (str(result.stderr) or str(result.stdout)).strip().splitlines()[-3:]
+    hint = (
+        f"its version must match the driver's ({driver})"
+        if service == "nvidia-fabricmanager"
+        else "it needs the loaded driver"
+    )
+    raise StepFailed(
+        f"{service} did not start (systemctl start exit {result.exited}): "
+        f"{' | '.join(tail) or 'no output'}; {hint}; see journalctl -u {service}",
+        service=service,
     )
 
 

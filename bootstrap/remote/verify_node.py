@@ -247,7 +247,15 @@ def torchrun(
     per-rank JSON files."""
     outdir = workdir / f"out-{tag}"
     outdir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
+    # Without --log-dir torchrun makes a /tmp/torchelastic_* folder per launch and never
+    # removes it; inside the workdir it goes away with the verify run's own temp folder.
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        f"--log-dir={workdir / f'torchelastic-{tag}'}",
+    ]
     if nnodes > 1:
         cmd += [
             f"--nnodes={nnodes}",
@@ -650,6 +658,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
+    # A workdir made here is removed at the end (the report keeps the log tails); one given
+    # with --workdir belongs to the caller (fab removes the whole verify folder on the node).
+    own_workdir = not args.workdir
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="gpufleet-verify-run-"))
     workdir.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {
@@ -664,6 +675,8 @@ def main(argv: list[str] | None = None) -> int:
         report.update(stage(args, workdir))
     except Exception as exc:  # the report must still come back, with the reason
         report["fatal"] = f"{type(exc).__name__}: {exc}"
+    if own_workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
     report["wall_s"] = round(time.monotonic() - started, 2)
     text = json.dumps(report, indent=1, default=str)
     if args.out == "-":

@@ -284,3 +284,42 @@ def test_the_cpu_training_step_runs_under_torchrun_and_its_loss_falls(
     verdict = j.judge(report, exp)
     assert verdict.status == j.CPU_ONLY, verdict.checks
     assert "verify: torchrun" in proc.stderr  # progress goes to stderr, the JSON to --out
+
+
+@pytest.mark.slow
+def test_the_training_step_under_torchrun_leaves_no_torchelastic_folder_behind(
+    tmp_path: Path, ram_scratch: Path
+) -> None:
+    """torchrun makes a log folder per launch (``torchelastic_*`` in the temp dir) unless it
+    is given one: verify_node.py gives it one inside its own run folder and removes that.
+
+    The run gets a private TMPDIR so other processes on this machine cannot make the answer
+    wrong either way: everything it would have left in /tmp would be left in there."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = tmp_path / "report.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(NODE_SCRIPT),
+            "--mode=cpu",
+            "--nproc=2",
+            "--steps=6",
+            f"--scratch={ram_scratch}",
+            "--scratch-mb=8",
+            f"--out={out}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    run = j.parse_report(out.read_text())["torchrun"]
+    assert run["errors"] == [] and run["rc"] == 0 and len(run["train"]["losses"]) == 6
+    assert run["allreduce"]["world"] == 2
+    left = sorted(p.name for p in tmp.iterdir())
+    # torchinductor_<user> is torch's per-user compile cache, reused by every run, not a leak.
+    assert [n for n in left if not n.startswith("torchinductor_")] == []
+    assert "gpufleet-verify-run-" not in " ".join(left)
