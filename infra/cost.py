@@ -328,13 +328,16 @@ def _priced_instance(
 def subscription_month_price(
     it: InstanceType, pp: ProviderPricing, hours_per_month: float
 ) -> tuple[float, Rate] | None:
-    """One node's monthly PrePaid price and the figure it rests on (quote or factor)."""
+    """One node's monthly PrePaid price and the figure it rests on: the type's quote, else a
+    factor of on-demand where pricing.toml gives one, else None (not sold as a subscription)."""
     if pp.subscription is None or it.price is None:
         return None
     quote = pp.subscription.monthly.get(it.name)
     if quote is not None:
         return quote.amount, quote
     factor = pp.subscription.monthly_factor
+    if factor is None:
+        return None
     return it.price.on_demand * hours_per_month * factor.amount, factor
 
 
@@ -485,8 +488,18 @@ def estimate_cost(
         sub_node_year = sub_node_month * 12 * yearly
         if inputs.subscription_months % 12 == 0:
             sub_node_month = sub_node_month * yearly
+            sub_estimated = sub_estimated or pp.subscription.yearly.estimate
+            if billing == "subscription":
+                warn.rate(f"{label} yearly subscription factor", pp.subscription.yearly)
         if billing == "subscription":
             warn.rate(f"{label} subscription", sub_rate)
+    elif billing == "subscription":
+        raise CostError(
+            [
+                f"{label} has no subscription quote in pricing.toml: add its monthly price "
+                f"under [{inputs.provider}.subscription.monthly], or use on-demand or spot"
+            ]
+        )
 
     hourly_native = Compute(
         on_demand=price.on_demand * nodes,
@@ -794,9 +807,15 @@ def _offers(
         month, rate = sub
         quoted = pp.subscription.monthly.get(it.name) is rate
         source = rate.source if quoted else f"{price.source} x {rate.source}"
-        for billing, node_hour in (
-            ("subscription-month", month / hours),
-            ("subscription-year", month * pp.subscription.yearly_factor / hours),
+        yearly = pp.subscription.yearly
+        for billing, node_hour, estimate, src in (
+            ("subscription-month", month / hours, rate.estimate, source),
+            (
+                "subscription-year",
+                month * yearly.amount / hours,
+                rate.estimate or yearly.estimate,
+                f"{source} x {yearly.source}",
+            ),
         ):
             out.append(
                 replace(
@@ -804,8 +823,8 @@ def _offers(
                     billing=billing,
                     per_gpu_hour=node_hour * per_gpu,
                     native_node_hour=node_hour,
-                    estimate=rate.estimate,
-                    source=source,
+                    estimate=estimate,
+                    source=src,
                 )
             )
     return out
@@ -867,8 +886,9 @@ def compare_tier(
         )
     if any(o.billing.startswith("subscription") and o.estimate for o in offers):
         warn.add(
-            "subscription rows are estimates from on-demand x a typical discount: "
-            "quote the real PrePaid price before committing (rows assume 100 % use)"
+            "subscription rows marked estimate rest on an unquoted factor (the yearly "
+            "discount, or on-demand x a monthly factor): quote the real PrePaid price before "
+            "committing (rows assume 100 % use)"
         )
     key = (
         (lambda o: (o.per_gpu_hour, o.provider, o.instance_type, o.billing))

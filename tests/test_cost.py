@@ -80,11 +80,12 @@ def test_spot_max_price_caps_what_spot_can_cost():
     assert e.hourly.spot == pytest.approx((4.94, 10.0))  # [2.47, min(8.19, 5)] x 2
 
 
-def test_subscription_month_is_on_demand_times_730_times_factor_with_break_even():
+def test_subscription_month_is_the_quoted_monthly_price_with_break_even():
     e = est(provider="alicloud", instance_type="ecs.gn7-c12g1.3xlarge", billing="subscription")
     assert e.currency == "CNY"
-    assert e.subscription_month == pytest.approx(10374.03)  # 31.58 x 730 x 0.45
-    assert e.hourly.subscription == pytest.approx(14.211)  # 10374.03 / 730
+    assert e.subscription_month == pytest.approx(15160.0)  # ACH's monthly quote
+    assert not e.subscription_estimated
+    assert e.hourly.subscription == pytest.approx(20.7671, abs=1e-4)  # 15160 / 730
     # fixed whatever the hours: the month is paid for
     short = est(
         provider="alicloud",
@@ -92,12 +93,12 @@ def test_subscription_month_is_on_demand_times_730_times_factor_with_break_even(
         billing="subscription",
         hours_per_month=50,
     )
-    assert short.compute_monthly.subscription == pytest.approx(10374.03)
+    assert short.compute_monthly.subscription == pytest.approx(15160.0)
     assert short.compute_monthly.on_demand == pytest.approx(1579.0)  # 31.58 x 50
     be = e.break_even
     assert be is not None
-    assert be.hours_per_month == pytest.approx(328.5)  # 10374.03 / 31.58
-    assert be.utilisation == pytest.approx(0.45)
+    assert be.hours_per_month == pytest.approx(480.05, abs=0.01)  # 15160 / 31.58
+    assert be.utilisation == pytest.approx(0.6576, abs=1e-4)  # 480.05 / 730
 
 
 def test_a_whole_number_of_years_gets_the_yearly_rate():
@@ -108,10 +109,11 @@ def test_a_whole_number_of_years_gets_the_yearly_rate():
         subscription_months=12,
         nodes=2,
     )
-    assert e.subscription_month == pytest.approx(2 * 10374.03 * 0.85)  # 17635.85
-    assert e.subscription_year == pytest.approx(2 * 10374.03 * 12 * 0.85)
+    assert e.subscription_month == pytest.approx(2 * 15160 * 0.85)  # 25772
+    assert e.subscription_year == pytest.approx(2 * 15160 * 12 * 0.85)  # 309264
+    assert e.subscription_estimated  # the yearly 0.85 is not a quote
     assert e.break_even is not None
-    assert e.break_even.hours_per_month == pytest.approx(328.5 * 0.85)
+    assert e.break_even.hours_per_month == pytest.approx(480.05 * 0.85, abs=0.01)
 
 
 def test_subscription_on_a_provider_that_does_not_sell_it_is_refused():
@@ -310,8 +312,8 @@ def test_hourly_estimate_for_spot_budgets_the_top_of_the_range():
 
 def test_hourly_estimate_for_subscription_spreads_the_month_over_730_hours():
     out = hourly_estimate("alicloud", "ecs.gn7-c12g1.3xlarge", 1, "subscription", today=TODAY)
-    assert out["amount"] == pytest.approx(14.211, abs=1e-4)
-    assert out["estimate"] is True and out["currency"] == "CNY"
+    assert out["amount"] == pytest.approx(20.7671, abs=1e-4)  # 15160 / 730
+    assert out["estimate"] is False and out["currency"] == "CNY"  # a quoted price
 
 
 def test_hourly_estimate_warns_when_the_stack_region_is_not_the_price_region():

@@ -11,7 +11,7 @@ import pytest
 
 from infra.catalog import CatalogError, load_catalog
 from infra.catalog.pricing import PRICING_FILE, Pricing, load_pricing, parse_pricing
-from infra.cost import CostInputs, compare_tier, estimate_cost, hourly_estimate
+from infra.cost import CostError, CostInputs, compare_tier, estimate_cost, hourly_estimate
 
 TODAY = dt.date(2026, 11, 29)
 
@@ -45,7 +45,9 @@ def test_every_pricing_figure_names_a_known_source_and_a_date():
     for pp in p.providers.values():
         rates += [*pp.block.values(), *pp.bucket.values(), pp.egress.rate, pp.snapshot]
         if pp.subscription:
-            rates += [pp.subscription.monthly_factor, *pp.subscription.monthly.values()]
+            rates += [pp.subscription.yearly, *pp.subscription.monthly.values()]
+            if pp.subscription.monthly_factor is not None:
+                rates.append(pp.subscription.monthly_factor)
     assert rates
     for r in rates:
         assert r.source in sources
@@ -92,8 +94,48 @@ def test_a_provider_section_is_required_for_every_catalog_provider(raw: dict[str
         parse(bad)
 
 
-def test_a_quoted_monthly_price_wins_over_the_factor_estimate(raw: dict[str, Any]):
+def test_the_shipped_monthly_quotes_are_the_ach_figures_not_one_factor():
+    p = load_pricing()
+    cat = load_catalog()
+    sub = p.providers["alicloud"].subscription
+    assert sub is not None and sub.monthly_factor is None  # no guessed discount any more
+    a100x4_name = "ecs.gn7-c13g1.13xlarge"
+    assert sub.monthly[a100x4_name].amount == 60640
+    # the quotes over on-demand x 730 h: 0.658 for gn7/gn7e/ebmgn7e/gn7i, 0.394 for gn6v/gn6i
+    for name, quote in sub.monthly.items():
+        price = cat.instance("alicloud", name).price
+        assert price is not None and quote.source == "ACH"
+        ratio = quote.amount / (price.on_demand * 730)
+        family = name.split(".")[1].split("-")[0]
+        want = 0.394 if family in ("gn6v", "gn6i") else 0.658
+        assert ratio == pytest.approx(want, abs=0.002), name
+    # the old 0.45 factor priced a100x4 32 % under its quote (126.33 x 730 x 0.45 = 41,499)
+    a100x4 = cat.instance("alicloud", "ecs.gn7-c13g1.13xlarge").price
+    assert a100x4 is not None
+    old = a100x4.on_demand * 730 * 0.45
+    assert old / sub.monthly[a100x4_name].amount == pytest.approx(0.684, abs=0.001)
+
+
+def test_a_type_without_a_quote_has_no_subscription_unless_a_factor_is_given(
+    raw: dict[str, Any],
+):
+    unquoted = copy.deepcopy(raw)
+    del unquoted["alicloud"]["subscription"]["monthly"]["ecs.gn7-c12g1.3xlarge"]
+    p = parse(unquoted)
+    inputs = CostInputs("alicloud", "ecs.gn7-c12g1.3xlarge", billing="subscription")
+    with pytest.raises(CostError, match=r"has no subscription quote in pricing\.toml"):
+        estimate_cost(inputs, pricing=p, today=TODAY)
+    offers = compare_tier("a100x1", currency="CNY", pricing=p, today=TODAY).offers
+    assert not any(o.billing.startswith("subscription") for o in offers)
+    unquoted["alicloud"]["subscription"].update(monthly_factor=0.5)
+    e = estimate_cost(inputs, pricing=parse(unquoted), today=TODAY)
+    assert e.subscription_month == pytest.approx(31.58 * 730 * 0.5)
+    assert e.subscription_estimated
+
+
+def test_a_quoted_monthly_price_wins_over_a_factor_estimate(raw: dict[str, Any]):
     quoted = copy.deepcopy(raw)
+    quoted["alicloud"]["subscription"]["monthly_factor"] = 0.3
     quoted["alicloud"]["subscription"]["monthly"] = {
         "ecs.gn7-c12g1.3xlarge": {"price": 9000.0, "date": "2026-11-20", "source": "AC"}
     }

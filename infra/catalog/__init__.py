@@ -51,6 +51,8 @@ class Gpu:
     nvml_names: tuple[str, ...]
     source: str
     thresholds: Mapping[str, float]
+    # datasheet fields no source confirms (e.g. the A10G's peaks): shown as unverified
+    unverified: tuple[str, ...] = ()
 
     @property
     def training_dtype(self) -> str:
@@ -243,6 +245,9 @@ def _read(name: str) -> dict[str, Any]:
         return tomllib.load(fh)
 
 
+_GPU_FIGURES = ("memory_gb", "bandwidth_gbs", "fp16_tflops", "bf16_tflops", "fp32_tflops")
+
+
 def _default_thresholds(data: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in data.get("defaults", {}).get("thresholds", {}).items()}
 
@@ -269,7 +274,11 @@ def _gpus(data: dict[str, Any]) -> dict[str, Gpu]:
             nvml_names=tuple(g["nvml_names"]),
             source=g["source"],
             thresholds=MappingProxyType({k: float(v) for k, v in thresholds.items()}),
+            unverified=tuple(g.get("unverified", ())),
         )
+        for name in out[key].unverified:
+            if name not in _GPU_FIGURES:
+                raise CatalogError(f"gpus.{key}.unverified: {name!r} is not a datasheet figure")
     return out
 
 

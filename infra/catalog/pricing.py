@@ -43,11 +43,16 @@ class Egress:
 
 @dataclass(frozen=True)
 class Subscription:
-    """Alicloud PrePaid terms: per-type monthly quotes where known, else factors of on-demand."""
+    """PrePaid terms: the monthly price quoted per instance type, and the yearly discount.
 
-    monthly_factor: Rate
+    ``monthly_factor`` (a fraction of on-demand x hours_per_month) prices types without a
+    quote only when pricing.toml gives one; the shipped file gives none, because the real
+    quotes are no single factor off on-demand (0.658 x for gn7, 0.394 x for gn6v)."""
+
     yearly_factor: float
+    yearly: Rate  # carries the yearly factor's date, source and estimate flag
     monthly: Mapping[str, Rate]
+    monthly_factor: Rate | None = None
 
 
 @dataclass(frozen=True)
@@ -147,17 +152,19 @@ def _provider(name: str, raw: Mapping[str, Any], catalog: Catalog) -> ProviderPr
     if "subscription" in raw:
         sub = dict(raw["subscription"])
         quotes = sub.pop("monthly", {})
-        factor = _rate(sub, "monthly_factor", f"pricing.{name}.subscription", sources)
-        yearly = float(sub.get("yearly_factor", 1.0))
-        if not (0 < factor.amount <= 1 and 0 < yearly <= 1):
-            raise CatalogError(f"pricing.{name}.subscription: factors must lie in (0, 1]")
+        where = f"pricing.{name}.subscription"
+        factor = _rate(sub, "monthly_factor", where, sources) if "monthly_factor" in sub else None
+        yearly = _rate({"yearly_factor": 1.0, **sub}, "yearly_factor", where, sources)
+        if not (0 < yearly.amount <= 1 and (factor is None or 0 < factor.amount <= 1)):
+            raise CatalogError(f"{where}: factors must lie in (0, 1]")
         for itype in quotes:
             if (name, itype) not in catalog.instances:
-                raise CatalogError(f"pricing.{name}.subscription.monthly: unknown type {itype!r}")
+                raise CatalogError(f"{where}.monthly: unknown type {itype!r}")
         subscription = Subscription(
+            yearly_factor=yearly.amount,
+            yearly=yearly,
+            monthly=_table(quotes, "price", f"{where}.monthly", sources),
             monthly_factor=factor,
-            yearly_factor=yearly,
-            monthly=_table(quotes, "price", f"pricing.{name}.subscription.monthly", sources),
         )
     if subscription is None and "subscription" in info.billing:
         raise CatalogError(f"pricing.{name}: the catalog sells subscription but no terms are given")

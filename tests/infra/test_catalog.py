@@ -124,3 +124,56 @@ def test_every_provider_has_a_default_region_and_ssh_user():
     for name in PROVIDERS:
         info = CAT.providers[name]
         assert info.default_region and info.ssh_user and "on-demand" in info.billing
+
+
+# --- the corrections of 2026-12 (catalog-corrections.md) --------------------------------------
+
+
+def test_a100_80gb_sxm_bandwidth_is_the_datasheets_2039_and_the_pcie_card_has_its_own_1935():
+    assert CAT.gpus["A100-80GB"].bandwidth_gbs == 2039
+    assert CAT.gpus["A100-PCIE-80GB"].bandwidth_gbs == 1935
+
+
+@pytest.mark.parametrize(
+    ("nvml_name", "key", "form"),
+    [
+        ("NVIDIA A100 80GB PCIe", "A100-PCIE-80GB", "pcie"),
+        ("NVIDIA A100-PCIE-40GB", "A100-PCIE-40GB", "pcie"),
+        ("Tesla V100-PCIE-16GB", "V100-PCIE-16GB", "pcie"),
+        ("Tesla V100-SXM2-32GB", "V100-32GB", "sxm"),
+        ("NVIDIA H200 NVL", "H200-NVL", "pcie"),
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB", "sxm"),
+        ("NVIDIA H200", "H200", "sxm"),
+    ],
+)
+def test_pcie_and_nvl_cards_map_to_their_own_entries_not_the_sxm_ones(nvml_name, key, form):
+    gpu = gpu_by_nvml_name(CAT, nvml_name)
+    assert gpu is not None and gpu.key == key and gpu.form == form
+
+
+def test_no_nvml_name_maps_to_two_gpu_models():
+    names = [n.lower() for g in CAT.gpus.values() for n in g.nvml_names]
+    assert len(names) == len(set(names))
+
+
+def test_variant_peaks_are_their_own_and_unconfirmed_figures_say_unverified():
+    assert CAT.gpus["V100-PCIE-16GB"].fp16_tflops < CAT.gpus["V100-16GB"].fp16_tflops
+    assert CAT.gpus["V100-32GB"].memory_gb == 32
+    nvl = CAT.gpus["H200-NVL"]
+    assert nvl.bf16_tflops < CAT.gpus["H200"].bf16_tflops
+    assert "bf16_tflops" in nvl.unverified
+    assert {"bf16_tflops", "fp32_tflops"} <= set(CAT.gpus["A10G"].unverified)
+    assert CAT.gpus["A100-80GB"].unverified == ()
+
+
+@pytest.mark.parametrize(
+    ("name", "spot", "source"),
+    [
+        ("p3.8xlarge", (1.41, 1.51), "SC8"),
+        ("p4de.24xlarge", (8.65, 9.97), "SC8"),
+        ("g5.12xlarge", (1.99, 2.73), "SC7"),
+    ],
+)
+def test_aws_spot_ranges_are_the_observed_ones(name, spot, source):
+    price = CAT.instance("aws", name).price
+    assert price is not None and price.spot == spot and price.spot_source == source

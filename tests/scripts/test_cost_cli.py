@@ -63,14 +63,14 @@ def test_json_carries_currency_nodes_hourly_for_all_nodes_and_monthly(tmp_path: 
     hourly = doc["hourly"]
     assert hourly["on_demand"] == pytest.approx(63.16)  # 31.58 x 2
     assert hourly["spot"] == pytest.approx([18.948, 44.212])  # x [0.3, 0.7]
-    assert hourly["subscription"] == pytest.approx(28.422)  # 31.58 x 0.45 x 2
+    assert hourly["subscription"] == pytest.approx(41.5342, abs=1e-3)  # 15160 / 730 x 2
     monthly = doc["monthly"]
     assert monthly["hours"] == 100
     assert monthly["compute"]["on_demand"] == pytest.approx(6316.0)
     # default disks: 2 x 200 GB PL0 root (0.5) + 2 x 500 GB PL1 scratch (1.0)
     assert monthly["storage_total"] == pytest.approx(200 + 1000)
     assert monthly["selected"] == pytest.approx(7516.0)
-    assert doc["break_even"]["hours_per_month"] == pytest.approx(328.5)
+    assert doc["break_even"]["hours_per_month"] == pytest.approx(480.1)  # 15160 / 31.58
     assert doc["stack"] == "demo" and doc["tier"] == "a100x1"
 
 
@@ -119,7 +119,7 @@ def test_human_output_shows_break_even_spot_caveat_and_warnings(tmp_path: Path):
     stack = write_stack(tmp_path, provider="alicloud", tier="a100x1")
     code, out, _ = run("--stack-file", str(stack), "--hours-per-month", "200")
     assert code == 0
-    assert "Break-even: the subscription is cheaper above 328 running hours" in out
+    assert "Break-even: the subscription is cheaper above 480 running hours" in out
     assert "Spot saves 30%-70%" in out and "Caveat:" in out
     assert "Warnings" in out and "days old" in out
 
