@@ -1,5 +1,5 @@
-"""The cloud half of the idle guard, as plain data: schedule, function package, environment,
-backstop alarm and dashboard layout. The provider modules declare the resources from these.
+"""The cloud half of the idle guard, as plain data: schedule, function package, environment
+and dashboard layout. The provider modules declare the resources from these.
 """
 
 from __future__ import annotations
@@ -25,16 +25,6 @@ AWS_SCHEDULE = "rate(5 minutes)"
 ALICLOUD_CRON = "@every 5m"
 LAMBDA_HANDLER = "handler.handler"
 FC_HANDLER = "handler.fc_handler"
-
-# CPU-only backstop: idle CPU for two hours straight. Slow on purpose: it cannot see the GPU,
-# so it must never fire while a GPU job with a quiet CPU is running for minutes at a time.
-BACKSTOP_CPU_PERCENT = 2.0
-BACKSTOP_PERIOD_S = 300
-BACKSTOP_PERIODS = 24
-BACKSTOP_DESCRIPTION = (
-    "gpufleet backstop: CPU below 2 % for 2 h; stops the instance if the watchdog and the "
-    "scheduled reaper both failed to"
-)
 
 
 def function_name(stack: str) -> str:

@@ -142,6 +142,8 @@ AWS_FUNCTION = "aws:lambda/function:Function"
 AWS_PERMISSION = "aws:lambda/permission:Permission"
 AWS_EVENT_RULE = "aws:cloudwatch/eventRule:EventRule"
 AWS_EVENT_TARGET = "aws:cloudwatch/eventTarget:EventTarget"
+AWS_METRIC_ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
+AWS_COMPOSITE_ALARM = "aws:cloudwatch/compositeAlarm:CompositeAlarm"
 
 ALI_INSTANCE = "alicloud:ecs/instance:Instance"
 ALI_DISKS = ("alicloud:ecs/ecsDisk:EcsDisk", "alicloud:ecs/disk:Disk")
@@ -720,6 +722,38 @@ def check_idle_guard(
     return found
 
 
+# A CloudWatch alarm action that powers an instance down (AWS's "EC2 actions" for alarms,
+# arn:aws:automate:<region>:ec2:stop|terminate|reboot; :recover moves a healthy instance to
+# new hardware and stays allowed). An alarm reads neither tags nor GPUs: it would stop a busy
+# GPU node whose CPU is quiet, and a protected or leased one, without the watchdog's sync.
+_EC2_POWER_ACTIONS = (":ec2:stop", ":ec2:terminate", ":ec2:reboot")
+_ALARM_ACTION_KEYS = ("alarmActions", "okActions", "insufficientDataActions")
+
+
+def _power_action(action: Any) -> bool:
+    return (
+        isinstance(action, str)
+        and action.strip().lower().startswith("arn:aws:automate:")
+        and action.strip().lower().endswith(_EC2_POWER_ACTIONS)
+    )
+
+
+def check_no_blind_stop_alarms(r: Resource) -> list[str]:
+    if r.type not in (AWS_METRIC_ALARM, AWS_COMPOSITE_ALARM):
+        return []
+    found = []
+    for key in _ALARM_ACTION_KEYS:
+        for action in as_list(r.get(key)):
+            if _power_action(action):
+                found.append(
+                    f"{r.label} has the {key} {action}: an alarm reads neither "
+                    f"{T.PROTECTED} nor leases nor GPU use, so it would stop busy or protected "
+                    "nodes without syncing scratch; drop the EC2 action and leave stopping to "
+                    "the node watchdog and the scheduled reaper (an SNS notification is fine)"
+                )
+    return found
+
+
 # ------------------------------------------------------------------------------------ cost
 
 
@@ -944,6 +978,14 @@ def _rules(
             MANDATORY,
             "stack",
             lambda rs, c: check_idle_guard(rs, gpu_types),
+        ),
+        Rule(
+            "no-blind-stop-alarms",
+            "No CloudWatch alarm may stop, terminate or reboot an instance: only the guards "
+            "that honour protected, leases and GPU use stop nodes.",
+            MANDATORY,
+            "resource",
+            lambda r, c: check_no_blind_stop_alarms(r),
         ),
         Rule(
             "cost-ceiling",

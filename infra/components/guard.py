@@ -1,7 +1,8 @@
 """IdleGuard: the cloud half of "never pay for an idle GPU" (the watchdog is the node half).
 
 A scheduled function runs the reaper (infra/reaper) with a stop-only role scoped to this
-stack's tags; on AWS a CloudWatch dashboard and a CPU alarm backstop come with it.
+stack's tags; on AWS a CloudWatch dashboard comes with it. No alarm can stop a node: alarms
+read neither tags nor GPUs (SECURITY.md).
 """
 
 from __future__ import annotations

@@ -189,7 +189,6 @@ class AlicloudProvider:
         Feature.PLACEMENT_GROUP: "no cluster placement group for gn6/gn7 families",
         Feature.EFA: "eRDMA only from generation 8 (gn8is, gn8v, ebmgn8is), not in the catalog yet",
         Feature.LOCAL_NVME: "gn6/gn7 families have no local NVMe: scratch is an ESSD data disk",
-        Feature.CPU_ALARM_STOP: "CloudMonitor alarms cannot stop an instance",
     }
 
     def provider_resource(self, cfg: StackConfig) -> pulumi.ProviderResource:

@@ -585,24 +585,9 @@ class AwsProvider:
             source_arn=rule.arn,
             opts=_opts(parent),
         )
-        for spec, parts in nodes:
-            # Last line of defence: sees CPU only, so it is deliberately slow and conservative.
-            aws.cloudwatch.MetricAlarm(
-                f"{spec.name}-cpu-backstop",
-                alarm_description=guard_logic.BACKSTOP_DESCRIPTION,
-                namespace="AWS/EC2",
-                metric_name="CPUUtilization",
-                dimensions={"InstanceId": parts.instance_id},
-                statistic="Maximum",
-                period=guard_logic.BACKSTOP_PERIOD_S,
-                evaluation_periods=guard_logic.BACKSTOP_PERIODS,
-                threshold=guard_logic.BACKSTOP_CPU_PERCENT,
-                comparison_operator="LessThanThreshold",
-                treat_missing_data="notBreaching",
-                alarm_actions=[f"arn:aws:automate:{cfg.region}:ec2:stop"],
-                tags=tags,
-                opts=_opts(parent),
-            )
+        # No CloudWatch alarm with an `ec2:stop` action: an alarm reads no tags (protected,
+        # leases) and no GPU, so it would stop busy or protected nodes (SECURITY.md,
+        # "No alarm stops a node"). The watchdog and this reaper are the only stop paths.
         ids = pulumi.Output.all(*[p.instance_id for _, p in nodes])
         dash = aws.cloudwatch.Dashboard(
             f"{name}-dashboard",

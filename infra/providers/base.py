@@ -25,7 +25,6 @@ class Feature(enum.Enum):
     SUBSCRIPTION = "subscription (monthly/yearly) billing"
     LOCAL_NVME = "instance-local NVMe scratch"
     STOP_CHARGING = "no compute charge while stopped"
-    CPU_ALARM_STOP = "CPU alarm that stops the instance"
 
 
 @dataclass

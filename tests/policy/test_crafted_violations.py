@@ -111,6 +111,31 @@ def _set_ebs(inputs: dict[str, Any]) -> None:
     ]
 
 
+def _cpu_stop_alarm(action: str, key: str = "alarmActions") -> Mutation:
+    """The CPU backstop gpufleet used to declare: CPU Maximum < 2 % for 24 x 5 min -> stop."""
+
+    def mutate(p: Planned) -> list[R.Resource]:
+        node = p.one(R.AWS_INSTANCE, "-0")
+        alarm = R.Resource(
+            R.AWS_METRIC_ALARM,
+            f"{node.name}-cpu-backstop",
+            {
+                "namespace": "AWS/EC2",
+                "metricName": "CPUUtilization",
+                "dimensions": {"InstanceId": "i-0123456789abcdef0"},
+                "statistic": "Maximum",
+                "period": 300,
+                "evaluationPeriods": 24,
+                "threshold": 2.0,
+                "comparisonOperator": "LessThanThreshold",
+                key: [action],
+            },
+        )
+        return [*p.resources, alarm]
+
+    return mutate
+
+
 SG_INGRESS = R.AWS_SG_INGRESS
 AWS_SSE = R.AWS_BUCKET_SSE[0]
 CASES = [
@@ -431,6 +456,23 @@ CASES = [
         "IdleGuard component",
         also=frozenset({"gpu-instances-tagged"}),
     ),
+    # --- no alarm powers a node down ------------------------------------------------------------
+    Case(
+        "aws-cpu-backstop-alarm-that-stops-the-node",
+        "a100x8",
+        _cpu_stop_alarm("arn:aws:automate:us-east-1:ec2:stop"),
+        "no-blind-stop-alarms",
+        "a100x8-0-cpu-backstop",
+        "leave stopping to the node watchdog and the scheduled reaper",
+    ),
+    Case(
+        "aws-alarm-that-terminates-on-insufficient-data",
+        "h100x8x2",
+        _cpu_stop_alarm("ARN:AWS:AUTOMATE:us-east-1:ec2:terminate", "insufficientDataActions"),
+        "no-blind-stop-alarms",
+        "h100x8x2-0-cpu-backstop",
+        "drop the EC2 action",
+    ),
     # --- dev boxes on spot (advisory) ---------------------------------------------------------
     Case(
         "dev-box-switched-to-on-demand",
@@ -580,3 +622,13 @@ def test_a_wrong_pack_config_is_refused_with_the_reason(
 ) -> None:
     with pytest.raises(R.PolicyConfigError, match=complaint):
         R.evaluate(list(planned("t4x1").resources), config)
+
+
+def test_an_alarm_that_only_notifies_or_recovers_is_allowed() -> None:
+    p = planned("a100x8")
+    for action in (
+        "arn:aws:sns:us-east-1:123456789012:gpufleet-alerts",
+        "arn:aws:automate:us-east-1:ec2:recover",
+    ):
+        found = R.evaluate(_cpu_stop_alarm(action)(p))
+        assert not [v for v in found if v.policy == "no-blind-stop-alarms"], action
