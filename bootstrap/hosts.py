@@ -67,6 +67,41 @@ def _require(mapping: Mapping[str, Any], key: str, where: str, kind: type) -> An
     return value
 
 
+def _optional(mapping: Mapping[str, Any], key: str, where: str, kind: Any, what: str) -> Any:
+    """mapping[key] when it is present and not null, checked against `kind`."""
+    value = mapping.get(key)
+    if value is None:
+        return None
+    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
+        raise HostDiscoveryError(f"{where}.{key}: expected {what}, got {value!r}")
+    return value
+
+
+def _object(mapping: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = mapping.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise HostDiscoveryError(f"{where}.{key}: expected an object, got {value!r}")
+    return value
+
+
+def _plain_path(value: str, where: str) -> str:
+    """An absolute path in normal form: remote commands mount and sync exactly this path."""
+    parts = value.split("/")[1:]
+    if (
+        not value.startswith("/")
+        or value == "/"
+        or any(p in ("", ".", "..") for p in parts)
+        or not value.isprintable()
+    ):
+        raise HostDiscoveryError(
+            f"{where}: {value!r} is not a plain absolute path (no //, ., .. or trailing /), "
+            "e.g. /scratch"
+        )
+    return value
+
+
 def _port(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise HostDiscoveryError(f"{where}: port must be an integer, got {value!r}")
@@ -106,7 +141,9 @@ def parse_stack_outputs(outputs: Mapping[str, Any], *, source: str = "stack outp
         raise HostDiscoveryError(
             f"{source}: 'nodes' is empty; is the stack deployed (pulumi up) and running?"
         )
-    default_user = outputs.get("ssh_user")
+    default_user = _optional(outputs, "ssh_user", source, str, "a user name")
+    for name_key in ("stack", "provider"):
+        _optional(outputs, name_key, source, str, "a name")
     default_port = _port(outputs.get("ssh_port", 22), f"{source}.ssh_port")
     key = outputs.get("ssh_key")
     if key is not None and not isinstance(key, str):
@@ -126,6 +163,8 @@ def parse_stack_outputs(outputs: Mapping[str, Any], *, source: str = "stack outp
                 f"{where} ({name}): no address (host, public_ip or private_ip); "
                 "a stopped instance has no public IP: start it, or pass -H"
             )
+        for text_key in ("ssh_user", "name", "role"):
+            _optional(node, text_key, where, str, "a string")
         if node.get("host_keys") is not None:
             keys = _host_keys(node["host_keys"], f"{where}.host_keys")
             # Filed under every address of the node: -H may name it by any of them.
@@ -142,19 +181,22 @@ def parse_stack_outputs(outputs: Mapping[str, Any], *, source: str = "stack outp
                 key_filename=key,
             )
         )
-    tier_raw = outputs.get("tier") or {}
+    tier_raw = _object(outputs, "tier", source)
+    tier_where = f"{source}.tier"
     tier = TierInfo(
-        name=tier_raw.get("name"),
-        gpu_model=tier_raw.get("gpu_model"),
-        gpu_count=tier_raw.get("gpu_count"),
-        nvswitch=bool(tier_raw.get("nvswitch", False)),
+        name=_optional(tier_raw, "name", tier_where, str, "a tier name"),
+        gpu_model=_optional(tier_raw, "gpu_model", tier_where, str, "a GPU model name"),
+        gpu_count=_optional(tier_raw, "gpu_count", tier_where, int, "a whole number"),
+        nvswitch=bool(_optional(tier_raw, "nvswitch", tier_where, bool, "true or false")),
     )
-    scratch_raw = outputs.get("scratch") or {}
+    scratch_raw = _object(outputs, "scratch", source)
+    scratch_where = f"{source}.scratch"
+    path = _optional(scratch_raw, "path", scratch_where, str, "a path") or "/scratch"
     scratch = ScratchSpec(
-        path=scratch_raw.get("path", "/scratch"),
-        kind=scratch_raw.get("kind", "nvme"),
-        devices=scratch_raw.get("devices"),
-        size_gb=scratch_raw.get("size_gb"),
+        path=_plain_path(path, f"{scratch_where}.path"),
+        kind=_optional(scratch_raw, "kind", scratch_where, str, "'nvme' or 'disk'") or "nvme",
+        devices=_optional(scratch_raw, "devices", scratch_where, int, "a whole number"),
+        size_gb=_optional(scratch_raw, "size_gb", scratch_where, int, "a whole number of GB"),
     )
     if scratch.kind not in ("nvme", "disk"):
         raise HostDiscoveryError(
@@ -206,15 +248,23 @@ def parse_host_string(value: str, *, default_user: str | None = None) -> Host:
 def load_inventory(path: str | os.PathLike[str]) -> Fleet:
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise HostDiscoveryError(
             f"inventory {p} does not exist; write one with "
             f"`pulumi stack output --json --stack STACK > {p}`"
         ) from None
+    except IsADirectoryError:
+        raise HostDiscoveryError(f"inventory {p} is a directory, not a JSON file") from None
+    except UnicodeDecodeError as exc:
+        raise HostDiscoveryError(
+            f"inventory {p} is not UTF-8 text (byte {exc.start}: {exc.reason})"
+        ) from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise HostDiscoveryError(f"inventory {p!s:.80} cannot be read ({exc})") from None
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise HostDiscoveryError(f"inventory {p} is not valid JSON: {exc}") from None
     return parse_stack_outputs(data, source=f"inventory {p}")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,25 @@ ESSD_MIN_GB = {"PL0": 1, "PL1": 20, "PL2": 461, "PL3": 1261}
 SCRATCH_CLASSES = {"aws": ("gp3", "io2"), "alicloud": tuple(ESSD_MIN_GB)}
 DEFAULT_SCRATCH_CLASS = {"aws": "gp3", "alicloud": "PL1"}
 WORLD = ("0.0.0.0/0", "::/0")
+# Upper bounds: a value past these is a typo or a unit mix-up (minutes for hours), and some
+# would break later (a tag of 1e12 minutes, a disk the cloud refuses). README mirrors them.
+MAX_ROOT_DISK_GB = {"aws": 16384, "alicloud": 500}  # EBS gp3 16 TiB; ECS system disk 20-500
+MAX_SCRATCH_GB = {"gp3": 16384, "io2": 65536, **{pl: 32768 for pl in ESSD_MIN_GB}}
+MAX_IDLE_MINUTES = 1440  # a day: longer is no idle guard (use a lease: fab keep-alive)
+MAX_TTL_HOURS = 720  # 30 days; 0 turns the TTL off explicitly
+MAX_ARCHIVE_DAYS = 3650
+MAX_PRICE = 100_000.0  # per node-hour or per stack-hour, in the provider's currency
+# SSH sources: no single network broader than these prefixes, and all of them together at
+# most 1/64 of the address family (four IPv4 /8s): wider is "the internet" in pieces.
+SSH_MIN_PREFIX = {4: 8, 6: 32}
+SSH_MAX_SHARE_BITS = 6
+# Where scratch may be mounted: a fresh directory under one of these (or one of them).
+SCRATCH_ROOTS = ("/scratch", "/mnt", "/data", "/nvme", "/local", "/workspace")
+# Tag keys the clouds or gpufleet reserve (compared in lower case), and, on Alicloud, value
+# prefixes the API refuses.
+RESERVED_TAG_PREFIXES = ("gpufleet:", "aws:", "acs:", "aliyun", "http://", "https://")
+ALICLOUD_RESERVED_VALUE_PREFIXES = ("aliyun", "acs:", "http://", "https://")
+MAX_TAG_VALUE = 128  # Alicloud's limit (AWS allows 256)
 
 # Every key a stack may set, with a one-line meaning (the README's config reference mirrors it).
 KEYS: Mapping[str, str] = MappingProxyType(
@@ -104,6 +124,13 @@ def _did_you_mean(word: str, options: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _shown(number: float) -> str:
+    """A number as the user would write it: whole numbers in full unless astronomically long."""
+    if isinstance(number, int) and abs(number) < 10**15:
+        return str(number)
+    return f"{number:g}"
+
+
 class _Reader:
     """Pulls typed values out of the raw mapping, recording problems instead of raising."""
 
@@ -148,6 +175,8 @@ class _Reader:
         kind: Callable[[Any], Any],
         default: Any = None,
         minimum: float | None = None,
+        maximum: float | None = None,
+        why: str = "",
     ) -> Any:
         value = self.raw.get(key)
         if value is None or value == "":
@@ -171,7 +200,10 @@ class _Reader:
             self.problem(key, f"{value!r} is not {word}")
             return default
         if minimum is not None and parsed < minimum:
-            self.problem(key, f"must be >= {minimum:g}, got {parsed:g}")
+            self.problem(key, f"must be >= {minimum:g}, got {_shown(parsed)}")
+            return default
+        if maximum is not None and parsed > maximum:
+            self.problem(key, f"must be <= {maximum:g}{why}, got {_shown(parsed)}")
             return default
         return parsed
 
@@ -214,6 +246,121 @@ _STACK_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,59}")
 _SSH_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp\d+|sk-ssh-ed25519@openssh\.com) ")
 
 
+AnyNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def ssh_exposure_problems(nets: list[AnyNetwork]) -> list[tuple[int | None, str]]:
+    """Why these SSH sources amount to "the internet": (index or None for the set, message).
+
+    Refused: a network broader than /8 (IPv6 /32), and a set whose union covers more than
+    1/64 of its address family, the whole space split into pieces (0.0.0.0/1 + 128.0.0.0/1)
+    included."""
+    fix = (
+        "list only your own networks (e.g. 203.0.113.7/32), or set gpufleet:allowWorldSsh "
+        "true if you really mean it"
+    )
+    found: list[tuple[int | None, str]] = []
+    for i, net in enumerate(nets):
+        if net.prefixlen == 0:
+            found.append((i, f"{net} opens SSH to the whole internet; {fix}"))
+        elif net.prefixlen < SSH_MIN_PREFIX[net.version]:
+            found.append(
+                (
+                    i,
+                    f"{net} is broader than /{SSH_MIN_PREFIX[net.version]} "
+                    f"({net.num_addresses:.3g} addresses): {fix}",
+                )
+            )
+    if found:
+        return found
+    for version, bits in ((4, 32), (6, 128)):
+        family = [n for n in nets if n.version == version]
+        union = list(ipaddress.collapse_addresses(family))  # type: ignore[type-var]
+        covered = sum(n.num_addresses for n in union)
+        if covered >= 2**bits:
+            found.append(
+                (None, f"the listed IPv{version} networks together cover the whole internet; {fix}")
+            )
+        elif covered > 2 ** (bits - SSH_MAX_SHARE_BITS):
+            found.append(
+                (
+                    None,
+                    f"the listed IPv{version} networks together cover "
+                    f"1/{2**bits // covered} of all addresses (at most "
+                    f"1/{2**SSH_MAX_SHARE_BITS}): {fix}",
+                )
+            )
+    return found
+
+
+_PATH_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def scratch_path_problem(path: str) -> str | None:
+    """Why `path` may not be the scratch mount point, or None. It must already be in normal
+    form (no //, ., .. or trailing /) and lie under one of SCRATCH_ROOTS: mounting over /etc or
+    /usr would hide the system, and `/scratch/../etc` is /etc."""
+    roots = ", ".join(SCRATCH_ROOTS)
+    if not isinstance(path, str) or not path.startswith("/"):
+        return f"{path!r} is not an absolute path: use e.g. /scratch (allowed under {roots})"
+    parts = path.split("/")[1:]
+    normal = "/" + "/".join(p for p in parts if p not in ("", "."))
+    if any(p == ".." for p in parts) or normal != path:
+        return (
+            f"{path!r} is not a plain path (no //, ., .. or trailing /): "
+            f"use e.g. /scratch (allowed under {roots})"
+        )
+    if len(parts) > 4 or not all(_PATH_PART.fullmatch(p) for p in parts):
+        return (
+            f"{path!r}: at most 4 parts of letters, digits, '.', '_' and '-': "
+            f"use e.g. /scratch (allowed under {roots})"
+        )
+    if not any(path == root or path.startswith(root + "/") for root in SCRATCH_ROOTS):
+        return f"{path!r} is not under {roots}: mount scratch there, e.g. /scratch"
+    return None
+
+
+def tag_text(value: Any) -> str:
+    """A tag value as the clouds store it: booleans in lower case, numbers as written."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def tag_problem(key: Any, value: Any, provider: str | None) -> str | None:
+    """Why `key: value` may not be an extra tag, or None."""
+    text_key = str(key)
+    lowered = text_key.strip().lower()
+    if lowered.startswith(RESERVED_TAG_PREFIXES) or lowered == "managed-by":
+        return (
+            f"the key {text_key!r} is reserved (prefixes {', '.join(RESERVED_TAG_PREFIXES)} in "
+            "any letter case, and managed-by, are set by gpufleet or the cloud): rename it"
+        )
+    if not isinstance(key, str) or not _TAG_KEY.fullmatch(text_key):
+        return (
+            f"invalid tag key: 1-127 letters, digits, spaces and . : / = + @ _ - (got {text_key!r})"
+        )
+    if value is None:
+        return 'the value is null: give it a text value ("" for an empty tag)'
+    if isinstance(value, Mapping | list | tuple | set):
+        return f"the value must be text, got a {type(value).__name__}: tags are flat key: value"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"the value {value!r} is not a usable number: quote it as text"
+    if not isinstance(value, str | int | float):
+        return f"the value must be text, got {type(value).__name__}"
+    text = tag_text(value)
+    if len(text) > MAX_TAG_VALUE:
+        return f"the value is {len(text)} characters long; at most {MAX_TAG_VALUE}"
+    if not text.isprintable():
+        return "the value holds a newline or control character: one printable line only"
+    if provider == "alicloud" and text.strip().lower().startswith(ALICLOUD_RESERVED_VALUE_PREFIXES):
+        return (
+            "Alicloud refuses tag values starting with "
+            f"{', '.join(ALICLOUD_RESERVED_VALUE_PREFIXES)}: change the value"
+        )
+    return None
+
+
 def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = None) -> StackConfig:
     """Validate the raw `gpufleet:*` values (namespace already stripped) into a StackConfig.
 
@@ -246,12 +393,10 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
         except UnavailableError as exc:
             r.problem("tier", str(exc))
     info = cat.providers[provider] if provider else None
-    nodes = r.number("nodes", int, 1, minimum=1)
-    if nodes > MAX_NODES:
-        r.problem("nodes", f"at most {MAX_NODES} nodes per stack, got {nodes}")
+    nodes = r.number("nodes", int, 1, minimum=1, maximum=MAX_NODES, why=" per stack")
 
     billing = r.choice("billing", BILLING_MODES, "on-demand") or "on-demand"
-    spot_max = r.number("spotMaxPrice", float, None, minimum=0)
+    spot_max = r.number("spotMaxPrice", float, None, minimum=0, maximum=MAX_PRICE)
     if spot_max == 0:
         r.problem("spotMaxPrice", "must be above 0; leave it unset to pay up to on-demand")
     months = r.number("subscriptionMonths", int, None, minimum=1)
@@ -292,6 +437,7 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
     allow_world = r.boolean("allowWorldSsh", False)
     cidrs_raw = r.structured("sshCidrs", list)
     cidrs: list[str] = []
+    nets: list[tuple[int, ipaddress.IPv4Network | ipaddress.IPv6Network]] = []
     if not cidrs_raw:
         r.problem(
             "sshCidrs",
@@ -299,24 +445,28 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
             "(your address: curl -s https://checkip.amazonaws.com)",
         )
     for i, c in enumerate(cidrs_raw or []):
+        if not isinstance(c, str) or isinstance(c, bool):
+            r.problem(f"sshCidrs[{i}]", f"expected a CIDR like 203.0.113.7/32, got {c!r}")
+            continue
         try:
-            net = ipaddress.ip_network(str(c).strip(), strict=True)
+            net = ipaddress.ip_network(c.strip(), strict=True)
         except ValueError as exc:
             r.problem(f"sshCidrs[{i}]", f"{c!r} is not a valid CIDR ({exc})")
             continue
-        if str(net) in WORLD and not allow_world:
-            r.problem(
-                f"sshCidrs[{i}]",
-                f"{net} opens SSH to the whole internet; list your own networks, or set "
-                "gpufleet:allowWorldSsh true if you really mean it",
-            )
+        nets.append((i, net))
         cidrs.append(str(net))
+    if not allow_world:
+        for where, message in ssh_exposure_problems([n for _, n in nets]):
+            key = "sshCidrs" if where is None else f"sshCidrs[{nets[where][0]}]"
+            r.problem(key, message)
 
     ssh_key = r.text("sshPublicKey")
     if ssh_key and not _SSH_KEY.match(ssh_key):
         r.problem("sshPublicKey", "not an OpenSSH public key (expected 'ssh-ed25519 AAAA...')")
 
-    root = r.number("rootDiskGb", int, 200)
+    root = r.number(
+        "rootDiskGb", int, 200, maximum=MAX_ROOT_DISK_GB.get(provider or "", 16384), why=" GB"
+    )
     if root is not None and root < MIN_ROOT_DISK_GB:
         r.problem(
             "rootDiskGb",
@@ -331,33 +481,48 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
     essd_min = ESSD_MIN_GB.get(scratch_class, 0) if provider == "alicloud" else 0
     if scratch_gb is not None and scratch_gb < essd_min:
         r.problem("scratchGb", f"ESSD {scratch_class} starts at {essd_min} GiB, got {scratch_gb}")
+    scratch_max = MAX_SCRATCH_GB.get(scratch_class)
+    if scratch_gb is not None and scratch_max is not None and scratch_gb > scratch_max:
+        r.problem(
+            "scratchGb",
+            f"must be <= {scratch_max} GiB for a {scratch_class} disk, got {scratch_gb}",
+        )
     scratch_path = r.text("scratchPath", "/scratch") or "/scratch"
-    if not re.fullmatch(r"/[A-Za-z0-9._/-]+", scratch_path) or scratch_path.rstrip("/") in (
-        "",
-        "/boot",
-        "/etc",
-        "/usr",
-        "/var",
-        "/home",
-    ):
-        r.problem("scratchPath", f"{scratch_path!r} is not a usable mount point (e.g. /scratch)")
+    path_problem = scratch_path_problem(scratch_path)
+    if path_problem:
+        r.problem("scratchPath", path_problem)
 
     tier_obj = cat.tiers[tier] if tier else None
-    archive_days = r.number("bucketArchiveDays", int, 30, minimum=1)
-    idle = r.number("idleMinutes", int, tier_obj.idle_minutes if tier_obj else 30, minimum=5)
-    ttl = r.number("ttlHours", int, tier_obj.ttl_hours if tier_obj else 24, minimum=0)
+    archive_days = r.number(
+        "bucketArchiveDays", int, 30, minimum=1, maximum=MAX_ARCHIVE_DAYS, why=" (ten years)"
+    )
+    idle = r.number(
+        "idleMinutes",
+        int,
+        tier_obj.idle_minutes if tier_obj else 30,
+        minimum=5,
+        maximum=MAX_IDLE_MINUTES,
+        why=" (a day; keep a node longer with `fab keep-alive --hours N`)",
+    )
+    ttl = r.number(
+        "ttlHours",
+        int,
+        tier_obj.ttl_hours if tier_obj else 24,
+        minimum=0,
+        maximum=MAX_TTL_HOURS,
+        why=" (30 days; 0 turns the TTL off)",
+    )
     destroy = r.boolean("destroyData", False)
-    max_cost = r.number("maxHourlyCost", float, None, minimum=0)
+    max_cost = r.number("maxHourlyCost", float, None, minimum=0, maximum=MAX_PRICE)
 
     tags_raw = r.structured("tags", dict) or {}
     tags: dict[str, str] = {}
     for k, v in tags_raw.items():
-        if not _TAG_KEY.match(str(k)) or str(k).startswith(("aws:", "acs:", "gpufleet:")):
-            r.problem(f"tags.{k}", "invalid tag key (reserved prefix or characters)")
-        elif k == "managed-by":
-            r.problem(f"tags.{k}", "managed-by is set by gpufleet and cannot be overridden")
+        problem = tag_problem(k, v, provider)
+        if problem:
+            r.problem(f"tags.{k}", problem)
         else:
-            tags[str(k)] = str(v)
+            tags[str(k)] = tag_text(v)
 
     if r.problems:
         raise ConfigError(r.problems)
@@ -392,7 +557,9 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
 def strip_namespace(raw: Mapping[str, Any]) -> dict[str, Any]:
     """`gpufleet:tier` -> `tier`; other namespaces (aws:region, ...) are dropped."""
     prefix = NAMESPACE + ":"
-    return {k[len(prefix) :]: v for k, v in raw.items() if k.startswith(prefix)}
+    return {
+        k[len(prefix) :]: v for k, v in raw.items() if isinstance(k, str) and k.startswith(prefix)
+    }
 
 
 def stack_name_from_file(path: Path) -> str:
@@ -406,16 +573,37 @@ def read_stack_file(path: Path) -> dict[str, Any]:
     """The raw `config:` mapping of a Pulumi stack file."""
     import yaml  # local: only the file-based entry points need PyYAML
 
+    text = read_text_file(path, "stack file", ConfigError)
     try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError([f"{path}: no such stack file"]) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: not valid YAML ({exc})"]) from None
+        doc = yaml.safe_load(text) or {}
+    except (yaml.YAMLError, RecursionError) as exc:
+        # PyYAML's messages span lines (mark, snippet, caret): one line, as everywhere here
+        raise ConfigError([f"{path}: not valid YAML ({_one_line(exc)})"]) from None
     config = doc.get("config", {}) if isinstance(doc, dict) else None
     if not isinstance(config, dict):
         raise ConfigError([f"{path}: 'config:' must be a mapping of key: value"])
     return config
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def read_text_file(path: Path, what: str, error: Callable[[list[str]], Exception]) -> str:
+    """A small UTF-8 text file, or `error([one line])` saying why it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        problem = f"{path}: no such {what}"
+    except IsADirectoryError:
+        problem = f"{path}: is a directory, not a {what}"
+    except PermissionError:
+        problem = f"{path}: permission denied reading the {what}"
+    except UnicodeDecodeError as exc:
+        problem = f"{path}: the {what} is not UTF-8 text (byte {exc.start}: {exc.reason})"
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        problem = f"{path!s:.80}: cannot read the {what} ({exc})"
+    raise error([problem])
 
 
 def load_stack_file(path: Path | str, overrides: Mapping[str, Any] | None = None) -> StackConfig:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from infra.config import StackConfig
+from infra.config import StackConfig, read_text_file
 from infra.offline import PlanResult
 from policy import rules as R
 from policy.pack import identifiers
@@ -46,11 +46,10 @@ def check_plan(
 def load_pack_config(path: Path | str) -> dict[str, Any]:
     """A policy config file in `pulumi preview --policy-pack-config` format (JSON)."""
     path = Path(path)
+    text = read_text_file(path, "policy config file", lambda lines: R.PolicyConfigError(lines[0]))
     try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise R.PolicyConfigError(f"{path}: no such policy config file") from None
-    except json.JSONDecodeError as exc:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise R.PolicyConfigError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(doc, dict):
         raise R.PolicyConfigError(f"{path}: expected a JSON object {{policy: level or settings}}")

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.config import SSH_MIN_PREFIX
 from infra.reaper import tags as T
 
 PACK_NAME = "gpufleet-guardrails"
@@ -194,12 +195,15 @@ SSH_PORT = 22
 
 
 def _world(cidr: Any) -> bool:
+    """0.0.0.0/0, ::/0, and anything as absurdly broad (0.0.0.0/1 is half the internet): the
+    same per-network bound the config parser applies (infra.config.SSH_MIN_PREFIX)."""
     if not isinstance(cidr, str):
         return False
     try:
-        return ipaddress.ip_network(cidr.strip(), strict=False).prefixlen == 0
+        net = ipaddress.ip_network(cidr.strip(), strict=False)
     except ValueError:
         return False
+    return net.prefixlen < SSH_MIN_PREFIX[net.version]
 
 
 def _protocol(value: Any) -> str:

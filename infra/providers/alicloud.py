@@ -76,6 +76,20 @@ def tls_only_policy(bucket: str) -> str:
     )
 
 
+# Every tag the watchdog or the reaper reads, except the lease the node may write itself.
+GUARDED_TAG_KEYS = (
+    T.MANAGED_BY,
+    T.STACK,
+    T.TIER,
+    T.ROLE,
+    T.IDLE_MINUTES,
+    T.TTL_HOURS,
+    T.WATCHDOG,
+    T.PROTECTED,
+)
+NODE_TAG_ACTIONS = ["ecs:TagResources", "ecs:AddTags"]
+
+
 def node_policy(bucket: str, stack: str) -> str:
     return json.dumps(
         {
@@ -98,11 +112,36 @@ def node_policy(bucket: str, stack: str) -> str:
                 },
                 {"Effect": "Allow", "Action": ["cms:PutCustomMetric"], "Resource": ["*"]},
                 {
-                    # `fab keep-alive` writes the lease tag from the node, on its own stack only
+                    # `fab keep-alive` writes the lease tag from the node: only on this
+                    # stack's managed instances, and only in a request that carries the lease
                     "Effect": "Allow",
                     "Action": ["ecs:TagResources"],
                     "Resource": ["acs:ecs:*:*:instance/*"],
-                    "Condition": {"StringEquals": {f"acs:ResourceTag/{T.STACK}": [stack]}},
+                    "Condition": {
+                        "StringEquals": {
+                            f"acs:ResourceTag/{T.STACK}": [stack],
+                            f"acs:ResourceTag/{T.MANAGED_BY}": [T.MANAGED_BY_VALUE],
+                        },
+                        "Null": {f"acs:RequestTag/{T.KEEP_ALIVE_UNTIL}": "false"},
+                    },
+                },
+                # ...and never together with a tag the guards decide on: RAM documents only
+                # acs:RequestTag/<key> for tag requests (no "these keys only" operator), so
+                # each such key gets its own Deny, which wins over the Allow above.
+                *[
+                    {
+                        "Effect": "Deny",
+                        "Action": NODE_TAG_ACTIONS,
+                        "Resource": ["*"],
+                        "Condition": {"Null": {f"acs:RequestTag/{key}": "false"}},
+                    }
+                    for key in GUARDED_TAG_KEYS
+                ],
+                {
+                    # removing a tag (the stack's, the TTL's) is never the node's business
+                    "Effect": "Deny",
+                    "Action": ["ecs:UntagResources", "ecs:RemoveTags"],
+                    "Resource": ["*"],
                 },
             ],
         }

@@ -153,3 +153,174 @@ def test_a_stack_file_that_is_not_yaml_is_refused(tmp_path):
     bad.write_text("config: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_stack_file(bad)
+
+
+# --- upper bounds: absurd numbers are refused, naming the key and the bound -------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "bound"),
+    [
+        ("idleMinutes", 1e12, "<= 1440"),
+        ("idleMinutes", 1441, "<= 1440"),
+        ("ttlHours", 10**9, "<= 720"),
+        ("rootDiskGb", 501, "<= 500 GB"),  # an Alicloud system disk
+        ("bucketArchiveDays", 3651, "<= 3650"),
+        ("scratchGb", 32769, "<= 32768 GiB"),  # ESSD
+        ("nodes", 65, "<= 64"),
+        ("maxHourlyCost", 1e300, "<= 100000"),
+    ],
+)
+def test_absurdly_large_numbers_are_refused_with_the_bound(key, value, bound):
+    line = one(**{key: value})
+    assert line.startswith(f"gpufleet:{key}: must be {bound}"), line
+
+
+def test_the_largest_allowed_values_still_parse():
+    cfg = parse_config(
+        {
+            **GOOD,
+            "idleMinutes": 1440,
+            "ttlHours": 720,
+            "rootDiskGb": 500,
+            "bucketArchiveDays": 3650,
+            "scratchGb": 32768,
+        },
+        "t",
+    )
+    assert (cfg.idle_minutes, cfg.ttl_hours, cfg.root_disk_gb) == (1440, 720, 500)
+
+
+def test_aws_root_disks_may_be_larger_than_alicloud_system_disks():
+    raw = {"provider": "aws", "tier": "t4x1", "sshCidrs": ["203.0.113.0/24"], "rootDiskGb": 2000}
+    assert parse_config(raw, "t").root_disk_gb == 2000
+    assert "<= 16384" in one(provider="aws", tier="t4x1", rootDiskGb=16385)
+
+
+@pytest.mark.parametrize("key", ["idleMinutes", "ttlHours", "spotMaxPrice", "maxHourlyCost"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "-inf", "NaN"])
+def test_nan_and_infinity_are_not_numbers(key, value):
+    extra = {"billing": "spot"} if key == "spotMaxPrice" else {}
+    line = one(**extra, **{key: value})
+    assert line.startswith(f"gpufleet:{key}: ") and "is not a" in line, line
+
+
+# --- SSH: the internet in pieces is still the internet ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "cidrs",
+    [
+        ["0.0.0.0/1", "128.0.0.0/1"],
+        ["::/1", "8000::/1"],
+        ["0.0.0.0/2", "64.0.0.0/2", "128.0.0.0/2", "192.0.0.0/2"],
+        ["2.0.0.0/7"],
+        ["2001::/16"],
+    ],
+    ids=["v4-halves", "v6-halves", "v4-quarters", "v4-slash7", "v6-slash16"],
+)
+def test_over_broad_ssh_networks_are_refused_like_the_world(cidrs):
+    found = problems(sshCidrs=cidrs)
+    assert found and all(p.startswith("gpufleet:sshCidrs[") for p in found), found
+    assert all("allowWorldSsh" in p for p in found)
+
+
+def test_many_small_networks_that_together_cover_the_internet_are_refused():
+    line = one(sshCidrs=[f"{i}.0.0.0/8" for i in range(256)])
+    assert line.startswith("gpufleet:sshCidrs: the listed IPv4 networks together cover the whole")
+
+
+def test_more_than_a_sixty_fourth_of_the_addresses_is_refused_but_private_ranges_pass():
+    line = one(sshCidrs=[f"{i}.0.0.0/8" for i in range(1, 6)])
+    assert "together cover 1/51 of all addresses (at most 1/64)" in line
+    private = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fd00::/32"]
+    assert parse_config({**GOOD, "sshCidrs": private}, "t").ssh_cidrs == tuple(private)
+
+
+def test_allow_world_ssh_accepts_the_split_internet_deliberately():
+    cfg = parse_config(
+        {**GOOD, "sshCidrs": ["0.0.0.0/1", "128.0.0.0/1"], "allowWorldSsh": True}, "t"
+    )
+    assert cfg.ssh_cidrs == ("0.0.0.0/1", "128.0.0.0/1")
+
+
+def test_a_cidr_that_is_not_text_is_refused():
+    assert "expected a CIDR" in one(sshCidrs=[167772160])
+
+
+# --- scratch path: normalised, and only where scratch belongs ---------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "//etc",
+        "/scratch/../etc",
+        "/scratch/./x",
+        "/scratch/",
+        "/scratch//a",
+        "/etc",
+        "/",
+        "/usr/local",
+        "/home/me",
+        "scratch",
+        "/scratch/a b",
+        "/mnt/a/b/c/d",
+        "/boot/efi",
+    ],
+)
+def test_odd_or_system_scratch_paths_are_refused(path):
+    line = one(scratchPath=path)
+    assert line.startswith("gpufleet:scratchPath: ") and "/scratch" in line, line
+
+
+@pytest.mark.parametrize("path", ["/scratch", "/mnt/nvme", "/data/run-1", "/workspace"])
+def test_plain_scratch_paths_under_the_allowed_roots_parse(path):
+    assert parse_config({**GOOD, "scratchPath": path}, "t").scratch_path == path
+
+
+# --- tags: reserved prefixes in any case, flat text values ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "GPUFLEET:stack",
+        "Gpufleet:x",
+        "AWS:owner",
+        "Acs:x",
+        "aliyun-team",
+        "Managed-By",
+        "HTTPS://x",
+    ],
+)
+def test_reserved_tag_prefixes_are_refused_in_any_letter_case(key):
+    line = one(tags={key: "x"})
+    assert line.startswith(f"gpufleet:tags.{key}: ") and "reserved" in line, line
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        (None, "null"),
+        ({"a": 1}, "got a dict"),
+        (["a"], "got a list"),
+        (float("nan"), "not a usable number"),
+        ("x" * 129, "at most 128"),
+        ("two\nlines", "one printable line"),
+        ("acs:thing", "Alicloud refuses"),
+    ],
+)
+def test_null_nested_and_unusable_tag_values_are_refused(value, says):
+    line = one(tags={"team": value})
+    assert line.startswith("gpufleet:tags.team: ") and says in line, line
+
+
+def test_plain_tag_values_are_kept_as_text():
+    cfg = parse_config({**GOOD, "tags": {"team": "ml", "cost-centre": 42, "dev": True}}, "t")
+    assert dict(cfg.tags) == {"team": "ml", "cost-centre": "42", "dev": "true"}
+
+
+def test_every_bad_tag_is_its_own_line():
+    found = problems(tags={"AWS:x": "1", "a": None, "b": {"c": "d"}})
+    assert [p.split(":")[1] for p in found] == ["tags.AWS", "tags.a", "tags.b"]
