@@ -3,8 +3,10 @@ PY      ?= .venv/bin/python
 STACK   ?= a100x4
 TIER    ?= a100x8
 PYTEST_ARGS ?=
+ARGS    ?= --model gpt2 --tokens 1e9
+GPUS_ARGS ?=
 
-.PHONY: setup test plan cost compare lint format bench device-verify clean
+.PHONY: setup test plan cost compare size gpus lint format bench device-verify clean
 
 setup: .venv/.installed  ## create .venv and install the pinned dependencies + this repo (editable)
 
@@ -26,6 +28,12 @@ cost: setup  ## the bill for one stack before deploying it
 
 compare: setup  ## a tier across providers, profiles and billing modes: table + chart
 	$(PY) scripts/cost.py --compare $(TIER) --plot $(TIER)-cost.png
+
+size: setup  ## which tier fits a training run and what the whole run costs: make size ARGS="--model llama-2-7b --tokens 1e9"
+	$(PY) scripts/size.py $(ARGS)
+
+gpus: setup  ## every GPU model and instance type in the catalog, with prices (GPUS_ARGS="--gpu A100")
+	$(PY) scripts/gpus.py $(GPUS_ARGS)
 
 lint: setup  ## ruff (lint + format check) and mypy
 	$(PY) -m ruff check .

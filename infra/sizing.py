@@ -1,0 +1,1149 @@
+"""Which tier fits a training run, how long it takes and what the whole run costs on each cloud.
+
+Pure arithmetic over the catalog (GPUs, tiers, prices), pricing.toml (spot band, subscription
+quotes, exchange rates), models.toml (published model shapes) and sizing.toml (the planning
+assumptions). No provider SDK, no Pulumi, no network; the only I/O is reading the TOML files and,
+for calibration, the verify-gpu reports under reports/. `scripts/size.py` is the command line.
+
+Memory per GPU, in GB of 10^9 bytes, from these published figures:
+- weights, gradients and optimizer states per parameter as in ZeRO (Rajbhandari et al. 2020,
+  section 3.1): mixed precision keeps 16-bit weights (2 B) and gradients (2 B) and, in the
+  optimizer, an fp32 master copy (4 B) plus the optimizer's own states. AdamW: momentum and
+  variance in fp32 (4 + 4 B), so 2 + 2 + 12 = 16 B per parameter. fp32 training has no master
+  copy: 4 + 4 + 8. AdamW 8-bit (Dettmers et al. 2022): momentum and variance in 1 B each.
+  Adafactor (Shazeer and Stern 2018), no momentum: only row and column sums of the second
+  moment, O(rows + cols) per matrix. SGD: one fp32 momentum buffer (4 B), none without momentum.
+  (PyTorch's autocast keeps fp32 weights and gradients and makes 16-bit copies on the fly: the
+  same 16 B per parameter for AdamW, split differently.)
+- activations of a transformer layer (Korthikanti et al. 2022, section 4.1): s*b*h*(34 + 5*a*s/h)
+  bytes without recomputation, 16-bit activations and 1-byte dropout masks; the 5*a*s/h term is
+  the stored attention scores, which FlashAttention (Dao et al. 2022) and PyTorch's SDPA kernels
+  never store, leaving 34*s*b*h. Full activation checkpointing keeps 2*s*b*h per layer (each
+  layer's 16-bit input) plus one layer's activations while it is recomputed. The fp32 logits the
+  loss keeps add 4*s*b*v bytes. fp32 training doubles the 16-bit terms.
+- a CNN row carries its measured bytes per sample; checkpointing sqrt(n) segments (Chen et al.
+  2016) keeps about 2/sqrt(n) of them.
+- framework overhead per GPU (CUDA context, workspaces, NCCL buffers) and, under fsdp, the full
+  16-bit weights of the layers gathered at once: sizing.toml.
+ddp replicates weights, gradients and optimizer states on every GPU; fsdp (ZeRO-3-like) shards
+all three across every GPU of every node. Activations are per GPU either way.
+
+Time: training FLOPs = 6 x params x tokens (Kaplan et al. 2020), 8 x with full recomputation (one
+more forward pass); divided by GPUs x the GPU's dense peak in the chosen precision x MFU x the
+multi-node scaling efficiency.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import math
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from infra.catalog import DATA_DIR, Catalog, CatalogError, Gpu, InstanceType, _date, load_catalog
+from infra.catalog.pricing import Pricing, load_pricing
+from infra.config import SUBSCRIPTION_MONTHS
+from infra.cost import CostError, CostInputs, did_you_mean, estimate_cost
+
+GB = 1e9
+HOURS_PER_MONTH = 730.0
+PRECISIONS = ("bf16", "fp16", "fp32")
+OPTIMIZERS = ("adamw", "adamw-8bit", "adafactor", "sgd")
+STRATEGIES = ("ddp", "fsdp")
+ATTENTION = ("flash", "eager")
+BILLINGS = ("on-demand", "spot", "subscription")
+REPORT_SCHEMA_PREFIX = "gpufleet.verify-report/"
+
+# status of an option, in ranking order
+OK, FILTERED, NO_PRICE, NO_FIT = "ok", "filtered", "no-price", "does-not-fit"
+_STATUS_RANK = {OK: 0, FILTERED: 1, NO_PRICE: 2, NO_FIT: 3}
+
+
+class SizingError(ValueError):
+    """Bad input to the advisor; `.problems` holds one line per problem, each saying the fix."""
+
+    def __init__(self, problems: Sequence[str]):
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+# ----------------------------------------------------------------------------------------------
+# data: models.toml and sizing.toml
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    key: str
+    name: str
+    kind: str  # transformer | cnn
+    params: int
+    layers: int
+    seq_len: int
+    source: str
+    hidden: int | None = None
+    heads: int | None = None
+    vocab: int | None = None
+    train_flops_per_sample: float | None = None  # cnn
+    activation_bytes_per_sample: float | None = None  # cnn, mixed precision
+    activation_bytes_per_sample_fp32: float | None = None  # cnn, fp32
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    headroom: float
+    overhead_gb: float
+    fsdp_gathered_layers: int
+    spot_overhead: float
+    scaling: tuple[tuple[float, float], ...]  # (min_network_gbps, per_doubling), highest first
+    date: dt.date
+    source: str
+    estimate: bool
+
+
+def _sources_ok(text: str, where: str, catalog: Catalog) -> None:
+    for tag in text.replace(",", " ").split():
+        if tag not in catalog.sources:
+            raise CatalogError(f"{where}: source {tag!r} is not in sources.toml")
+
+
+def parse_models(data: Mapping[str, Any], catalog: Catalog) -> Mapping[str, ModelSpec]:
+    out = {}
+    for key, m in data.get("models", {}).items():
+        where = f"models.{key}"
+        kind = m.get("kind")
+        if kind not in ("transformer", "cnn"):
+            raise CatalogError(f"{where}: kind must be transformer or cnn, got {kind!r}")
+        need = (
+            ("hidden", "heads", "vocab") if kind == "transformer" else ("train_flops_per_sample",)
+        )
+        for k in ("params", "layers", "seq_len", "source", *need):
+            if k not in m:
+                raise CatalogError(f"{where}: '{k}' is required for a {kind}")
+        _sources_ok(str(m["source"]), where, catalog)
+        out[key] = ModelSpec(
+            key=key,
+            name=str(m.get("name", key)),
+            kind=kind,
+            params=int(m["params"]),
+            layers=int(m["layers"]),
+            seq_len=int(m["seq_len"]),
+            source=str(m["source"]),
+            hidden=m.get("hidden"),
+            heads=m.get("heads"),
+            vocab=m.get("vocab"),
+            train_flops_per_sample=m.get("train_flops_per_sample"),
+            activation_bytes_per_sample=m.get("activation_bytes_per_sample"),
+            activation_bytes_per_sample_fp32=m.get("activation_bytes_per_sample_fp32"),
+            note=str(m.get("note", "")),
+        )
+    return MappingProxyType(out)
+
+
+def parse_assumptions(data: Mapping[str, Any], catalog: Catalog) -> Assumptions:
+    try:
+        mem, tim = data["memory"], data["time"]
+        _sources_ok(str(mem["source"]), "sizing.memory", catalog)
+        _sources_ok(str(tim["source"]), "sizing.time", catalog)
+        scaling = sorted(
+            ((float(r["min_network_gbps"]), float(r["per_doubling"])) for r in tim["scaling"]),
+            reverse=True,
+        )
+        a = Assumptions(
+            headroom=float(mem["headroom"]),
+            overhead_gb=float(mem["overhead_gb"]),
+            fsdp_gathered_layers=int(mem["fsdp_gathered_layers"]),
+            spot_overhead=float(tim["spot_overhead"]),
+            scaling=tuple(scaling),
+            date=_date(mem["date"], "sizing.memory"),
+            source=str(mem["source"]),
+            estimate=bool(mem.get("estimate", False) or tim.get("estimate", False)),
+        )
+    except KeyError as exc:
+        raise CatalogError(f"sizing.toml: missing key {exc}") from None
+    if not 0 <= a.headroom < 1 or a.spot_overhead < 0 or not scaling or scaling[-1][0] != 0:
+        raise CatalogError(
+            "sizing.toml: headroom in [0, 1), spot_overhead >= 0, and a scaling row "
+            "with min_network_gbps = 0 are required"
+        )
+    if any(not 0 < eff <= 1 for _, eff in scaling):
+        raise CatalogError("sizing.toml: per_doubling must lie in (0, 1]")
+    return a
+
+
+def _read(name: str) -> dict[str, Any]:
+    with (DATA_DIR / name).open("rb") as fh:
+        return tomllib.load(fh)
+
+
+@functools.lru_cache(maxsize=1)
+def load_models() -> Mapping[str, ModelSpec]:
+    return parse_models(_read("models.toml"), load_catalog())
+
+
+@functools.lru_cache(maxsize=1)
+def load_assumptions() -> Assumptions:
+    return parse_assumptions(_read("sizing.toml"), load_catalog())
+
+
+def params_from_shape(layers: int, hidden: int, vocab: int, seq_len: int) -> int:
+    """A GPT-style decoder's parameter count: 12*L*h^2 (attention 4h^2 + MLP 8h^2) plus 13*L*h
+    (biases and layer norms), token and position embeddings (v + s)*h and the final norm 2h.
+    Gives GPT-2's published 124,439,808 from its shape."""
+    return 12 * layers * hidden**2 + 13 * layers * hidden + (vocab + seq_len) * hidden + 2 * hidden
+
+
+# ----------------------------------------------------------------------------------------------
+# the run
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is trained, on how much data, and how."""
+
+    params: float
+    tokens: float
+    kind: str = "transformer"
+    layers: int | None = None
+    hidden: int | None = None
+    heads: int | None = None
+    seq_len: int | None = None
+    micro_batch: int = 1
+    vocab: int | None = None
+    precision: str = "bf16"
+    optimizer: str = "adamw"
+    momentum: bool = True  # sgd only
+    strategy: str = "ddp"
+    grad_checkpointing: bool = False
+    attention: str = "flash"
+    model: str | None = None
+    train_flops_per_sample: float | None = None  # cnn
+    activation_bytes_per_sample: float | None = None  # cnn, in the chosen precision
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not (self.params > 0 and math.isfinite(self.params)):
+            problems.append(f"params must be a number above 0, got {self.params:g}")
+        if not (self.tokens > 0 and math.isfinite(self.tokens)):
+            problems.append(f"tokens must be a number above 0, got {self.tokens:g}")
+        for label, value, choices in (
+            ("precision", self.precision, PRECISIONS),
+            ("optimizer", self.optimizer, OPTIMIZERS),
+            ("strategy", self.strategy, STRATEGIES),
+            ("attention", self.attention, ATTENTION),
+        ):
+            if value not in choices:
+                problems.append(
+                    f"{label} {value!r} is unknown: use one of {', '.join(choices)}"
+                    + did_you_mean(value, choices)
+                )
+        for label, n in (
+            ("layers", self.layers),
+            ("hidden", self.hidden),
+            ("heads", self.heads),
+            ("seq-len", self.seq_len),
+            ("vocab", self.vocab),
+            ("micro-batch", self.micro_batch),
+        ):
+            if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+                problems.append(f"{label} must be a whole number >= 1, got {n!r}")
+        if problems:
+            raise SizingError(problems)
+
+    @property
+    def mixed(self) -> bool:
+        return self.precision != "fp32"
+
+    @property
+    def has_shape(self) -> bool:
+        if self.kind == "cnn":
+            return self.activation_bytes_per_sample is not None
+        return None not in (self.layers, self.hidden, self.seq_len)
+
+
+def workload_for_model(spec: ModelSpec, tokens: float, **kw: Any) -> Workload:
+    """A Workload from a models.toml row; keyword arguments override the row's shape."""
+    precision = kw.get("precision", "bf16")
+    shape: dict[str, Any] = {
+        "params": float(spec.params),
+        "kind": spec.kind,
+        "layers": spec.layers,
+        "hidden": spec.hidden,
+        "heads": spec.heads,
+        "seq_len": spec.seq_len,
+        "vocab": spec.vocab,
+        "model": spec.key,
+    }
+    if spec.kind == "cnn":
+        shape["train_flops_per_sample"] = spec.train_flops_per_sample
+        shape["activation_bytes_per_sample"] = (
+            spec.activation_bytes_per_sample_fp32
+            if precision == "fp32"
+            else spec.activation_bytes_per_sample
+        )
+    shape.update({k: v for k, v in kw.items() if v is not None})
+    return Workload(tokens=tokens, **shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# memory
+
+
+@dataclass(frozen=True)
+class BytesPerParam:
+    weights: float
+    gradients: float
+    optimizer: float  # fp32 master copy (mixed precision) + the optimizer's states
+    master: float
+    note: str
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer
+
+
+_OPTIMIZER_STATE = {  # bytes per parameter of the optimizer's own states (fp32 unless 8-bit)
+    "adamw": (8.0, "AdamW momentum + variance in fp32 (4 + 4 B)"),
+    "adamw-8bit": (2.0, "8-bit AdamW: momentum + variance in 1 B each (Dettmers et al. 2022)"),
+    "adafactor": (0.0, "Adafactor: factored second moment, rows + columns per matrix"),
+    "sgd": (4.0, "SGD momentum buffer in fp32 (4 B)"),
+}
+
+
+def bytes_per_param(precision: str, optimizer: str, momentum: bool = True) -> BytesPerParam:
+    mixed = precision != "fp32"
+    w = 2.0 if mixed else 4.0
+    master = 4.0 if mixed else 0.0
+    state, note = _OPTIMIZER_STATE[optimizer]
+    if optimizer == "sgd" and not momentum:
+        state, note = 0.0, "SGD without momentum keeps no state"
+    if mixed:
+        note = f"16-bit weights and gradients, fp32 master copy (4 B); {note}"
+    return BytesPerParam(w, w, master + state, master, note)
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Per-GPU memory before sharding, GB. `activations_gb` is None when no shape was given."""
+
+    weights_gb: float
+    gradients_gb: float
+    optimizer_gb: float
+    activations_gb: float | None
+    overhead_gb: float
+    per_param: BytesPerParam
+    activation_formula: str
+    gathered_layer_gb: float  # 16-bit weights of one layer (fsdp gathers some at once)
+
+    @property
+    def states_gb(self) -> float:
+        return self.weights_gb + self.gradients_gb + self.optimizer_gb
+
+    def per_gpu(self, strategy: str, gpus: int, gathered_layers: int) -> float:
+        act = self.activations_gb or 0.0
+        if strategy == "fsdp" and gpus > 1:
+            gathered = min(gathered_layers * self.gathered_layer_gb, self.weights_gb)
+            return self.states_gb / gpus + gathered + act + self.overhead_gb
+        return self.states_gb + act + self.overhead_gb
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "weights_gb": _r(self.weights_gb),
+            "gradients_gb": _r(self.gradients_gb),
+            "optimizer_gb": _r(self.optimizer_gb),
+            "activations_gb": None if self.activations_gb is None else _r(self.activations_gb),
+            "overhead_gb": _r(self.overhead_gb),
+            "bytes_per_param": {
+                "weights": self.per_param.weights,
+                "gradients": self.per_param.gradients,
+                "optimizer": self.per_param.optimizer,
+                "master_copy": self.per_param.master,
+                "note": self.per_param.note,
+            },
+            "activation_formula": self.activation_formula,
+        }
+
+
+def activation_bytes(w: Workload) -> tuple[float | None, str]:
+    """Activation bytes one GPU keeps for one micro-batch, and how they were computed."""
+    if not w.has_shape:
+        return None, "not counted: give the model's shape (--layers --hidden --seq-len) or --model"
+    b = w.micro_batch
+    if w.kind == "cnn":
+        assert w.activation_bytes_per_sample is not None and w.layers is not None
+        per = w.activation_bytes_per_sample * b
+        if w.grad_checkpointing:
+            keep = min(1.0, 2 / math.sqrt(w.layers))
+            return per * keep, (
+                f"measured {w.activation_bytes_per_sample / 1e6:.1f} MB per sample x {b}, "
+                f"x 2/sqrt({w.layers}) kept with checkpointing (Chen et al. 2016)"
+            )
+        return per, f"measured {w.activation_bytes_per_sample / 1e6:.1f} MB per sample x {b}"
+    assert w.layers is not None and w.hidden is not None and w.seq_len is not None
+    s, h, L = w.seq_len, w.hidden, w.layers
+    a = w.heads or max(1, h // 128)
+    scores = 5 * a * s / h if w.attention == "eager" else 0.0
+    layer = s * b * h * (34 + scores)
+    k = 1.0 if w.mixed else 2.0  # the formula counts 16-bit activations
+    logits = 4.0 * s * b * (w.vocab or 0)
+    term = (
+        f"s*b*h*(34 + 5*a*s/h) = {s}*{b}*{h}*(34 + {scores:.1f})"
+        if scores
+        else (f"s*b*h*34 = {s}*{b}*{h}*34 (flash attention: no stored scores)")
+    )
+    if w.grad_checkpointing:
+        total = k * (2 * s * b * h * L + layer) + logits
+        how = f"checkpointing: 2*s*b*h x {L} layers + one layer recomputed ({term})"
+    else:
+        total = k * layer * L + logits
+        how = f"{term} per layer x {L} layers"
+    if logits:
+        how += f" + 4*s*b*v fp32 logits (v={w.vocab})"
+    if not w.mixed:
+        how += "; x2 for fp32"
+    return total, how + " (Korthikanti et al. 2022)"
+
+
+def memory_breakdown(w: Workload, assumptions: Assumptions | None = None) -> Memory:
+    a = assumptions or load_assumptions()
+    per = bytes_per_param(w.precision, w.optimizer, w.momentum)
+    optimizer_bytes = per.optimizer * w.params
+    if w.optimizer == "adafactor" and w.kind == "transformer" and w.has_shape:
+        # row + column sums of each matrix: qkv (h+3h), proj (2h), fc1 (5h), fc2 (5h) per layer,
+        # and the embedding (v + h), in fp32
+        assert w.layers is not None and w.hidden is not None
+        optimizer_bytes += 4.0 * (16 * w.hidden * w.layers + (w.vocab or 0) + w.hidden)
+    act, formula = activation_bytes(w)
+    layers = w.layers or 1
+    return Memory(
+        weights_gb=per.weights * w.params / GB,
+        gradients_gb=per.gradients * w.params / GB,
+        optimizer_gb=optimizer_bytes / GB,
+        activations_gb=None if act is None else act / GB,
+        overhead_gb=a.overhead_gb,
+        per_param=per,
+        activation_formula=formula,
+        gathered_layer_gb=per.weights * w.params / layers / GB,
+    )
+
+
+def usable_gb(gpu: Gpu, assumptions: Assumptions) -> float:
+    return gpu.memory_gb * (1 - assumptions.headroom)
+
+
+# ----------------------------------------------------------------------------------------------
+# time
+
+
+def training_flops(w: Workload) -> float:
+    """6 x params x tokens (8 x with full recomputation); a CNN row's measured FLOPs per sample
+    (x 4/3 with checkpointing: one more forward pass, a third of a training step)."""
+    if w.kind == "cnn" and w.train_flops_per_sample:
+        k = 4 / 3 if w.grad_checkpointing else 1.0
+        return w.train_flops_per_sample * w.tokens * k
+    return (8.0 if w.grad_checkpointing else 6.0) * w.params * w.tokens
+
+
+def peak_tflops(gpu: Gpu, precision: str) -> tuple[float, str]:
+    """Dense peak per GPU in the precision, and a note when the GPU cannot run it as asked."""
+    if precision == "bf16":
+        if gpu.bf16:
+            return gpu.bf16_tflops, ""
+        return gpu.fp16_tflops, f"{gpu.key} has no bf16: fp16 with a gradient scaler"
+    if precision == "fp16":
+        return gpu.fp16_tflops, ""
+    return gpu.fp32_tflops, ""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """An MFU measured by fab verify-gpu on this GPU model."""
+
+    gpu: str
+    mfu: float
+    path: str
+    started_at: str
+    hosts: int
+
+
+def read_calibrations(
+    reports_dir: Path | str, catalog: Catalog | None = None
+) -> dict[str, Calibration]:
+    """The newest verify-gpu MFU per GPU model under reports_dir (reports/<stack>/verify-*.json).
+
+    A report counts when it is a GPU run (not --cpu) whose mfu check measured a value and did
+    not FAIL; its MFU is the mean over its hosts. The GPU model is the one nvidia-smi named on
+    the node, else the one the report expected. Unreadable files are skipped."""
+    from infra.catalog import gpu_by_nvml_name
+
+    cat = catalog or load_catalog()
+    root = Path(reports_dir)
+    best: dict[str, Calibration] = {}
+    if not root.is_dir():
+        return best
+    for path in sorted(root.glob("**/verify-*.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith(
+            REPORT_SCHEMA_PREFIX
+        ):
+            continue
+        expected = doc.get("expected") or {}
+        if expected.get("cpu"):
+            continue
+        per_model: dict[str, list[float]] = {}
+        for host in doc.get("hosts") or []:
+            if not isinstance(host, dict) or host.get("mode") != "gpu":
+                continue
+            check = next(
+                (
+                    c
+                    for c in host.get("checks") or []
+                    if isinstance(c, dict) and c.get("name") == "mfu"
+                ),
+                None,
+            )
+            if not check or check.get("status") not in ("PASS", "WARN"):
+                continue
+            value = check.get("value")
+            if not isinstance(value, int | float) or not 0 < value <= 1:
+                continue
+            local = ((doc.get("measurements") or {}).get(host.get("host")) or {}).get("local") or {}
+            gpus = (local.get("nvidia") or {}).get("gpus") or []
+            found = gpu_by_nvml_name(cat, str(gpus[0].get("name") or "")) if gpus else None
+            key = found.key if found else str(expected.get("gpu_model"))
+            if key in cat.gpus:
+                per_model.setdefault(key, []).append(float(value))
+        started = str(doc.get("started_at", ""))
+        for key, values in per_model.items():
+            cal = Calibration(key, sum(values) / len(values), str(path), started, len(values))
+            if key not in best or (started, str(path)) > (best[key].started_at, best[key].path):
+                best[key] = cal
+    return best
+
+
+def scaling_efficiency(it: InstanceType, nodes: int, assumptions: Assumptions) -> float:
+    if nodes <= 1:
+        return 1.0
+    per = next(eff for gbps, eff in assumptions.scaling if it.network_gbps >= gbps)
+    return float(per ** math.log2(nodes))
+
+
+# ----------------------------------------------------------------------------------------------
+# options
+
+
+@dataclass(frozen=True)
+class Option:
+    tier: str
+    provider: str
+    instance_type: str
+    billing: str
+    nodes: int
+    gpus: int
+    gpu_model: str
+    gpu_memory_gb: float
+    per_gpu_memory_gb: float
+    fits: bool
+    why: str | None
+    peak_tflops: float
+    mfu: float
+    mfu_source: str
+    mfu_measured: bool
+    scaling_efficiency: float
+    hours: float | None
+    cost: float | None
+    cost_range: tuple[float, float] | None
+    currency: str
+    cost_common: float | None
+    common_currency: str
+    status: str
+    months: int | None = None
+    estimate: bool = False
+    price_date: str | None = None
+    notes: tuple[str, ...] = ()
+    fix: str | None = None  # does-not-fit: the flags that would make it fit, when some do
+
+    @property
+    def label(self) -> str:
+        nodes = f" x{self.nodes}" if self.nodes > 1 else ""
+        return f"{self.tier}{nodes}"
+
+    def to_dict(self) -> dict[str, Any]:
+        rng = self.cost_range
+        return {
+            "tier": self.tier,
+            "provider": self.provider,
+            "instance_type": self.instance_type,
+            "billing": self.billing,
+            "nodes": self.nodes,
+            "gpus": self.gpus,
+            "gpu_model": self.gpu_model,
+            "gpu_memory_gb": self.gpu_memory_gb,
+            "per_gpu_memory_gb": _r(self.per_gpu_memory_gb),
+            "fits": self.fits,
+            "why": self.why,
+            "peak_tflops": self.peak_tflops,
+            "mfu": round(self.mfu, 4),
+            "mfu_source": self.mfu_source,
+            "scaling_efficiency": round(self.scaling_efficiency, 4),
+            "hours": _r(self.hours),
+            "cost": _r(self.cost),
+            "currency": self.currency,
+            "cost_common": _r(self.cost_common),
+            "common_currency": self.common_currency,
+            "status": self.status,
+            "cost_range": [_r(rng[0]), _r(rng[1])] if rng else None,
+            "subscription_months": self.months,
+            "estimate": self.estimate,
+            "price_date": self.price_date,
+            "notes": list(self.notes),
+            "fix": self.fix,
+        }
+
+
+@dataclass(frozen=True)
+class Filters:
+    deadline_hours: float | None = None
+    budget: float | None = None  # in budget_currency
+    budget_currency: str | None = None  # None: the common currency
+    providers: tuple[str, ...] | None = None
+    billings: tuple[str, ...] | None = None
+    max_nodes: int = 4
+
+
+@dataclass(frozen=True)
+class SizingResult:
+    workload: Workload
+    flops: float
+    memory: Memory
+    options: tuple[Option, ...]
+    common_currency: str
+    filters: Filters
+    budget_common: float | None
+    assumptions: Assumptions
+    calibrations: Mapping[str, Calibration]
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def viable(self) -> list[Option]:
+        return [o for o in self.options if o.status == OK]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract of `scripts/size.py --json` (see the README)."""
+        w, a, f = self.workload, self.assumptions, self.filters
+        return {
+            "params": w.params,
+            "tokens": w.tokens,
+            "flops": self.flops,
+            "memory": self.memory.to_dict(),
+            "options": [o.to_dict() for o in self.options],
+            "common_currency": self.common_currency,
+            "inputs": {
+                "model": w.model,
+                "kind": w.kind,
+                "layers": w.layers,
+                "hidden": w.hidden,
+                "heads": w.heads,
+                "seq_len": w.seq_len,
+                "micro_batch": w.micro_batch,
+                "vocab": w.vocab,
+                "precision": w.precision,
+                "optimizer": w.optimizer,
+                "momentum": w.momentum if w.optimizer == "sgd" else None,
+                "strategy": w.strategy,
+                "grad_checkpointing": w.grad_checkpointing,
+                "attention": w.attention,
+            },
+            "filters": {
+                "deadline_hours": f.deadline_hours,
+                "budget": f.budget,
+                "budget_currency": f.budget_currency or self.common_currency,
+                "budget_common": _r(self.budget_common),
+                "providers": list(f.providers) if f.providers else None,
+                "billing": list(f.billings) if f.billings else None,
+                "max_nodes": f.max_nodes,
+            },
+            "assumptions": {
+                "headroom": a.headroom,
+                "overhead_gb": a.overhead_gb,
+                "fsdp_gathered_layers": a.fsdp_gathered_layers,
+                "spot_overhead": a.spot_overhead,
+                "scaling_per_doubling": [
+                    {"min_network_gbps": g, "per_doubling": e} for g, e in a.scaling
+                ],
+                "source": a.source,
+                "estimate": a.estimate,
+            },
+            "calibrations": {
+                k: {"mfu": round(c.mfu, 4), "report": c.path, "started_at": c.started_at}
+                for k, c in self.calibrations.items()
+            },
+            "warnings": list(self.warnings),
+        }
+
+
+def _r(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _node_counts(gpus_per_node: int, max_nodes: int) -> list[int]:
+    # Multi-node clusters are built from the 8-GPU tiers (DESIGN.md); powers of two.
+    if gpus_per_node < 8:
+        return [1]
+    out, n = [], 1
+    while n <= max_nodes:
+        out.append(n)
+        n *= 2
+    return out
+
+
+def _fit_advice(
+    w: Workload,
+    gpu: Gpu,
+    gpus: int,
+    a: Assumptions,
+    fitting: Sequence[str],
+) -> tuple[str | None, str]:
+    """(the flags that make this workload fit `gpus` GPUs of this model, or None; the advice)."""
+    usable = usable_gb(gpu, a)
+    tries: list[tuple[str, Workload]] = []
+    if w.strategy == "ddp" and gpus > 1:
+        tries.append(("--strategy fsdp", replace(w, strategy="fsdp")))
+    if not w.grad_checkpointing:
+        tries.append(("--grad-checkpointing", replace(w, grad_checkpointing=True)))
+        if w.strategy == "ddp" and gpus > 1:
+            tries.append(
+                (
+                    "--strategy fsdp --grad-checkpointing",
+                    replace(w, strategy="fsdp", grad_checkpointing=True),
+                )
+            )
+    if w.micro_batch > 1:
+        tries.append(("--micro-batch 1", replace(w, micro_batch=1)))
+    if w.optimizer == "adamw":
+        tries.append(("--optimizer adamw-8bit", replace(w, optimizer="adamw-8bit")))
+    for flags, alt in tries:
+        mem = memory_breakdown(alt, a)
+        if mem.per_gpu(alt.strategy, gpus, a.fsdp_gathered_layers) <= usable:
+            return flags, f"fits with {flags}"
+    where = ", ".join(fitting[:3])
+    more = f" (fits as is: {where})" if where else ""
+    hint = (
+        "more GPUs with --strategy fsdp, or a bigger GPU"
+        if gpus == 1 or w.strategy == "ddp"
+        else ("more nodes (--max-nodes) or a bigger GPU")
+    )
+    return None, f"no flag alone makes it fit on {gpus}x {gpu.key}: {hint}{more}"
+
+
+def size(
+    w: Workload,
+    *,
+    filters: Filters | None = None,
+    common_currency: str = "USD",
+    reports_dir: Path | str | None = None,
+    catalog: Catalog | None = None,
+    pricing: Pricing | None = None,
+    assumptions: Assumptions | None = None,
+    today: dt.date | None = None,
+) -> SizingResult:
+    """Every tier x provider x billing mode (x node count for the 8-GPU tiers), best first.
+
+    Raises SizingError for bad filters, and for a deadline or budget no fitting option meets."""
+    cat = catalog or load_catalog()
+    prc = pricing or load_pricing()
+    a = assumptions or load_assumptions()
+    f = filters or Filters()
+    today = today or dt.date.today()
+    problems = _check_filters(f, cat, prc, common_currency)
+    if problems:
+        raise SizingError(problems)
+    budget_common = None
+    if f.budget is not None:
+        budget_common = (
+            f.budget * prc.fx_rate(f.budget_currency or common_currency, common_currency)[0]
+        )
+
+    calibrations = read_calibrations(reports_dir, cat) if reports_dir is not None else {}
+    memory = memory_breakdown(w, a)
+    flops = training_flops(w)
+    warnings: list[str] = []
+    if memory.activations_gb is None:
+        warnings.append(
+            "activations are not counted (no model shape): a tier shown as fitting may not; "
+            "give --model, or --layers --hidden --seq-len"
+        )
+
+    # which (tier, nodes) fit, for the advice on those that do not
+    fit_cache: dict[tuple[str, int], tuple[float, bool]] = {}
+    for tier in cat.tiers.values():
+        gpu = cat.gpus[tier.gpu]
+        for nodes in _node_counts(tier.gpus, f.max_nodes):
+            need = memory.per_gpu(w.strategy, tier.gpus * nodes, a.fsdp_gathered_layers)
+            fit_cache[(tier.key, nodes)] = (need, need <= usable_gb(gpu, a))
+    fitting = [
+        f"{t}{f' x{n}' if n > 1 else ''}"
+        for (t, n), (_, ok) in sorted(
+            fit_cache.items(),
+            key=lambda kv: (cat.gpus[cat.tiers[kv[0][0]].gpu].memory_gb, kv[0][1]),
+        )
+        if ok
+    ]
+
+    options: list[Option] = []
+    stale: dict[str, dt.date] = {}
+    for provider, info in cat.providers.items():
+        if f.providers and provider not in f.providers:
+            continue
+        for tier in cat.tiers.values():
+            if "general" not in tier.offers.get(provider, {}):
+                continue
+            it = cat.instance(provider, tier.offers[provider]["general"])
+            gpu = cat.gpu_for(it)
+            peak, precision_note = peak_tflops(gpu, w.precision)
+            cal = calibrations.get(gpu.key)
+            if cal is not None:
+                mfu, measured = cal.mfu, True
+                mfu_source = (
+                    f"measured by verify-gpu ({cal.path}, {cal.started_at}, {cal.hosts} host(s))"
+                )
+            else:
+                mfu, measured = gpu.thresholds.get("expected_mfu", 0.2), False
+                mfu_source = "catalog expected_mfu (an unverified estimate)"
+            notes = tuple(
+                n
+                for n in (
+                    precision_note,
+                    f"{gpu.key} peak unverified"
+                    if _peak_field(w.precision, gpu) in gpu.unverified
+                    else "",
+                )
+                if n
+            )
+            for nodes in _node_counts(tier.gpus, f.max_nodes):
+                gpus = tier.gpus * nodes
+                need, ok = fit_cache[(tier.key, nodes)]
+                eff = scaling_efficiency(it, nodes, a)
+                base_hours = flops / (gpus * peak * 1e12 * mfu * eff) / 3600
+                base = Option(
+                    tier=tier.key,
+                    provider=provider,
+                    instance_type=it.name,
+                    billing="on-demand",
+                    nodes=nodes,
+                    gpus=gpus,
+                    gpu_model=gpu.key,
+                    gpu_memory_gb=gpu.memory_gb,
+                    per_gpu_memory_gb=need,
+                    fits=ok,
+                    why=None,
+                    peak_tflops=peak,
+                    mfu=mfu,
+                    mfu_source=mfu_source,
+                    mfu_measured=measured,
+                    scaling_efficiency=eff,
+                    hours=base_hours,
+                    cost=None,
+                    cost_range=None,
+                    currency=info.currency,
+                    cost_common=None,
+                    common_currency=common_currency,
+                    status=OK,
+                    notes=notes,
+                )
+                if not ok:
+                    usable = usable_gb(gpu, a)
+                    fix, advice = _fit_advice(w, gpu, gpus, a, fitting)
+                    why = (
+                        f"needs {need:.1f} GB per GPU, {usable:.1f} usable of "
+                        f"{gpu.memory_gb:g} ({a.headroom:.0%} headroom): {need - usable:.1f} GB "
+                        f"over; {advice}"
+                    )
+                    base = replace(base, fix=fix)
+                for billing in info.billing:
+                    if f.billings and billing not in f.billings:
+                        continue
+                    if not ok:
+                        options.append(
+                            replace(base, billing=billing, status=NO_FIT, why=why, hours=None)
+                        )
+                        continue
+                    opt = _priced(base, billing, it, cat, prc, a, today, common_currency)
+                    if opt.price_date and it.price is not None:
+                        d = it.price.date
+                        if (today - d).days > prc.stale_after_days:
+                            stale[provider] = min(stale.get(provider, d), d)
+                    options.append(opt)
+
+    options = [_filter(o, f, budget_common) for o in options]
+    _impossible(options, f, budget_common, common_currency)
+    options.sort(key=_rank_key)
+    for provider, d in sorted(stale.items()):
+        warnings.append(
+            f"{provider} prices are dated {d.isoformat()} ({(today - d).days} days old): "
+            "refresh the catalog or check with scripts/cost.py --live"
+        )
+    if options and not any(o.mfu_measured for o in options if o.status == OK):
+        warnings.append(
+            "MFU is the catalog's unverified expectation on every row: hours and costs are "
+            "estimates until fab verify-gpu records a report under reports/"
+        )
+    return SizingResult(
+        workload=w,
+        flops=flops,
+        memory=memory,
+        options=tuple(options),
+        common_currency=common_currency,
+        filters=f,
+        budget_common=budget_common,
+        assumptions=a,
+        calibrations=MappingProxyType(calibrations),
+        warnings=tuple(warnings),
+    )
+
+
+def _peak_field(precision: str, gpu: Gpu) -> str:
+    if precision == "fp32":
+        return "fp32_tflops"
+    return "bf16_tflops" if precision == "bf16" and gpu.bf16 else "fp16_tflops"
+
+
+def _check_filters(f: Filters, cat: Catalog, prc: Pricing, common: str) -> list[str]:
+    problems = []
+    if common not in prc.currencies:
+        problems.append(
+            f"currency {common!r} is unknown: use one of {', '.join(prc.currencies)}"
+            + did_you_mean(common, prc.currencies)
+        )
+    if f.budget_currency is not None and f.budget_currency not in prc.currencies:
+        problems.append(
+            f"budget currency {f.budget_currency!r} is unknown: use one of "
+            f"{', '.join(prc.currencies)}" + did_you_mean(f.budget_currency, prc.currencies)
+        )
+    if f.deadline_hours is not None and not (
+        f.deadline_hours > 0 and math.isfinite(f.deadline_hours)
+    ):
+        problems.append(f"deadline must be a number of hours above 0, got {f.deadline_hours:g}")
+    if f.budget is not None and not (f.budget > 0 and math.isfinite(f.budget)):
+        problems.append(f"budget must be an amount above 0, got {f.budget:g}")
+    if f.max_nodes < 1:
+        problems.append(f"max nodes must be a whole number >= 1, got {f.max_nodes}")
+    for p in f.providers or ():
+        if p not in cat.providers:
+            problems.append(
+                f"provider {p!r} is not in the catalog: use one of {', '.join(cat.providers)}"
+                + did_you_mean(p, cat.providers)
+            )
+    for b in f.billings or ():
+        if b not in BILLINGS:
+            problems.append(
+                f"billing {b!r} is unknown: use one of {', '.join(BILLINGS)}"
+                + did_you_mean(b, BILLINGS)
+            )
+    return problems
+
+
+def _priced(
+    base: Option,
+    billing: str,
+    it: InstanceType,
+    cat: Catalog,
+    prc: Pricing,
+    a: Assumptions,
+    today: dt.date,
+    common: str,
+) -> Option:
+    """The option's hours and cost under one billing mode, in the provider's currency and the
+    common one."""
+    try:
+        est = estimate_cost(
+            CostInputs(it.provider, it.name, nodes=base.nodes, root_disk_gb=0),
+            catalog=cat,
+            pricing=prc,
+            today=today,
+        )
+    except CostError as exc:
+        return replace(base, billing=billing, status=NO_PRICE, why=exc.problems[0], hours=None)
+    assert it.price is not None and base.hours is not None
+    k = prc.fx_rate(est.currency, common)[0]
+    hours = base.hours
+    months = None
+    cost_range = None
+    estimate = not base.mfu_measured
+    price_date = it.price.date.isoformat()
+    why = None
+    notes = list(base.notes)
+    if billing == "on-demand":
+        cost = est.hourly.on_demand * hours
+    elif billing == "spot":
+        assert est.hourly.spot is not None
+        hours = hours * (1 + a.spot_overhead)
+        lo, hi = est.hourly.spot
+        cost_range = (lo * hours, hi * hours)
+        cost = (lo + hi) / 2 * hours
+        if it.price.spot_date:
+            price_date = it.price.spot_date.isoformat()
+        if est.hourly.spot_estimated:
+            lo_f, hi_f = prc.spot_band
+            notes.append(f"spot estimated as {lo_f:.0%}-{hi_f:.0%} of on-demand")
+        notes.append(f"+{a.spot_overhead:.0%} hours for interruptions and restarts")
+    else:
+        needed = max(1, math.ceil(hours / HOURS_PER_MONTH))
+        months = next((m for m in SUBSCRIPTION_MONTHS if m >= needed), None)
+        term = None
+        if months is not None and est.subscription_month is not None:
+            # a whole number of years is priced at the yearly rate
+            term = estimate_cost(
+                CostInputs(
+                    it.provider,
+                    it.name,
+                    nodes=base.nodes,
+                    root_disk_gb=0,
+                    subscription_months=months,
+                ),
+                catalog=cat,
+                pricing=prc,
+                today=today,
+            )
+        if term is None or term.subscription_month is None or months is None:
+            why = (
+                f"{it.provider} {it.name} has no subscription quote in pricing.toml"
+                if est.subscription_month is None
+                else f"the run needs {needed} months: longer than the longest term"
+            )
+            return replace(base, billing=billing, status=NO_PRICE, hours=None, why=why)
+        cost = term.subscription_month * months
+        est = term
+        on_demand = est.hourly.on_demand * hours
+        estimate = estimate or est.subscription_estimated
+        if cost >= on_demand:
+            be = est.break_even.hours_per_month if est.break_even else float("nan")
+            why = (
+                f"does not pay off: {months} month(s) cost {cost:,.0f} {est.currency}, "
+                f"on-demand for {hours:,.1f} h costs {on_demand:,.0f} {est.currency} "
+                f"(a month pays off above {be:,.0f} h of use)"
+            )
+    return replace(
+        base,
+        billing=billing,
+        hours=hours,
+        cost=cost,
+        cost_range=cost_range,
+        cost_common=cost * k,
+        months=months,
+        estimate=estimate,
+        price_date=price_date,
+        status=FILTERED if why else OK,
+        why=why,
+        notes=tuple(notes),
+    )
+
+
+def _filter(o: Option, f: Filters, budget_common: float | None) -> Option:
+    if o.status != OK:
+        return o
+    reasons = []
+    assert o.hours is not None and o.cost_common is not None
+    if f.deadline_hours is not None and o.hours > f.deadline_hours:
+        reasons.append(f"takes {o.hours:,.1f} h, over the {f.deadline_hours:g} h deadline")
+    if budget_common is not None:
+        worst = (
+            o.cost_range[1] * (o.cost_common / o.cost) if o.cost_range and o.cost else o.cost_common
+        )
+        if worst > budget_common:
+            up_to = " up to" if o.cost_range else ""
+            reasons.append(
+                f"costs{up_to} {worst:,.0f} {o.common_currency}, over the budget of "
+                f"{budget_common:,.0f} {o.common_currency}"
+            )
+    if reasons:
+        return replace(o, status=FILTERED, why="; ".join(reasons))
+    return o
+
+
+def _impossible(
+    options: Sequence[Option], f: Filters, budget_common: float | None, common: str
+) -> None:
+    """A deadline or budget that no fitting, priced option meets is bad input (exit 2)."""
+    if f.deadline_hours is None and budget_common is None:
+        return
+    if any(o.status == OK for o in options):
+        return
+    candidates = [
+        o for o in options if o.hours is not None and o.cost_common is not None and o.fits
+    ]
+    candidates = [o for o in candidates if not (o.why or "").startswith("does not pay off")]
+    if not candidates:
+        return  # nothing fits at all: the table says why, the filters are not the problem
+    problems = []
+    fastest = min(candidates, key=lambda o: o.hours or math.inf)
+    if f.deadline_hours is not None and all((o.hours or 0) > f.deadline_hours for o in candidates):
+        problems.append(
+            f"deadline {f.deadline_hours:g} h is impossible: the fastest fitting option "
+            f"({fastest.label} on {fastest.provider}, {fastest.billing}) needs "
+            f"{fastest.hours:,.1f} h; allow at least that, or more nodes with --max-nodes"
+        )
+    in_time = [
+        o for o in candidates if f.deadline_hours is None or (o.hours or 0) <= f.deadline_hours
+    ]
+    if budget_common is not None and in_time:
+        cheapest = min(in_time, key=lambda o: o.cost_common or math.inf)
+        within = " within the deadline" if f.deadline_hours is not None else ""
+        problems.append(
+            f"budget {budget_common:,.0f} {common} is too small: the cheapest fitting option"
+            f"{within} ({cheapest.label} on {cheapest.provider}, {cheapest.billing}) costs "
+            f"{cheapest.cost_common:,.0f} {common}"
+            + (" at the top of its spot range" if cheapest.cost_range else "")
+        )
+    if problems:
+        raise SizingError(problems)
+
+
+def _rank_key(o: Option) -> tuple[Any, ...]:
+    return (
+        _STATUS_RANK[o.status],
+        o.cost_common if o.cost_common is not None else math.inf,
+        o.hours if o.hours is not None else math.inf,
+        o.per_gpu_memory_gb - o.gpu_memory_gb if o.status == NO_FIT else 0.0,
+        o.provider,
+        o.tier,
+        o.nodes,
+        o.billing,
+    )
+
+
+_FIXES: dict[str, dict[str, Any]] = {
+    "--strategy fsdp": {"strategy": "fsdp"},
+    "--grad-checkpointing": {"grad_checkpointing": True},
+    "--strategy fsdp --grad-checkpointing": {"strategy": "fsdp", "grad_checkpointing": True},
+    "--micro-batch 1": {"micro_batch": 1},
+    "--optimizer adamw-8bit": {"optimizer": "adamw-8bit"},
+}
+
+
+def with_fix(w: Workload, fix: str) -> Workload:
+    """The workload as it would be with one of the fixes `_fit_advice` names."""
+    return replace(w, **_FIXES[fix])
+
+
+def best_fix(result: SizingResult) -> str | None:
+    """When nothing fits as asked: the fix (in _FIXES order) that the most tier sizes name."""
+    if result.viable:
+        return None
+    counts: dict[str, int] = {}
+    for o in result.options:
+        if o.status == NO_FIT and o.fix:
+            counts[o.fix] = counts.get(o.fix, 0) + 1
+    if not counts:
+        return None
+    order = list(_FIXES)
+    return max(counts, key=lambda k: (counts[k], -order.index(k)))

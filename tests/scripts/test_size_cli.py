@@ -1,0 +1,298 @@
+"""scripts/size.py: the --json contract, the report people read, bad input, --write-stack."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "size.py"
+
+
+def _load(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+cli = _load("size_cli", SCRIPT)
+
+
+def run(*argv: str, reports: Path | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    args = [*argv, "--reports", str(reports or REPO / "tests" / "no-reports-here")]
+    code = cli.main(args, out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def run_json(*argv: str, reports: Path | None = None) -> dict[str, Any]:
+    code, out, err = run(*argv, "--json", reports=reports)
+    assert code == 0, err
+    return json.loads(out)
+
+
+# --- the --json contract -----------------------------------------------------------------------
+
+
+def test_json_for_gpt2_lists_every_option_best_first_with_the_contract_keys():
+    doc = run_json("--model", "gpt2", "--tokens", "1e9")
+    assert doc["params"] == 124_439_808 and doc["tokens"] == 1e9
+    assert doc["flops"] == pytest.approx(6 * 124_439_808 * 1e9)
+    mem = doc["memory"]
+    assert mem["weights_gb"] == pytest.approx(0.25, abs=0.01)  # 2 B x 124.4M
+    assert mem["optimizer_gb"] == pytest.approx(1.49, abs=0.01)  # 12 B x 124.4M
+    first = doc["options"][0]
+    assert first["fits"] and first["why"] is None and first["status"] == "ok"
+    assert first["common_currency"] == "USD"
+    costs = [o["cost_common"] for o in doc["options"] if o["status"] == "ok"]
+    assert costs == sorted(costs)
+    t4 = next(o for o in doc["options"] if o["tier"] == "t4x1" and o["provider"] == "aws")
+    assert t4["fits"] and t4["gpu_model"] == "T4" and t4["peak_tflops"] == 65.0
+
+
+def test_json_reports_a_filtered_option_with_its_reason():
+    doc = run_json("--params", "1B", "--tokens", "10B", "--deadline-hours", "10")
+    slow = [o for o in doc["options"] if o["status"] == "filtered" and "deadline" in o["why"]]
+    assert slow and all(o["hours"] > 10 for o in slow)
+    assert doc["filters"]["deadline_hours"] == 10
+    assert doc["memory"]["activations_gb"] is None  # no shape given
+    assert any("activations are not counted" in w for w in doc["warnings"])
+
+
+def test_samples_and_epochs_turn_into_tokens():
+    doc = run_json("--model", "gpt2", "--samples", "1000")
+    assert doc["tokens"] == 1000 * 1024
+    doc = run_json("--model", "resnet50", "--epochs", "2", "--dataset-samples", "1.28M")
+    assert doc["tokens"] == pytest.approx(2.56e6)  # images
+    assert doc["flops"] == pytest.approx(24_299_077_632 * 2.56e6)
+
+
+# --- the report people read --------------------------------------------------------------------
+
+
+def test_the_report_fits_80_columns_and_shows_each_memory_part_and_the_mfu_source():
+    code, out, _ = run("--model", "llama-2-7b", "--tokens", "1e9", "--strategy", "fsdp")
+    assert code == 0
+    assert max(len(line) for line in out.splitlines()) <= 80
+    for part in ("weights", "gradients", "optimizer", "activations", "overhead"):
+        assert f"  {part}" in out
+    assert "fp32 master copy" in out and "Korthikanti" in out and "ZeRO" in out
+    assert "catalog expected_mfu (an unverified estimate)" in out
+    assert "Options ranked by the cost of the whole run in USD" in out
+
+
+def test_when_nothing_fits_the_report_says_by_how_much_and_shows_the_fix():
+    code, out, _ = run("--model", "llama-2-7b", "--tokens", "1e9")
+    assert code == 0
+    assert "Nothing fits as asked. With --strategy fsdp, the best options would be:" in out
+    assert "fits with --strategy fsdp: a100x8" in out
+    assert "h100x1 56.1" in out  # 128.1 GB needed, 72.0 usable
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_a_recorded_report_changes_the_mfu_and_the_output_says_so(tmp_path: Path):
+    from tests.infra.test_sizing import write_report
+
+    # a path that rich would read as markup if markup were on
+    reports = tmp_path / "[bold]reports[/bold]"
+    write_report(reports, 0.40, "2026-12-01T08:00:00Z")
+    code, out, _ = run("--model", "gpt2", "--tokens", "1e9", "--all", reports=reports)
+    assert code == 0
+    assert "A100-40GB: MFU 40%, measured by verify-gpu" in out
+    assert "[bold]reports[/bold]" in " ".join(out.split())  # printed as text, not as markup
+    doc = run_json("--model", "gpt2", "--tokens", "1e9", reports=reports)
+    a100 = next(o for o in doc["options"] if o["gpu_model"] == "A100-40GB")
+    assert a100["mfu"] == 0.4 and "measured by verify-gpu" in a100["mfu_source"]
+    assert doc["calibrations"]["A100-40GB"]["mfu"] == 0.4
+
+
+def test_piped_output_has_no_terminal_escapes():
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--model", "gpt2", "--tokens", "1e9"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b[" not in proc.stdout and "Options ranked" in proc.stdout
+
+
+def test_list_models_names_each_model_and_its_source():
+    code, out, _ = run("--list-models")
+    assert code == 0 and "llama-3-8b" in out and "LLAMA3" in out
+
+
+# --- bad input: exit 2, one line per problem, no traceback -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--params", "-7e9", "--tokens", "1e9"], ["--params: must be above 0"]),
+        (["--params", "seven", "--tokens", "1e9"], ["--params: 'seven' is not a number"]),
+        (["--model", "lama-2-7b", "--tokens", "1e9"], ["did you mean 'llama-2-7b'?"]),
+        (["--model", "gpt2", "--tokens", "x", "--layers", "1.5"], ["--layers", "--tokens"]),
+        (["--model", "gpt2"], ["give the data"]),
+        (
+            ["--model", "gpt2", "--tokens", "1e9", "--deadline-hours", "0.0001"],
+            ["deadline 0.0001 h is impossible: the fastest fitting option"],
+        ),
+        (
+            ["--model", "gpt2", "--tokens", "1e9", "--precision", "bff16", "--budget", "lots"],
+            ["did you mean 'bf16'?", "--budget: 'lots' is not an amount"],
+        ),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_per_problem(argv, expected):
+    code, out, err = run(*argv)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) >= len(expected)
+    assert all(line.startswith("size.py: ") for line in lines)
+    for want in expected:
+        assert any(want in line for line in lines), (want, lines)
+    assert "Traceback" not in err
+
+
+def test_every_problem_is_reported_at_once():
+    code, _, err = run("--params", "-1", "--tokens", "abc", "--optimizer", "adam")
+    assert code == 2
+    assert len(err.strip().splitlines()) == 3
+
+
+def test_bad_input_from_the_command_line_leaves_no_traceback():
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--model", "gpt3", "--tokens", "-5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 2
+
+
+# --- --write-stack -----------------------------------------------------------------------------
+
+
+def test_write_stack_writes_a_stack_that_plans_cleanly(tmp_path: Path):
+    plan_cli = _load("plan_cli", REPO / "scripts" / "plan.py")
+    stacks = tmp_path / "stacks"
+    code, out, err = run(
+        "--model",
+        "gpt2",
+        "--tokens",
+        "1e9",
+        "--write-stack",
+        "gpt2-run",
+        "--stacks-dir",
+        str(stacks),
+    )
+    assert code == 0, err
+    path = stacks / "Pulumi.gpt2-run.yaml"
+    assert f"Wrote {path}" in " ".join(out.split())
+    text = path.read_text()
+    assert "gpufleet:tier: a100x8" in text and "gpufleet:billing: spot" in text
+    doc, _ = plan_cli.plan(path)
+    assert doc["stack"] == "gpt2-run"
+    assert doc["policies"]["passed"], doc["policies"]
+    assert doc["cost"]["billing"] == "spot"
+
+
+def test_write_stack_of_a_multi_node_subscription_row_sets_nodes_months_and_ttl(tmp_path: Path):
+    stacks = tmp_path / "stacks"
+    doc = run_json("--params", "1B", "--tokens", "25B", "--providers", "alicloud")
+    row = next(
+        i
+        for i, o in enumerate(doc["options"], 1)
+        if o["status"] == "ok" and o["billing"] == "subscription" and o["tier"] == "a100x1"
+    )
+    code, _, err = run(
+        "--params",
+        "1B",
+        "--tokens",
+        "25B",
+        "--providers",
+        "alicloud",
+        "--write-stack",
+        "sub",
+        "--row",
+        str(row),
+        "--stacks-dir",
+        str(stacks),
+    )
+    assert code == 0, err
+    text = (stacks / "Pulumi.sub.yaml").read_text()
+    assert "gpufleet:billing: subscription" in text
+    assert "gpufleet:subscriptionMonths: 1" in text
+    assert "gpufleet:ttlHours: 836" in text  # ceil(667.7 x 1.25) + 1: the TTL must not stop it
+    from infra.config import load_stack_file
+
+    cfg = load_stack_file(stacks / "Pulumi.sub.yaml")
+    assert cfg.tier == "a100x1" and cfg.subscription_months == 1
+
+
+def test_write_stack_refuses_to_replace_a_file_or_write_a_bad_name(tmp_path: Path):
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    existing = stacks / "Pulumi.mine.yaml"
+    existing.write_text("config: {}\n")
+    args = ("--model", "gpt2", "--tokens", "1e9", "--stacks-dir", str(stacks))
+    code, _, err = run(*args, "--write-stack", "mine")
+    assert code == 2 and "exists" in err and existing.read_text() == "config: {}\n"
+    code, _, err = run(*args, "--write-stack", "../evil")
+    assert code == 2 and "is not a stack name" in err
+    assert sorted(p.name for p in stacks.iterdir()) == ["Pulumi.mine.yaml"]
+
+
+def test_write_stack_when_nothing_fits_writes_nothing(tmp_path: Path):
+    stacks = tmp_path / "stacks"
+    code, _, err = run(
+        "--model",
+        "llama-2-7b",
+        "--tokens",
+        "1e9",
+        "--write-stack",
+        "x",
+        "--stacks-dir",
+        str(stacks),
+    )
+    assert code == 2 and "is not usable" in err
+    assert not stacks.exists()
+
+
+def test_the_make_target_runs_the_advisor(tmp_path: Path):
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    proc = subprocess.run(
+        # -o: never reinstall the venv from a test
+        [
+            "make",
+            "-s",
+            "-o",
+            ".venv/.installed",
+            "-C",
+            str(REPO),
+            "size",
+            "ARGS=--model gpt2 --tokens 1e9 --json",
+            "PY=" + sys.executable,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout[proc.stdout.index("{") :])
+    assert doc["params"] == 124_439_808
