@@ -615,7 +615,10 @@ def stack_yaml(o: Option, result: SizingResult, name: str, today: dt.date) -> st
     tier = cat.tiers[o.tier]
     w = result.workload
     assert o.hours is not None
-    ttl = max(tier.ttl_hours, math.ceil(o.hours * 1.25) + 1)
+    from infra.config import MAX_TTL_HOURS
+
+    wanted_ttl = max(tier.ttl_hours, math.ceil(o.hours * 1.25) + 1)
+    ttl = min(wanted_ttl, MAX_TTL_HOURS)
     what = w.model or f"{_num(w.params)}-parameter model"
     lines = [
         f"# Written by scripts/size.py on {today.isoformat()}: {what}, {_num(w.tokens)} tokens,",
@@ -642,7 +645,12 @@ def stack_yaml(o: Option, result: SizingResult, name: str, today: dt.date) -> st
         "  gpufleet:sshCidrs:",
         f"    - {DOC_CIDR}   # documentation range: put your office/VPN CIDR here",
     ]
-    if ttl != tier.ttl_hours:
+    if ttl < wanted_ttl:
+        lines.append(
+            f"  gpufleet:ttlHours: {ttl}   # the longest TTL; the run needs ~{o.hours:,.0f} h: "
+            "the TTL stops it, `fab train` resumes it from its checkpoint"
+        )
+    elif ttl != tier.ttl_hours:
         lines.append(f"  gpufleet:ttlHours: {ttl}   # the run's hours x 1.25: the TTL stops a run")
     return "\n".join(lines) + "\n"
 

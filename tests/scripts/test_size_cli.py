@@ -210,7 +210,31 @@ def test_write_stack_writes_a_stack_that_plans_cleanly(tmp_path: Path):
     assert doc["cost"]["billing"] == "spot"
 
 
-def test_write_stack_of_a_multi_node_subscription_row_sets_nodes_months_and_ttl(tmp_path: Path):
+def test_write_stack_of_a_two_node_row_sets_nodes_and_a_ttl_longer_than_the_run(tmp_path: Path):
+    plan_cli = _load("plan_cli", REPO / "scripts" / "plan.py")
+    stacks = tmp_path / "stacks"
+    argv = ("--params", "1B", "--tokens", "10B", "--providers", "aws", "--billing", "on-demand")
+    doc = run_json(*argv)
+    row, o = next(
+        (i, o)
+        for i, o in enumerate(doc["options"], 1)
+        if o["status"] == "ok" and o["tier"] == "a100x8" and o["nodes"] == 2
+    )
+    code, _, err = run(
+        *argv, "--write-stack", "two", "--row", str(row), "--stacks-dir", str(stacks)
+    )
+    assert code == 0, err
+    path = stacks / "Pulumi.two.yaml"
+    text = path.read_text()
+    assert "gpufleet:nodes: 2" in text and "gpufleet:billing" not in text  # on-demand default
+    ttl = int(text.split("gpufleet:ttlHours: ")[1].split()[0])
+    assert o["hours"] * 1.25 <= ttl <= o["hours"] * 1.25 + 2  # ceil(hours x 1.25) + 1
+    planned, _ = plan_cli.plan(path)
+    assert planned["policies"]["passed"], planned["policies"]
+    assert planned["cost"]["nodes"] == 2
+
+
+def test_write_stack_of_a_subscription_row_sets_months_and_caps_the_ttl(tmp_path: Path):
     stacks = tmp_path / "stacks"
     doc = run_json("--params", "1B", "--tokens", "25B", "--providers", "alicloud")
     row = next(
@@ -236,7 +260,8 @@ def test_write_stack_of_a_multi_node_subscription_row_sets_nodes_months_and_ttl(
     text = (stacks / "Pulumi.sub.yaml").read_text()
     assert "gpufleet:billing: subscription" in text
     assert "gpufleet:subscriptionMonths: 1" in text
-    assert "gpufleet:ttlHours: 836" in text  # ceil(667.7 x 1.25) + 1: the TTL must not stop it
+    # ceil(667.7 x 1.25) + 1 = 836 h is over the 720 h the config allows: capped, and said
+    assert "gpufleet:ttlHours: 720   # the longest TTL; the run needs ~668 h" in text
     from infra.config import load_stack_file
 
     cfg = load_stack_file(stacks / "Pulumi.sub.yaml")
