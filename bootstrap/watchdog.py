@@ -2,8 +2,9 @@
 
 ``install_watchdog`` is also the last step of ``fab setup``. The node side is
 ``bootstrap/remote/watchdog.py`` plus the shared policy (``watchdog_policy.py``, the reaper's
-own file) and two systemd units; everything the steps do on the node is a command built by a
-pure function below, so the plan is tested without a node.
+own file), its bucket sync (``watchdog_sync.py``, stdlib only: nothing else to install on the
+node, so the sync path cannot be missing) and two systemd units; everything the steps do on
+the node is a command built by a pure function below, so the plan is tested without a node.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def node_files(prefix: str = PREFIX, unit_dir: str = UNIT_DIR) -> list[tuple[Pat
         (REMOTE_DIR / "watchdog.py", f"{prefix}/watchdog.py", "0755"),
         # The link resolves to infra/reaper/policy.py: the node gets the reaper's own rules.
         (REMOTE_DIR / "watchdog_policy.py", f"{prefix}/watchdog_policy.py", "0644"),
+        (REMOTE_DIR / "watchdog_sync.py", f"{prefix}/watchdog_sync.py", "0644"),
         (REMOTE_DIR / SERVICE, f"{unit_dir}/{SERVICE}", "0644"),
         (REMOTE_DIR / TIMER, f"{unit_dir}/{TIMER}", "0644"),
     ]
@@ -48,7 +50,9 @@ def node_files(prefix: str = PREFIX, unit_dir: str = UNIT_DIR) -> list[tuple[Pat
 
 def watchdog_config(ctx: HostContext, extra: Mapping[str, Any]) -> dict[str, Any]:
     """What /etc/gpufleet/watchdog.json adds to the first-boot node.json (stack facts)."""
-    cfg: dict[str, Any] = {"scratch_path": ctx.scratch.path}
+    # The kind decides whether unsynced checkpoints may be left behind by a stop: an
+    # instance store ("nvme") is erased, a data disk ("disk") survives.
+    cfg: dict[str, Any] = {"scratch_path": ctx.scratch.path, "scratch_kind": ctx.scratch.kind}
     if ctx.host.name:
         cfg["node"] = ctx.host.name
     if ctx.host.role:
@@ -72,8 +76,10 @@ def watchdog_config(ctx: HostContext, extra: Mapping[str, Any]) -> dict[str, Any
             value = from_stack.get(key)
         if value not in (None, ""):
             cfg[key] = value
-    if extra.get("state_dir"):
-        cfg["state_dir"] = extra["state_dir"]
+    # Endpoint overrides: tests (moto and fakes on 127.0.0.1) and private endpoints.
+    for key in ("state_dir", "storage_endpoint_url", "metadata_url", "endpoint_url"):
+        if extra.get(key):
+            cfg[key] = extra[key]
     return cfg
 
 
@@ -163,8 +169,24 @@ def install_watchdog(conn: Connection, ctx: HostContext) -> StepResult:
     status = json.loads(check.stdout)
     armed = "timer active" if enable else "timer not enabled (--no-enable)"
     note = f"{status['action']}: {status['reason']}"
-    if not (extra.get("bucket") or ctx.outputs.get("bucket")):
-        note += "; WARNING no bucket in the stack outputs: scratch will not be saved"
+    # The sync path is proven, not assumed: the node writes a probe object to the bucket
+    # with its own role. Without it the watchdog would refuse every power-off (checkpoints
+    # unsaved) and only the hard TTL would stop the node.
+    probe = root_sh(
+        conn, ctx, f"python3 {prefix}/watchdog.py check-sync --json --config {etc}/watchdog.json"
+    )
+    try:
+        synced = json.loads(probe.stdout)
+    except ValueError:
+        synced = {"ok": False, "detail": (probe.stderr or probe.stdout).strip()[:300]}
+    if not synced.get("ok"):
+        return StepResult.failed(
+            f"scratch cannot be saved from this node: {synced.get('detail')}; the watchdog "
+            "will refuse to power it off while checkpoints are unsaved (fix the bucket or "
+            "the node role, then rerun fab install-watchdog)",
+            updated=stale,
+        )
+    note += f"; sync ok ({synced['detail']})"
     if not stale:
         return StepResult.ok(f"up to date, {armed}; {note}")
     return StepResult.changed(f"installed {len(stale)} file(s), {armed}; {note}", updated=stale)
@@ -248,6 +270,9 @@ def _extra(**values: Any) -> Options:
         "etc": f"its config directory (default {ETC})",
         "unit_dir": f"systemd unit directory (default {UNIT_DIR})",
         "state_dir": f"lease and history directory (default {STATE_DIR})",
+        "storage_endpoint": "bucket API URL instead of the cloud's own (private endpoints, tests)",
+        "metadata_url": "instance metadata service URL instead of the cloud's own (tests)",
+        "api_endpoint": "metrics and tagging API URL instead of the cloud's own (tests)",
     },
 )
 def install_watchdog_task(
@@ -262,9 +287,13 @@ def install_watchdog_task(
     etc: str = "",
     unit_dir: str = "",
     state_dir: str = "",
+    storage_endpoint: str = "",
+    metadata_url: str = "",
+    api_endpoint: str = "",
     connect_timeout: float = 10.0,
 ) -> None:
-    """Install (or update) the idle watchdog and arm its systemd timer on every node."""
+    """Install (or update) the idle watchdog, prove it can save scratch to the bucket, and
+    arm its systemd timer on every node."""
     options = _extra(
         bucket=bucket or None,
         dry_run=dry_run or None,
@@ -273,6 +302,9 @@ def install_watchdog_task(
         watchdog_etc=etc,
         unit_dir=unit_dir,
         state_dir=state_dir,
+        storage_endpoint_url=storage_endpoint,
+        metadata_url=metadata_url,
+        endpoint_url=api_endpoint,
     )
     fleet_run(
         c,

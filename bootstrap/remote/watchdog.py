@@ -44,13 +44,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for mypy only; never executed
     from bootstrap.remote import watchdog_policy as policy
+    from bootstrap.remote import watchdog_sync as sync
 else:
-    try:  # on the node: the policy file is installed next to this one
-        import watchdog_policy as policy
-    except ImportError:  # imported as bootstrap.remote.watchdog from a checkout (tests)
-        from bootstrap.remote import watchdog_policy as policy
+    # Installed side by side in /opt/gpufleet; nothing else is on the node's path. Tests run
+    # these files the same way (tests/bootstrap/test_watchdog_alone.py).
+    import watchdog_policy as policy
+    import watchdog_sync as sync
 
 UTC = policy.UTC
 LOG = logging.getLogger("gpufleet-watchdog")
@@ -67,6 +68,18 @@ METRIC_GPU_UTIL = "GPUUtilization"
 METRIC_GPU_MEM = "GPUMemoryUtilization"
 METRIC_HEARTBEAT = "Heartbeat"
 DIMENSION = "InstanceId"
+
+# Instance tags the watchdog reads (infra/reaper/tags.py holds the same names; a test asserts
+# they agree, and this file may import nothing from the project).
+TAG_PROTECTED = "gpufleet:protected"
+TAG_LEASE = "gpufleet:keep-alive-until"
+TAG_TIER = "gpufleet:tier"
+TAG_IDLE_MINUTES = "gpufleet:idle-minutes"
+TAG_TTL_HOURS = "gpufleet:ttl-hours"
+PROTECTED_VALUES = {"true", "yes", "1"}  # as infra/reaper/core.py reads it
+# Published with the heartbeat: how many checkpoint files on scratch are not in the bucket
+# (a new name; the reaper's names above are unchanged).
+METRIC_UNSYNCED = "UnsyncedCheckpointFiles"
 
 AWS_IMDS = "http://169.254.169.254"
 ALICLOUD_IMDS = "http://100.100.100.200"
@@ -87,16 +100,19 @@ class Config:
     instance_id: str = ""  # empty: ask the metadata service
     bucket: str = ""
     scratch_path: str = "/scratch"
+    # "nvme": instance store, erased by a stop (unsynced files forbid the power-off);
+    # "disk": a data disk that survives the stop. Anything else is taken as "nvme".
+    scratch_kind: str = "nvme"
     sync_dirs: tuple[str, ...] = ("checkpoints",)  # relative to scratch_path
     idle_minutes: float | None = None  # None: the tier default
     ttl_hours: float | None = None  # None: the tier default; 0 = off
     samples_per_run: int = 4
     sample_interval_s: float = 15.0
-    sync_timeout_s: float = 600.0
-    sync_failure_grace_minutes: float = 30.0
+    sync_timeout_s: float = 600.0  # one pre-stop sync, at most
     publish_metrics: bool = True
     dry_run: bool = False  # decide and log, never power off
-    endpoint_url: str = ""  # metrics API override (tests)
+    endpoint_url: str = ""  # metrics and tag API override (tests)
+    storage_endpoint_url: str = ""  # bucket API override (tests, private endpoints)
     metadata_url: str = ""  # metadata service override (tests)
     alicloud_account_id: str = ""
     state_dir: str = str(STATE_DIR)
@@ -113,6 +129,7 @@ class Config:
                     raise ValueError(f"{source}: not readable JSON ({exc})") from None
         if isinstance(raw.get("scratch"), dict):
             raw.setdefault("scratch_path", raw["scratch"].get("path", "/scratch"))
+            raw.setdefault("scratch_kind", raw["scratch"].get("kind", "nvme"))
         known = {f.name for f in dataclasses.fields(cls)}
         data = {k: v for k, v in raw.items() if k in known}
         problems = [
@@ -126,18 +143,26 @@ class Config:
             data["sync_dirs"] = tuple(data["sync_dirs"])
         return cls(**data)
 
-    def limits(self) -> policy.Limits:
+    def limits(self, tags: dict[str, str] | None = None) -> policy.Limits:
+        """Idle and TTL limits: the instance's tags where set (what the reaper reads, and
+        what a person changes on a running node), else this config, else the tier's."""
+        tags = tags or {}
         ttl = (
             None
             if self.ttl_hours is None
             else ("off" if self.ttl_hours <= 0 else str(self.ttl_hours))
         )
+        idle = None if self.idle_minutes is None else str(self.idle_minutes)
         return policy.resolve_limits(
-            tier=self.tier or None,
+            tier=tags.get(TAG_TIER) or self.tier or None,
             instance_type=self.instance_type or None,
-            idle_minutes_tag=None if self.idle_minutes is None else str(self.idle_minutes),
-            ttl_hours_tag=ttl,
+            idle_minutes_tag=tags.get(TAG_IDLE_MINUTES) or idle,
+            ttl_hours_tag=tags.get(TAG_TTL_HOURS) or ttl,
         )
+
+    @property
+    def scratch_survives_stop(self) -> bool:
+        return self.scratch_kind == "disk"
 
 
 # ---------------------------------------------------------------------------- probes
@@ -259,20 +284,33 @@ def take_sample(probe: Probe) -> tuple[policy.Sample, float | None]:
 # ---------------------------------------------------------------------------- metadata
 
 
+class TagsUnreadable(Exception):
+    """The instance's tags could not be read; the message says why (logged and published)."""
+
+
 class Metadata:
-    """The instance metadata service: instance id and spot interruption notices."""
+    """The instance metadata service: instance id, tags, spot notices, role credentials.
+
+    Both clouds run it in token mode on gpufleet nodes (the stack sets ``http_tokens =
+    "required"``): a session token from ``PUT /latest/api/token`` goes with every read.
+    AWS: IMDSv2, ``X-aws-ec2-metadata-token`` (docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+    configuring-instance-metadata-service.html). Alicloud: security hardening mode,
+    ``X-aliyun-ecs-metadata-token`` (alibabacloud.com/help/en/ecs/user-guide/
+    view-instance-metadata).
+    """
 
     def __init__(self, provider: str, base_url: str = "", timeout: float = 2.0) -> None:
         self.provider = provider
         self.base = (base_url or (AWS_IMDS if provider == "aws" else ALICLOUD_IMDS)).rstrip("/")
         self.timeout = timeout
+        vendor = "aws-ec2" if provider == "aws" else "aliyun-ecs"
+        self._token_header = f"X-{vendor}-metadata-token"
 
     def _get(self, path: str) -> str | None:
         headers = {}
-        if self.provider == "aws":
-            token = self._aws_token()
-            if token:
-                headers["X-aws-ec2-metadata-token"] = token
+        token = self._token()
+        if token:
+            headers[self._token_header] = token
         request = urllib.request.Request(f"{self.base}{path}", headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as resp:
@@ -282,17 +320,40 @@ class Metadata:
                 return None
             raise
 
-    def _aws_token(self) -> str | None:
+    def _token(self) -> str | None:
         request = urllib.request.Request(
             f"{self.base}/latest/api/token",
             method="PUT",
-            headers={"X-aws-ec2-metadata-token-ttl-seconds": "300"},
+            headers={f"{self._token_header}-ttl-seconds": "300"},
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as resp:
                 return str(resp.read().decode())
         except (urllib.error.URLError, OSError):
             return None
+
+    def instance_tags(self) -> dict[str, str]:
+        """AWS: the instance's tags from IMDS, ``/latest/meta-data/tags/instance/`` (the stack
+        enables ``instance_metadata_tags``; docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+        work-with-tags-in-IMDS.html). Raises TagsUnreadable, never returns a guess."""
+        try:
+            listing = self._get("/latest/meta-data/tags/instance")
+            if listing is None:
+                raise TagsUnreadable(
+                    "instance tags are not in the metadata service (is InstanceMetadataTags "
+                    "enabled on the instance?)"
+                )
+            tags: dict[str, str] = {}
+            for key in (k.strip() for k in listing.splitlines()):
+                if not key:
+                    continue
+                value = self._get("/latest/meta-data/tags/instance/" + urllib.parse.quote(key))
+                if value is None:
+                    raise TagsUnreadable(f"tag {key!r} listed but not readable")
+                tags[key] = value
+            return tags
+        except (urllib.error.URLError, OSError, UnicodeDecodeError) as exc:
+            raise TagsUnreadable(f"metadata service: {exc}") from None
 
     def instance_id(self) -> str | None:
         try:
@@ -337,61 +398,7 @@ class Metadata:
 # ---------------------------------------------------------------------------- metrics
 
 
-def sigv4_headers(
-    *,
-    method: str,
-    url: str,
-    body: bytes,
-    region: str,
-    service: str,
-    access_key_id: str,
-    secret: str,
-    token: str = "",
-    now: dt.datetime | None = None,
-    content_type: str = "application/x-www-form-urlencoded; charset=utf-8",
-) -> dict[str, str]:
-    """AWS Signature Version 4 headers for one request (docs.aws.amazon.com, "Create a signed
-    AWS API request"), so the node needs no SDK."""
-    when = (now or dt.datetime.now(UTC)).astimezone(UTC)
-    amz_date = when.strftime("%Y%m%dT%H%M%SZ")
-    day = when.strftime("%Y%m%d")
-    parts = urllib.parse.urlsplit(url)
-    host = parts.netloc
-    payload_hash = hashlib.sha256(body).hexdigest()
-    headers = {"host": host, "x-amz-date": amz_date, "x-amz-content-sha256": payload_hash}
-    if content_type:
-        headers["content-type"] = content_type
-    if token:
-        headers["x-amz-security-token"] = token
-    signed = ";".join(sorted(headers))
-    canonical_query = "&".join(
-        f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}"
-        for k, v in sorted(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
-    )
-    canonical = "\n".join(
-        [
-            method,
-            urllib.parse.quote(parts.path or "/", safe="/-_.~"),
-            canonical_query,
-            "".join(f"{k}:{headers[k].strip()}\n" for k in sorted(headers)),
-            signed,
-            payload_hash,
-        ]
-    )
-    scope = f"{day}/{region}/{service}/aws4_request"
-    to_sign = "\n".join(
-        ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
-    )
-    key = f"AWS4{secret}".encode()
-    for part in (day, region, service, "aws4_request"):
-        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    out = {k: v for k, v in headers.items() if k != "host"}
-    out["Authorization"] = (
-        f"AWS4-HMAC-SHA256 Credential={access_key_id}/{scope}, "
-        f"SignedHeaders={signed}, Signature={signature}"
-    )
-    return out
+sigv4_headers = sync.sigv4_headers  # one signer for metrics, tags and the bucket
 
 
 def alicloud_rpc_query(
@@ -431,20 +438,40 @@ def alicloud_rpc_query(
 
 class Publisher(Protocol):
     def publish(
-        self, *, at: dt.datetime, gpu_util: float | None, gpu_mem: float | None
+        self,
+        *,
+        at: dt.datetime,
+        gpu_util: float | None,
+        gpu_mem: float | None,
+        unsynced: int | None = None,
     ) -> None: ...
 
 
 @dataclass
 class MetricsPublisher:
-    """Heartbeat + GPU metrics to CloudWatch (query API) or CloudMonitor (PutCustomMetric)."""
+    """Heartbeat + GPU metrics to CloudWatch (query API) or CloudMonitor (PutCustomMetric).
+
+    No datapoint carries the node's clock as its time: both services then stamp it with the
+    time they received it ("If not specified, the default value is the time the metric data
+    was received", CloudWatch MetricDatum.Timestamp; CloudMonitor PutCustomMetric's ``Time``
+    is optional), so the reaper judges staleness on the service's clock and a node whose
+    clock is off cannot look fresh or stale. The heartbeat's *value* is still the node's Unix
+    time: the difference to the datapoint's timestamp shows the node's clock skew.
+    """
 
     config: Config
     instance_id: str
     credentials: Callable[[], dict[str, str] | None]
     timeout: float = 10.0
 
-    def publish(self, *, at: dt.datetime, gpu_util: float | None, gpu_mem: float | None) -> None:
+    def publish(
+        self,
+        *,
+        at: dt.datetime,
+        gpu_util: float | None,
+        gpu_mem: float | None,
+        unsynced: int | None = None,
+    ) -> None:
         creds = self.credentials()
         if not creds:
             raise RuntimeError("no credentials for metrics (instance role or environment)")
@@ -455,6 +482,8 @@ class MetricsPublisher:
             values.append((METRIC_GPU_UTIL, gpu_util, "Percent"))
         if gpu_mem is not None:
             values.append((METRIC_GPU_MEM, gpu_mem, "Percent"))
+        if unsynced is not None:
+            values.append((METRIC_UNSYNCED, float(unsynced), "Count"))
         if self.config.provider == "aws":
             self._cloudwatch(values, at, creds)
         else:
@@ -466,7 +495,6 @@ class MetricsPublisher:
         url = self.config.endpoint_url or f"https://monitoring.{self.config.region}.amazonaws.com"
         url = url.rstrip("/") + "/"
         params = {"Action": "PutMetricData", "Version": "2010-08-01", "Namespace": NAMESPACE}
-        stamp = at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         for n, (name, value, unit) in enumerate(values, start=1):
             prefix = f"MetricData.member.{n}"
             params.update(
@@ -474,7 +502,6 @@ class MetricsPublisher:
                     f"{prefix}.MetricName": name,
                     f"{prefix}.Value": repr(value),
                     f"{prefix}.Unit": unit,
-                    f"{prefix}.Timestamp": stamp,
                     f"{prefix}.Dimensions.member.1.Name": DIMENSION,
                     f"{prefix}.Dimensions.member.1.Value": self.instance_id,
                 }
@@ -509,7 +536,6 @@ class MetricsPublisher:
                     f"MetricList.{n}.MetricName": name,
                     f"MetricList.{n}.GroupId": "0",
                     f"MetricList.{n}.Dimensions": json.dumps({"instanceId": self.instance_id}),
-                    f"MetricList.{n}.Time": str(int(at.timestamp() * 1000)),
                     f"MetricList.{n}.Type": "0",
                     f"MetricList.{n}.Values": json.dumps({"value": value}),
                 }
@@ -582,6 +608,65 @@ def write_lease_tag(
         resp.read()
 
 
+def alicloud_instance_tags(
+    config: Config, instance_id: str, creds: dict[str, str] | None, timeout: float = 10.0
+) -> dict[str, str]:
+    """Alicloud: the instance's tags through the ECS API (ListTagResources, signed with the
+    node's RAM role; help.aliyun.com/en/ecs/developer-reference/
+    api-ecs-2014-05-26-listtagresources). Alicloud's metadata service does not offer tags to
+    everyone yet (ModifyInstanceMetadataOptions: InstanceMetadataTags is "in invitational
+    preview"). Raises TagsUnreadable, never returns a guess."""
+    if not instance_id:
+        raise TagsUnreadable("no instance id (config or metadata service)")
+    if not creds:
+        raise TagsUnreadable("no credentials (instance RAM role or environment)")
+    url = (config.endpoint_url or f"https://ecs.{config.region}.aliyuncs.com").rstrip("/") + "/"
+    tags: dict[str, str] = {}
+    token = ""
+    for _page in range(5):  # 20 tags per instance at most; bounded anyway
+        params = {
+            "Action": "ListTagResources",
+            "Version": "2014-05-26",
+            "RegionId": config.region,
+            "ResourceType": "instance",
+            "ResourceId.1": instance_id,
+        }
+        if token:
+            params["NextToken"] = token
+        body = alicloud_rpc_query(
+            params,
+            access_key_id=creds["access_key_id"],
+            secret=creds["secret"],
+            token=creds.get("token", ""),
+        ).encode()
+        request = urllib.request.Request(
+            url,
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as resp:
+                answer = json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            try:
+                detail = json.loads(exc.read() or b"{}").get("Code", "")
+            except ValueError:
+                detail = ""
+            raise TagsUnreadable(f"ListTagResources: HTTP {exc.code} {detail}".strip()) from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise TagsUnreadable(f"ListTagResources: {exc}") from None
+        if not isinstance(answer, dict) or "TagResources" not in answer:
+            raise TagsUnreadable(f"ListTagResources: unexpected answer {str(answer)[:120]}")
+        for item in (answer.get("TagResources") or {}).get("TagResource") or []:
+            if item.get("ResourceId") in (None, instance_id) and "TagKey" in item:
+                tags[str(item["TagKey"])] = str(item.get("TagValue") or "")
+        token = str(answer.get("NextToken") or "")
+        if not token:
+            return tags
+    raise TagsUnreadable("ListTagResources: more pages than an instance can have tags")
+
+
 def write_lease(
     config: Config, hours: float, now: dt.datetime, tagger: Callable[[str], None] | None
 ) -> dict[str, Any]:
@@ -627,74 +712,67 @@ def env_or_role_credentials(metadata: Metadata) -> Callable[[], dict[str, str] |
 # ---------------------------------------------------------------------------- sync
 
 
-@dataclass(frozen=True)
-class SyncResult:
-    ok: bool
-    detail: str
-    seconds: float = 0.0
+SyncResult = sync.SyncResult
 
 
-class Uploader(Protocol):
-    def sync(self, source: Path, dest: str, timeout_s: float) -> SyncResult: ...
+class Syncer(Protocol):
+    """Saves scratch to the bucket (watchdog_sync.py); fakes in the tests."""
 
+    def unsynced(self) -> int | None:
+        """Checkpoint files on scratch that are not in the bucket; None when unknown."""
+        ...
 
-def sync_command(provider: str, source: Path, dest: str) -> list[str] | None:
-    """The node's own copy tool: ``aws s3 sync`` or ``ossutil cp -r -u`` (only newer files)."""
-    if provider == "aws" and shutil.which("aws"):
-        return ["aws", "s3", "sync", str(source), dest, "--only-show-errors", "--no-progress"]
-    if provider == "alicloud":
-        tool = shutil.which("ossutil") or shutil.which("ossutil64")
-        if tool:
-            return [tool, "cp", "-r", "-u", "-f", str(source), dest]
-    return None
+    def sync(self, timeout_s: float) -> SyncResult: ...
 
 
 @dataclass
-class CommandUploader:
-    provider: str
+class ScratchSyncer:
+    """The node's own sync: every ``sync_dirs`` under scratch -> <bucket>/<dir>/<node>/."""
 
-    def sync(self, source: Path, dest: str, timeout_s: float) -> SyncResult:
-        argv = sync_command(self.provider, source, dest)
-        if argv is None:
-            tool = "aws CLI" if self.provider == "aws" else "ossutil"
-            return SyncResult(False, f"no {tool} on this node: cannot save scratch")
-        started = time.monotonic()
+    config: Config
+    credentials: Callable[[], dict[str, str] | None]
+    retry_sleep: Callable[[float], None] = time.sleep
+
+    def store(self) -> sync.Store | None:
+        if not self.config.bucket:
+            return None
+        store = sync.Store.for_node(
+            provider=self.config.provider,
+            region=self.config.region,
+            bucket=self.config.bucket,
+            credentials=self.credentials,
+            endpoint_url=self.config.storage_endpoint_url,
+        )
+        store.retry_sleep = self.retry_sleep
+        return store
+
+    def unsynced(self) -> int | None:
         try:
-            done = subprocess.run(
-                argv, capture_output=True, text=True, timeout=timeout_s, check=False
+            return len(
+                sync.pending(
+                    Path(self.config.scratch_path),
+                    self.config.sync_dirs,
+                    self.config.node,
+                    self.config.bucket,
+                )
             )
-        except subprocess.TimeoutExpired:
-            return SyncResult(False, f"sync timed out after {timeout_s:.0f} s", timeout_s)
-        took = time.monotonic() - started
-        if done.returncode != 0:
-            return SyncResult(
-                False, f"{argv[0]} exit {done.returncode}: {done.stderr.strip()[:300]}", took
-            )
-        return SyncResult(True, f"synced {source} -> {dest}", took)
+        except OSError:
+            return None
 
+    def sync(self, timeout_s: float) -> SyncResult:
+        return sync.sync_scratch(
+            scratch=Path(self.config.scratch_path),
+            sync_dirs=self.config.sync_dirs,
+            node=self.config.node,
+            store=self.store(),
+            timeout_s=timeout_s,
+        )
 
-def sync_scratch(config: Config, uploader: Uploader, timeout_s: float | None = None) -> SyncResult:
-    """Every ``sync_dirs`` under scratch to s3://|oss://bucket/checkpoints/<node>/, bounded."""
-    if not config.bucket:
-        return SyncResult(False, "no bucket configured: cannot save scratch")
-    scheme = "s3" if config.provider == "aws" else "oss"
-    budget = timeout_s if timeout_s is not None else config.sync_timeout_s
-    deadline = time.monotonic() + budget
-    done: list[str] = []
-    for rel in config.sync_dirs:
-        source = Path(config.scratch_path) / rel
-        if not source.is_dir():
-            continue
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return SyncResult(False, f"sync budget of {budget:.0f} s spent before {source}", budget)
-        dest = f"{scheme}://{config.bucket}/{rel.strip('/')}/{config.node}/"
-        result = uploader.sync(source, dest, left)
-        if not result.ok:
-            return result
-        done.append(str(source))
-    took = budget - max(0.0, deadline - time.monotonic())
-    return SyncResult(True, f"synced {', '.join(done) or 'nothing (no checkpoint dirs)'}", took)
+    def check(self) -> str:
+        store = self.store()
+        if store is None:
+            raise sync.StoreError("no bucket configured: scratch cannot be saved", "NoBucket")
+        return sync.check_store(store, self.config.node)
 
 
 # ---------------------------------------------------------------------------- state
@@ -705,7 +783,10 @@ class State:
     samples: list[policy.Sample] = field(default_factory=list)
     stall_warned: bool = False
     spot_notice_synced: str = ""  # the notice we already saved scratch for
-    sync_failed_since: str = ""  # ISO time of the first failed pre-stop sync
+    refused_since: str = ""  # ISO time since when power-off is refused (unsynced scratch)
+    # The last tags read in this boot ({"boot": ISO, "read_at": ISO, "tags": {...}}): when a
+    # later read fails, a node once seen protected stays protected.
+    tags: dict[str, Any] = field(default_factory=dict)
     last_decision: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -731,7 +812,8 @@ class State:
             samples=samples,
             stall_warned=bool(raw.get("stall_warned")),
             spot_notice_synced=str(raw.get("spot_notice_synced", "")),
-            sync_failed_since=str(raw.get("sync_failed_since", "")),
+            refused_since=str(raw.get("refused_since", "")),
+            tags=dict(raw.get("tags") or {}),
             last_decision=dict(raw.get("last_decision", {})),
         )
 
@@ -749,7 +831,8 @@ class State:
             ],
             "stall_warned": self.stall_warned,
             "spot_notice_synced": self.spot_notice_synced,
-            "sync_failed_since": self.sync_failed_since,
+            "refused_since": self.refused_since,
+            "tags": self.tags,
             "last_decision": self.last_decision,
         }
         tmp = path.with_suffix(".tmp")
@@ -772,6 +855,39 @@ def read_lease(state_dir: Path) -> policy.Lease:
     return policy.Lease.parse(text)
 
 
+# ---------------------------------------------------------------------------- signals
+
+
+@dataclass(frozen=True)
+class Signals:
+    """Everything besides the GPU/SSH samples that decides a run, gathered in one place
+    (:meth:`Watchdog.gather_signals`). A new kind of activity (a job's own heartbeat, say)
+    belongs there: it either holds the node like a lease does (``lease``) or is reported as
+    unreadable (``problems``), which counts as activity until the hard TTL."""
+
+    protected: bool
+    lease: policy.Lease
+    limits: policy.Limits
+    problems: tuple[str, ...] = ()  # what could not be read: logged, published in status
+
+
+def merge_leases(leases: Sequence[policy.Lease], now: dt.datetime) -> policy.Lease:
+    """The lease that holds: the latest valid one; else an error if any was unreadable."""
+    cap = now + dt.timedelta(hours=policy.MAX_LEASE_HOURS)
+    valid = [lease.until for lease in leases if lease.until and now < lease.until <= cap]
+    if valid:
+        return policy.Lease(until=max(valid))
+    errors = [lease.error for lease in leases if lease.error]
+    if errors:
+        return policy.Lease(error="; ".join(errors))
+    ends = [lease.until for lease in leases if lease.until]
+    return policy.Lease(until=max(ends)) if ends else policy.Lease()
+
+
+def is_protected(tags: dict[str, str]) -> bool:
+    return tags.get(TAG_PROTECTED, "").strip().lower() in PROTECTED_VALUES
+
+
 # ---------------------------------------------------------------------------- the run
 
 
@@ -779,16 +895,75 @@ def read_lease(state_dir: Path) -> policy.Lease:
 class Watchdog:
     config: Config
     probe: Probe
-    uploader: Uploader
+    syncer: Syncer
     publisher: Publisher | None
     metadata: Metadata | None
     poweroff: Callable[[], None]
     warn: Callable[[str], None]
+    tags: Callable[[], dict[str, str]] | None  # raises TagsUnreadable
     rules: policy.Policy = field(default_factory=policy.Policy)
 
     @property
     def state_path(self) -> Path:
         return Path(self.config.state_dir) / STATE_FILE
+
+    def gather_signals(self, state: State, now: dt.datetime) -> Signals:
+        problems: list[str] = []
+        boot = self.probe.boot_time()
+        tags: dict[str, str] | None = None
+        try:
+            if self.tags is None:
+                raise TagsUnreadable("no way to read them on this node")
+            tags = dict(self.tags())
+            state.tags = {"boot": boot.isoformat(), "read_at": now.isoformat(), "tags": tags}
+        except TagsUnreadable as exc:
+            problems.append(f"instance tags unreadable ({exc})")
+        known = tags
+        if known is None and state.tags.get("boot"):
+            try:
+                same_boot = abs((policy.parse_utc(state.tags["boot"]) - boot).total_seconds())
+            except (ValueError, TypeError):
+                same_boot = float("inf")
+            if same_boot < 120:
+                known = {str(k): str(v) for k, v in dict(state.tags.get("tags") or {}).items()}
+        leases = [read_lease(Path(self.config.state_dir))]
+        if known is not None and known.get(TAG_LEASE, "").strip():
+            tag_lease = policy.Lease.parse(known[TAG_LEASE])
+            if tag_lease.error:
+                tag_lease = policy.Lease(error=f"{TAG_LEASE} tag: {tag_lease.error}")
+            leases.append(tag_lease)
+        if tags is None:
+            # Unknown tags count as activity (a lease or protection may be there): the node
+            # is never stopped for idleness, and the hard TTL still bounds the cost.
+            leases.append(policy.Lease(error=problems[-1]))
+        return Signals(
+            protected=known is not None and is_protected(known),
+            lease=merge_leases(leases, now),
+            limits=self.config.limits(known),
+            problems=tuple(problems),
+        )
+
+    def decide(self, state: State, signals: Signals, now: dt.datetime) -> policy.Decision:
+        return policy.decide_node(
+            state.samples,
+            now=now,
+            boot_time=self.probe.boot_time(),
+            limits=signals.limits,
+            lease=signals.lease,
+            protected=signals.protected,
+            role=self.config.role,
+            policy=self.rules,
+        )
+
+    def ttl_reached(self, limits: policy.Limits, now: dt.datetime) -> bool:
+        up_hours = (now - self.probe.boot_time()).total_seconds() / 3600
+        return limits.ttl_hours is not None and up_hours >= limits.ttl_hours
+
+    def status(self, state: State | None = None) -> tuple[policy.Decision, State, Signals]:
+        state = state or State.load(self.state_path)
+        now = self.probe.now()
+        signals = self.gather_signals(state, now)
+        return self.decide(state, signals, now), state, signals
 
     def _check_spot(self, state: State) -> None:
         if self.metadata is None:
@@ -798,25 +973,10 @@ class Watchdog:
             return
         LOG.warning("spot interruption notice %s: saving scratch now", notice)
         # AWS gives two minutes: the sync gets most of it, never the configured ten.
-        result = sync_scratch(
-            self.config, self.uploader, timeout_s=min(self.config.sync_timeout_s, 90.0)
-        )
+        result = self.syncer.sync(min(self.config.sync_timeout_s, 90.0))
         LOG.warning("spot sync: %s", result.detail)
         if result.ok:
             state.spot_notice_synced = notice
-
-    def status(self, state: State | None = None) -> tuple[policy.Decision, State]:
-        state = state or State.load(self.state_path)
-        decision = policy.decide_node(
-            state.samples,
-            now=self.probe.now(),
-            boot_time=self.probe.boot_time(),
-            limits=self.config.limits(),
-            lease=read_lease(Path(self.config.state_dir)),
-            role=self.config.role,
-            policy=self.rules,
-        )
-        return decision, state
 
     def run_once(self) -> policy.Decision:
         state = State.load(self.state_path)
@@ -833,20 +993,25 @@ class Watchdog:
             if mem is not None:
                 mems.append(mem)
         now = self.probe.now()
+        signals = self.gather_signals(state, now)
         keep = max(
-            self.config.limits().idle_minutes + self.rules.activity_window_minutes,
+            signals.limits.idle_minutes + self.rules.activity_window_minutes,
             self.rules.stall_warn_minutes + self.rules.stall_stop_after_warn_minutes,
         )
         state.prune(now, keep + 10)
-        decision, _ = self.status(state)
+        decision = self.decide(state, signals, now)
+        for problem in signals.problems:
+            LOG.warning("%s: counts as activity; only the hard TTL may stop this node", problem)
         LOG.info("%s: %s", decision.action, decision.reason)
 
+        unsynced = self.syncer.unsynced()
         if self.publisher is not None:
             try:
                 self.publisher.publish(
                     at=now,
                     gpu_util=max(utils) if utils else None,
                     gpu_mem=max(mems) if mems else None,
+                    unsynced=unsynced,
                 )
             except Exception as exc:  # metrics are the second layer's input, never fatal here
                 LOG.warning("could not publish metrics: %s", exc)
@@ -862,31 +1027,57 @@ class Watchdog:
             "action": decision.action,
             "reason": decision.reason,
             "idle_minutes": decision.idle_minutes,
+            "protected": signals.protected,
+            "problems": list(signals.problems),
+            "unsynced_files": unsynced,
         }
         if decision.stop:
-            self._stop(state, decision, now)
+            self._stop(state, decision, signals, now)
         else:
-            state.sync_failed_since = ""
+            state.refused_since = ""
         state.save(self.state_path)
         return decision
 
-    def _stop(self, state: State, decision: policy.Decision, now: dt.datetime) -> None:
-        result = sync_scratch(self.config, self.uploader)
+    def _stop(
+        self, state: State, decision: policy.Decision, signals: Signals, now: dt.datetime
+    ) -> None:
+        ttl_forced = self.ttl_reached(signals.limits, now)
+        result = self.syncer.sync(self.config.sync_timeout_s)  # bounded, even under the TTL
         LOG.warning("pre-stop sync: %s", result.detail)
-        if not result.ok:
-            first = policy.parse_utc(state.sync_failed_since) if state.sync_failed_since else now
-            state.sync_failed_since = first.isoformat()
-            waited = (now - first).total_seconds() / 60
-            if waited < self.config.sync_failure_grace_minutes:
-                state.last_decision["postponed"] = f"sync failed ({result.detail}); retrying"
+        state.last_decision["sync"] = result.detail
+        left = result.unsynced if result.unsynced is not None else self.syncer.unsynced()
+        if not (result.ok and left == 0):
+            what = f"{'an unknown number of' if left is None else left} checkpoint file(s)"
+            if self.config.scratch_survives_stop:
+                LOG.warning("%s not saved, but scratch is a data disk that survives a stop", what)
+            elif ttl_forced:
+                message = (
+                    f"hard TTL reached: powering off after a bounded sync attempt; {what} on "
+                    f"scratch NOT saved ({result.detail})"
+                )
+                LOG.error("%s", message)
+                state.last_decision["unsaved_at_ttl"] = message
+            else:
+                first = not state.refused_since
+                state.refused_since = state.refused_since or now.isoformat()
+                ttl = signals.limits.ttl_hours
+                message = (
+                    f"REFUSING to power off: {what} on scratch are not in the bucket "
+                    f"({result.detail}); retrying every run"
+                    + (f"; the hard TTL ({ttl:g} h) bounds the cost" if ttl is not None else "")
+                )
+                LOG.error("%s", message)
+                state.last_decision["refused"] = message
+                state.last_decision["refused_since"] = state.refused_since
+                if first:
+                    self.warn(message)
                 return
-            LOG.error(
-                "sync failing for %.0f min: powering off anyway (money is bounded too)", waited
-            )
-        state.last_decision["synced"] = result.detail
+        state.refused_since = ""
         if self.config.dry_run:
             LOG.warning("dry run: would power off now (%s)", decision.reason)
+            state.last_decision["dry_run"] = "would power off now"
             return
+        state.last_decision["powered_off"] = now.isoformat()
         state.save(self.state_path)
         self.poweroff()
 
@@ -903,79 +1094,133 @@ def wall(message: str) -> None:
 
 def build(config: Config) -> Watchdog:
     metadata = Metadata(config.provider, config.metadata_url)
+    creds = env_or_role_credentials(metadata)
+    instance_id = config.instance_id or metadata.instance_id() or ""
     publisher: Publisher | None = None
     if config.publish_metrics:
-        instance_id = config.instance_id or metadata.instance_id() or ""
         if instance_id:
-            publisher = MetricsPublisher(config, instance_id, env_or_role_credentials(metadata))
+            publisher = MetricsPublisher(config, instance_id, creds)
         else:
             LOG.warning("no instance id (config or metadata): metrics not published")
+
+    def read_tags() -> dict[str, str]:
+        if config.provider == "aws":
+            return metadata.instance_tags()
+        return alicloud_instance_tags(config, instance_id, creds())
+
     return Watchdog(
         config=config,
         probe=SystemProbe(),
-        uploader=CommandUploader(config.provider),
+        syncer=ScratchSyncer(config, creds),
         publisher=publisher,
         metadata=metadata,
         poweroff=system_poweroff,
         warn=wall,
+        tags=read_tags,
     )
+
+
+def _lease_command(config: Config, dog: Watchdog, hours: float | None, as_json: bool) -> int:
+    if hours is None:
+        print("watchdog: lease needs --hours N", file=sys.stderr)
+        return 2
+    metadata = Metadata(config.provider, config.metadata_url)
+    instance_id = config.instance_id or metadata.instance_id() or ""
+    creds = env_or_role_credentials(metadata)
+
+    def tag(until: str) -> None:
+        found = creds()
+        if not instance_id or not found:
+            raise RuntimeError("no instance id or credentials on this node")
+        write_lease_tag(config, instance_id, until, found)
+
+    try:
+        out = write_lease(config, hours, dog.probe.now(), tag)
+    except ValueError as exc:
+        print(f"watchdog: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(out) if as_json else f"lease until {out['lease_until']} (tag {out['tag']})")
+    return 0
+
+
+def _status_command(config: Config, dog: Watchdog, as_json: bool) -> int:
+    decision, state, signals = dog.status()
+    out = {
+        "node": config.node,
+        "role": config.role,
+        "action": decision.action,
+        "reason": decision.reason,
+        "warning": decision.warning,
+        "idle_minutes": decision.idle_minutes,
+        "idle_limit_minutes": signals.limits.idle_minutes,
+        "ttl_hours": signals.limits.ttl_hours,
+        "protected": signals.protected,
+        "lease_until": policy.format_utc(signals.lease.until) if signals.lease.until else None,
+        "unreadable": list(signals.problems),
+        "unsynced_files": dog.syncer.unsynced(),
+        "power_off_refused_since": state.refused_since or None,
+        "samples": len(state.samples),
+        "last_run": state.last_decision,
+    }
+    print(json.dumps(out) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+    return 0
+
+
+def _sync_command(dog: Watchdog, timeout: float | None, check: bool, as_json: bool) -> int:
+    syncer = dog.syncer
+    if check:
+        if not isinstance(syncer, ScratchSyncer):
+            print("watchdog: no bucket sync on this node", file=sys.stderr)
+            return 1
+        try:
+            detail, ok = syncer.check(), True
+        except (sync.StoreError, OSError) as exc:
+            detail, ok = f"the bucket cannot be written: {exc}", False
+        out: dict[str, Any] = {"ok": ok, "detail": detail}
+    else:
+        result = syncer.sync(timeout if timeout is not None else dog.config.sync_timeout_s)
+        ok = result.ok
+        out = {"ok": ok, "detail": result.detail, "uploaded": result.uploaded}
+        out["unsynced_files"] = result.unsynced
+    print(json.dumps(out) if as_json else out["detail"])
+    return 0 if ok else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="gpufleet idle watchdog")
-    parser.add_argument("command", choices=["run", "status", "lease"])
+    parser.add_argument(
+        "command",
+        choices=["run", "status", "lease", "sync", "check-sync"],
+        help="run: one run, as the timer does; status: what keeps this node (reads only); "
+        "lease: keep it --hours N; sync: save scratch to the bucket now; check-sync: prove "
+        "the bucket can be written (a small probe object)",
+    )
     parser.add_argument("--config", default=str(CONFIG_PATH))
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--hours", type=float, help="lease: keep this node for N hours")
+    parser.add_argument("--timeout", type=float, help="sync: seconds at most")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="run: decide, sync and log, never power off"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
         config = Config.load(Path(args.config))
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
         print(f"watchdog: {exc}", file=sys.stderr)
         return 2
+    if args.dry_run:
+        config = dataclasses.replace(config, dry_run=True)
     dog = build(config)
     if args.command == "lease":
-        if args.hours is None:
-            print("watchdog: lease needs --hours N", file=sys.stderr)
-            return 2
-        metadata = Metadata(config.provider, config.metadata_url)
-        instance_id = config.instance_id or metadata.instance_id() or ""
-        creds = env_or_role_credentials(metadata)
-
-        def tag(until: str) -> None:
-            found = creds()
-            if not instance_id or not found:
-                raise RuntimeError("no instance id or credentials on this node")
-            write_lease_tag(config, instance_id, until, found)
-
-        try:
-            out = write_lease(config, args.hours, dog.probe.now(), tag)
-        except ValueError as exc:
-            print(f"watchdog: {exc}", file=sys.stderr)
-            return 2
-        print(
-            json.dumps(out) if args.json else f"lease until {out['lease_until']} (tag {out['tag']})"
-        )
-        return 0
+        return _lease_command(config, dog, args.hours, args.json)
     if args.command == "status":
-        decision, state = dog.status()
-        lease = read_lease(Path(config.state_dir))
-        out = {
-            "node": config.node,
-            "role": config.role,
-            "action": decision.action,
-            "reason": decision.reason,
-            "warning": decision.warning,
-            "idle_minutes": decision.idle_minutes,
-            "idle_limit_minutes": config.limits().idle_minutes,
-            "lease_until": policy.format_utc(lease.until) if lease.until else None,
-            "samples": len(state.samples),
-            "last_run": state.last_decision,
-        }
-        print(json.dumps(out) if args.json else "\n".join(f"{k}: {v}" for k, v in out.items()))
-        return 0
-    dog.run_once()
+        return _status_command(config, dog, args.json)
+    if args.command in ("sync", "check-sync"):
+        return _sync_command(dog, args.timeout, args.command == "check-sync", args.json)
+    decision = dog.run_once()
+    if args.json:
+        print(json.dumps(State.load(dog.state_path).last_decision | {"action": decision.action}))
     return 0
 
 

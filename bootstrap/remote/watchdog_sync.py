@@ -1,0 +1,451 @@
+"""gpufleet scratch sync: checkpoints on the node's scratch -> the stack's bucket.
+
+Standard library only, no project imports: this file is installed next to the watchdog
+(``/opt/gpufleet/watchdog_sync.py``) and runs on the node's system Python (3.10+). It speaks
+the S3 REST API with AWS Signature Version 4, so one tested code path serves both clouds:
+
+* AWS S3: ``https://<bucket>.s3.<region>.amazonaws.com`` (virtual-hosted style).
+* Alibaba Cloud OSS through its S3-compatible endpoint,
+  ``https://<bucket>.s3.oss-<region>-internal.aliyuncs.com``: "OSS is compatible with the AWS
+  S3 API" (https://www.alibabacloud.com/help/en/oss/developer-reference/use-amazon-s3-sdks-to-access-oss).
+
+Why not ``aws s3 sync`` / ``ossutil``: nothing installs them on the nodes, and a missing or
+broken CLI was exactly how scratch got lost. A built-in sync cannot be missing when the
+watchdog runs, has the same code on every image, and is tested here against moto S3.
+
+What it guarantees:
+
+* a file counts as synced only after the bucket acknowledged it (``Content-MD5`` on every
+  PUT and part, so a corrupted upload is refused by the service, not recorded as done);
+* the record of what is synced (size + mtime of each file when it was uploaded, like
+  ``aws s3 sync``) lives on scratch itself (``.gpufleet-sync.json``): it vanishes together
+  with an erased instance store, so it can never claim files that are no longer there;
+* every request is bounded (socket timeout, a few retries on 5xx/connection errors) and the
+  whole sync has a deadline checked between files and parts;
+* nothing is ever deleted from the bucket (no DeleteObject call exists in this file).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as dt
+import hashlib
+import hmac
+import json
+import os
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+UTC = dt.timezone.utc  # noqa: UP017 (the node's Python may be 3.10)
+MANIFEST = ".gpufleet-sync.json"
+PROBE_KEY = ".gpufleet/sync-check/{node}"
+# Files up to this size go in one PUT; larger ones as multipart uploads (S3 allows at most
+# 5 GiB in one PUT and 10,000 parts per upload, each part >= 5 MiB but the last:
+# https://docs.aws.amazon.com/AmazonS3/latest/userguide/qfacts.html).
+PART_SIZE = 64 * 1024 * 1024
+MIN_PART_SIZE = 5 * 1024 * 1024
+MAX_PARTS = 10_000
+
+Credentials = dict[str, str]  # access_key_id, secret, token (may be "")
+
+
+# ---------------------------------------------------------------------------- signing
+
+
+def _quote(value: str, safe: str = "-_.~") -> str:
+    return urllib.parse.quote(value, safe=safe)
+
+
+def sigv4_headers(
+    *,
+    method: str,
+    url: str,
+    body: bytes,
+    region: str,
+    service: str,
+    access_key_id: str,
+    secret: str,
+    token: str = "",
+    now: dt.datetime | None = None,
+    content_type: str = "application/x-www-form-urlencoded; charset=utf-8",
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """AWS Signature Version 4 headers for one request (docs.aws.amazon.com, "Create a signed
+    AWS API request"), so the node needs no SDK.
+
+    ``url``'s path must already be percent-encoded once. S3 signs that path as it is; every
+    other service encodes it a second time (the canonical-URI rule of the same page).
+    """
+    when = (now or dt.datetime.now(UTC)).astimezone(UTC)
+    amz_date = when.strftime("%Y%m%dT%H%M%SZ")
+    day = when.strftime("%Y%m%d")
+    parts = urllib.parse.urlsplit(url)
+    payload_hash = hashlib.sha256(body).hexdigest()
+    headers = {"host": parts.netloc, "x-amz-date": amz_date, "x-amz-content-sha256": payload_hash}
+    if content_type:
+        headers["content-type"] = content_type
+    if token:
+        headers["x-amz-security-token"] = token
+    for name, value in (extra or {}).items():
+        headers[name.lower()] = value
+    signed = ";".join(sorted(headers))
+    canonical_query = "&".join(
+        f"{_quote(k)}={_quote(v)}"
+        for k, v in sorted(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+    )
+    path = parts.path or "/"
+    canonical_path = path if service == "s3" else _quote(path, safe="/-_.~")
+    canonical = "\n".join(
+        [
+            method,
+            canonical_path,
+            canonical_query,
+            "".join(f"{k}:{headers[k].strip()}\n" for k in sorted(headers)),
+            signed,
+            payload_hash,
+        ]
+    )
+    scope = f"{day}/{region}/{service}/aws4_request"
+    to_sign = "\n".join(
+        ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
+    )
+    key = f"AWS4{secret}".encode()
+    for part in (day, region, service, "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    out = {k: v for k, v in headers.items() if k != "host"}
+    out["Authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={access_key_id}/{scope}, "
+        f"SignedHeaders={signed}, Signature={signature}"
+    )
+    return out
+
+
+# ---------------------------------------------------------------------------- the store
+
+
+def content_md5(data: bytes) -> str:
+    """The Content-MD5 header: the service refuses a body that does not match it."""
+    return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
+
+
+class StoreError(Exception):
+    """The bucket refused or could not be reached; ``code`` is the service's error code."""
+
+    def __init__(self, message: str, code: str = "", status: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+def _xml_text(body: bytes, name: str) -> str:
+    """The text of the first element called ``name``, whatever its namespace."""
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError:
+        return ""
+    for element in root.iter():
+        if element.tag == name or element.tag.endswith("}" + name):
+            return (element.text or "").strip()
+    return ""
+
+
+def default_endpoint(provider: str, region: str) -> str:
+    if provider == "aws":
+        return f"https://s3.{region}.amazonaws.com"
+    # The internal endpoint: traffic stays in the region's network, and it is the one the
+    # March 2025 custom-domain rule for new users' public endpoints does not restrict.
+    return f"https://s3.oss-{region}-internal.aliyuncs.com"
+
+
+@dataclass
+class Store:
+    """One bucket over the S3 REST API, signed with SigV4."""
+
+    bucket: str
+    region: str
+    credentials: Callable[[], Credentials | None]
+    endpoint: str  # scheme://host[:port]
+    path_style: bool = False  # an explicit endpoint (tests, private links): /bucket/key
+    timeout: float = 60.0
+    attempts: int = 3
+    retry_sleep: Callable[[float], None] = time.sleep
+
+    @classmethod
+    def for_node(
+        cls,
+        *,
+        provider: str,
+        region: str,
+        bucket: str,
+        credentials: Callable[[], Credentials | None],
+        endpoint_url: str = "",
+    ) -> Store:
+        if endpoint_url:
+            return cls(bucket, region, credentials, endpoint_url.rstrip("/"), path_style=True)
+        return cls(bucket, region, credentials, default_endpoint(provider, region))
+
+    def url(self, key: str, query: str = "") -> str:
+        scheme, host = self.endpoint.split("://", 1)
+        path = "/" + _quote(key, safe="/-_.~")
+        if self.path_style:
+            path = f"/{self.bucket}" + (path if key else "")
+        else:
+            host = f"{self.bucket}.{host}"
+        return f"{scheme}://{host}{path}" + (f"?{query}" if query else "")
+
+    def request(
+        self,
+        method: str,
+        key: str,
+        *,
+        body: bytes = b"",
+        query: str = "",
+        headers: dict[str, str] | None = None,
+        deadline: float | None = None,
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One signed request, retried a bounded number of times on 5xx and network errors."""
+        last: StoreError | None = None
+        for attempt in range(max(1, self.attempts)):
+            if attempt:
+                self.retry_sleep(min(2.0, 0.5 * 2 ** (attempt - 1)))
+            timeout = self.timeout
+            if deadline is not None:
+                timeout = min(timeout, deadline - time.monotonic())
+                if timeout <= 0:
+                    raise StoreError("sync deadline reached", code="Deadline")
+            creds = self.credentials()
+            if not creds or not creds.get("access_key_id"):
+                raise StoreError(
+                    "no credentials for the bucket (instance role or environment)",
+                    code="NoCredentials",
+                )
+            url = self.url(key, query)
+            signed = sigv4_headers(
+                method=method,
+                url=url,
+                body=body,
+                region=self.region,
+                service="s3",
+                access_key_id=creds["access_key_id"],
+                secret=creds.get("secret", ""),
+                token=creds.get("token", ""),
+                # Always a type with a body: urllib would otherwise send it as a form.
+                content_type={"PUT": "application/octet-stream", "POST": "application/xml"}.get(
+                    method, ""
+                ),
+                extra=headers,
+            )
+            req = urllib.request.Request(url, data=body or None, method=method, headers=signed)
+            if method in ("PUT", "POST"):
+                req.add_header("Content-Length", str(len(body)))
+            try:
+                with urllib.request.urlopen(req, timeout=timeout) as resp:
+                    return resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
+            except urllib.error.HTTPError as exc:
+                data = exc.read() if method != "HEAD" else b""
+                code = _xml_text(data, "Code") or f"HTTP{exc.code}"
+                message = _xml_text(data, "Message") or exc.reason
+                last = StoreError(f"{method} {key or '/'}: {code} {message}", code, exc.code)
+                if exc.code < 500 and exc.code != 429:
+                    raise last from None
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                reason = getattr(exc, "reason", exc)
+                last = StoreError(f"{method} {key or '/'}: {reason}", code="Unreachable")
+        assert last is not None
+        raise last
+
+    def put(self, key: str, data: bytes, deadline: float | None = None) -> None:
+        md5 = content_md5(data)
+        self.request("PUT", key, body=data, headers={"Content-MD5": md5}, deadline=deadline)
+
+    def head(self, key: str, deadline: float | None = None) -> dict[str, str] | None:
+        try:
+            return self.request("HEAD", key, deadline=deadline)[1]
+        except StoreError as exc:
+            if exc.status == 404 and exc.code in ("HTTP404", "NoSuchKey"):
+                return None
+            raise
+
+    def upload_file(self, key: str, path: Path, size: int, deadline: float) -> None:
+        if size <= PART_SIZE:
+            self.put(key, path.read_bytes(), deadline)
+            return
+        part_size = max(PART_SIZE, -(-size // MAX_PARTS))
+        _, _, created = self.request("POST", key, query="uploads=", deadline=deadline)
+        upload_id = _xml_text(created, "UploadId")
+        if not upload_id:
+            raise StoreError(f"POST {key}?uploads: no UploadId in the answer", code="BadAnswer")
+        query_id = "uploadId=" + _quote(upload_id)
+        try:
+            etags: list[str] = []
+            with path.open("rb") as handle:
+                number = 0
+                while chunk := handle.read(part_size):
+                    number += 1
+                    md5 = content_md5(chunk)
+                    _, headers, _ = self.request(
+                        "PUT",
+                        key,
+                        body=chunk,
+                        query=f"partNumber={number}&{query_id}",
+                        headers={"Content-MD5": md5},
+                        deadline=deadline,
+                    )
+                    etags.append(headers.get("etag", ""))
+            parts = "".join(
+                f"<Part><PartNumber>{n}</PartNumber><ETag>{etag}</ETag></Part>"
+                for n, etag in enumerate(etags, start=1)
+            )
+            body = f"<CompleteMultipartUpload>{parts}</CompleteMultipartUpload>".encode()
+            _, _, done = self.request("POST", key, body=body, query=query_id, deadline=deadline)
+            # CompleteMultipartUpload can fail with HTTP 200 and an <Error> body.
+            if _xml_text(done, "Code") and not _xml_text(done, "ETag"):
+                raise StoreError(f"complete {key}: {_xml_text(done, 'Code')}", code="Complete")
+        except BaseException:
+            # A half upload costs storage; the node may abort its own (AbortMultipartUpload).
+            with contextlib.suppress(StoreError):
+                self.request("DELETE", key, query=query_id, deadline=time.monotonic() + 10)
+            raise
+
+
+# ---------------------------------------------------------------------------- what to sync
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    key: str  # object key in the bucket
+    path: Path
+    size: int
+    mtime_ns: int
+
+
+def local_files(scratch: Path, sync_dirs: Sequence[str], node: str) -> Iterator[LocalFile]:
+    """Every regular file under ``scratch/<dir>`` -> key ``<dir>/<node>/<relative path>``."""
+    for rel in sync_dirs:
+        source = scratch / rel
+        if not source.is_dir():
+            continue
+        prefix = rel.strip("/")
+        for path in sorted(source.rglob("*")):
+            try:
+                if path.is_symlink() or not path.is_file():
+                    continue
+                stat = path.stat()
+            except OSError:
+                continue  # vanished while we walked (a job rotating checkpoints)
+            key = f"{prefix}/{node}/{path.relative_to(source).as_posix()}"
+            yield LocalFile(key, path, stat.st_size, stat.st_mtime_ns)
+
+
+@dataclass
+class Manifest:
+    """What this scratch has already saved, and to which bucket (lives on scratch)."""
+
+    path: Path
+    bucket: str
+    files: dict[str, list[int]] = field(default_factory=dict)  # key -> [size, mtime_ns]
+
+    @classmethod
+    def load(cls, scratch: Path, bucket: str) -> Manifest:
+        path = scratch / MANIFEST
+        try:
+            raw = json.loads(path.read_text())
+            if raw.get("bucket") == bucket and isinstance(raw.get("files"), dict):
+                files = {str(k): [int(v[0]), int(v[1])] for k, v in raw["files"].items()}
+                return cls(path, bucket, files)
+        except (OSError, ValueError, TypeError, IndexError, AttributeError):
+            pass  # unknown: everything counts as unsynced, which is the safe side
+        return cls(path, bucket)
+
+    def synced(self, f: LocalFile) -> bool:
+        return self.files.get(f.key) == [f.size, f.mtime_ns]
+
+    def save(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps({"bucket": self.bucket, "files": self.files}))
+        os.replace(tmp, self.path)
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    ok: bool
+    detail: str
+    seconds: float = 0.0
+    uploaded: int = 0
+    unsynced: int | None = None  # files still not in the bucket; None: unknown
+
+
+def pending(scratch: Path, sync_dirs: Sequence[str], node: str, bucket: str) -> list[LocalFile]:
+    manifest = Manifest.load(scratch, bucket)
+    return [f for f in local_files(scratch, sync_dirs, node) if not manifest.synced(f)]
+
+
+def sync_scratch(
+    *,
+    scratch: Path,
+    sync_dirs: Sequence[str],
+    node: str,
+    store: Store | None,
+    timeout_s: float,
+) -> SyncResult:
+    """Upload every file not yet saved, oldest record first, within ``timeout_s``."""
+    started = time.monotonic()
+    deadline = started + timeout_s
+    bucket = store.bucket if store is not None else ""
+    todo = pending(scratch, sync_dirs, node, bucket)
+    if not todo:
+        return SyncResult(True, "nothing to save: every checkpoint file is in the bucket", 0, 0, 0)
+    if store is None:
+        return SyncResult(
+            False, f"no bucket configured: {len(todo)} file(s) cannot be saved", 0.0, 0, len(todo)
+        )
+    manifest = Manifest.load(scratch, bucket)
+    uploaded = 0
+    try:
+        for f in todo:
+            if time.monotonic() >= deadline:
+                raise StoreError(f"sync budget of {timeout_s:.0f} s spent", code="Deadline")
+            store.upload_file(f.key, f.path, f.size, deadline)
+            manifest.files[f.key] = [f.size, f.mtime_ns]
+            uploaded += 1
+            manifest.save()  # a crash or a deadline keeps what already landed
+    except (StoreError, OSError) as exc:
+        left = len(todo) - uploaded
+        return SyncResult(
+            False,
+            f"{exc} ({uploaded} uploaded, {left} file(s) not saved)",
+            time.monotonic() - started,
+            uploaded,
+            left,
+        )
+    # Files written while we uploaded are caught by this second look, not lost.
+    left = len(pending(scratch, sync_dirs, node, bucket))
+    took = time.monotonic() - started
+    return SyncResult(
+        left == 0,
+        f"saved {uploaded} file(s) to {bucket} in {took:.1f} s"
+        + (f"; {left} changed meanwhile" if left else ""),
+        took,
+        uploaded,
+        left,
+    )
+
+
+def check_store(store: Store, node: str) -> str:
+    """Prove the path works: write a small probe object and read its size back."""
+    key = PROBE_KEY.format(node=node)
+    data = f"gpufleet sync check from {node} at {dt.datetime.now(UTC).isoformat()}\n".encode()
+    deadline = time.monotonic() + 60
+    store.put(key, data, deadline)
+    head = store.head(key, deadline)
+    if head is None or int(head.get("content-length", "-1")) != len(data):
+        raise StoreError(f"probe {key} was written but does not read back", code="Probe")
+    return f"wrote and read back s3://{store.bucket}/{key}"
