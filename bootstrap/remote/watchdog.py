@@ -3,22 +3,27 @@
 
 Runs on the node from a systemd timer (gpufleet-watchdog.timer, every ~minute), as root, with
 the system Python (3.10+) and nothing but the standard library and the node's own tools
-(nvidia-smi, ss, who, aws/ossutil). The idle rules live in ``watchdog_policy.py`` next to
-this file: the same code the cloud reaper runs (infra/reaper/policy.py).
+(nvidia-smi, ss, who). Next to it: ``watchdog_policy.py``, the idle rules (the same file the
+cloud reaper runs, infra/reaper/policy.py), and ``watchdog_sync.py``, its bucket sync.
 
 One run:
-  1. reads its config (/etc/gpufleet/watchdog.json), the sample history and the lease;
+  1. reads its config (/etc/gpufleet/watchdog.json), the sample history and the lease file;
   2. takes a few samples 15 s apart (GPU utilization and compute processes from nvidia-smi,
      SSH sessions and connections from ss/who), checking the spot interruption notice
      before each: a notice saves scratch to the bucket at once;
-  3. decides (policy.decide_node), publishes heartbeat + GPU metrics, logs the decision;
-  4. on "stop": syncs the checkpoints on scratch to the bucket within a bounded time, then
-     powers off (the instance's shutdown behaviour is stop). A sync that fails postpones
-     the power-off, for at most ``sync_failure_grace_minutes``: money is bounded too.
+  3. gathers the other signals (Watchdog.gather_signals: its instance tags for protected,
+     lease and limits; unreadable ones count as activity), decides (policy.decide_node),
+     publishes heartbeat + GPU metrics + the unsynced file count, logs the decision;
+  4. on "stop": saves the checkpoints on scratch to the bucket within a bounded time, then
+     powers off (the instance's shutdown behaviour is stop). While checkpoint files are not
+     in the bucket it REFUSES to power off and retries every run; only the hard TTL
+     overrides that, after one more bounded attempt.
 
-    watchdog.py run               one run, as the timer does
+    watchdog.py run [--dry-run]   one run, as the timer does (dry: never power off)
     watchdog.py status --json     the idle clock and what keeps the node alive, without acting
     watchdog.py lease --hours N   keep this node N hours: lease file + instance tag
+    watchdog.py sync              save scratch to the bucket now
+    watchdog.py check-sync        prove the bucket can be written (what fab setup checks)
 """
 
 from __future__ import annotations

@@ -111,6 +111,11 @@ def node_policy(bucket: str, stack: str) -> str:
                     "Resource": [f"acs:oss:*:*:{bucket}/*"],
                 },
                 {"Effect": "Allow", "Action": ["cms:PutCustomMetric"], "Resource": ["*"]},
+                # The watchdog reads its own tags (protected, lease, limits) with
+                # ListTagResources: Alicloud's metadata service does not serve tags yet. Read
+                # only; not scoped by tag, since a denied read would leave the node unguarded
+                # by idleness (unknown tags count as activity) until its TTL.
+                {"Effect": "Allow", "Action": ["ecs:ListTagResources"], "Resource": ["*"]},
                 {
                     # `fab keep-alive` writes the lease tag from the node: only on this
                     # stack's managed instances, and only in a request that carries the lease

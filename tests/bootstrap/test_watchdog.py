@@ -815,6 +815,16 @@ def test_alicloud_tags_come_from_list_tag_resources_signed_as_the_sdk_signs(tmp_
             wd.alicloud_instance_tags(config, INSTANCE_ID, None)
 
 
+def test_alicloud_node_role_may_list_tags_so_the_watchdog_can_read_its_own() -> None:
+    from infra.providers.alicloud import node_policy
+
+    doc = json.loads(node_policy("gpufleet-s-abc", "s"))
+    allows = [st for st in doc["Statement"] if st["Effect"] == "Allow"]
+    assert any("ecs:ListTagResources" in st["Action"] for st in allows)
+    denies = [st for st in doc["Statement"] if st["Effect"] == "Deny"]
+    assert not any("ecs:ListTagResources" in st["Action"] for st in denies)
+
+
 def test_the_fakes_list_tag_resources_answer_is_what_the_official_sdk_parses() -> None:
     from alibabacloud_ecs20140526 import models
 
