@@ -25,7 +25,7 @@ TASK_MODULES: tuple[str, ...] = (
     "bootstrap.setup",
     "bootstrap.hostkey_tasks",
     "bootstrap.watchdog",
-    "bootstrap.verify",
+    "bootstrap.verify.task",
 )
 
 

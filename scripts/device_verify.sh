@@ -74,14 +74,18 @@ print(f"TIMES  {json.dumps(report.get('timings', {}))}")
 print(f"WALL   node script {report['wall_s']:.1f} s, whole verification {wall:.1f} s")
 EOF
 
-# The verdict, when the laptop-side dependencies (fabric, rich) happen to be installed here.
-"$PY" - "$work/verify_node.json" <<'EOF' | tee "$work/verdict.txt" || true
+# The verdict, when the laptop-side dependencies (fabric, rich) happen to be installed here:
+# without them it is skipped with the reason (exit 3); any other failure of the judge fails
+# this script instead of passing unnoticed.
+verdict_rc=0
+"$PY" - "$work/verify_node.json" >"$work/verdict.txt" <<'EOF' || verdict_rc=$?
 import json, sys
 try:
-    from bootstrap.verify_judge import expected_from, judge
+    from bootstrap.verify.judge import expected_from, judge
     from infra.catalog import gpu_by_nvml_name, load_catalog
 except ImportError as exc:
-    sys.exit(f"verdict skipped: {exc} (the judge needs the project's requirements)")
+    print(f"verdict skipped: {exc} (the judge needs the project's requirements)")
+    sys.exit(3)
 report = json.load(open(sys.argv[1]))
 cat = load_catalog()
 gpus = (report.get("nvidia") or {}).get("gpus") or []
@@ -92,6 +96,12 @@ for c in verdict.checks:
     print(f"{c.status:8} {c.name:16} {c.measured:38} {c.detail[:90]}")
 print(f"VERDICT {verdict.status} (tier {tier or 'none: judged against the GPU found'})")
 EOF
+cat "$work/verdict.txt"
+if [ "$verdict_rc" -ne 0 ] && [ "$verdict_rc" -ne 3 ]; then
+  echo "device_verify: the judge failed (exit $verdict_rc) on $work/verify_node.json" >&2
+  if [ -n "${OUT:-}" ]; then mkdir -p "$OUT" && cp "$work/verify_node.json" "$OUT/"; fi
+  exit 1
+fi
 
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT"

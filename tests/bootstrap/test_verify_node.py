@@ -19,10 +19,10 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from bootstrap import verify as v
-from bootstrap import verify_judge as j
 from bootstrap.api import ScratchSpec
 from bootstrap.remote import verify_node, verify_smi
+from bootstrap.verify import judge as j
+from bootstrap.verify.report import REPORT_SCHEMA, VerifyRun, save_report, upload_report
 from infra.catalog import load_catalog
 
 NODE_SCRIPT = Path(verify_node.__file__)
@@ -195,7 +195,7 @@ def test_the_report_is_uploaded_to_the_stack_bucket(moto_s3: str, tmp_path: Path
     report = tmp_path / "verify-20261129T120000Z.json"
     report.write_text('{"overall": "PASS"}')
     exp = j.Expected(provider="aws", region="us-east-1", bucket="gpufleet-reports")
-    result = v.upload_report(report, exp, endpoint_url=moto_s3)
+    result = upload_report(report, exp, endpoint_url=moto_s3)
     assert result == {"status": "ok", "url": f"s3://gpufleet-reports/gpufleet/verify/{report.name}"}
     body = s3.get_object(Bucket="gpufleet-reports", Key=f"gpufleet/verify/{report.name}")["Body"]
     assert json.loads(body.read()) == {"overall": "PASS"}
@@ -209,12 +209,12 @@ def test_without_credentials_the_upload_is_skipped_with_a_clear_message(
     report = tmp_path / "r.json"
     report.write_text("{}")
     exp = j.Expected(provider="aws", region="us-east-1", bucket="b")
-    result = v.upload_report(report, exp)
+    result = upload_report(report, exp)
     assert result["status"] == "skip" and "no AWS credentials" in result["reason"]
 
 
 def test_the_saved_report_is_named_by_stack_and_time(tmp_path: Path) -> None:
-    run = v.VerifyRun(
+    run = VerifyRun(
         expected=j.expected_from(None, load_catalog(), tier="t4x1"),
         verdicts=[],
         cluster=None,
@@ -222,10 +222,10 @@ def test_the_saved_report_is_named_by_stack_and_time(tmp_path: Path) -> None:
         seconds=1.0,
         started_at="2026-11-29T12:00:00Z",
     )
-    path = v.save_report(run, tmp_path)
+    path = save_report(run, tmp_path)
     assert path == tmp_path / "adhoc" / "verify-20261129T120000Z.json"
     doc = json.loads(path.read_text())
-    assert doc["schema"] == v.REPORT_SCHEMA and doc["overall"] == j.FAIL  # no host verified
+    assert doc["schema"] == REPORT_SCHEMA and doc["overall"] == j.FAIL  # no host verified
     assert doc["expected"]["tier"] == "t4x1"
 
 

@@ -1,0 +1,12 @@
+"""``fab verify-gpu``, by concern.
+
+- :mod:`~bootstrap.verify.task`: the ``verify-gpu`` task and its two steps (``verify-node``,
+  ``verify-cross-node``);
+- :mod:`~bootstrap.verify.ship`: copying the node-side files (``bootstrap/remote/verify_*``)
+  to a node, the command that runs them, fetching their report;
+- :mod:`~bootstrap.verify.expected`: what a healthy node of the tier looks like;
+- :mod:`~bootstrap.verify.judge` and :mod:`~bootstrap.verify.checks`: the pure judgement, one
+  registered function per check; :mod:`~bootstrap.verify.verdict`: statuses and verdicts;
+- :mod:`~bootstrap.verify.render` and :mod:`~bootstrap.verify.report`: tables, the saved
+  JSON report and its upload.
+"""

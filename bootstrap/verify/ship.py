@@ -1,0 +1,194 @@
+"""Getting the node-side files onto a node and running them: the command line
+(:func:`node_command`, pure), the one-round-trip copy (:func:`ship_command`) and
+:func:`run_on_node`, which ships, runs one stage, fetches the report and cleans up.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import io
+import shlex
+import tarfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fabric import Connection
+
+from bootstrap.api import Host, HostContext, StepFailed
+from bootstrap.pytorch import DEFAULT_VENV
+from bootstrap.system import ProgressStream, sh
+from bootstrap.verify.expected import Expected
+from bootstrap.verify.judge import ReportError, parse_report
+
+REMOTE_DIR = Path(__file__).resolve().parent.parent / "remote"
+REMOTE_FILES = ("verify_node.py", "verify_smi.py", "verify_train.py")
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    python: str = f"{DEFAULT_VENV}/bin/python"
+    cpu: bool = False
+    quick: bool = False
+    nproc: int = 2
+    steps: int = 0
+    scratch_mb: int = 4096
+    timeout_s: float = 600.0
+    node_env: Mapping[str, str] = field(default_factory=dict)
+    s3_endpoint: str | None = None
+    master_addr: str | None = None
+    master_port: int = 29512
+
+
+def parse_node_env(text: str) -> dict[str, str]:
+    """``KEY=VALUE,KEY=VALUE`` (``--node-env``) -> a dict; ValueError names a bad item."""
+    env: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.replace("_", "").isalnum() or key[0].isdigit():
+            raise ValueError(f"--node-env item {item!r} is not KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def node_command(
+    remote_dir: str,
+    opts: VerifyOptions,
+    exp: Expected,
+    *,
+    stage: str = "local",
+    node_rank: int = 0,
+    nnodes: int = 1,
+    master_addr: str = "127.0.0.1",
+) -> str:
+    """The shell command that runs verify_node.py on the node (pure, so it is tested)."""
+    args = [
+        opts.python,
+        f"{remote_dir}/verify_node.py",
+        f"--out={remote_dir}/report-{stage}.json",
+        f"--workdir={remote_dir}/run-{stage}",
+        f"--stage={stage}",
+        f"--mode={'cpu' if opts.cpu else 'gpu'}",
+        f"--nproc={opts.nproc}",
+        f"--timeout={opts.timeout_s:g}",
+        f"--scratch={exp.scratch.path}",
+        f"--scratch-mb={opts.scratch_mb}",
+        f"--provider={exp.provider or 'aws'}",
+    ]
+    if exp.gpu and not opts.cpu:
+        args += [f"--dtype={exp.gpu.training_dtype}", f"--peak-tflops={exp.gpu.peak_tflops:g}"]
+    if opts.quick:
+        args.append("--quick")
+    if opts.steps:
+        args.append(f"--steps={opts.steps}")
+    if exp.bucket and stage == "local":
+        args.append(f"--bucket={exp.bucket}")
+    if exp.region:
+        args.append(f"--region={exp.region}")
+    if opts.s3_endpoint:
+        args.append(f"--s3-endpoint={opts.s3_endpoint}")
+    if stage == "cross":
+        args += [
+            f"--nnodes={nnodes}",
+            f"--node-rank={node_rank}",
+            f"--master-addr={master_addr}",
+            f"--master-port={opts.master_port}",
+        ]
+    env = [f"{k}={v}" for k, v in opts.node_env.items()]
+    prefix = ["env", *env] if env else []
+    return " ".join(shlex.quote(a) for a in [*prefix, *args])
+
+
+def remote_bundle() -> str:
+    """The node-side files as base64 of a gzipped tar, small enough for one command line.
+
+    The same files give the same bundle (no time stamps inside), so the command is stable."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name in REMOTE_FILES:
+            data = (REMOTE_DIR / name).read_bytes()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return base64.b64encode(gzip.compress(buf.getvalue(), mtime=0)).decode()
+
+
+def ship_command(bundle: str) -> str:
+    """One round trip: a fresh temp dir on the node with the files unpacked, its path printed.
+
+    Sent inside the command rather than over SFTP, which hardened images sometimes disable;
+    Linux caps one argument at 128 KiB, the bundle is a fraction of that."""
+    if len(bundle) > 100_000:
+        raise ValueError(f"node bundle too large for one command line ({len(bundle)} bytes)")
+    return (
+        "d=$(mktemp -d /tmp/gpufleet-verify.XXXXXX) && "
+        f'printf %s {bundle} | base64 -d | tar -xzf - -C "$d" && echo "$d"'
+    )
+
+
+def _ship(conn: Connection) -> str:
+    """Copy the node-side files into a fresh temp dir on the node; returns its path."""
+    made = sh(conn, ship_command(remote_bundle()), timeout=60)
+    remote = str(made.stdout).strip()
+    if not made.ok or not remote.startswith("/tmp/gpufleet-verify."):
+        why = (str(made.stderr) or str(made.stdout)).strip()[-300:]
+        raise StepFailed(f"could not copy the verify files to the node (needs base64, tar): {why}")
+    return remote
+
+
+def run_on_node(conn: Connection, ctx: HostContext, stage: str) -> dict[str, Any]:
+    """Ship, run one stage, fetch its report, clean up. Report problems become measurements
+    with ``report_error`` so the verdict shows them instead of a traceback."""
+    opts: VerifyOptions = ctx.options.extra["verify"]
+    py = shlex.quote(opts.python)
+    if not sh(conn, f"test -x {py}", timeout=30).ok:
+        raise StepFailed(
+            f"no Python at {opts.python} on the node: run `fab install-pytorch` first, or pass "
+            "--python with the interpreter that has torch"
+        )
+    remote = _ship(conn)
+    try:
+        measurements = _run_stage(conn, ctx, remote, stage)
+    finally:
+        cleaned = sh(conn, f"rm -rf {shlex.quote(remote)}", timeout=60)
+    if not cleaned.ok:
+        # Not a verdict on the GPU, but a folder left in the node's /tmp: say so in the report.
+        why = (str(cleaned.stderr) or str(cleaned.stdout)).strip()[-200:]
+        measurements["cleanup_error"] = f"could not remove {remote} (exit {cleaned.exited}): {why}"
+        ctx.progress(measurements["cleanup_error"])
+    return measurements
+
+
+def _run_stage(conn: Connection, ctx: HostContext, remote: str, stage: str) -> dict[str, Any]:
+    opts: VerifyOptions = ctx.options.extra["verify"]
+    ranks: Mapping[Host, int] = ctx.options.extra.get("ranks", {})
+    cmd = node_command(
+        remote,
+        opts,
+        ctx.options.extra["expected"],
+        stage=stage,
+        node_rank=ranks.get(ctx.host, 0),
+        nnodes=len(ranks) or 1,
+        master_addr=ctx.options.extra.get("master_addr", "127.0.0.1"),
+    )
+    ctx.progress(f"running verify_node.py ({stage})")
+    # verify_node.py reports its own failures in the JSON it writes; its exit status only
+    # matters when it wrote nothing, and then it is part of the message.
+    result = conn.run(
+        cmd,
+        warn=True,
+        hide=True,
+        in_stream=False,
+        timeout=opts.timeout_s + 300,
+        err_stream=ProgressStream(ctx, r"^verify: "),
+    )
+    fetched = sh(conn, f"cat {shlex.quote(remote)}/report-{stage}.json", timeout=60)
+    if not fetched.ok:
+        tail = " | ".join((str(result.stderr) or str(result.stdout)).strip().splitlines()[-4:])
+        return {"report_error": f"the node wrote no report (exit {result.exited}): {tail}"}
+    try:
+        return parse_report(str(fetched.stdout))
+    except ReportError as exc:
+        return {"report_error": str(exc)}
