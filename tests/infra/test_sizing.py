@@ -364,8 +364,8 @@ def write_report(
     reports: Path, mfu: float, started: str, tier: str = "a100x8", status: str = "PASS"
 ) -> Path:
     """A report written by verify-gpu's own code: the real Expected, Check, Verdict, VerifyRun."""
-    from bootstrap import verify as v
-    from bootstrap import verify_judge as j
+    from bootstrap.verify import judge as j
+    from bootstrap.verify import report as v
 
     exp = j.expected_from(None, CAT, tier=tier)
     checks = (
