@@ -19,24 +19,33 @@ def test_deploy_needs_an_ssh_key_and_says_how_to_set_it():
         evaluate(cfg)
 
 
-def test_a_stack_above_its_cost_ceiling_declares_nothing():
-    cfg = parse_config(
-        {
-            "provider": "aws",
-            "tier": "h100x8",
-            "nodes": 2,
-            "sshCidrs": CIDRS,
-            "sshPublicKey": PLACEHOLDER_SSH_KEY,
-            "maxHourlyCost": 100,
-        },
-        "big",
-    )
-    from infra.offline import Mocks
+def test_a_stack_above_its_cost_ceiling_declares_nothing(monkeypatch):
+    raw = {
+        "provider": "aws",
+        "tier": "h100x8",
+        "nodes": 2,
+        "sshCidrs": CIDRS,
+        "sshPublicKey": PLACEHOLDER_SSH_KEY,
+    }
+    import infra.offline as offline
 
-    before = len(Mocks("x", "y").resources)
+    engines: list[offline.Mocks] = []
+
+    class Recording(offline.Mocks):
+        def __init__(self, stack: str, region: str) -> None:
+            super().__init__(stack, region)
+            engines.append(self)
+
+    monkeypatch.setattr(offline, "Mocks", Recording)
     with pytest.raises(ConfigError, match=r"costs about 110.08 USD/h .* above the limit 100"):
-        evaluate(cfg)
-    assert before == 0
+        evaluate(parse_config({**raw, "maxHourlyCost": 100}, "big"))
+    # The engine the program really ran under saw no resource and no invoke at all...
+    assert len(engines) == 1
+    assert engines[0].resources == [] and engines[0].invokes == []
+    # ...while under a higher ceiling the same stack declares its nodes through it.
+    evaluate(parse_config({**raw, "maxHourlyCost": 200}, "big"))
+    assert len(engines) == 2
+    assert any(r.type == "aws:ec2/instance:Instance" for r in engines[1].resources)
 
 
 def test_volta_nodes_start_from_plain_ubuntu_because_the_dlami_skips_them():
@@ -47,7 +56,15 @@ def test_volta_nodes_start_from_plain_ubuntu_because_the_dlami_skips_them():
 def test_spot_max_price_is_passed_as_text_and_on_demand_has_no_market_options():
     base = {"provider": "aws", "tier": "t4x1", "sshCidrs": CIDRS}
     spot = market_options(parse_config({**base, "billing": "spot", "spotMaxPrice": 0.3}, "s"))
-    assert spot is not None
+    assert spot is not None and spot.market_type == "spot"
+    assert spot.spot_options is not None
+    # EC2 takes the price as a string; a float would be sent as 0.30000000000000004 or refused
+    assert spot.spot_options.max_price == "0.3"
+    assert spot.spot_options.instance_interruption_behavior == "stop"
+    assert spot.spot_options.spot_instance_type == "persistent"
+    no_limit = market_options(parse_config({**base, "billing": "spot"}, "s"))
+    assert no_limit is not None and no_limit.spot_options is not None
+    assert no_limit.spot_options.max_price is None  # pay up to the on-demand price
     assert market_options(parse_config(base, "s")) is None
 
 
