@@ -128,6 +128,9 @@ class Mocks(pulumi.runtime.Mocks):
             out["latestVersion"] = 1
         elif typ in NAMED_BY_ENGINE:
             out.setdefault("name", args.name)
+        elif typ == "random:index/randomId:RandomId":
+            raw = bytes.fromhex(_digest("random", args.name, n=2 * int(inputs["byteLength"])))
+            out.update(hex=raw.hex(), dec=str(int.from_bytes(raw, "big")))
         elif typ == "alicloud:ram/role:Role":
             out["arn"] = f"acs:ram::{ACCOUNT_ID}:role/{inputs.get('roleName', args.name)}"
         out.setdefault("id", rid)

@@ -1094,8 +1094,42 @@ def normalise_config(
             raise PolicyConfigError(f"{name}: expected a level or an object, got {value!r}")
         if level is not None and level not in LEVELS:
             raise PolicyConfigError(f"{name}: enforcementLevel {level!r} is not one of {LEVELS}")
+        schema = next(r.config_schema for r in rules if r.name == name)
+        for prop, prop_value in props.items():
+            problem = _schema_problem(prop_value, schema.get(prop))
+            if prop not in schema:
+                known_props = ", ".join(sorted(schema)) or "none"
+                problem = f"no such setting (settings of {name}: {known_props})"
+            if problem:
+                raise PolicyConfigError(f"{name}.{prop}: {problem}")
         out[name] = (level, props)
     return out
+
+
+def _schema_problem(value: Any, schema: Mapping[str, Any] | None) -> str | None:
+    """What is wrong with a pack setting, for the few JSON-schema forms the rules declare (the
+    CLI checks the same schema before it runs a pack)."""
+    if schema is None:
+        return None
+    kind = schema.get("type")
+    if kind == "number":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"expected a number, got {value!r}"
+        if not math.isfinite(value):
+            return f"expected a finite number, got {value!r}"
+        low = schema.get("exclusiveMinimum")
+        if low is not None and not value > low:
+            return f"must be above {low}, got {value!r}"
+    elif kind == "boolean" and not isinstance(value, bool):
+        return f"expected true or false, got {value!r}"
+    elif kind == "array":
+        if not isinstance(value, list):
+            return f"expected a list, got {value!r}"
+        if schema.get("items", {}).get("type") == "string" and not all(
+            isinstance(v, str) for v in value
+        ):
+            return f"expected a list of strings, got {value!r}"
+    return None
 
 
 def evaluate(

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a file from a checkout without the editable install
@@ -56,7 +57,39 @@ BILLING_COLOURS = {
 
 
 class UsageError(Exception):
-    """Bad command-line input: printed on stderr, exit status 2."""
+    """Bad command-line input: printed on stderr, one line per problem, exit status 2."""
+
+    def __init__(self, *problems: str):
+        super().__init__(*problems)
+        self.problems = list(problems)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the flag (the usage is in --help)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
+# Usage amounts (GB, GB-months) beyond this are a typo, not a plan: an exabyte.
+MAX_AMOUNT = 1e9
+AMOUNT_FLAGS = ("egress_gb", "storage_gb", "snapshot_gb")
+
+
+def check_amounts(args: argparse.Namespace) -> None:
+    """NaN and infinity would price to nonsense: refuse them by flag (ranges: the cost model)."""
+    problems = []
+    for dest in ("hours_per_month", *AMOUNT_FLAGS):
+        value = getattr(args, dest)
+        if value is None:
+            continue
+        flag = "--" + dest.replace("_", "-")
+        if not math.isfinite(value):
+            problems.append(f"{flag}: {value!r} is not a number")
+        elif dest in AMOUNT_FLAGS and value > MAX_AMOUNT:
+            problems.append(f"{flag}: must be <= {MAX_AMOUNT:g}, got {value:g}")
+    if problems:
+        raise UsageError(*problems)
 
 
 class LiveUnavailable(Exception):
@@ -454,7 +487,10 @@ def save_figure(fig: Figure, path: Path) -> None:
     if not path.parent.is_dir():
         raise UsageError(f"--plot: directory {path.parent} does not exist")
     FigureCanvasAgg(fig)  # Agg: no display needed, same output on CI and laptops
-    fig.savefig(path, dpi=110)
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as exc:  # a directory of that name, no write permission, disk full
+        raise UsageError(f"--plot: cannot write {path} ({exc.strerror or exc})") from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -462,7 +498,7 @@ def save_figure(fig: Figure, path: Path) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="cost.py",
         description="The bill for a stack before `pulumi up`, or a tier across providers.",
     )
@@ -493,7 +529,10 @@ def parser() -> argparse.ArgumentParser:
 
 def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     args = parser().parse_args(argv)
-    if args.compare:
+    check_amounts(args)
+    if args.compare is not None:
+        if not args.compare.strip():
+            raise UsageError("--compare: give a tier name, e.g. --compare a100x8")
         for flag in ("stack", "live"):
             if getattr(args, flag):
                 raise UsageError(f"--{flag} does not apply to --compare")
@@ -542,12 +581,10 @@ def main(
 ) -> int:
     try:
         return run(sys.argv[1:] if argv is None else argv, out, err)
-    except (UsageError, CostError) as exc:
+    except (UsageError, CostError, ConfigError) as exc:
         problems = getattr(exc, "problems", None) or [str(exc)]
-        err.write("cost.py: " + "\n  ".join(["bad input:", *problems]) + "\n")
-        return 2
-    except ConfigError as exc:
-        err.write(f"cost.py: {exc}\n")
+        for problem in problems:
+            err.write(f"cost.py: {' '.join(str(problem).split())}\n")
         return 2
     except CatalogError as exc:
         err.write(f"cost.py: the catalog data is inconsistent (a bug, not your input): {exc}\n")

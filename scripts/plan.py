@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip install -e .`
@@ -189,8 +189,15 @@ def print_policies(section: dict[str, Any]) -> None:
     print(format_preview(violations))
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the flag (the usage is in --help)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_INVALID, f"{self.prog}: {message} (see --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--stack", help="a stack in stacks/ (Pulumi.<stack>.yaml)")
     which.add_argument("--stack-file", help="any Pulumi.<stack>.yaml file")

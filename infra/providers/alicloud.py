@@ -9,6 +9,7 @@ from typing import Any
 
 import pulumi
 import pulumi_alicloud as ali
+import pulumi_random as random
 
 from infra import guard as guard_logic
 from infra.config import ConfigError, StackConfig
@@ -32,6 +33,14 @@ PUBLIC_BANDWIDTH_MBPS = 100
 
 def _opts(parent: pulumi.Resource, **kw: object) -> pulumi.ResourceOptions:
     return pulumi.ResourceOptions(parent=parent, **kw)  # type: ignore[arg-type]
+
+
+BUCKET_SUFFIX_BYTES = 4
+
+
+def bucket_name_for(stack: str, suffix: str) -> str:
+    """gpufleet-<stack>-<suffix>: at most 63 characters (OSS), the suffix always whole."""
+    return f"gpufleet-{stack[: 63 - len('gpufleet--') - len(suffix)].rstrip('-')}-{suffix}"
 
 
 def charge_args(cfg: StackConfig) -> dict[str, Any]:
@@ -320,9 +329,13 @@ class AlicloudProvider:
     def storage(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> StorageParts:
         tags = stack_tags(cfg)
         keep = not cfg.destroy_data
-        # OSS names are global: the account id makes the name unique and stable.
-        account = ali.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=parent))
-        bucket_name = account.account_id.apply(lambda a: f"gpufleet-{cfg.stack}-{a}"[:63])
+        # OSS names are global, and a destroy keeps the bucket (retain_on_delete): a fixed name
+        # would make the next `pulumi up` fail on the bucket it kept. A random suffix, held in
+        # the stack's state, is stable across updates and new after a destroy.
+        suffix = random.RandomId(
+            f"{name}-bucket-suffix", byte_length=BUCKET_SUFFIX_BYTES, opts=_opts(parent)
+        )
+        bucket_name = suffix.hex.apply(lambda h: bucket_name_for(cfg.stack, h))
         days = cfg.bucket_archive_days
         bucket = ali.oss.Bucket(
             f"{name}-bucket",

@@ -22,6 +22,8 @@ def _args_class(token: str) -> type | None:
     if pkg in ("pulumi", "gpufleet"):
         return None
     mod = mod_path.split("/")[0]
+    if mod == "index":  # top-level resources (random.RandomId) live in the package itself
+        return getattr(importlib.import_module(f"pulumi_{pkg}"), cls + "Args", None)
     for candidate in (mod, mod + "_"):
         try:
             module = importlib.import_module(f"pulumi_{pkg}.{candidate}")
