@@ -56,6 +56,74 @@ class Expected:
         }
 
 
+@dataclass(frozen=True)
+class _TierFacts:
+    """What the tier promises, from the stack's tier output and the catalog together."""
+
+    gpus_allowed: tuple[Gpu, ...]
+    gpu_count: int | None
+    nvlink: bool
+    nvswitch: bool
+    provider: str | None
+    instance_type: str | None
+
+
+def _tier_facts(
+    catalog: Catalog, name: str | None, raw: Mapping[str, Any], provider: str | None
+) -> _TierFacts:
+    """The stack's tier output, completed from the catalog tier of that name (if any): the
+    output's own values win, the catalog fills what it leaves out."""
+    itype = raw.get("instance_type")
+    facts = _TierFacts(
+        (),
+        raw.get("gpu_count"),
+        bool(raw.get("nvlink", False)),
+        bool(raw.get("nvswitch", False)),
+        provider,
+        itype,
+    )
+    if not name or name not in catalog.tiers:
+        return facts
+    t = catalog.tiers[name]
+    offers = [
+        catalog.instance(p, profile)
+        for p, profiles in t.offers.items()
+        if provider in (None, p)
+        for profile in profiles.values()
+    ]
+    if not itype and offers:
+        itype, provider = offers[0].name, provider or offers[0].provider
+    return _TierFacts(
+        tuple(catalog.gpus[g] for g in t.gpus_allowed),
+        facts.gpu_count or t.gpus,
+        facts.nvlink or t.nvlink,
+        facts.nvswitch if "nvswitch" in raw else any(o.nvswitch for o in offers),
+        provider,
+        itype,
+    )
+
+
+def _with_model(catalog: Catalog, model: str | None, allowed: tuple[Gpu, ...]) -> tuple[Gpu, ...]:
+    """The stack's actual GPU model first, then the tier's other allowed ones."""
+    if not model:
+        return allowed
+    if model not in catalog.gpus:
+        raise ValueError(
+            f"stack tier GPU {model!r} is not in the catalog (infra/catalog/gpus.toml)"
+        )
+    found = catalog.gpus[model]
+    return (found, *[g for g in allowed if g.key != found.key])
+
+
+def _scratch_spec(raw: Mapping[str, Any]) -> ScratchSpec:
+    return ScratchSpec(
+        path=raw.get("path", "/scratch"),
+        kind=raw.get("kind", "nvme"),
+        devices=raw.get("devices"),
+        size_gb=raw.get("size_gb"),
+    )
+
+
 def expected_from(
     outputs: Mapping[str, Any] | None,
     catalog: Catalog,
@@ -72,54 +140,20 @@ def expected_from(
     ValueError naming the fix when the tier or GPU model is unknown to the catalog.
     """
     outputs = outputs or {}
+    if tier and tier not in catalog.tiers:
+        known = ", ".join(sorted(catalog.tiers))
+        raise ValueError(f"unknown tier {tier!r}; the catalog has: {known}")
     # A tier named on the command line replaces the stack's tier wholesale.
     raw_tier = {} if tier else dict(outputs.get("tier") or {})
     tier_name = tier or raw_tier.get("name")
-    gpus_allowed: tuple[Gpu, ...] = ()
-    gpu_count = raw_tier.get("gpu_count")
-    nvlink = bool(raw_tier.get("nvlink", False))
-    nvswitch = bool(raw_tier.get("nvswitch", False))
-    provider = outputs.get("provider")
-    itype = raw_tier.get("instance_type")
-    if tier_name and tier_name in catalog.tiers:
-        t = catalog.tiers[tier_name]
-        gpus_allowed = tuple(catalog.gpus[g] for g in t.gpus_allowed)
-        gpu_count = gpu_count or t.gpus
-        nvlink = nvlink or t.nvlink
-        offers = [
-            catalog.instance(p, name)
-            for p, profiles in t.offers.items()
-            if provider in (None, p)
-            for name in profiles.values()
-        ]
-        if "nvswitch" not in raw_tier:
-            nvswitch = any(o.nvswitch for o in offers)
-        if not itype and offers:
-            itype, provider = offers[0].name, provider or offers[0].provider
-    elif tier:
-        known = ", ".join(sorted(catalog.tiers))
-        raise ValueError(f"unknown tier {tier!r}; the catalog has: {known}")
-    model = raw_tier.get("gpu_model")
-    if model:
-        if model not in catalog.gpus:
-            raise ValueError(
-                f"stack tier GPU {model!r} is not in the catalog (infra/catalog/gpus.toml)"
-            )
-        found = catalog.gpus[model]
-        gpus_allowed = (found, *[g for g in gpus_allowed if g.key != found.key])
+    facts = _tier_facts(catalog, tier_name, raw_tier, outputs.get("provider"))
+    gpus_allowed = _with_model(catalog, raw_tier.get("gpu_model"), facts.gpus_allowed)
+    provider, itype = facts.provider, facts.instance_type
     network = None
     if provider and itype and (provider, itype) in catalog.instances:
         network = catalog.instances[(provider, itype)].network_gbps
     first = gpus_allowed[0] if gpus_allowed else None
-    thresholds = dict(first.thresholds if first else catalog.default_thresholds)
     memory = float(raw_tier.get("gpu_memory_gb") or (first.memory_gb if first else 0))
-    raw_scratch = outputs.get("scratch") or {}
-    spec = scratch or ScratchSpec(
-        path=raw_scratch.get("path", "/scratch"),
-        kind=raw_scratch.get("kind", "nvme"),
-        devices=raw_scratch.get("devices"),
-        size_gb=raw_scratch.get("size_gb"),
-    )
     return Expected(
         stack=outputs.get("stack"),
         provider=provider,
@@ -127,14 +161,14 @@ def expected_from(
         tier=tier_name,
         gpu=first,
         gpus_allowed=gpus_allowed,
-        gpu_count=int(gpu_count) if gpu_count else None,
+        gpu_count=int(facts.gpu_count) if facts.gpu_count else None,
         memory_gb=memory or None,
-        nvlink=nvlink,
-        nvswitch=nvswitch,
+        nvlink=facts.nvlink,
+        nvswitch=facts.nvswitch,
         network_gbps=network,
-        scratch=spec,
+        scratch=scratch or _scratch_spec(outputs.get("scratch") or {}),
         bucket=outputs.get("bucket"),
-        thresholds=thresholds,
+        thresholds=dict(first.thresholds if first else catalog.default_thresholds),
         cpu=cpu,
         quick=quick,
         nodes=nodes,
