@@ -271,3 +271,150 @@ def test_plan_cli_exits_0_or_2_and_never_prints_a_traceback(example: str, tmp_pa
         assert lines and all(line.startswith("gpufleet:") for line in lines), lines
     else:
         assert example == "valid-crossover"
+
+
+# --- bounds, world-splitting CIDR sets, odd scratch paths and tag values ---------------------
+
+NUMERIC_KEYS = ("idleMinutes", "ttlHours", "rootDiskGb", "scratchGb", "bucketArchiveDays", "nodes")
+huge_or_odd_numbers = st.one_of(
+    st.integers(min_value=-(10**400), max_value=10**400),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["1e12", "1e308", "1e309", "-0", "NaN", "Infinity", "9" * 400, "0x5"]),
+)
+
+
+def assert_within_bounds(cfg: StackConfig) -> None:
+    from infra.config import (
+        MAX_ARCHIVE_DAYS,
+        MAX_IDLE_MINUTES,
+        MAX_NODES,
+        MAX_ROOT_DISK_GB,
+        MAX_SCRATCH_GB,
+        MAX_TTL_HOURS,
+    )
+
+    assert 5 <= cfg.idle_minutes <= MAX_IDLE_MINUTES
+    assert 0 <= cfg.ttl_hours <= MAX_TTL_HOURS
+    assert 100 <= cfg.root_disk_gb <= MAX_ROOT_DISK_GB[cfg.provider]
+    assert 1 <= cfg.scratch_gb <= MAX_SCRATCH_GB[cfg.scratch_class]
+    assert 1 <= cfg.bucket_archive_days <= MAX_ARCHIVE_DAYS
+    assert 1 <= cfg.nodes <= MAX_NODES
+
+
+@SETTINGS
+@given(
+    base=st.sampled_from(BASES),
+    numbers=st.dictionaries(st.sampled_from(NUMERIC_KEYS), huge_or_odd_numbers, min_size=1),
+)
+@example(base=BASES[0], numbers={"idleMinutes": 10**12})
+@example(base=BASES[0], numbers={"ttlHours": float("inf"), "rootDiskGb": 10**400})
+def test_huge_nan_and_infinite_numbers_are_refused_by_key_or_land_within_bounds(
+    base: dict[str, Any], numbers: dict[str, Any]
+) -> None:
+    outcome = parse({**base, **numbers})
+    assert_clean(outcome)
+    if isinstance(outcome, StackConfig):
+        assert_within_bounds(outcome)
+    else:
+        named = {p.split(":", 2)[1] for p in outcome.problems}
+        assert named & set(numbers), outcome.problems  # the bad key is the one named
+
+
+@st.composite
+def partitions_of_the_internet(draw: st.DrawFn) -> list[str]:
+    """The whole IPv4 or IPv6 space cut into random pieces (0.0.0.0/1 + 128.0.0.0/1, ...)."""
+    version = draw(st.sampled_from([4, 6]))
+    pieces = [ipaddress.ip_network("0.0.0.0/0" if version == 4 else "::/0")]
+    for _ in range(draw(st.integers(min_value=1, max_value=12))):
+        i = draw(st.integers(min_value=0, max_value=len(pieces) - 1))
+        if pieces[i].prefixlen < pieces[i].max_prefixlen:
+            pieces[i : i + 1] = list(pieces[i].subnets(prefixlen_diff=1))
+    order = draw(st.permutations(range(len(pieces))))
+    return [str(pieces[j]) for j in order]
+
+
+@SETTINGS
+@given(base=st.sampled_from(BASES), cidrs=partitions_of_the_internet())
+@example(base=BASES[0], cidrs=["0.0.0.0/1", "128.0.0.0/1"])
+def test_the_internet_in_any_pieces_is_refused_like_0_0_0_0_0(
+    base: dict[str, Any], cidrs: list[str]
+) -> None:
+    outcome = parse({**base, "sshCidrs": cidrs, "allowWorldSsh": False})
+    assert isinstance(outcome, ConfigError), cidrs
+    assert all(p.startswith("gpufleet:sshCidrs") for p in outcome.problems), outcome.problems
+    allowed = parse({**base, "sshCidrs": cidrs, "allowWorldSsh": True})
+    assert isinstance(allowed, StackConfig)  # the explicit opt-in still works
+
+
+ipv4_networks = st.builds(
+    lambda addr, prefix: str(ipaddress.ip_network(f"{addr}/{prefix}", strict=False)),
+    st.ip_addresses(v=4),
+    st.integers(min_value=0, max_value=32),
+)
+
+
+@SETTINGS
+@given(base=st.sampled_from(BASES), cidrs=st.lists(ipv4_networks, min_size=1, max_size=70))
+def test_accepted_ssh_sources_are_narrow_networks_covering_little_of_the_internet(
+    base: dict[str, Any], cidrs: list[str]
+) -> None:
+    outcome = parse({**base, "sshCidrs": cidrs})
+    assert_clean(outcome)
+    if isinstance(outcome, StackConfig):
+        nets = [ipaddress.ip_network(c) for c in outcome.ssh_cidrs]
+        assert all(n.prefixlen >= SSH_MIN_PREFIX[n.version] for n in nets)
+        union = ipaddress.collapse_addresses(nets)  # type: ignore[type-var]
+        assert sum(n.num_addresses for n in union) <= 2**26
+
+
+odd_paths = st.one_of(
+    st.text(alphabet="/.ab-_ \n\x00etcsrach", max_size=24),
+    st.builds(
+        lambda root, rest: root + rest,
+        st.sampled_from(["/scratch", "/mnt", "//", "/", "/etc", "/usr", "", "scratch"]),
+        st.text(alphabet="/.ab-_", max_size=16),
+    ),
+)
+
+
+@SETTINGS
+@given(base=st.sampled_from(BASES), path=odd_paths)
+@example(base=BASES[0], path="//etc")
+@example(base=BASES[0], path="/scratch/../etc")
+def test_an_accepted_scratch_path_is_plain_and_under_an_allowed_root(
+    base: dict[str, Any], path: str
+) -> None:
+    import posixpath
+
+    from infra.config import SCRATCH_ROOTS
+
+    outcome = parse({**base, "scratchPath": path})
+    assert_clean(outcome)
+    if isinstance(outcome, StackConfig) and path.strip():
+        got = outcome.scratch_path
+        assert posixpath.normpath(got) == got and not got.startswith("//"), got
+        assert ".." not in got.split("/")
+        assert any(got == r or got.startswith(r + "/") for r in SCRATCH_ROOTS), got
+
+
+tag_keys = st.one_of(
+    st.text(max_size=20),
+    st.sampled_from(["GPUFLEET:stack", "Aws:x", "ACS:y", "aliyunz", "Managed-By", "team"]),
+)
+
+
+@SETTINGS
+@given(base=st.sampled_from(BASES), tags=st.dictionaries(tag_keys, values, max_size=6))
+@example(base=BASES[0], tags={"team": None, "a": {"b": 1}, "GpuFleet:x": "1"})
+def test_accepted_tags_are_flat_printable_text_under_unreserved_keys(
+    base: dict[str, Any], tags: dict[str, Any]
+) -> None:
+    from infra.config import RESERVED_TAG_PREFIXES
+
+    outcome = parse({**base, "tags": tags})
+    assert_clean(outcome)
+    if isinstance(outcome, StackConfig):
+        for key, value in outcome.tags.items():
+            assert not key.strip().lower().startswith(RESERVED_TAG_PREFIXES), key
+            assert key.strip().lower() != "managed-by"
+            assert isinstance(value, str) and value.isprintable() and len(value) <= 128
