@@ -179,9 +179,17 @@ def render(models: list[dict[str, Any]]) -> str:
                 f"{_p(r['on_demand_per_gpu']):>8}{spot:>13}"
             )
             when = f"{r['currency']}, priced {r['price_date']}" if r["price_date"] else "no price"
+            if r["spot"]:
+                mark = "~" if r["spot_estimated"] else ""
+                when = f"spot {mark}{_p(r['spot'][0])}-{_p(r['spot'][1])}/h; {when}"
             if r["spot_date"] and r["spot_date"] != r["price_date"]:
                 when += f", spot {r['spot_date']}"
-            lines.append(f"    {r['interconnect']}; {when}"[:WIDTH])
+            lines += textwrap.wrap(
+                f"{r['interconnect']}; {when}",
+                WIDTH,
+                initial_indent="    ",
+                subsequent_indent="      ",
+            )
         lines.append("")
     lines.append("~ spot not observed: the 30-70 % of on-demand planning band (pricing.toml)")
     return "\n".join(lines) + "\n"

@@ -591,12 +591,13 @@ def _section_time(result: SizingResult) -> list[str]:
     for gpu, (mfu, source) in sorted(sources.items()):
         lines += _wrap(f"{gpu}: MFU {mfu:.0%}, {source}", "  ", "  - ")
     scaling = ", ".join(
-        f"{eff:g} at >= {gbps:g} Gbps" if gbps else f"{eff:g} below" for gbps, eff in a.scaling
+        f"{eff:g} on >= {gbps:g} Gbps instance networks" if gbps else f"{eff:g} on slower ones"
+        for gbps, eff in a.scaling
     )
     lines += _wrap(
         "hours = FLOPs / (GPUs x dense peak in the chosen precision x MFU x scaling). One "
         "node: scaling 1 (the MFU is a whole node's). Several nodes: throughput kept per "
-        f"doubling of the node count, {scaling} of instance network (estimates, sizing.toml).",
+        f"doubling of the node count: {scaling} (estimates, sizing.toml).",
         "  ",
         "  ",
     )

@@ -477,3 +477,25 @@ def test_the_json_contract_has_every_key_the_issue_lists():
     }
     for o in doc["options"]:
         assert keys <= set(o)
+
+
+def test_the_advisor_imports_no_provider_sdk_and_no_pulumi():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, infra.sizing\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in "
+        "('boto3', 'botocore', 'pulumi', 'pulumi_aws', 'pulumi_alicloud',"
+        " 'alibabacloud_ecs20140526', 'fabric', 'torch')]\n"
+        "print(','.join(bad))\n"
+    )
+    repo = Path(sizing_module.__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(repo)!r})\n" + code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert proc.stdout.strip() == ""
