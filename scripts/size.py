@@ -89,7 +89,10 @@ def parse_amount(flag: str, text: str | None, problems: list[str], *, whole: boo
         example = "e.g. 4096" if whole else "e.g. 7e9 or 7B"
         problems.append(f"{flag}: {text!r} is not a number ({example})")
         return None
-    if not math.isfinite(value) or value <= 0:
+    if not math.isfinite(value):
+        problems.append(f"{flag}: must be a finite number, got {text!r}")
+        return None
+    if value <= 0:
         problems.append(f"{flag}: must be above 0, got {text!r}")
         return None
     if whole:

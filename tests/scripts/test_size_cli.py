@@ -144,6 +144,8 @@ def test_list_models_names_each_model_and_its_source():
         (["--model", "lama-2-7b", "--tokens", "1e9"], ["did you mean 'llama-2-7b'?"]),
         (["--model", "gpt2", "--tokens", "x", "--layers", "1.5"], ["--layers", "--tokens"]),
         (["--model", "gpt2"], ["give the data"]),
+        (["--model", "gpt2", "--tokens", "inf"], ["--tokens: must be a finite number"]),
+        (["--model", "gpt2", "--tokens", "nan"], ["--tokens: must be a finite number"]),
         (
             ["--model", "gpt2", "--tokens", "1e9", "--deadline-hours", "0.0001"],
             ["deadline 0.0001 h is impossible: the fastest fitting option"],
