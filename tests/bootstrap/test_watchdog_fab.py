@@ -132,7 +132,7 @@ def test_keep_alive_writes_the_lease_that_idle_status_then_reports(
     assert step["message"].startswith("kept until ")
     # The node tagged itself (instance id and role credentials from the fake metadata
     # service, CreateTags into moto's EC2) and wrote the file its own watchdog reads.
-    assert step["details"]["tag"] == "set"
+    assert step["details"]["tag"] == "set", step
     written = (Path(node_paths["state-dir"]) / "keep-alive-until").read_text().strip()
     assert written == step["details"]["lease_until"]
 
