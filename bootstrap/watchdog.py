@@ -252,7 +252,21 @@ def idle_status_step(conn: Connection, ctx: HostContext) -> StepResult:
         if isinstance(idle, int | float)
         else "no idle clock"
     )
-    return StepResult.ok(f"{status['action']}: {status['reason']} ({clock})", **status)
+    return StepResult.ok(idle_status_message(status, clock), **status)
+
+
+def idle_status_message(status: Mapping[str, Any], clock: str) -> str:
+    """One line per node: the decision, then what a person must know (pure)."""
+    parts = [f"{status['action']}: {status['reason']} ({clock})"]
+    if status.get("power_off_refused_since"):
+        parts.append(
+            f"POWER-OFF REFUSED since {status['power_off_refused_since']}: "
+            f"{status.get('unsynced_files', '?')} checkpoint file(s) not in the bucket"
+        )
+    elif status.get("unsynced_files"):
+        parts.append(f"{status['unsynced_files']} checkpoint file(s) not yet in the bucket")
+    parts.extend(str(p) for p in status.get("unreadable") or [])
+    return "; ".join(parts)
 
 
 def _extra(**values: Any) -> Options:

@@ -170,6 +170,25 @@ def test_idle_status_without_a_watchdog_says_how_to_install_it(
     assert "fab install-watchdog" in status.step("idle-status")["message"]
 
 
+def test_idle_status_line_names_a_refused_power_off_and_unreadable_signals() -> None:
+    status = {
+        "action": "stop",
+        "reason": "idle 20 min >= 15 min",
+        "power_off_refused_since": "2026-03-01T09:00:00+00:00",
+        "unsynced_files": 3,
+        "unreadable": ["instance tags unreadable (metadata service: HTTP 500)"],
+    }
+    line = fabdog.idle_status_message(status, "idle 20/15 min")
+    assert line == (
+        "stop: idle 20 min >= 15 min (idle 20/15 min); POWER-OFF REFUSED since "
+        "2026-03-01T09:00:00+00:00: 3 checkpoint file(s) not in the bucket; instance tags "
+        "unreadable (metadata service: HTTP 500)"
+    )
+    calm = {"action": "keep", "reason": "lease until X", "unsynced_files": 0, "unreadable": []}
+    line = fabdog.idle_status_message(calm, "no idle clock")
+    assert line == "keep: lease until X (no idle clock)"
+
+
 def test_setup_uses_this_install_step() -> None:
     from bootstrap.setup import setup_steps
 
