@@ -125,23 +125,10 @@ def node_policy(bucket: str, stack: str) -> str:
                 # only; not scoped by tag, since a denied read would leave the node unguarded
                 # by idleness (unknown tags count as activity) until its TTL.
                 {"Effect": "Allow", "Action": ["ecs:ListTagResources"], "Resource": ["*"]},
-                {
-                    # `fab keep-alive` writes the lease tag from the node: only on this
-                    # stack's managed instances, and only in a request that carries the lease
-                    "Effect": "Allow",
-                    "Action": ["ecs:TagResources"],
-                    "Resource": ["acs:ecs:*:*:instance/*"],
-                    "Condition": {
-                        "StringEquals": {
-                            f"acs:ResourceTag/{T.STACK}": [stack],
-                            f"acs:ResourceTag/{T.MANAGED_BY}": [T.MANAGED_BY_VALUE],
-                        },
-                        "Null": {f"acs:RequestTag/{T.KEEP_ALIVE_UNTIL}": "false"},
-                    },
-                },
-                # ...and never together with a tag the guards decide on: RAM documents only
-                # acs:RequestTag/<key> for tag requests (no "these keys only" operator), so
-                # each such key gets its own Deny, which wins over the Allow above.
+                # Tagging is allowed per node (lease_policy, on the node's own role); never
+                # with a tag the guards decide on: RAM documents only acs:RequestTag/<key>
+                # for tag requests (no "these keys only" operator), so each such key gets its
+                # own Deny, which wins over any Allow.
                 *[
                     {
                         "Effect": "Deny",
@@ -157,6 +144,31 @@ def node_policy(bucket: str, stack: str) -> str:
                     "Action": ["ecs:UntagResources", "ecs:RemoveTags"],
                     "Resource": ["*"],
                 },
+            ],
+        }
+    )
+
+
+def lease_policy(instance_id: str, stack: str) -> str:
+    """What one node may tag: its own instance (by id), only in a request that carries the
+    lease, and only while the instance is this stack's managed one. Attached to that node's
+    role alone; node_policy's Denies still refuse every tag the guards read."""
+    return json.dumps(
+        {
+            "Version": "1",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Action": ["ecs:TagResources"],
+                    "Resource": [f"acs:ecs:*:*:instance/{instance_id}"],
+                    "Condition": {
+                        "StringEquals": {
+                            f"acs:ResourceTag/{T.STACK}": [stack],
+                            f"acs:ResourceTag/{T.MANAGED_BY}": [T.MANAGED_BY_VALUE],
+                        },
+                        "Null": {f"acs:RequestTag/{T.KEEP_ALIVE_UNTIL}": "false"},
+                    },
+                }
             ],
         }
     )
@@ -403,16 +415,17 @@ class AlicloudProvider:
             tags=tags,
             opts=_opts(parent),
         )
-        role = _role_with_policy(
-            parent,
-            f"{name}-node",
-            f"gpufleet-{cfg.stack}-node",
-            "ecs.aliyuncs.com",
-            storage.bucket.apply(lambda b: node_policy(b, cfg.stack)),
-            f"gpufleet {cfg.stack} GPU nodes: stack bucket objects and custom metrics only",
-            tags,
+        # One policy for the stack's nodes; each node gets its own role (node()), so that the
+        # right to write a lease can name that node's instance alone.
+        policy = ali.ram.Policy(
+            f"{name}-node-policy",
+            policy_name=f"gpufleet-{cfg.stack}-node"[:128],
+            policy_document=storage.bucket.apply(lambda b: node_policy(b, cfg.stack)),
+            description=f"gpufleet {cfg.stack} GPU nodes: stack bucket, custom metrics, no tags",
+            tags=tags,
+            opts=_opts(parent),
         )
-        return AccessParts(role.role_name, None, key.key_pair_name)
+        return AccessParts(None, None, key.key_pair_name, policy.policy_name)
 
     def node(
         self,
@@ -442,6 +455,22 @@ class AlicloudProvider:
                 description="gpufleet scratch (fast ESSD: no local NVMe on this family)",
             )
         ]
+        role = ali.ram.Role(
+            f"{spec.name}-role",
+            role_name=f"gpufleet-{spec.name}"[:64],
+            assume_role_policy_document=assume_role("ecs.aliyuncs.com"),
+            description=f"gpufleet node {spec.name}: stack bucket, metrics, its own lease tag",
+            tags=stack_tags(cfg),
+            opts=_opts(parent),
+        )
+        if access.node_policy is not None:
+            ali.ram.RolePolicyAttachment(
+                f"{spec.name}-stack-policy",
+                role_name=role.role_name,
+                policy_name=access.node_policy,
+                policy_type="Custom",
+                opts=_opts(parent),
+            )
         instance = ali.ecs.Instance(
             spec.name,
             instance_name=spec.name,
@@ -452,7 +481,7 @@ class AlicloudProvider:
             vswitch_id=net.subnet_id,
             security_groups=[net.security_group_id],
             key_name=access.key_name,
-            role_name=access.role_name,
+            role_name=role.role_name,
             system_disk_category="cloud_essd",
             system_disk_performance_level="PL0",
             system_disk_size=cfg.root_disk_gb,
@@ -467,6 +496,21 @@ class AlicloudProvider:
             volume_tags=spec.tags,
             opts=_opts(parent, ignore_changes=["image_id"]),
             **charge_args(cfg),
+        )
+        lease = ali.ram.Policy(
+            f"{spec.name}-lease-policy",
+            policy_name=f"gpufleet-{spec.name}-lease"[:128],
+            policy_document=instance.id.apply(lambda i: lease_policy(i, cfg.stack)),
+            description=f"gpufleet node {spec.name}: its own lease tag only",
+            tags=stack_tags(cfg),
+            opts=_opts(parent),
+        )
+        ali.ram.RolePolicyAttachment(
+            f"{spec.name}-lease-attach",
+            role_name=role.role_name,
+            policy_name=lease.policy_name,
+            policy_type="Custom",
+            opts=_opts(parent),
         )
         return NodeParts(instance.id, instance.public_ip, instance.primary_ip_address)
 

@@ -44,9 +44,10 @@ class StorageParts:
 
 @dataclass
 class AccessParts:
-    role_name: pulumi.Output[str]
+    role_name: pulumi.Output[str] | None  # None: each node gets its own role (Alicloud)
     instance_profile: pulumi.Output[str] | None
     key_name: pulumi.Output[str]
+    node_policy: pulumi.Output[str] | None = None  # the stack's node policy, by name
 
 
 @dataclass

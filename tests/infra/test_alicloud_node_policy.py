@@ -1,4 +1,4 @@
-"""The Alicloud node role may write only its lease tag, and only on its stack's instances.
+"""The Alicloud node role may write only its lease tag, and only on its own instance.
 
 RAM has no simulator we can run here, so the document is judged by a small evaluator of the
 parts of RAM's documented semantics it uses: Allow/Deny statements, Action, Resource with `*`
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from infra.providers.alicloud import GUARDED_TAG_KEYS, node_policy
+from infra.providers.alicloud import GUARDED_TAG_KEYS, lease_policy, node_policy
 from infra.reaper import tags as T
 
 STACK = "a100x4"
@@ -46,9 +46,13 @@ def _matches(condition: dict[str, Any], resource_tags: dict[str, str], request: 
 
 
 def allowed(action: str, resource: str, resource_tags: dict[str, str], request: dict[str, str]):
-    doc = json.loads(node_policy("gpufleet-a100x4-abc", STACK))
+    # what the node's own role carries: the stack's node policy plus its own lease policy
+    statements = [
+        *json.loads(node_policy("gpufleet-a100x4-abc", STACK))["Statement"],
+        *json.loads(lease_policy("i-own", STACK))["Statement"],
+    ]
     verdict = False
-    for st in doc["Statement"]:
+    for st in statements:
         actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
         resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
         if not any(fnmatch.fnmatchcase(action, a) for a in actions):
@@ -78,6 +82,11 @@ def test_a_request_without_the_lease_tag_is_not_allowed():
     assert not allowed("ecs:TagResources", ARN, OWN, {"team": "ml"})
 
 
+def test_the_node_may_not_write_a_lease_on_a_sibling_node_of_its_stack():
+    sibling = "acs:ecs:cn-shanghai:123456789012:instance/i-sibling"
+    assert not allowed("ecs:TagResources", sibling, OWN, LEASE)
+
+
 def test_the_node_may_not_tag_another_stacks_or_an_unmanaged_instance():
     assert not allowed("ecs:TagResources", ARN, {**OWN, T.STACK: "other"}, LEASE)
     assert not allowed("ecs:TagResources", ARN, {T.STACK: STACK}, LEASE)
@@ -97,3 +106,26 @@ def test_every_tag_in_the_contract_but_the_lease_is_guarded():
         if k.isupper() and isinstance(v, str) and k != "MANAGED_BY_VALUE"
     }
     assert set(GUARDED_TAG_KEYS) == contract - {T.KEEP_ALIVE_UNTIL}
+
+
+def test_each_alicloud_node_runs_as_its_own_role_whose_lease_policy_names_its_instance():
+    from tests.infra.conftest import STACKS, planned
+
+    cfg, result = planned(STACKS / "Pulumi.a100x4.yaml")
+    (node,) = result.of_type("alicloud:ecs/instance:Instance")
+    roles = {r.inputs["roleName"] for r in result.of_type("alicloud:ram/role:Role")}
+    assert node.inputs["roleName"] == f"gpufleet-{cfg.stack}-0" and node.inputs["roleName"] in roles
+    policies = {p.inputs["policyName"]: p for p in result.of_type("alicloud:ram/policy:Policy")}
+    lease = json.loads(policies[f"gpufleet-{cfg.stack}-0-lease"].inputs["policyDocument"])
+    assert lease["Statement"][0]["Resource"] == [f"acs:ecs:*:*:instance/{node.id}"]
+    attached = {
+        (a.inputs["roleName"], a.inputs["policyName"])
+        for a in result.of_type("alicloud:ram/rolePolicyAttachment:RolePolicyAttachment")
+    }
+    assert (node.inputs["roleName"], f"gpufleet-{cfg.stack}-0-lease") in attached
+    assert (node.inputs["roleName"], f"gpufleet-{cfg.stack}-node") in attached
+    # no other policy of the stack lets anything tag an instance
+    for name, p in policies.items():
+        if name != f"gpufleet-{cfg.stack}-0-lease":
+            for st in json.loads(p.inputs["policyDocument"])["Statement"]:
+                assert st["Effect"] == "Deny" or "ecs:TagResources" not in st["Action"], name
