@@ -6,9 +6,16 @@ PYTEST_ARGS ?=
 ARGS    ?= --model gpt2 --tokens 1e9
 GPUS_ARGS ?=
 
-.PHONY: setup test plan cost compare size gpus lint format bench device-verify clean
+.PHONY: setup help system-packages test test-fast plan cost compare size gpus lint format bench device-verify clean
 
-setup: .venv/.installed  ## create .venv and install the pinned dependencies + this repo (editable)
+setup: .venv/.installed  ## .venv with the pinned dependencies, this repo editable
+
+help:  ## this list
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | \
+	  sed -e 's/:.*## /\t/' | awk -F '\t' '{ printf "  make %-16s %s\n", $$1, $$2 }'
+
+system-packages:  ## system-packages.txt: install (root) or print the command
+	sh scripts/install_system_packages.sh
 
 .venv/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -17,22 +24,29 @@ setup: .venv/.installed  ## create .venv and install the pinned dependencies + t
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
-test: setup  ## every test: unit, Pulumi mocks, sshd, moto, torchrun (starts and stops its own servers)
-	$(PY) -m pytest $(PYTEST_ARGS)
+# pytest's exit status 5 means "no test selected" (a PYTEST_ARGS filter that matches nothing):
+# said, and not a failure.
+PYTEST_RC = rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no test selected (exit 5)"; rc=0; fi; exit $$rc
 
-plan: setup  ## offline: evaluate stacks/Pulumi.$(STACK).yaml under Pulumi's mocks; no account, no network
+test: system-packages setup  ## every test (system packages, .venv, own sshd/moto)
+	$(PY) -m pytest $(PYTEST_ARGS); $(PYTEST_RC)
+
+test-fast: setup  ## no integration, no slow tests (day to day)
+	$(PY) -m pytest -m "not integration and not slow" $(PYTEST_ARGS); $(PYTEST_RC)
+
+plan: setup  ## STACK=a100x4: offline plan under Pulumi's mocks
 	$(PY) scripts/plan.py --stack $(STACK)
 
-cost: setup  ## the bill for one stack before deploying it
+cost: setup  ## STACK=a100x4: the bill before deploying
 	$(PY) scripts/cost.py --stack $(STACK)
 
-compare: setup  ## a tier across providers, profiles and billing modes: table + chart
+compare: setup  ## TIER=a100x8 across clouds and billing: table + chart
 	$(PY) scripts/cost.py --compare $(TIER) --plot $(TIER)-cost.png
 
-size: setup  ## which tier fits a training run and what the whole run costs: make size ARGS="--model llama-2-7b --tokens 1e9"
+size: setup  ## which tier fits a run, what it all costs (ARGS="...")
 	$(PY) scripts/size.py $(ARGS)
 
-gpus: setup  ## every GPU model and instance type in the catalog, with prices (GPUS_ARGS="--gpu A100")
+gpus: setup  ## every GPU model and instance type, priced (GPUS_ARGS=)
 	$(PY) scripts/gpus.py $(GPUS_ARGS)
 
 lint: setup  ## ruff (lint + format check) and mypy
@@ -40,17 +54,17 @@ lint: setup  ## ruff (lint + format check) and mypy
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy infra bootstrap scripts policy
 
-format: setup
+format: setup  ## ruff format + ruff check --fix
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-bench: setup  ## benchmarks that print numbers (ratios against a baseline measured in the same run)
+bench: setup  ## benchmarks against a same-run baseline; fails on a miss
 	$(PY) scripts/bench_plan.py
 	$(PY) scripts/bench_setup.py
 	$(PY) scripts/bench_teardown.py
 
-device-verify:  ## node-side verify-gpu checks directly on this machine's GPU (no SSH)
+device-verify:  ## verify-gpu's node checks on this machine's GPU
 	bash scripts/device_verify.sh
 
-clean:
+clean:  ## remove .venv and the caches
 	rm -rf .venv reports .pytest_cache .mypy_cache .ruff_cache

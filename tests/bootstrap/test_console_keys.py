@@ -12,7 +12,7 @@ import pytest
 from bootstrap.console_keys import parse_console_host_keys, with_console_host_keys
 from bootstrap.hostkeys import PublicKey
 from tests.bootstrap.conftest import run_fab
-from tests.support.sshd import SshServer, start_sshd, stop_sshd
+from tests.support.sshd import SshServer, require_sshd, start_sshd, stop_sshd
 
 ED = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK8gEXAMPLEKEYexampleKEYexampleKEYexampleKEYab"
 RSA = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQCexampleRSAkey"
@@ -103,6 +103,7 @@ def launch(url: str) -> str:
 
 @pytest.fixture(scope="module")
 def impostor() -> Iterator[SshServer]:
+    require_sshd()
     server = start_sshd()
     try:
         yield server

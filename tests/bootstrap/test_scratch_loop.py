@@ -12,28 +12,41 @@ import pytest
 
 from bootstrap.scratch import LABEL
 from tests.bootstrap.conftest import FabResult, node_dir, run_fab
+from tests.support.real import missing_real_part
 from tests.support.sshd import SshServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def loop_skip_reason() -> str | None:
+# each tool mount-scratch runs here, and the Debian package that provides it
+LOOP_TOOLS = {
+    "losetup": "util-linux",
+    "wipefs": "util-linux",
+    "blkid": "util-linux",
+    "mount": "mount",
+    "findmnt": "util-linux",
+    "mkfs.ext4": "e2fsprogs",
+}
+
+
+def loop_missing_part() -> tuple[str, str | None] | None:
+    """(what is missing, its Debian package) when loop devices cannot be used here."""
     if os.geteuid() != 0:
-        return "loop devices need root"
-    for tool in ("losetup", "mkfs.ext4", "wipefs", "blkid", "mount"):
+        return "loop devices need root", None
+    for tool, package in LOOP_TOOLS.items():
         if shutil.which(tool) is None:
-            return f"no {tool} (Debian: util-linux, e2fsprogs)"
+            return f"no {tool} on PATH", package
     if not Path("/dev/loop-control").exists():
-        return "no /dev/loop-control in this container"
+        return "no /dev/loop-control in this container (run it with --privileged)", None
     return None
 
 
 @pytest.fixture
 def loop_devices() -> Iterator[tuple[Path, list[str]]]:
     """Two 64 MB loop devices and a node-reachable work dir; all torn down afterwards."""
-    reason = loop_skip_reason()
-    if reason:
-        pytest.skip(reason)
+    part = loop_missing_part()
+    if part is not None:
+        missing_real_part(part[0], package=part[1])
     work = node_dir("gpufleet-loop-")
     devices: list[str] = []
     try:
@@ -45,7 +58,7 @@ def loop_devices() -> Iterator[tuple[Path, list[str]]]:
                 ["losetup", "--find", "--show", str(image)], capture_output=True, text=True
             )
             if attach.returncode != 0:
-                pytest.skip(f"losetup cannot attach a loop device here: {attach.stderr.strip()}")
+                missing_real_part(f"losetup cannot attach a loop device: {attach.stderr.strip()}")
             devices.append(attach.stdout.strip())
         yield work, devices
     finally:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from infra.catalog import PROVIDERS, UnavailableError, gpu_by_nvml_name, load_catalog
+from tests.support.real import missing_real_part
 
 CAT = load_catalog()
 # moto's DescribeInstanceTypes data names GPUs by family; the catalog keys carry the memory.
@@ -26,7 +27,10 @@ MOTO_GPU_NAME = {
 
 
 def moto_instance_types() -> dict:
-    moto = pytest.importorskip("moto")
+    try:
+        import moto
+    except ImportError:
+        missing_real_part("moto is not installed (pip: requirements-dev.txt)")
     path = Path(moto.__file__).parent / "ec2" / "resources" / "instance_types.json.gz"
     with gzip.open(path) as fh:
         return json.load(fh)

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.real import missing_real_part
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "size.py"
 
@@ -301,7 +303,7 @@ def test_write_stack_when_nothing_fits_writes_nothing(tmp_path: Path):
 
 def test_the_make_target_runs_the_advisor(tmp_path: Path):
     if shutil.which("make") is None:
-        pytest.skip("make is not installed")
+        missing_real_part("no make on PATH", package="make")
     proc = subprocess.run(
         # -o: never reinstall the venv from a test
         [

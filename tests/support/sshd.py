@@ -16,7 +16,9 @@ the pid in its PidFile. Two test users exist on the machine while it runs:
 - ``gpufleet-nosudo``: no sudo rights (to test how tasks report that).
 
 Requirements: root, ``/usr/sbin/sshd`` (Debian: openssh-server), ``sudo``, ``useradd``.
-Tests are skipped with the reason when one is missing.
+Tests are skipped with the reason and the package when one is missing, or fail with it under
+``GPUFLEET_REQUIRE_REAL=1`` (see :mod:`tests.support.real`). ``GPUFLEET_TEST_SSHD`` points the
+fixture at another sshd binary (the tests of this very rule point it at nothing).
 """
 
 from __future__ import annotations
@@ -35,22 +37,44 @@ from typing import Any
 
 import pytest
 
+from tests.support.real import describe, missing_real_part
+
 SUDO_USER = "gpufleet-node"
 NOSUDO_USER = "gpufleet-nosudo"
 SSHD = "/usr/sbin/sshd"
+SSHD_ENV = "GPUFLEET_TEST_SSHD"
 SUDOERS_FILE = Path("/etc/sudoers.d/gpufleet-tests")
+# the tools the server needs besides sshd, and the Debian package of each
+TOOLS = {"ssh-keygen": "openssh-client", "sudo": "sudo", "useradd": "passwd", "usermod": "passwd"}
+
+
+def sshd_path() -> str:
+    return os.environ.get(SSHD_ENV) or SSHD
+
+
+def missing_part() -> tuple[str, str | None] | None:
+    """(what is missing, its Debian package) when a real sshd cannot start here, else None."""
+    if os.geteuid() != 0:
+        return "needs root (sshd switches users; CI runs as root)", None
+    if not Path(sshd_path()).exists():
+        return f"no sshd at {sshd_path()}", "openssh-server"
+    for tool, package in TOOLS.items():
+        if shutil.which(tool) is None:
+            return f"no {tool} on PATH", package
+    return None
 
 
 def skip_reason() -> str | None:
-    """Why a real sshd cannot be started here, or None when it can."""
-    if os.geteuid() != 0:
-        return "needs root (sshd switches users; CI runs as root)"
-    if not Path(SSHD).exists():
-        return f"no {SSHD}: apt-get install openssh-server"
-    for tool in ("ssh-keygen", "sudo", "useradd", "usermod"):
-        if shutil.which(tool) is None:
-            return f"no {tool} on PATH (Debian packages: openssh-client, sudo, passwd)"
-    return None
+    """Why a real sshd cannot be started here (with the package to install), or None."""
+    part = missing_part()
+    return None if part is None else describe(*part)
+
+
+def require_sshd() -> None:
+    """Skip the calling test (fail it under GPUFLEET_REQUIRE_REAL=1) when sshd cannot start."""
+    part = missing_part()
+    if part is not None:
+        missing_real_part(f"real sshd unavailable: {part[0]}", package=part[1])
 
 
 def free_port() -> int:
@@ -208,8 +232,9 @@ def start_sshd(workdir: Path | None = None, *, timeout_s: float = 10.0) -> SshSe
         )
     )
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege-separation dir
-    subprocess.run([SSHD, "-t", "-f", str(config)], check=True, capture_output=True)
-    subprocess.run([SSHD, "-f", str(config), "-E", str(log)], check=True)
+    sshd = sshd_path()
+    subprocess.run([sshd, "-t", "-f", str(config)], check=True, capture_output=True)
+    subprocess.run([sshd, "-f", str(config), "-E", str(log)], check=True)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if pidfile.exists() and pidfile.read_text().strip():
@@ -257,9 +282,8 @@ def running_sshd() -> Iterator[SshServer]:
 
 @pytest.fixture(scope="session")
 def sshd_server() -> Iterator[SshServer]:
-    """Session-wide sshd on 127.0.0.1 (skips the test with the reason when impossible)."""
-    reason = skip_reason()
-    if reason:
-        pytest.skip(f"real sshd unavailable: {reason}")
+    """Session-wide sshd on 127.0.0.1 (skips, or fails under GPUFLEET_REQUIRE_REAL=1, with the
+    reason and the package when it cannot start here)."""
+    require_sshd()
     with running_sshd() as server:
         yield server

@@ -1,0 +1,57 @@
+"""The Makefile's targets say what they do, and a filter that selects no test is not a failure."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAKEFILE = (ROOT / "Makefile").read_text()
+DOCUMENTED = dict(re.findall(r"^([a-zA-Z_-]+):.*?## (.+)$", MAKEFILE, re.M))
+
+
+def make(*args: str) -> subprocess.CompletedProcess[str]:
+    if shutil.which("make") is None:
+        pytest.fail("no make on PATH (Debian package: make)")
+    # -o: never rebuild .venv from a test; PY: the interpreter running these tests
+    return subprocess.run(
+        ["make", "-s", "-o", ".venv/.installed", f"PY={sys.executable}", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_make_help_lists_every_documented_target_with_its_comment_in_80_columns() -> None:
+    done = make("help")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(DOCUMENTED) >= 10
+    for target, comment in DOCUMENTED.items():
+        assert any(f"make {target} " in ln and ln.endswith(comment.strip()) for ln in lines), target
+    assert all(len(ln) <= 80 for ln in lines)
+
+
+def test_every_phony_target_but_the_setup_file_has_a_comment() -> None:
+    phony = re.search(r"^\.PHONY: (.+)$", MAKEFILE, re.M)
+    assert phony is not None
+    assert set(phony.group(1).split()) == set(DOCUMENTED)
+
+
+def test_a_test_filter_that_selects_nothing_is_said_and_is_not_a_failure() -> None:
+    done = make(
+        "test-fast", "PYTEST_ARGS=-p no:cacheprovider tests/test_makefile.py -k nothing_xyz"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no test selected (exit 5)" in done.stdout
+
+
+def test_a_pytest_usage_error_still_fails_make() -> None:
+    done = make("test-fast", "PYTEST_ARGS=-p no:cacheprovider tests/test_makefile.py --co -q -x -k")
+    assert done.returncode not in (0, 5)
