@@ -4,6 +4,7 @@ and dashboard layout. The provider modules declare the resources from these.
 
 from __future__ import annotations
 
+import functools
 import io
 import zipfile
 from typing import Any
@@ -41,16 +42,20 @@ def function_env(cfg: StackConfig) -> dict[str, str]:
     }
 
 
-def function_zip() -> bytes:
-    """The reaper's code as a deterministic zip (same bytes for the same sources)."""
+@functools.lru_cache(maxsize=2)
+def function_zip(provider: str = "alicloud") -> bytes:
+    """The reaper as a deterministic zip (same bytes for the same sources): its code, the
+    catalog's per-instance-type table, and for Alicloud the vendored SDKs (Function
+    Compute's Python runtime has none). Built once per process: the SDKs make it ~8 MB."""
     from infra.reaper.handler import build_function_zip
 
-    return build_function_zip()
+    return build_function_zip(provider=provider)
 
 
-def function_archive() -> pulumi.AssetArchive:
-    """The same files as a Pulumi archive: inline, so the program writes nothing to disk."""
-    with zipfile.ZipFile(io.BytesIO(function_zip())) as zf:
+def function_archive(provider: str = "aws") -> pulumi.AssetArchive:
+    """The same files as a Pulumi archive: inline, so the program writes nothing to disk.
+    Lambda's runtime has boto3: the AWS archive is the code and the table, all text."""
+    with zipfile.ZipFile(io.BytesIO(function_zip(provider))) as zf:
         return pulumi.AssetArchive(
             {n: pulumi.StringAsset(zf.read(n).decode()) for n in sorted(zf.namelist())}
         )

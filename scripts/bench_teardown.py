@@ -137,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     from moto.server import ThreadedMotoServer
 
     from tests.reaper.faultproxy import FaultProxy
-    from tests.reaper.fleet import REGION, build_fleet, speed_up_moto_tags
+    from tests.reaper.fleet import REGION, build_fleet, speed_up_moto
 
-    undo = speed_up_moto_tags()
+    undo = speed_up_moto()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

@@ -9,8 +9,14 @@ gpufleet:protected=true instances.
     python scripts/teardown.py --provider aws --region us-east-1 --stack a100x4
     python scripts/teardown.py --provider aws --region us-east-1 --apply --json
 
-Exit status: 0 every intended stop succeeded (or dry run); 1 some stop failed; 2 bad input
-or the scan itself failed.
+Decisions use the API's clock (its Date header), not this host's. An instance whose data
+cannot be read (no heartbeat, a failed metrics query, a bad tag) is kept and marked
+"unknown". The API endpoint is the cloud's, or --endpoint-url; GPUFLEET_ENDPOINT_URL in the
+environment is ignored here (a notice says so).
+
+Exit status: 0 every intended stop succeeded (or dry run) and every API answered in full;
+1 a stop failed, a metrics read failed or an instance could not be judged (the last line on
+stderr says which); 2 bad input or the scan itself failed (nothing was stopped).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip install -e .`
@@ -64,8 +70,15 @@ def catalog_prices() -> PriceLookup | None:
     return safe
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad input is one line on stderr and exit status 2, never a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"teardown: {message} (see --help)\n")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         description="Stop idle gpufleet GPU instances (dry run unless --apply)."
     )
     parser.add_argument("--provider", required=True, choices=["aws", "alicloud"])
@@ -89,6 +102,8 @@ def render_text(report: Report) -> str:
     width = max([len(d.instance_id) for d in report.decisions] + [11])
     for d in report.decisions:
         result = f" [{d.result}]" if d.result else ""
+        if d.unknown and not result:
+            result = " [unknown]"
         lines.append(
             f"{d.instance_id:<{width}}  {d.stack or '-':<14} {d.action:<4}  {d.reason}{result}"
         )
@@ -101,10 +116,14 @@ def render_text(report: Report) -> str:
         unknown = ", ".join(s["price_unknown"])
         money = f"{money}; " if money else ""
         money += f"price unknown for {unknown}"
+    clock = s.get("clock") or {}
+    if clock.get("warning"):
+        lines.append(f"clock: {clock['warning']}")
     lines.append(
-        f"{s['instances']} managed instance(s): {s['stop']} to stop, {s['keep']} kept; "
-        f"{s['stopped']} stopped, {s['failed']} failed ({mode})"
+        f"{s['instances']} managed instance(s): {s['stop']} to stop, {s['keep']} kept "
+        f"({s.get('unknown', 0)} unknown); {s['stopped']} stopped, {s['failed']} failed ({mode})"
     )
+
     lines.append(
         f"saves {s['gpu_hours_saved_per_hour']} GPU-hours per hour; {money or 'nothing to save'}"
     )
@@ -113,34 +132,45 @@ def render_text(report: Report) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # Retry tuning and the Alicloud account id come from the environment, as in the cloud
+    # function; the endpoint never does (a stray variable must not redirect the calls).
     env: dict[str, Any] = {
-        "GPUFLEET_REGION": args.region,
-        # Retry tuning and the Alicloud account id come from the environment, as in the
-        # cloud function.
-        **{
-            k: v
-            for k, v in os.environ.items()
-            if k.startswith("GPUFLEET_") and k != "GPUFLEET_REGION"
-        },
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith("GPUFLEET_") and k not in ("GPUFLEET_REGION", "GPUFLEET_ENDPOINT_URL")
     }
-    if args.endpoint_url:
-        env["GPUFLEET_ENDPOINT_URL"] = args.endpoint_url
+    env["GPUFLEET_REGION"] = args.region
+    if os.environ.get("GPUFLEET_ENDPOINT_URL"):
+        print(
+            "teardown: GPUFLEET_ENDPOINT_URL is ignored here; pass --endpoint-url to use "
+            "another endpoint",
+            file=sys.stderr,
+        )
     try:
-        cloud = make_cloud(args.provider, env)
-        report = reap(cloud, stack=args.stack, apply=args.apply, price=catalog_prices())
+        cloud = make_cloud(args.provider, env, endpoint=args.endpoint_url)
     except (ConfigError, ValueError) as exc:
-        print(f"teardown: {exc}", file=sys.stderr)
+        print(f"teardown: {_one_line(exc)}", file=sys.stderr)
         return 2
+    try:
+        report = reap(cloud, stack=args.stack, apply=args.apply, price=catalog_prices())
     except Exception as exc:  # the scan failed: nothing was decided, nothing stopped
         print(
-            f"teardown: scan failed, nothing stopped: {type(exc).__name__}: {exc}", file=sys.stderr
+            f"teardown: scan failed, nothing stopped: {type(exc).__name__}: {_one_line(exc)}",
+            file=sys.stderr,
         )
         return 2
     if args.json:
         print(json.dumps(report.as_json(), indent=2, sort_keys=True))
     else:
         print(render_text(report))
+    if report.problems:
+        print(f"teardown: {'; '.join(report.problems)}", file=sys.stderr)
     return report.exit_code
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 if __name__ == "__main__":

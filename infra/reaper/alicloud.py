@@ -2,10 +2,17 @@
 
 ECS DescribeInstances filters by our tags server-side and pages with NextToken; StopInstances
 uses StoppedMode=StopCharging (compute billing stops) and BatchOptimization=SuccessFirst, so
-one bad id cannot hold the others back; a whole-call refusal is still bisected. Metrics come
-from CloudMonitor DescribeMetricList on the custom-metric namespace
-``acs_customMetric_<account id>`` (PutCustomMetric with GroupId 0 lands there), 50 instances
-per call (the API's limit), NextToken paging.
+one bad id cannot hold the others back; a whole-call refusal is still bisected.
+
+Metrics: the watchdog reports with CloudMonitor PutCustomMetric (GroupId 0), and custom
+metrics are read with DescribeCustomMetricList (RAM action cms:DescribeCustomMetricList);
+DescribeMetricList is documented for cloud services' own metrics (acs_ecs_dashboard, ...).
+One call per instance and metric (Dimension ``instanceId=<id>``), PageNumber paging, and the
+reaper filters the window itself (the API takes no time range). Its ``Result`` is a JSON
+string ``{"all", "size", "page", "list": [...]}``; the shape of a list entry is not in the
+API reference, so the parser accepts the documented PutCustomMetric fields (``time`` or
+``timestamp`` in ms, ``values`` JSON with ``value``) and counts anything else as unreadable:
+a surprise in the real answer keeps the instance, it never stops it.
 
 Alicloud limits tag filtering to 1,000 matching resources: scan per stack (the cloud function
 always does) when a region holds more managed instances than that.
@@ -23,13 +30,22 @@ from typing import Any
 from urllib.parse import urlparse
 
 from . import tags as T
-from .core import METRIC_GPU_UTIL, METRIC_HEARTBEAT, Instance, Metrics, StopResult, chunks
+from .core import (
+    METRIC_GPU_UTIL,
+    METRIC_HEARTBEAT,
+    Instance,
+    Metrics,
+    ServiceClock,
+    StopResult,
+    chunks,
+)
 from .policy import UTC, parse_utc
 
 PAGE = 100  # DescribeInstances MaxResults ceiling
 STOP_BATCH = 100  # StopInstances InstanceId.N ceiling
-METRIC_DIMENSIONS_PER_CALL = 50  # DescribeMetricList: at most 50 instances per request
-METRIC_PAGE = 1440  # DescribeMetricList Length ceiling
+METRIC_PAGE = 100  # DescribeCustomMetricList PageSize
+METRIC_MAX_PAGES = 50  # bounded paging; more is reported as unreadable
+CUSTOM_GROUP = "0"  # the watchdog reports with GroupId 0 (no application group)
 TAG_FILTER_LIMIT = 1000
 CMS_DIMENSION = "instanceId"
 
@@ -72,7 +88,7 @@ class AlicloudCloud:
         access_key_secret: str | None = None,
         security_token: str | None = None,
         account_id: str | None = None,
-        max_attempts: int = 5,
+        max_attempts: int = 5,  # attempts per call, the first included (1 = no retry)
         backoff_s: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -91,7 +107,10 @@ class AlicloudCloud:
                 "Alicloud credentials missing: set ALIBABA_CLOUD_ACCESS_KEY_ID and "
                 "ALIBABA_CLOUD_ACCESS_KEY_SECRET (or run in Function Compute with a role)"
             )
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         self.max_attempts = max_attempts
+        self.clock = ServiceClock()
         self.backoff_s = backoff_s
         self._sleep = sleep
         self._ecs: Any = None
@@ -141,13 +160,21 @@ class AlicloudCloud:
         for attempt in range(1, self.max_attempts + 1):
             self.calls[action] = self.calls.get(action, 0) + 1
             try:
-                return getattr(client(), method)(request, self._runtime())
+                response = getattr(client(), method)(request, self._runtime())
+                headers = getattr(response, "headers", None) or {}
+                self.clock.observe(headers.get("date") or headers.get("Date"))
+                if getattr(response, "body", None) is None:
+                    raise ValueError(f"{action}: the answer has no body")
+                return response
             except Exception as exc:
                 if attempt == self.max_attempts or not _retryable(exc):
                     raise
                 delay = min(8.0, self.backoff_s * 2 ** (attempt - 1))
                 self._sleep(delay * random.uniform(0.5, 1.0))
         raise AssertionError("unreachable")
+
+    def service_time(self) -> datetime | None:
+        return self.clock.now()
 
     @staticmethod
     def _runtime() -> Any:
@@ -174,7 +201,13 @@ class AlicloudCloud:
             )
             response = self._call(self.ecs, "DescribeInstances", request)
             body = response.body.to_map()
-            for raw in body.get("Instances", {}).get("Instance", []) or []:
+            listed = (body.get("Instances") or {}).get("Instance")
+            if not isinstance(listed, list) or "RequestId" not in body:
+                raise ValueError(
+                    "DescribeInstances answered without Instances.Instance and RequestId: "
+                    "not the ECS API, or a proxy's page"
+                )
+            for raw in listed:
                 found.append(parse_instance(raw))
             token = body.get("NextToken") or None
             if not token:
@@ -186,66 +219,53 @@ class AlicloudCloud:
     def metrics(
         self, instance_ids: Sequence[str], *, start: datetime, end: datetime
     ) -> dict[str, Metrics]:
-        if not self.account_id:
-            why = "GPUFLEET_ALICLOUD_ACCOUNT_ID unset: cannot name the custom-metric namespace"
-            return {iid: Metrics(error=why) for iid in instance_ids}
         out: dict[str, Metrics] = {}
-        for batch in chunks(list(instance_ids), METRIC_DIMENSIONS_PER_CALL):
+        for iid in instance_ids:
             try:
-                util = self._metric_max(METRIC_GPU_UTIL, batch, start, end)
-                beats = self._metric_max(METRIC_HEARTBEAT, batch, start, end)
-            except Exception as exc:  # the batch is unreadable, which counts as active
-                out.update({iid: Metrics(error=_text(exc)) for iid in batch})
+                util = self._custom_points(METRIC_GPU_UTIL, iid, start, end)
+                beats = self._custom_points(METRIC_HEARTBEAT, iid, start, end)
+            except Exception as exc:  # unreadable, which counts as active
+                out[iid] = Metrics(error=_text(exc))
                 continue
-            for iid in batch:
-                beat = beats.get(iid)
-                out[iid] = Metrics(
-                    max_gpu_util=util.get(iid),
-                    last_heartbeat=None if beat is None else datetime.fromtimestamp(beat, UTC),
-                )
+            out[iid] = Metrics(
+                max_gpu_util=max((v for _, v in util), default=None),
+                # The time CloudMonitor stores for the datapoint, never the node's value.
+                last_heartbeat=max((t for t, _ in beats), default=None),
+            )
         return out
 
-    def _metric_max(
-        self, metric: str, ids: Sequence[str], start: datetime, end: datetime
-    ) -> dict[str, float]:
+    def _custom_points(
+        self, metric: str, iid: str, start: datetime, end: datetime
+    ) -> list[tuple[datetime, float]]:
         from alibabacloud_cms20190101 import models as cms_models
 
-        best: dict[str, float] = {}
-        wanted = set(ids)
-        token: str | None = None
-        while True:
-            request = cms_models.DescribeMetricListRequest(
-                namespace=custom_namespace(str(self.account_id)),
+        points: list[tuple[datetime, float]] = []
+        for page in range(1, METRIC_MAX_PAGES + 1):
+            request = cms_models.DescribeCustomMetricListRequest(
+                group_id=CUSTOM_GROUP,
                 metric_name=metric,
-                dimensions=json.dumps([{CMS_DIMENSION: iid} for iid in ids]),
-                period="60",
-                start_time=str(int(start.timestamp() * 1000)),
-                end_time=str(int(end.timestamp() * 1000)),
-                length=str(METRIC_PAGE),
-                next_token=token,
+                dimension=f"{CMS_DIMENSION}={iid}",
+                page_number=str(page),
+                page_size=str(METRIC_PAGE),
             )
-            response = self._call(self.cms, "DescribeMetricList", request)
+            response = self._call(self.cms, "DescribeCustomMetricList", request)
             body = response.body.to_map()
-            if str(body.get("Success", "true")).lower() == "false" or str(
-                body.get("Code", "200")
-            ) not in {"200", ""}:
+            if str(body.get("Code", "200")) != "200" or "Result" not in body:
                 raise RuntimeError(
-                    f"DescribeMetricList {metric}: {body.get('Code')} {body.get('Message')}"
+                    f"DescribeCustomMetricList {metric}: {body.get('Code')} {body.get('Message')}"
                 )
-            for point in json.loads(body.get("Datapoints") or "[]"):
-                iid = point.get(CMS_DIMENSION) or point.get("InstanceId")
-                if iid not in wanted:
-                    continue
-                value = next(
-                    (point[k] for k in ("Maximum", "Value", "Average") if k in point), None
-                )
-                if value is None:
-                    continue
-                best[iid] = max(float(value), best.get(iid, float("-inf")))
-            token = body.get("NextToken") or None
-            if not token:
-                break
-        return best
+            result = json.loads(body["Result"]) if isinstance(body["Result"], str) else None
+            if not isinstance(result, dict) or not isinstance(result.get("list"), list):
+                raise ValueError(f"DescribeCustomMetricList {metric}: Result is not a page")
+            entries = result["list"]
+            for entry in entries:
+                when, value = _custom_entry(entry, iid)
+                if start < when <= end:
+                    points.append((when, value))
+            total = int(result.get("all") or 0)
+            if not entries or page * METRIC_PAGE >= total:
+                return points
+        raise ValueError(f"DescribeCustomMetricList {metric}: more than {METRIC_MAX_PAGES} pages")
 
     # ------------------------------------------------------------------ stop
 
@@ -291,17 +311,55 @@ class AlicloudCloud:
         return result
 
 
+def _custom_entry(entry: Any, iid: str) -> tuple[datetime, float]:
+    """(stored time, value) of one DescribeCustomMetricList entry; ValueError if unreadable."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"custom metric entry is not an object: {entry!r:.60}")
+    dims = entry.get("dimensions") or entry.get("dimension") or ""
+    if isinstance(dims, str) and dims.startswith("{"):
+        dims = json.loads(dims)
+    dim_id = dims.get(CMS_DIMENSION) if isinstance(dims, dict) else None
+    if dim_id is None and isinstance(dims, str):
+        dim_id = dict(p.split("=", 1) for p in dims.split("&") if "=" in p).get(CMS_DIMENSION)
+    if dim_id != iid:
+        raise ValueError(f"custom metric entry for {dim_id!r}, asked for {iid!r}")
+    stamp = entry.get("timestamp", entry.get("time"))
+    raw = entry.get("values", entry.get("value"))
+    if isinstance(raw, str):
+        raw = json.loads(raw)
+    if isinstance(raw, dict):
+        raw = raw.get("value", raw.get("Maximum"))
+    if isinstance(stamp, bool) or not isinstance(stamp, int | str) or isinstance(raw, bool):
+        raise ValueError(f"custom metric entry without time or value: {entry!r:.80}")
+    value = float(raw)  # type: ignore[arg-type]
+    if value != value:  # NaN
+        raise ValueError("custom metric value is NaN")
+    return datetime.fromtimestamp(int(stamp) / 1000, UTC), value
+
+
 def parse_instance(raw: dict[str, Any]) -> Instance:
-    tags = {t.get("TagKey", ""): t.get("TagValue", "") for t in raw.get("Tags", {}).get("Tag", [])}
+    """One ECS instance; a part that cannot be read makes it a kept, reported ``problem``."""
+    tags: dict[str, Any] = {}
+    listed = (raw.get("Tags") or {}).get("Tag") if isinstance(raw.get("Tags"), dict) else None
+    for t in listed or []:
+        if isinstance(t, dict) and isinstance(t.get("TagKey"), str):
+            tags[t["TagKey"]] = t.get("TagValue")
+    problem = None
+    launched: datetime | None = None
     started = raw.get("StartTime") or raw.get("CreationTime")
-    if not started:
-        raise ValueError(f"instance {raw.get('InstanceId')} has neither StartTime nor CreationTime")
+    try:
+        launched = parse_utc(str(started)) if started else None
+        if launched is None:
+            problem = "neither StartTime nor CreationTime"
+    except ValueError as exc:
+        problem = f"StartTime unreadable: {exc}"
     return Instance(
-        instance_id=raw["InstanceId"],
+        instance_id=str(raw.get("InstanceId", "?")),
         state=str(raw.get("Status", "unknown")).lower(),
-        instance_type=raw.get("InstanceType", ""),
-        launched_at=parse_utc(started),
+        instance_type=str(raw.get("InstanceType", "")),
+        launched_at=launched,
         tags=tags,
         spot=raw.get("SpotStrategy", "NoSpot") not in ("", "NoSpot"),
         prepaid=raw.get("InstanceChargeType") == "PrePaid",
+        problem=problem,
     )

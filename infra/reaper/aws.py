@@ -6,6 +6,11 @@ API budget for N managed instances (the benchmark measures it):
   DescribeInstances: ceil(N / 1000) pages (tag filters run server-side);
   GetMetricData: ceil(N / 250) calls (2 queries per instance, 500 per call);
   StopInstances: ceil(stops / 100) calls, plus log2(batch) per id that AWS refuses.
+
+Every answer must have the shape the API documents: a DescribeInstances page without
+``Reservations`` or a GetMetricData answer without ``MetricDataResults`` (an HTML page from
+a proxy parses as neither) is an error, never "no instances" or "no data". The service's
+clock comes from the answers' Date headers (:class:`~infra.reaper.core.ServiceClock`).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import tags as T
@@ -24,6 +29,7 @@ from .core import (
     NAMESPACE,
     Instance,
     Metrics,
+    ServiceClock,
     StopResult,
     chunks,
 )
@@ -36,6 +42,12 @@ DESCRIBE_PAGE = 1000  # DescribeInstances MaxResults ceiling
 QUERIES_PER_CALL = 500  # GetMetricData ceiling
 STOP_BATCH = 100
 SCANNED_STATES = ("pending", "running", "stopping", "stopped")
+HEARTBEAT_PERIOD = 60  # one datapoint per minute: the newest one's timestamp is the last beat
+
+
+class MalformedAnswer(RuntimeError):
+    """An API answered 2xx with a body that is not the documented shape."""
+
 
 # Errors that name a problem with the request's ids or their state: bisecting isolates them.
 # Anything else (throttling, 5xx after botocore's retries, auth) fails the whole batch at once:
@@ -95,7 +107,7 @@ class AwsCloud:
         *,
         endpoint_url: str | None = None,
         retry_mode: str = "standard",
-        max_attempts: int = 6,
+        max_attempts: int = 6,  # attempts per call, the first included (1 = no retry)
         timeout_s: float = 20.0,
         counter: CallCounter | None = None,
         session: Any = None,
@@ -105,7 +117,11 @@ class AwsCloud:
         self.region = region
         self.endpoint_url = endpoint_url
         self.counter = counter or CallCounter()
-        self._retry = {"mode": retry_mode, "max_attempts": max_attempts}
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        # botocore's "max_attempts" counts retries only; "total_max_attempts" counts attempts.
+        self._retry = {"mode": retry_mode, "total_max_attempts": max_attempts}
+        self.clock = ServiceClock()
         self._timeout_s = timeout_s
         self._session = session
         self._clients: dict[str, BaseClient] = {}
@@ -128,8 +144,16 @@ class AwsCloud:
                 ),
             )
             self.counter.attach(client)
+            client.meta.events.register("after-call.*", self._on_answer)
             self._clients[service] = client
         return self._clients[service]
+
+    def _on_answer(self, http_response: Any = None, **_: Any) -> None:
+        headers = getattr(http_response, "headers", None) or {}
+        self.clock.observe(headers.get("Date") or headers.get("date"))
+
+    def service_time(self) -> datetime | None:
+        return self.clock.now()
 
     # ------------------------------------------------------------------ scan
 
@@ -144,7 +168,12 @@ class AwsCloud:
         found: list[Instance] = []
         pages = paginator.paginate(Filters=filters, PaginationConfig={"PageSize": DESCRIBE_PAGE})
         for page in pages:
-            for reservation in page.get("Reservations", []):
+            if not isinstance(page.get("Reservations"), list):
+                raise MalformedAnswer(
+                    "DescribeInstances answered without a reservation list "
+                    f"({_content_type(page)}): not the EC2 API, or a proxy's error page"
+                )
+            for reservation in page["Reservations"]:
                 for raw in reservation.get("Instances", []):
                     found.append(parse_instance(raw))
         return found
@@ -157,26 +186,32 @@ class AwsCloud:
         """Heartbeat and GPU utilization for every id, 250 instances per GetMetricData call.
 
         A batch whose call fails (after botocore's retries) marks its instances unreadable,
-        which the policy counts as active.
+        which the policy counts as active; so does a result missing from an answer, or one
+        whose status is not Complete.
         """
-        period = max(60, math.ceil((end - start).total_seconds() / 60) * 60)
+        window = max(60, math.ceil((end - start).total_seconds() / 60) * 60)
         out: dict[str, Metrics] = {}
         per_call = QUERIES_PER_CALL // 2
         for batch in chunks(list(instance_ids), per_call):
             try:
-                out.update(self._metrics_batch(batch, start, end, period))
+                out.update(self._metrics_batch(batch, start, end, window))
             except Exception as exc:  # any failure of the batch: unreadable, never "idle"
                 why = _error_text(exc)
                 out.update({iid: Metrics(error=why) for iid in batch})
         return out
 
     def _metrics_batch(
-        self, ids: Sequence[str], start: datetime, end: datetime, period: int
+        self, ids: Sequence[str], start: datetime, end: datetime, window: int
     ) -> dict[str, Metrics]:
         queries = []
         for n, iid in enumerate(ids):
             dims = [{"Name": DIMENSION, "Value": iid}]
-            for prefix, metric in (("u", METRIC_GPU_UTIL), ("h", METRIC_HEARTBEAT)):
+            # Utilization: one Maximum over the window. Heartbeat: per minute, so the newest
+            # datapoint's timestamp (the service's record, not the node's value) is the beat.
+            for prefix, metric, period in (
+                ("u", METRIC_GPU_UTIL, window),
+                ("h", METRIC_HEARTBEAT, HEARTBEAT_PERIOD),
+            ):
                 queries.append(
                     {
                         "Id": f"{prefix}{n}",
@@ -193,10 +228,11 @@ class AwsCloud:
                     }
                 )
         values: dict[str, list[float]] = {}
-        incomplete: set[str] = set()
+        stamps: dict[str, list[datetime]] = {}
+        status: dict[str, str] = {}
         token: str | None = None
         cw = self.client("cloudwatch")
-        while True:
+        for _page in range(1000):  # bounded: 1,000 pages is far beyond any real answer
             kwargs: dict[str, Any] = {
                 "MetricDataQueries": queries,
                 "StartTime": start,
@@ -206,23 +242,38 @@ class AwsCloud:
             if token:
                 kwargs["NextToken"] = token
             response = cw.get_metric_data(**kwargs)
-            for result in response.get("MetricDataResults", []):
-                values.setdefault(result["Id"], []).extend(result.get("Values", []))
-                if result.get("StatusCode") not in (None, "Complete", "PartialData"):
-                    incomplete.add(result["Id"])
+            results = response.get("MetricDataResults")
+            if not isinstance(results, list):
+                raise MalformedAnswer(
+                    "GetMetricData answered without MetricDataResults "
+                    f"({_content_type(response)}): not the CloudWatch API, or an error page"
+                )
+            for result in results:
+                rid = str(result.get("Id", ""))
+                values.setdefault(rid, []).extend(result.get("Values", []))
+                stamps.setdefault(rid, []).extend(result.get("Timestamps", []))
+                status[rid] = str(result.get("StatusCode", "Complete"))
             token = response.get("NextToken")
             if not token:
                 break
+        else:
+            raise MalformedAnswer("GetMetricData kept answering NextToken for 1,000 pages")
         out: dict[str, Metrics] = {}
         for n, iid in enumerate(ids):
-            if f"u{n}" in incomplete or f"h{n}" in incomplete:
-                out[iid] = Metrics(error="CloudWatch returned an incomplete result")
+            problems = [
+                f"{what} {status.get(rid, 'missing from the answer')}"
+                for what, rid in (("GPU utilization", f"u{n}"), ("heartbeat", f"h{n}"))
+                if status.get(rid) != "Complete"
+            ]
+            if problems:
+                out[iid] = Metrics(error="CloudWatch: " + ", ".join(problems))
                 continue
             util = values.get(f"u{n}", [])
-            beats = values.get(f"h{n}", [])
+            beats = [_aware(t) for t in stamps.get(f"h{n}", [])]
             out[iid] = Metrics(
                 max_gpu_util=max(util) if util else None,
-                last_heartbeat=datetime.fromtimestamp(max(beats), UTC) if beats else None,
+                # The datapoint covers [t, t + period): its end is the latest the beat can be.
+                last_heartbeat=max(beats) + timedelta(seconds=HEARTBEAT_PERIOD) if beats else None,
             )
         return out
 
@@ -254,18 +305,38 @@ class AwsCloud:
         )
 
 
+def _content_type(response: dict[str, Any]) -> str:
+    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+    return f"content-type {headers.get('content-type', 'unknown')!r}"
+
+
+def _aware(value: Any) -> datetime:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
 def parse_instance(raw: dict[str, Any]) -> Instance:
-    tags = {t["Key"]: t.get("Value", "") for t in raw.get("Tags", [])}
-    launched = raw["LaunchTime"]
-    if isinstance(launched, str):
-        launched = datetime.fromisoformat(launched.replace("Z", "+00:00"))
-    if launched.tzinfo is None:
-        launched = launched.replace(tzinfo=UTC)
+    """One EC2 instance; a part that cannot be read makes it a kept, reported ``problem``."""
+    tags: dict[str, Any] = {}
+    for t in raw.get("Tags") or []:
+        if isinstance(t, dict) and isinstance(t.get("Key"), str):
+            tags[t["Key"]] = t.get("Value")
+    problem = None
+    launched: datetime | None = None
+    try:
+        launched = _aware(raw["LaunchTime"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        problem = f"LaunchTime unreadable ({type(exc).__name__})"
+    state = raw.get("State") or {}
     return Instance(
-        instance_id=raw["InstanceId"],
-        state=raw.get("State", {}).get("Name", "unknown"),
-        instance_type=raw.get("InstanceType", ""),
-        launched_at=launched.astimezone(UTC),
+        instance_id=str(raw.get("InstanceId", "?")),
+        state=str(state.get("Name", "unknown") if isinstance(state, dict) else "unknown"),
+        instance_type=str(raw.get("InstanceType", "")),
+        launched_at=launched,
         tags=tags,
         spot=raw.get("InstanceLifecycle") == "spot",
+        problem=problem,
     )

@@ -7,12 +7,15 @@ and ``alicloud.py`` are the two real ones. Nothing here imports an SDK.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 
 from . import tags as T
+from .catalog_data import load_table
 from .policy import (
     KEEP,
     STOP,
@@ -32,12 +35,45 @@ from .policy import (
 NAMESPACE = "gpufleet"
 METRIC_GPU_UTIL = "GPUUtilization"  # percent, the busiest GPU of the node at sample time
 METRIC_GPU_MEM = "GPUMemoryUtilization"  # percent, the fullest GPU memory of the node
-# Value = the node's clock in Unix seconds when it published: the Maximum over any window is
-# the latest heartbeat, in one datapoint; SampleCount per minute still draws "alive" graphs.
+# Value = the node's clock in Unix seconds when it published. The reaper never reads the value
+# (a node's clock can be off): it reads the datapoints' timestamps as the service stores them.
 METRIC_HEARTBEAT = "Heartbeat"
 DIMENSION = "InstanceId"  # CloudWatch; CloudMonitor uses "instanceId"
 
 RUNNING = "running"
+# More than this between the host's clock and the service's is reported (AWS SigV4 refuses
+# requests signed more than 5 minutes off; botocore corrects its own signing clock).
+CLOCK_WARN_MINUTES = 5.0
+_PROTECTED_YES = {"true", "yes", "1", "on"}
+_PROTECTED_NO = {"", "false", "no", "0", "off"}
+
+
+class ServiceClock:
+    """The API's own clock, from the Date header of its answers (second resolution).
+
+    ``now()`` is the last Date seen plus the time elapsed since on this host's monotonic
+    clock, so a host whose wall clock is off still judges by the service's time.
+    """
+
+    def __init__(self) -> None:
+        self._seen: tuple[datetime, float] | None = None
+
+    def observe(self, date_header: str | None) -> None:
+        if not date_header:
+            return
+        try:
+            when = parsedate_to_datetime(str(date_header))
+        except (TypeError, ValueError, IndexError):
+            return
+        if when is None or when.tzinfo is None:
+            return
+        self._seen = (when.astimezone(UTC), time.monotonic())
+
+    def now(self) -> datetime | None:
+        if self._seen is None:
+            return None
+        when, at = self._seen
+        return when + timedelta(seconds=time.monotonic() - at)
 
 
 def chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
@@ -48,23 +84,32 @@ def chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
 
 @dataclass(frozen=True)
 class Instance:
-    """One managed instance as the scan saw it; provider vocabulary already normalised."""
+    """One managed instance as the scan saw it; provider vocabulary already normalised.
+
+    Tag values are kept as the API returned them (normally strings; anything else is an
+    unreadable tag that keeps this instance, and only this one).
+    """
 
     instance_id: str
     state: str  # pending | running | stopping | stopped | other provider states, lowercase
     instance_type: str
-    launched_at: datetime  # last start: the TTL and boot grace count from here
-    tags: Mapping[str, str]
+    launched_at: datetime | None  # last start: the TTL and boot grace count from here
+    tags: Mapping[str, Any]
     spot: bool = False
     prepaid: bool = False  # subscription billing: stopping saves nothing
+    problem: str | None = None  # the scan could not read part of this instance
+
+    def tag(self, key: str) -> str:
+        value = self.tags.get(key, "")
+        return value if isinstance(value, str) else ""
 
     @property
     def stack(self) -> str:
-        return self.tags.get(T.STACK, "")
+        return self.tag(T.STACK)
 
     @property
     def role(self) -> str:
-        return self.tags.get(T.ROLE, "")
+        return self.tag(T.ROLE)
 
     @property
     def managed(self) -> bool:
@@ -72,22 +117,52 @@ class Instance:
 
     @property
     def protected(self) -> bool:
-        return self.tags.get(T.PROTECTED, "").strip().lower() in {"true", "yes", "1"}
+        """Explicitly protected, or a protected tag nobody can read (kept all the same)."""
+        value = self.tags.get(T.PROTECTED, "")
+        return not (isinstance(value, str) and value.strip().lower() in _PROTECTED_NO)
+
+    @property
+    def protected_reason(self) -> str:
+        value = self.tags.get(T.PROTECTED, "")
+        if isinstance(value, str) and value.strip().lower() in _PROTECTED_YES:
+            return f"protected ({T.PROTECTED}={value.strip()})"
+        return f"unknown, {T.PROTECTED} tag {value!r:.40} is neither true nor false: kept"
 
     def limits(self) -> Limits:
-        return resolve_limits(
-            tier=self.tags.get(T.TIER),
+        catalog = load_table().limits(self.tag(T.TIER) or None, self.instance_type)
+        limits = resolve_limits(
+            tier=self.tag(T.TIER) or None,
             instance_type=self.instance_type,
             idle_minutes_tag=self.tags.get(T.IDLE_MINUTES),
             ttl_hours_tag=self.tags.get(T.TTL_HOURS),
+            catalog_idle_minutes=catalog.idle_minutes,
+            catalog_ttl_hours=catalog.ttl_hours,
         )
+        if catalog.note:
+            limits = Limits(
+                limits.idle_minutes,
+                limits.ttl_hours,
+                (*limits.notes, catalog.note),
+                limits.unreadable,
+            )
+        return limits
 
     def lease(self) -> Lease:
-        return Lease.parse(self.tags.get(T.KEEP_ALIVE_UNTIL))
+        value = self.tags.get(T.KEEP_ALIVE_UNTIL)
+        if value is not None and not isinstance(value, str):
+            return Lease(error=f"{T.KEEP_ALIVE_UNTIL} tag {value!r:.40} is not text")
+        return Lease.parse(value)
 
 
 @dataclass(frozen=True)
 class Metrics:
+    """What the metrics service holds for one instance over the window.
+
+    ``last_heartbeat`` is the newest heartbeat datapoint's timestamp as the service stores
+    it. ``error`` is set whenever the answer could not be read in full (a failed call, a
+    result missing from the answer, a status other than complete): never "no data".
+    """
+
     last_heartbeat: datetime | None = None
     max_gpu_util: float | None = None
     error: str | None = None
@@ -117,6 +192,9 @@ class Cloud(Protocol):
 
     def stop(self, instance_ids: Sequence[str]) -> StopResult: ...
 
+    # Optional: the service's clock (None when no answer carried a usable Date header).
+    # def service_time(self) -> datetime | None: ...
+
 
 # (gpus, price per hour, currency) for a (provider, instance type, spot) or None if unknown.
 PriceLookup = Callable[[str, str, bool], "tuple[int, float | None, str] | None"]
@@ -134,6 +212,8 @@ class InstanceDecision:
     reason: str
     warning: str | None = None
     result: str = ""  # "stopped" | "dry run" | "failed: ..." | "" for keep
+    unknown: bool = False  # kept because something could not be read: reported, not idle
+    error: str | None = None  # the reaper could not judge this instance (a bug: exit 1)
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -150,6 +230,10 @@ class InstanceDecision:
             out["result"] = self.result
         if self.warning:
             out["warning"] = self.warning
+        if self.unknown:
+            out["unknown"] = True
+        if self.error:
+            out["error"] = self.error
         return out
 
 
@@ -168,9 +252,25 @@ class Report:
         return [d for d in self.decisions if d.result.startswith("failed")]
 
     @property
+    def problems(self) -> list[str]:
+        """What really failed in this run: failed stops, unreadable metrics, judge errors."""
+        out = []
+        if self.failed:
+            out.append(f"{len(self.failed)} stop(s) failed")
+        unread = self.summary.get("metrics_unreadable", 0)
+        if unread:
+            out.append(f"metrics unreadable for {unread} instance(s)")
+        errors = [d for d in self.decisions if d.error]
+        if errors:
+            out.append(f"{len(errors)} instance(s) could not be judged")
+        return out
+
+    @property
     def exit_code(self) -> int:
-        """0: every intended stop succeeded (or dry run); 1: some stop failed."""
-        return 1 if self.failed else 0
+        """0: every intended stop succeeded (or dry run) and every API answered in full;
+        1: a stop failed, a metrics read failed (its instances were kept), or an instance
+        could not be judged. A bad tag is reported, never a failure."""
+        return 1 if self.problems else 0
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -192,16 +292,27 @@ def _stop_order(ids: Iterable[str], by_id: Mapping[str, Instance]) -> list[list[
     return [group for group in (first, last) if group]
 
 
-def _decide(inst: Instance, metrics: Metrics | None, now: datetime, policy: Policy) -> Decision:
+def _decide(
+    inst: Instance,
+    metrics: Metrics | None,
+    now: datetime,
+    policy: Policy,
+    pipeline_at: datetime | None,
+) -> Decision:
     if not inst.managed:
         # The scan filters by tag; this guards against a scan that did not.
         return Decision(KEEP, "not managed by gpufleet: never touched")
     if inst.protected:
-        return Decision(KEEP, "protected (gpufleet:protected=true)")
+        unknown = not inst.protected_reason.startswith("protected")
+        return Decision(KEEP, inst.protected_reason, unknown=unknown)
     if inst.state != RUNNING:
         return Decision(KEEP, f"not running ({inst.state})")
     if inst.prepaid:
         return Decision(KEEP, "subscription (prepaid) billing: stopping would save nothing")
+    if inst.problem or inst.launched_at is None:
+        return Decision(
+            KEEP, f"unknown, {inst.problem or 'launch time unreadable'}: kept", unknown=True
+        )
     limits = inst.limits()
     m = metrics or Metrics(error="no metrics were fetched")
     view = CloudView(
@@ -209,14 +320,69 @@ def _decide(inst: Instance, metrics: Metrics | None, now: datetime, policy: Poli
         last_heartbeat=m.last_heartbeat,
         max_gpu_util=m.max_gpu_util,
         metrics_error=m.error,
-        watchdog_expected=inst.tags.get(T.WATCHDOG, "on").strip().lower() != "off",
+        watchdog_expected=inst.tag(T.WATCHDOG).strip().lower() != "off",
+        pipeline_at=pipeline_at,
     )
     decision = decide_cloud(view, now=now, limits=limits, lease=inst.lease(), policy=policy)
     if limits.notes:
         decision = Decision(
-            decision.action, f"{decision.reason} [{'; '.join(limits.notes)}]", decision.warning
+            decision.action,
+            f"{decision.reason} [{'; '.join(limits.notes)}]",
+            decision.warning,
+            unknown=decision.unknown,
         )
     return decision
+
+
+def _judgeable(inst: Instance) -> bool:
+    """Running, unprotected, pay-as-you-go and readable: the activity rules may judge it."""
+    return (
+        inst.state == RUNNING
+        and not inst.protected
+        and not inst.prepaid
+        and inst.launched_at is not None
+        and not inst.problem
+    )
+
+
+def _pipeline_evidence(
+    metrics: Mapping[str, Metrics], skew: timedelta
+) -> Callable[[str], datetime | None]:
+    """For each instance: the newest heartbeat any *other* instance got into the service,
+    moved back by the tolerated skew (that node's clock may run fast)."""
+    beats = sorted(
+        ((m.last_heartbeat, iid) for iid, m in metrics.items() if m.last_heartbeat and not m.error),
+        reverse=True,
+    )
+
+    def evidence(iid: str) -> datetime | None:
+        for when, other in beats[:2]:
+            if other != iid:
+                return when - skew
+        return None
+
+    return evidence
+
+
+def _service_now(cloud: Cloud, local: datetime, policy: Policy) -> tuple[datetime, dict[str, Any]]:
+    """The clock decisions use: the service's when it told us, else the host's minus the
+    tolerated skew (every stop rule is "long enough ago", so an earlier now is the safe one)."""
+    clock = getattr(cloud, "service_time", None)
+    service = clock() if callable(clock) else None
+    if service is None:
+        now = local - timedelta(minutes=policy.clock_skew_minutes)
+        return now, {
+            "source": "host clock minus the tolerated skew (no service Date header seen)",
+            "skew_minutes": None,
+        }
+    skew = (local - service).total_seconds() / 60.0
+    info: dict[str, Any] = {"source": "service Date header", "skew_minutes": round(skew, 1)}
+    if abs(skew) > CLOCK_WARN_MINUTES:
+        info["warning"] = (
+            f"this host's clock is {abs(skew):.0f} min {'ahead of' if skew > 0 else 'behind'} "
+            "the service's; decisions used the service's clock"
+        )
+    return service.astimezone(UTC), info
 
 
 def reap(
@@ -228,30 +394,54 @@ def reap(
     policy: Policy | None = None,
     price: PriceLookup | None = None,
 ) -> Report:
-    """One reaper pass. Dry run unless ``apply``; never terminates anything."""
+    """One reaper pass. Dry run unless ``apply``; never terminates anything.
+
+    ``now`` is this host's clock (default: the system's); decisions use the service's clock
+    (:func:`_service_now`). One instance that cannot be judged is kept and reported; the
+    others are judged as usual.
+    """
     policy = policy or Policy()
-    now = (now or datetime.now(UTC)).astimezone(UTC)
+    local = (now or datetime.now(UTC)).astimezone(UTC)
     scanned = cloud.scan(stack)
+    now, clock_info = _service_now(cloud, local, policy)
     # Another stack's instances never reach the decisions, whatever the scan returned.
     instances = [i for i in scanned if i.managed and (stack is None or i.stack == stack)]
     by_id = {i.instance_id: i for i in instances}
+    skew = timedelta(minutes=policy.clock_skew_minutes)
 
     # Metrics only for instances the activity rules may judge, grouped by lookback, because
-    # one GetMetricData call has one time range.
+    # one GetMetricData call has one time range. The window reaches skew minutes past now:
+    # a node whose clock runs fast stamps its datapoints in the service's future.
     by_lookback: dict[float, list[str]] = {}
+    broken: dict[str, str] = {}
     for inst in instances:
-        if inst.state == RUNNING and not inst.protected and not inst.prepaid:
-            minutes = lookback_minutes(inst.limits(), policy)
-            by_lookback.setdefault(minutes, []).append(inst.instance_id)
+        try:
+            if _judgeable(inst):
+                minutes = lookback_minutes(inst.limits(), policy)
+                by_lookback.setdefault(minutes, []).append(inst.instance_id)
+        except Exception as exc:  # one instance's data must not stop the run for the others
+            broken[inst.instance_id] = f"{type(exc).__name__}: {exc}"
     metrics: dict[str, Metrics] = {}
     for minutes, ids in sorted(by_lookback.items()):
         # Whole minutes: CloudWatch periods are multiples of 60 s.
         start = now - timedelta(minutes=math.ceil(minutes))
-        metrics.update(cloud.metrics(ids, start=start, end=now))
+        got = cloud.metrics(ids, start=start, end=now + skew)
+        for iid in ids:
+            # An id the answer left out is unreadable, never "no data".
+            metrics[iid] = got.get(iid) or Metrics(error="missing from the metrics answer")
+    evidence = _pipeline_evidence(metrics, skew)
 
-    decided = {
-        i.instance_id: _decide(i, metrics.get(i.instance_id), now, policy) for i in instances
-    }
+    decided: dict[str, Decision] = {}
+    for inst in instances:
+        iid = inst.instance_id
+        if iid in broken:
+            decided[iid] = Decision(KEEP, f"unknown, could not judge: {broken[iid]}", unknown=True)
+            continue
+        try:
+            decided[iid] = _decide(inst, metrics.get(iid), now, policy, evidence(iid))
+        except Exception as exc:  # kept and reported; the run reports the failure
+            broken[iid] = f"{type(exc).__name__}: {exc}"
+            decided[iid] = Decision(KEEP, f"unknown, could not judge: {broken[iid]}", unknown=True)
     to_stop = [iid for iid, d in decided.items() if d.action == STOP]
 
     results: dict[str, str] = {}
@@ -279,9 +469,14 @@ def reap(
             reason=decided[inst.instance_id].reason,
             warning=decided[inst.instance_id].warning,
             result=results.get(inst.instance_id, ""),
+            unknown=decided[inst.instance_id].unknown,
+            error=broken.get(inst.instance_id),
         )
         for inst in sorted(instances, key=lambda i: (i.stack, i.instance_id))
     )
+    summary = summarise(decisions, cloud.provider, price, apply=apply)
+    summary["metrics_unreadable"] = sum(1 for m in metrics.values() if m.error)
+    summary["clock"] = clock_info
     return Report(
         provider=cloud.provider,
         region=cloud.region,
@@ -289,7 +484,7 @@ def reap(
         apply=apply,
         now=now,
         decisions=decisions,
-        summary=summarise(decisions, cloud.provider, price, apply=apply),
+        summary=summary,
     )
 
 
@@ -321,6 +516,7 @@ def summarise(
         "instances": len(decisions),
         "stop": len(stops),
         "keep": len(decisions) - len(stops),
+        "unknown": sum(1 for d in decisions if d.unknown),
         "stopped": sum(1 for d in stops if d.result == "stopped"),
         "failed": sum(1 for d in stops if d.result.startswith("failed")),
         "dry_run": not apply,

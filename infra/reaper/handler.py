@@ -7,12 +7,16 @@ The function reads its settings from environment variables that the stack sets:
   GPUFLEET_REGION     region to scan (default: the function's own region)
   GPUFLEET_APPLY      "true" to stop; anything else is a dry run that only logs
   GPUFLEET_RETRY_MODE standard | adaptive (AWS, default standard)
-  GPUFLEET_MAX_ATTEMPTS         attempts per API call, retries included (default 6)
+  GPUFLEET_MAX_ATTEMPTS         attempts per API call, the first included: 1 = no retry
+                                (default 6 on AWS, 5 on Alicloud)
   GPUFLEET_ALICLOUD_ACCOUNT_ID  Alicloud account id (default: the FC context's)
-  GPUFLEET_ENDPOINT_URL         an alternative API endpoint (tests)
+  GPUFLEET_ENDPOINT_URL         an alternative API endpoint (tests); the function logs a
+                                warning line whenever it is set. scripts/teardown.py never
+                                reads it (its --endpoint-url flag is the only way there).
 
-A failed stop makes the invocation fail after logging, so the platform's error metric and
-any alarm on it see it.
+A failed stop, a metrics read that failed, or an instance that could not be judged makes
+the invocation fail after logging, so the platform's error metric and any alarm on it see
+it. A bad tag value does not: that instance is kept and reported.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -66,18 +71,25 @@ def make_cloud(
     *,
     credentials: Mapping[str, str] | None = None,
     account_id: str | None = None,
+    endpoint: str | None = None,
 ) -> Cloud:
+    """The cloud for ``provider``; ``endpoint`` only when the caller passes it explicitly
+    (the environment's GPUFLEET_ENDPOINT_URL is read by :func:`run`, which logs it)."""
     region = env.get("GPUFLEET_REGION") or env.get("AWS_REGION") or env.get("FC_REGION") or ""
     if not region:
         raise ConfigError("GPUFLEET_REGION is not set (and the platform gave no region)")
-    endpoint = env.get("GPUFLEET_ENDPOINT_URL") or None
     if provider == "aws":
         from .aws import AwsCloud
 
+        retry_mode = env.get("GPUFLEET_RETRY_MODE", "standard")
+        if retry_mode not in ("standard", "adaptive"):
+            raise ConfigError(
+                f"GPUFLEET_RETRY_MODE must be standard or adaptive, got {retry_mode!r}"
+            )
         return AwsCloud(
             region,
             endpoint_url=endpoint,
-            retry_mode=env.get("GPUFLEET_RETRY_MODE", "standard"),
+            retry_mode=retry_mode,
             max_attempts=_int_env(env, "GPUFLEET_MAX_ATTEMPTS", 6),
         )
     if provider == "alicloud":
@@ -91,6 +103,7 @@ def make_cloud(
             access_key_secret=creds.get("access_key_secret"),
             security_token=creds.get("security_token"),
             account_id=env.get("GPUFLEET_ALICLOUD_ACCOUNT_ID") or account_id,
+            max_attempts=_int_env(env, "GPUFLEET_MAX_ATTEMPTS", 5),
         )
     raise ConfigError(f"GPUFLEET_PROVIDER must be 'aws' or 'alicloud', got {provider!r}")
 
@@ -105,21 +118,40 @@ def run(
     stack = env.get("GPUFLEET_STACK", "").strip()
     if not stack:
         raise ConfigError("GPUFLEET_STACK is not set: the function only reaps its own stack")
-    cloud = make_cloud(provider, env, credentials=credentials, account_id=account_id)
+    endpoint = env.get("GPUFLEET_ENDPOINT_URL", "").strip() or None
+    if endpoint:
+        print(
+            json.dumps(
+                {
+                    "warning": f"GPUFLEET_ENDPOINT_URL={endpoint!r}: API calls go there, not to "
+                    f"the {provider} endpoint of the region"
+                },
+                sort_keys=True,
+            )
+        )
+    cloud = make_cloud(
+        provider, env, credentials=credentials, account_id=account_id, endpoint=endpoint
+    )
     report = reap(cloud, stack=stack, apply=_truthy(env.get("GPUFLEET_APPLY")))
     return _log_and_check(report)
 
 
 def _log_and_check(report: Report) -> dict[str, Any]:
     stops = [d.as_json() for d in report.decisions if d.action == "stop"]
-    warnings = [d.as_json() for d in report.decisions if d.warning]
-    for line in stops + warnings:
+    noted = [
+        d.as_json() for d in report.decisions if d.action != "stop" and (d.warning or d.unknown)
+    ]
+    for line in stops + noted:
         print(json.dumps(line, sort_keys=True))
     out = {"summary": report.summary, "stops": stops, "apply": report.apply}
     print(json.dumps({"summary": report.summary}, sort_keys=True))
-    if report.failed:
-        ids = ", ".join(d.instance_id for d in report.failed)
-        raise RuntimeError(f"gpufleet reaper: {len(report.failed)} stop(s) failed: {ids}")
+    if report.problems:
+        ids = ", ".join(
+            d.instance_id for d in report.decisions if d.result.startswith("failed") or d.error
+        )
+        raise RuntimeError(
+            f"gpufleet reaper: {'; '.join(report.problems)}" + (f": {ids}" if ids else "")
+        )
     return out
 
 
@@ -159,26 +191,126 @@ def fc_handler(event: Any, context: Any) -> str:
 # so `pulumi up` sees no change when nothing changed.
 _ZIP_DATE = (2020, 1, 1, 0, 0, 0)
 
+# The modules the function imports (handler.py's own imports, transitively). A new module in
+# this package is not shipped until it is listed: the clean-interpreter test catches a miss.
+FUNCTION_MODULES = (
+    "__init__.py",
+    "aws.py",
+    "alicloud.py",
+    "catalog_data.py",
+    "core.py",
+    "handler.py",
+    "policy.py",
+    "tags.py",
+)
+# What the Alicloud function imports beyond the standard library: the official SDKs, whose
+# dependency closure (from the installed distributions' metadata) is vendored into the zip.
+# Lambda's Python runtime ships boto3, so the AWS zip carries only the code and the table.
+ALICLOUD_SDKS = ("alibabacloud-ecs20140526", "alibabacloud-cms20190101")
+# Compiled speed-ups with a pure-Python fallback in the same package: left out, so those
+# packages import on any CPython (the fallback is what they run without the extension).
+_PURE_FALLBACK = frozenset(
+    {"aiohttp", "multidict", "yarl", "frozenlist", "propcache", "charset-normalizer"}
+)
+_DIST_INFO_SKIP = frozenset({"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
 
-def build_function_zip(source_dir: Path | None = None) -> bytes:
-    """The function archive: ``handler.py`` at the top, this package as ``gpufleet_reaper/``.
 
-    Deterministic (sorted entries, fixed dates and modes) and pure: reads the sources,
-    writes nothing. boto3 is in the Lambda runtime; the Alicloud SDKs are not in FC's, so
-    that function needs them as a layer (see the README).
+def _dist_key(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def sdk_closure(roots: tuple[str, ...] = ALICLOUD_SDKS) -> list[Any]:
+    """The installed distributions the roots need, following Requires-Dist.
+
+    Requirements behind an extra are not followed; one with an environment marker that is
+    not installed (e.g. a backport for older Pythons) is skipped, any other missing one is
+    an error: the zip must not be built incomplete.
     """
+    from importlib import metadata
+
+    seen: dict[str, Any] = {}
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        key = _dist_key(name)
+        if key in seen:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            raise FileNotFoundError(
+                f"{name} is not installed: pip install -r requirements.txt first"
+            ) from None
+        seen[key] = dist
+        for req in dist.requires or []:
+            spec, _, marker = req.partition(";")
+            if "extra" in marker:
+                continue
+            dep = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", spec)
+            if dep is None:
+                continue
+            if marker.strip():
+                try:
+                    metadata.distribution(dep.group(1))
+                except metadata.PackageNotFoundError:
+                    continue  # a marker-gated requirement this interpreter does not need
+            todo.append(dep.group(1))
+    return [seen[k] for k in sorted(seen)]
+
+
+def _vendored_files(dists: list[Any]) -> list[tuple[str, bytes]]:
+    entries = []
+    for dist in dists:
+        key = _dist_key(dist.metadata["Name"])
+        for f in dist.files or []:
+            parts = Path(str(f)).parts
+            name = str(f).replace("\\", "/")
+            if not parts or parts[0] == ".." or "__pycache__" in parts or name.endswith(".pyc"):
+                continue
+            if parts[0].endswith(".dist-info") and parts[-1] in _DIST_INFO_SKIP:
+                continue
+            if key in _PURE_FALLBACK and name.endswith((".so", ".pyd")):
+                continue
+            if parts[0].endswith(".pth") or name.endswith(".pth"):
+                continue
+            path = Path(str(dist.locate_file(f)))
+            if path.is_file():
+                entries.append((name, path.read_bytes()))
+    return entries
+
+
+def build_function_zip(
+    source_dir: Path | None = None, *, provider: str = "alicloud", catalog: Any = None
+) -> bytes:
+    """The function archive: ``handler.py`` at the top, this package as ``gpufleet_reaper/``
+    with the catalog's per-instance-type table (``instance_types.json``), and for Alicloud
+    the SDKs' installed distributions beside it.
+
+    Deterministic (sorted entries, fixed dates and modes) and pure: reads the sources and
+    the installed distributions, writes nothing.
+    """
+    from .catalog_data import TABLE_FILE, table_json
+
     src = source_dir or Path(__file__).resolve().parent
-    files = sorted(p for p in src.glob("*.py") if p.is_file())
-    if not any(p.name == "handler.py" for p in files):
+    if not (src / "handler.py").is_file():
         raise FileNotFoundError(f"{src} has no handler.py: not the reaper package")
+    if provider not in ("aws", "alicloud"):
+        raise ValueError(f"provider must be 'aws' or 'alicloud', got {provider!r}")
+    if catalog is None:
+        from infra.catalog import load_catalog
+
+        catalog = load_catalog()
+    entries = [("handler.py", _SHIM.encode())]
+    entries += [(f"{PACKAGE}/{n}", (src / n).read_bytes()) for n in FUNCTION_MODULES]
+    entries.append((f"{PACKAGE}/{TABLE_FILE}", table_json(catalog)))
+    if provider == "alicloud":
+        entries += _vendored_files(sdk_closure())
     buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
-        entries = [("handler.py", _SHIM.encode())]
-        entries += [(f"{PACKAGE}/{p.name}", p.read_bytes()) for p in files]
-        for name, data in sorted(entries):
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, data in sorted(dict(entries).items()):
             info = zipfile.ZipInfo(name, date_time=_ZIP_DATE)
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = 0o644 << 16
             info.create_system = 3  # unix, so the mode above is honoured
-            zf.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED, compresslevel=9)
+            zf.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED, compresslevel=6)
     return buf.getvalue()

@@ -20,10 +20,17 @@ Precedence, first match wins (the same in both layers):
    time-bounded promise to pay, so it also holds off the hard TTL; a lease further ahead is
    ignored (the other rules decide, and the TTL applies).
 3. hard TTL reached (time since launch/boot) -> stop, even while busy.
-4. an unreadable lease -> keep (an unreadable signal counts as active; the TTL above still
-   bounds the cost).
-5. boot grace (up less than 30 min) -> keep.
-6. layer-specific activity rules (see each function).
+4. an unreadable lease or limit tag, kept MAX_LEASE_HOURS (14 days) already -> stop: nothing
+   unreadable keeps a GPU running for ever, whatever the TTL says.
+5. an unreadable lease or limit tag -> keep, reported as unknown (an unreadable signal counts
+   as active; the TTL above still bounds the cost).
+6. boot grace (up less than 30 min) -> keep.
+7. layer-specific activity rules (see each function).
+
+The per-GPU idle limits are not written here: they come from the catalog (infra/catalog), as
+the ``catalog_idle_minutes`` / ``catalog_ttl_hours`` a caller passes to :func:`resolve_limits`
+(the cloud reaper reads them from the per-instance-type table built into its package; the
+node watchdog from its config, which the stack writes from the same catalog).
 """
 
 from __future__ import annotations
@@ -38,46 +45,22 @@ from datetime import datetime, timedelta, timezone
 STOP = "stop"
 KEEP = "keep"
 
-# Per GPU family: minutes of continuous idleness before a stop. The expensive tiers are
-# reaped sooner (reference/idle-teardown.md, "Policy we want").
-IDLE_MINUTES_BY_FAMILY: dict[str, int] = {
-    "t4": 30,
-    "a10": 30,
-    "v100": 30,
-    "l4": 30,
-    "a100": 15,
-    "h100": 15,
-    "h200": 15,
-}
+# The longest lease anyone may take (`fab keep-alive` refuses more). A lease further ahead is
+# not honoured: a tag written as "2099-01-01" must not keep a GPU running for ever. The same
+# 14 days cap every "unknown" keep (an unreadable lease or limit tag), and bound the limit tags.
+MAX_LEASE_HOURS = 24 * 14
+MAX_IDLE_MINUTES = MAX_LEASE_HOURS * 60
+MAX_TTL_HOURS = MAX_LEASE_HOURS
+
 # Unknown GPU: the longer limit, because stopping too early loses work while stopping too
 # late only costs money that the hard TTL bounds.
-# The longest lease anyone may take (`fab keep-alive` refuses more). A lease further ahead is
-# not honoured: a tag written as "2099-01-01" must not keep a GPU running for ever.
-MAX_LEASE_HOURS = 24 * 14
-
 DEFAULT_IDLE_MINUTES = 30
 DEFAULT_TTL_HOURS = 24.0
 DEFAULT_TTL_HOURS_X8 = 12.0
 
-# Instance type prefixes -> GPU family, for instances whose tier tag is missing.
-# AWS: https://aws.amazon.com/ec2/instance-types/ (accelerated computing);
-# Alicloud: https://www.alibabacloud.com/help/en/ecs/user-guide/gpu-accelerated-compute-optimized-and-vgpu-accelerated-instance-families-1
-_FAMILY_BY_TYPE_PREFIX: tuple[tuple[str, str], ...] = (
-    ("p5", "h100"),
-    ("p4d", "a100"),
-    ("p4de", "a100"),
-    ("p3", "v100"),
-    ("g4dn", "t4"),
-    ("g5", "a10"),
-    ("g6", "l4"),
-    ("ecs.gn8", "h100"),
-    ("ecs.gn7e", "a100"),
-    ("ecs.gn7-", "a100"),
-    ("ecs.gn7i", "a10"),
-    ("ecs.gn6v", "v100"),
-    ("ecs.gn6e", "v100"),
-    ("ecs.gn6i", "t4"),
-)
+# A limit tag is plain ASCII decimal: float() would also take "1e12", "nan", "1_5" and
+# non-ASCII digits, none of which anyone means as minutes.
+_DECIMAL = re.compile(r"\s*[0-9]{1,7}(?:\.[0-9]{1,6})?\s*", re.ASCII)
 # Not datetime.UTC: this file also runs on the node's Python 3.10 (Ubuntu 22.04).
 UTC = timezone.utc  # noqa: UP017
 _OPT_OUT = {"0", "off", "none", "never", "false", "no"}
@@ -96,6 +79,14 @@ class Policy:
     max_sample_gap_minutes: float = 5.0  # a longer gap in the history is unknown time
     head_lag_minutes: float = 2.0  # a head waits this much longer so its workers go first
     heartbeat_stale_minutes: float = 10.0  # cloud layer: a silent watchdog after this long
+    # Cloud layer: how far a clock may be off. A node's datapoints carry the node's clock, and
+    # the APIs accept a signing clock that far off: AWS SigV4 5 min, Alicloud 15 min
+    # (x-acs-date). The reaper judges by the service's clock and counts a heartbeat stale only
+    # after stale + skew minutes, so a node +/-12 min off is judged as if it were exact.
+    clock_skew_minutes: float = 15.0
+    # Cloud layer: how far back metrics are read beyond idle + stale + skew, so several runs
+    # (every 5 min) see a heartbeat after it went stale, before it leaves the window.
+    lookback_margin_minutes: float = 20.0
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -115,6 +106,7 @@ class Decision:
     reason: str
     warning: str | None = None  # e.g. a stalled job about to be stopped
     idle_minutes: float | None = None  # the idle clock, when one is running
+    unknown: bool = False  # kept because a signal could not be read, not because it is busy
 
     @property
     def stop(self) -> bool:
@@ -128,6 +120,7 @@ class Limits:
     idle_minutes: float
     ttl_hours: float | None  # None: opted out explicitly
     notes: tuple[str, ...] = ()  # tag values that were ignored, and why
+    unreadable: tuple[str, ...] = ()  # limit tags present but unreadable: keep, report, cap
 
 
 @dataclass(frozen=True)
@@ -168,58 +161,83 @@ def format_utc(value: datetime) -> str:
     return value.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def gpu_family(tier: str | None, instance_type: str | None = None) -> str | None:
-    """GPU family from the tier name (``a100x8``, ``h100-x1``) or else the instance type."""
-    if tier:
-        name = tier.strip().lower()
-        # Longest family first so "a100x4" is not taken for "a10".
-        for family in sorted(IDLE_MINUTES_BY_FAMILY, key=len, reverse=True):
-            if name.startswith(family):
-                return family
-    if instance_type:
-        itype = instance_type.strip().lower()
-        for prefix, family in sorted(_FAMILY_BY_TYPE_PREFIX, key=lambda p: -len(p[0])):
-            if itype.startswith(prefix):
-                return family
-    return None
-
-
 def _is_x8(tier: str | None) -> bool:
     return bool(tier and re.search(r"x8\b|x8[-_]|x8$", tier.strip().lower()))
+
+
+def _number(text: str, *, low_exclusive: float, high: float) -> float | None:
+    """A plain decimal in (low, high], else None."""
+    if not _DECIMAL.fullmatch(text):
+        return None
+    value = float(text)
+    return value if low_exclusive < value <= high else None
+
+
+def _shown(value: object) -> str:
+    """A tag value as a report may print it: one line, bounded, control characters escaped."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def resolve_limits(
     *,
     tier: str | None,
     instance_type: str | None = None,
-    idle_minutes_tag: str | None = None,
-    ttl_hours_tag: str | None = None,
+    idle_minutes_tag: object = None,
+    ttl_hours_tag: object = None,
+    catalog_idle_minutes: float | None = None,
+    catalog_ttl_hours: float | None = None,
 ) -> Limits:
-    """Idle and TTL limits for one instance: the tags when valid, else the tier defaults."""
+    """Idle and TTL limits for one instance.
+
+    A valid tag wins; without one, the catalog's value for the instance (passed in by the
+    caller), else the documented defaults. A tag that is present but unreadable (not a plain
+    decimal, NaN, negative, beyond 14 days, not a string at all) is not replaced by a
+    default: the activity rules keep the instance and report it (``unreadable``), and the
+    14-day cap still bounds it.
+    """
     notes: list[str] = []
-    family = gpu_family(tier, instance_type)
-    idle = float(IDLE_MINUTES_BY_FAMILY.get(family or "", DEFAULT_IDLE_MINUTES))
-    if idle_minutes_tag is not None and idle_minutes_tag.strip():
-        try:
-            tagged = float(idle_minutes_tag)
-            if not math.isfinite(tagged) or tagged <= 0:
-                raise ValueError
+    unreadable: list[str] = []
+    idle = float(catalog_idle_minutes or DEFAULT_IDLE_MINUTES)
+    if idle_minutes_tag is not None and not (
+        isinstance(idle_minutes_tag, str) and not idle_minutes_tag.strip()
+    ):
+        tagged = (
+            _number(idle_minutes_tag, low_exclusive=0, high=MAX_IDLE_MINUTES)
+            if isinstance(idle_minutes_tag, str)
+            else None
+        )
+        if tagged is None:
+            unreadable.append(
+                f"idle-minutes tag {_shown(idle_minutes_tag)} unreadable "
+                f"(want minutes, 0 < m <= {MAX_IDLE_MINUTES})"
+            )
+        else:
             idle = tagged
-        except ValueError:
-            notes.append(f"idle-minutes tag {idle_minutes_tag!r} ignored (want minutes > 0)")
-    ttl: float | None = DEFAULT_TTL_HOURS_X8 if _is_x8(tier) else DEFAULT_TTL_HOURS
-    if ttl_hours_tag is not None and ttl_hours_tag.strip():
-        if ttl_hours_tag.strip().lower() in _OPT_OUT:
+    default_ttl = DEFAULT_TTL_HOURS_X8 if _is_x8(tier) else DEFAULT_TTL_HOURS
+    ttl: float | None = float(catalog_ttl_hours or default_ttl)
+    if ttl_hours_tag is not None and not (
+        isinstance(ttl_hours_tag, str) and not ttl_hours_tag.strip()
+    ):
+        if isinstance(ttl_hours_tag, str) and ttl_hours_tag.strip().lower() in _OPT_OUT:
             ttl = None
         else:
-            try:
-                tagged = float(ttl_hours_tag)
-                if not math.isfinite(tagged) or tagged < 0:
-                    raise ValueError
+            tagged = (
+                _number(ttl_hours_tag, low_exclusive=-1, high=MAX_TTL_HOURS)
+                if isinstance(ttl_hours_tag, str)
+                else None
+            )
+            if tagged is None:
+                unreadable.append(
+                    f"ttl-hours tag {_shown(ttl_hours_tag)} unreadable "
+                    f"(want hours <= {MAX_TTL_HOURS}, or 'off')"
+                )
+                ttl = None  # the user's limit is unknown: the 14-day cap applies instead
+            else:
                 ttl = tagged
-            except ValueError:
-                notes.append(f"ttl-hours tag {ttl_hours_tag!r} ignored (want hours, or 'off')")
-    return Limits(idle_minutes=idle, ttl_hours=ttl, notes=tuple(notes))
+    return Limits(
+        idle_minutes=idle, ttl_hours=ttl, notes=tuple(notes), unreadable=tuple(unreadable)
+    )
 
 
 # ---------------------------------------------------------------------------- guards
@@ -255,8 +273,17 @@ def _guards(
             STOP,
             f"hard TTL {limits.ttl_hours:g} h reached (up {_fmt_minutes(up)}), stops even if busy",
         )
+    unreadable = list(limits.unreadable)
     if lease.error is not None:
-        return Decision(KEEP, f"lease unreadable, counts as active: {lease.error}")
+        unreadable.append(f"lease unreadable: {lease.error}")
+    if unreadable and up >= MAX_LEASE_HOURS * 60:
+        return Decision(
+            STOP,
+            f"up {_fmt_minutes(up)}: the {MAX_LEASE_HOURS // 24}-day cap ends the keep for "
+            f"{'; '.join(unreadable)}",
+        )
+    if unreadable:
+        return Decision(KEEP, f"unknown, counts as active: {'; '.join(unreadable)}", unknown=True)
     if up < policy.boot_grace_minutes:
         return Decision(
             KEEP, f"boot grace: up {_fmt_minutes(up)} < {policy.boot_grace_minutes:g} min"
@@ -419,18 +446,35 @@ def decide_node(
 
 @dataclass(frozen=True)
 class CloudView:
-    """What the reaper knows about one running instance."""
+    """What the reaper knows about one running instance.
+
+    Every time here is on the metrics service's clock: datapoint timestamps as the service
+    stores them, never the node-supplied value of a heartbeat.
+    """
 
     launched_at: datetime
-    last_heartbeat: datetime | None  # latest heartbeat within the lookback, None if none
-    max_gpu_util: float | None  # maximum over the lookback, None if no datapoint
-    metrics_error: str | None = None  # the metric query failed for this instance
+    last_heartbeat: datetime | None  # newest heartbeat datapoint in the window, None if none
+    max_gpu_util: float | None  # maximum over the window, None if no datapoint
+    metrics_error: str | None = None  # the metric query failed or was incomplete for it
     watchdog_expected: bool = True  # gpufleet:watchdog tag is not "off"
+    # Newest datapoint the metrics service carried from another source (another node's
+    # heartbeat): proof that ingestion worked after this node fell silent.
+    pipeline_at: datetime | None = None
 
 
 def lookback_minutes(limits: Limits, policy: Policy = Policy()) -> float:
     """How far back the reaper reads metrics for an instance with these limits."""
-    return limits.idle_minutes + policy.heartbeat_stale_minutes
+    return (
+        limits.idle_minutes
+        + policy.heartbeat_stale_minutes
+        + policy.clock_skew_minutes
+        + policy.lookback_margin_minutes
+    )
+
+
+def stale_after_minutes(policy: Policy = Policy()) -> float:
+    """A heartbeat this old (service clock) is stale even from a node whose clock is off."""
+    return policy.heartbeat_stale_minutes + policy.clock_skew_minutes
 
 
 def decide_cloud(
@@ -442,11 +486,14 @@ def decide_cloud(
     protected: bool = False,
     policy: Policy = Policy(),
 ) -> Decision:
-    """The reaper's decision: act only where the node's own watchdog cannot.
+    """The reaper's decision: act only where the node's own watchdog cannot, and only on
+    positive evidence.
 
-    A fresh heartbeat means the watchdog is alive and decides on the node (it sees SSH,
-    jobs and stalls that the cloud cannot). A silent watchdog plus no GPU activity in the
-    metrics over ``idle + stale`` minutes means nobody is guarding the node: stop it.
+    ``now`` is the service's clock. A stop needs one of: the hard TTL (or the 14-day cap), or
+    a heartbeat that was seen in the window and then went stale, while the service carried
+    other data after it (so the silence is the node's, not an ingestion outage), with no GPU
+    activity in the window. Anything less (no datapoint at all, a failed or partial query,
+    an unreadable tag) keeps the instance and reports it as unknown: the TTL bounds the cost.
     """
     guard = _guards(
         now=now,
@@ -459,35 +506,48 @@ def decide_cloud(
     if guard is not None:
         return guard
     if view.metrics_error is not None:
-        return Decision(KEEP, f"metrics unreadable, counts as active: {view.metrics_error}")
+        return Decision(KEEP, f"unknown, metrics unreadable: {view.metrics_error}", unknown=True)
     if not view.watchdog_expected:
         return Decision(KEEP, "watchdog opted out (gpufleet:watchdog=off): only the TTL applies")
     lookback = lookback_minutes(limits, policy)
-    if view.last_heartbeat is not None:
-        silent = _minutes(now - view.last_heartbeat)
-        if silent < policy.heartbeat_stale_minutes:
-            return Decision(
-                KEEP,
-                f"watchdog alive (heartbeat {_fmt_minutes(max(silent, 0.0))} ago) decides on node",
-            )
-    up = _minutes(now - view.launched_at)
-    if up < lookback:
-        # Too young for the metrics to cover the whole lookback: wait for a full window.
-        return Decision(KEEP, f"no heartbeat yet, up {_fmt_minutes(up)} < {lookback:g} min")
+    stale = stale_after_minutes(policy)
+    skew = timedelta(minutes=policy.clock_skew_minutes)
+    if view.last_heartbeat is None or view.last_heartbeat < view.launched_at - skew:
+        return Decision(
+            KEEP,
+            f"unknown, no heartbeat of this boot in the last {lookback:g} min (watchdog not "
+            "running, or its metrics never arrived): only the TTL applies",
+            unknown=True,
+        )
+    silent = _minutes(now - view.last_heartbeat)
+    if silent < stale:
+        return Decision(
+            KEEP,
+            f"watchdog alive (heartbeat {_fmt_minutes(max(silent, 0.0))} ago) decides on node",
+        )
     if view.max_gpu_util is not None and view.max_gpu_util >= policy.active_util_pct:
         return Decision(
             KEEP,
             f"watchdog silent but GPU reached {view.max_gpu_util:.0f} % "
             f"in the last {lookback:g} min",
         )
-    silent_text = (
-        f"no heartbeat in the last {lookback:g} min"
-        if view.last_heartbeat is None
-        else f"last heartbeat {_fmt_minutes(_minutes(now - view.last_heartbeat))} ago"
-    )
+    # The service must have carried another datapoint at least stale minutes after this
+    # node's last one (pipeline_at already allows for that other clock running fast).
+    gap = policy.heartbeat_stale_minutes
+    if view.pipeline_at is None or _minutes(view.pipeline_at - view.last_heartbeat) < gap:
+        return Decision(
+            KEEP,
+            f"unknown, heartbeat silent {_fmt_minutes(silent)} but no other datapoint reached "
+            "the metrics service since, so an ingestion outage is not ruled out",
+            unknown=True,
+        )
     gpu_text = (
-        "no GPU metrics" if view.max_gpu_util is None else f"GPU at most {view.max_gpu_util:.0f} %"
+        "no GPU datapoint"
+        if view.max_gpu_util is None
+        else f"GPU at most {view.max_gpu_util:.0f} %"
     )
     return Decision(
-        STOP, f"watchdog silent ({silent_text}) and {gpu_text} in the last {lookback:g} min"
+        STOP,
+        f"watchdog silent (last heartbeat {_fmt_minutes(silent)} ago, stale after {stale:g} min"
+        f", while other data still arrived) and {gpu_text} in the last {lookback:g} min",
     )

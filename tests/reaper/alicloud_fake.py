@@ -37,6 +37,8 @@ class FakeAlicloud:
     # (metric, instance id) -> [(unix ms, value)]
     datapoints: dict[tuple[str, str], list[tuple[int, float]]] = field(default_factory=dict)
     throttle_rate: float = 0.0
+    fail_actions: set[str] = field(default_factory=set)  # answered with an error code
+    html_actions: set[str] = field(default_factory=set)  # answered 200 with an HTML page
     seed: int = 3
     calls: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -109,47 +111,41 @@ class FakeAlicloud:
                 )
         return {"RequestId": "fake", "InstanceResponses": {"InstanceResponse": rows}}
 
-    def describe_metric_list(self, q: dict[str, str]) -> dict[str, Any]:
-        if not q.get("Namespace", "").startswith("acs_customMetric_"):
-            return {"__status__": 400, "Code": "Fake.Namespace", "Message": q.get("Namespace")}
-        dims = json.loads(q.get("Dimensions") or "[]")
-        if len(dims) > 50:
-            return {"__status__": 400, "Code": "InvalidParameter", "Message": "max 50 dims"}
-        start, end = int(q["StartTime"]), int(q["EndTime"])
-        points = []
-        for dim in dims:
-            iid = dim["instanceId"]
-            for ts, value in self.datapoints.get((q["MetricName"], iid), []):
-                if start < ts <= end:  # left-open, right-closed, as documented
-                    points.append(
-                        {
-                            "timestamp": ts,
-                            "instanceId": iid,
-                            "Maximum": value,
-                            "Minimum": value,
-                            "Average": value,
-                        }
-                    )
-        size = int(q.get("Length", "1000"))
-        offset = int(q.get("NextToken") or 0)
-        page = points[offset : offset + size]
-        token = str(offset + size) if offset + size < len(points) else None
-        out: dict[str, Any] = {
+    def describe_custom_metric_list(self, q: dict[str, str]) -> dict[str, Any]:
+        """Custom metrics as PutCustomMetric stored them: no time range, PageNumber paging."""
+        if q.get("GroupId", "0") != "0":
+            return {"__status__": 400, "Code": "Fake.GroupId", "Message": q.get("GroupId")}
+        dims = dict(p.split("=", 1) for p in q.get("Dimension", "").split("&") if "=" in p)
+        iid = dims.get("instanceId", "")
+        metric = q.get("MetricName", "")
+        entries = [
+            {
+                "groupId": 0,
+                "metricName": metric,
+                "dimension": f"instanceId={iid}",
+                "timestamp": ts,
+                "values": json.dumps({"value": value}),
+            }
+            for ts, value in sorted(self.datapoints.get((metric, iid), []), reverse=True)
+        ]
+        size = int(q.get("PageSize", "10"))
+        page = int(q.get("PageNumber", "1"))
+        chunk = entries[(page - 1) * size : page * size]
+        result = {"all": len(entries), "size": size, "page": page, "list": chunk}
+        return {
             "RequestId": "fake",
             "Code": "200",
-            "Success": True,
-            "Period": q.get("Period", "60"),
-            "Datapoints": json.dumps(page),
+            "Message": "success",
+            "Result": json.dumps(result),
         }
-        if token:
-            out["NextToken"] = token
-        return out
 
     # ------------------------------------------------------------------ server
 
     def handle(self, action: str, q: dict[str, str]) -> tuple[int, dict[str, Any]]:
         with self.lock:
             self.calls.append((action, q))
+            if action in self.fail_actions:
+                return 500, {"Code": "InternalError", "Message": "fault injected"}
             if self.throttle_rate and self.rng.random() < self.throttle_rate:
                 if self.rng.random() < 0.5:
                     return 400, {"Code": "Throttling.User", "Message": "Request was denied"}
@@ -157,7 +153,7 @@ class FakeAlicloud:
             fn = {
                 "DescribeInstances": self.describe_instances,
                 "StopInstances": self.stop_instances,
-                "DescribeMetricList": self.describe_metric_list,
+                "DescribeCustomMetricList": self.describe_custom_metric_list,
             }.get(action)
             if fn is None:
                 return 400, {"Code": "InvalidAction.NotFound", "Message": action}
@@ -180,11 +176,22 @@ class FakeAlicloud:
                     status, body = 400, {"Code": "MissingAuthorization", "Message": "unsigned"}
                 else:
                     query = {k: v[-1] for k, v in parse_qs(urlparse(self.path).query).items()}
-                    status, body = fake.handle(self.headers.get("x-acs-action", ""), query)
+                    action = self.headers.get("x-acs-action", "")
+                    if action in fake.html_actions:
+                        return self._html()
+                    status, body = fake.handle(action, query)
                 body.setdefault("RequestId", "fake")
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json;charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _html(self) -> None:
+                data = b"<html><body><h1>Welcome to nginx!</h1></body></html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

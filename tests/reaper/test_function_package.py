@@ -1,0 +1,258 @@
+"""The function packages as the clouds run them: unzipped into an empty folder and run by a
+clean interpreter (``-S -E -I``: no site-packages, no PYTHON* variables, nothing of this
+repository importable) against the local fakes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from infra.catalog import load_catalog
+from infra.reaper import tags as T
+from infra.reaper.catalog_data import TABLE_FILE, build_table, family_of, parse_table
+from infra.reaper.handler import (
+    FUNCTION_MODULES,
+    PACKAGE,
+    _vendored_files,
+    build_function_zip,
+    sdk_closure,
+)
+from infra.reaper.policy import UTC
+from tests.reaper.alicloud_fake import FakeAlicloud, FakeInstance
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+PY310 = Path("/root/.pyenv/versions/3.10.13/bin/python3.10")
+
+
+def unzip(data: bytes, into: Path) -> Path:
+    zipfile.ZipFile(io.BytesIO(data)).extractall(into)
+    return into
+
+
+def clean_run(
+    folders: list[Path], code: str, env: dict[str, str], python: str = sys.executable
+) -> subprocess.CompletedProcess[str]:
+    """``code`` in an isolated interpreter whose sys.path is the stdlib plus ``folders``."""
+    prelude = (
+        "import sys\n"
+        f"sys.path[:0] = {[str(f) for f in folders]!r}\n"
+        "try:\n    import infra\nexcept ImportError:\n    pass\n"
+        "else:\n    raise SystemExit('the repository is importable: not a clean interpreter')\n"
+    )
+    return subprocess.run(
+        [python, "-S", "-E", "-I", "-c", prelude + code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(folders[0]),
+        env={"PATH": os.environ.get("PATH", ""), **env},
+    )
+
+
+@pytest.fixture(scope="module")
+def alicloud_zip() -> bytes:
+    return build_function_zip(provider="alicloud")
+
+
+@pytest.fixture(scope="module")
+def aws_zip() -> bytes:
+    return build_function_zip(provider="aws")
+
+
+def test_function_zips_are_byte_for_byte_deterministic(alicloud_zip: bytes, aws_zip: bytes) -> None:
+    assert build_function_zip(provider="alicloud") == alicloud_zip
+    assert build_function_zip(provider="aws") == aws_zip
+
+
+def test_aws_zip_carries_the_code_and_the_catalog_table_and_no_sdk(aws_zip: bytes) -> None:
+    names = set(zipfile.ZipFile(io.BytesIO(aws_zip)).namelist())
+    assert names == {"handler.py", f"{PACKAGE}/{TABLE_FILE}"} | {
+        f"{PACKAGE}/{m}" for m in FUNCTION_MODULES
+    }
+    assert len(aws_zip) < 100_000
+
+
+def test_alicloud_zip_vendors_the_sdks_and_stays_small(alicloud_zip: bytes) -> None:
+    names = zipfile.ZipFile(io.BytesIO(alicloud_zip)).namelist()
+    tops = {n.split("/")[0] for n in names}
+    assert {"alibabacloud_ecs20140526", "alibabacloud_cms20190101", "darabonba"} <= tops
+    # Only the SDKs' closure: nothing of boto3, pulumi or the test tools.
+    assert not tops & {"boto3", "botocore", "pulumi", "pulumi_alicloud", "moto", "pytest"}
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert len(alicloud_zip) < 12_000_000
+
+
+def test_function_code_parses_as_python_3_10(aws_zip: bytes) -> None:
+    zf = zipfile.ZipFile(io.BytesIO(aws_zip))
+    for name in zf.namelist():
+        if name.endswith(".py"):
+            ast.parse(zf.read(name).decode(), filename=name, feature_version=(3, 10))
+
+
+def test_the_packaged_table_gives_every_catalog_instance_type_the_catalog_limits(
+    aws_zip: bytes,
+) -> None:
+    catalog = load_catalog()
+    packaged = parse_table(
+        json.loads(zipfile.ZipFile(io.BytesIO(aws_zip)).read(f"{PACKAGE}/{TABLE_FILE}")), "zip"
+    )
+    for (provider, name), it in catalog.instances.items():
+        tiers = [t for t in catalog.tiers.values() if name in t.offers.get(provider, {}).values()]
+        tiers = tiers or [t for t in catalog.tiers.values() if it.gpu in t.gpus_allowed]
+        want = max((t.idle_minutes for t in tiers), default=None)
+        got = packaged.limits(None, name)
+        assert (name, got.idle_minutes, got.gpu) == (name, want, it.gpu)
+
+
+def test_bare_metal_a100_types_get_15_minutes_and_g6e_is_not_an_l4() -> None:
+    table = parse_table(build_table(load_catalog()), "catalog")
+    assert table.limits(None, "ecs.ebmgn7.26xlarge").idle_minutes == 15
+    assert table.limits(None, "ecs.ebmgn7e.32xlarge").idle_minutes == 15
+    assert table.limits(None, "g6e.xlarge").gpu == "L40S"
+    assert family_of("g6e.12xlarge") == "g6e"
+    assert table.limits(None, "g6e.12xlarge").gpu == "L40S"  # a size the catalog lacks
+
+
+ALI_CODE = """
+import json, handler
+class Creds:
+    access_key_id = "fake-id"; access_key_secret = "fake-secret"; security_token = "tok"
+class Context:
+    credentials = Creds(); region = "cn-beijing"; account_id = "1234567890"
+print("RESULT " + handler.fc_handler(b"{}", Context()))
+import alibabacloud_ecs20140526, gpufleet_reaper
+print("FROM " + alibabacloud_ecs20140526.__file__ + " " + gpufleet_reaper.__file__)
+"""
+
+
+def _ali_fleet(now: datetime) -> FakeAlicloud:
+    fake = FakeAlicloud()
+    base = {T.MANAGED_BY: T.MANAGED_BY_VALUE, T.STACK: "ali", T.TIER: "a100x8"}
+    start = (now - timedelta(hours=3)).strftime("%Y-%m-%dT%H:%MZ")
+    for iid, beat, util in (("i-busy", 1, 95.0), ("i-idle", 45, 0.0), ("i-silent", None, None)):
+        fake.instances.append(
+            FakeInstance(iid, dict(base), start, instance_type="ecs.ebmgn7.26xlarge")
+        )
+        if beat is not None:
+            at = now - timedelta(minutes=beat)
+            ms = int(at.timestamp() * 1000)
+            fake.datapoints[("Heartbeat", iid)] = [(ms, float(int(at.timestamp())))]
+            fake.datapoints[("GPUUtilization", iid)] = [(ms, util or 0.0)]
+    return fake
+
+
+def test_alicloud_zip_runs_in_a_clean_interpreter_against_the_fake(
+    tmp_path: Path, alicloud_zip: bytes
+) -> None:
+    folder = unzip(alicloud_zip, tmp_path / "fc")
+    fake = _ali_fleet(datetime.now(UTC))
+    with fake.running() as url:
+        env = {"GPUFLEET_STACK": "ali", "GPUFLEET_APPLY": "true", "GPUFLEET_ENDPOINT_URL": url}
+        done = clean_run([folder], ALI_CODE, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert [s["instance_id"] for s in result["stops"]] == ["i-idle"]
+    assert {i.instance_id: i.status for i in fake.instances} == {
+        "i-busy": "Running",
+        "i-idle": "Stopped",
+        "i-silent": "Running",
+    }
+    assert "GPUFLEET_ENDPOINT_URL" in done.stdout  # the override is logged
+    where = done.stdout.split("FROM ", 1)[1]
+    assert all(str(folder) in p for p in where.split())
+
+
+def _boto3_runtime(into: Path) -> Path:
+    """What Lambda's Python runtime provides beside the zip: boto3 and its closure."""
+    for name, data in _vendored_files(sdk_closure(("boto3",))):
+        path = into / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return into
+
+
+AWS_CODE = """
+import json, handler
+print("RESULT " + json.dumps(handler.handler({}, None)))
+"""
+
+
+def _aws_fleet(url: str, now: datetime) -> dict[str, str]:
+    from tests.reaper.fleet import AMI, age, client
+
+    ec2, cw = client("ec2", url), client("cloudwatch", url)
+    ids = {}
+    for name, beat, util in (("busy", 1, 97.0), ("idle", 45, 0.0), ("silent", None, None)):
+        tags = {T.MANAGED_BY: T.MANAGED_BY_VALUE, T.STACK: "pkg", T.TIER: "a100x8", "Name": name}
+        iid = ec2.run_instances(
+            ImageId=AMI,
+            InstanceType="p4d.24xlarge",
+            MinCount=1,
+            MaxCount=1,
+            TagSpecifications=[
+                {
+                    "ResourceType": "instance",
+                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+                }
+            ],
+        )["Instances"][0]["InstanceId"]
+        age([iid], 180, now)
+        ids[name] = iid
+        if beat is not None:
+            at = now - timedelta(minutes=beat)
+            dims = [{"Name": "InstanceId", "Value": iid}]
+            cw.put_metric_data(
+                Namespace="gpufleet",
+                MetricData=[
+                    {"MetricName": "Heartbeat", "Dimensions": dims, "Timestamp": at, "Value": 1.0},
+                    {
+                        "MetricName": "GPUUtilization",
+                        "Dimensions": dims,
+                        "Timestamp": at,
+                        "Value": util,
+                    },
+                ],
+            )
+    return ids
+
+
+@pytest.mark.parametrize("python", ["current", "3.10"])
+def test_aws_zip_runs_in_a_clean_interpreter_against_moto(
+    tmp_path: Path, aws_zip: bytes, moto_url: str, python: str
+) -> None:
+    import urllib.request
+
+    if python == "3.10" and not PY310.exists():
+        pytest.skip(f"{PY310} is not installed on this machine")
+    urllib.request.urlopen(urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST"))
+    now = datetime.now(UTC)
+    ids = _aws_fleet(moto_url, now)
+    folder = unzip(aws_zip, tmp_path / "lambda")
+    runtime = _boto3_runtime(tmp_path / "runtime")
+    env = {
+        "GPUFLEET_STACK": "pkg",
+        "GPUFLEET_APPLY": "true",
+        "GPUFLEET_REGION": "us-east-1",
+        "GPUFLEET_ENDPOINT_URL": moto_url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    }
+    exe = str(PY310) if python == "3.10" else sys.executable
+    done = clean_run([folder, runtime], AWS_CODE, env, python=exe)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert [s["instance_id"] for s in result["stops"]] == [ids["idle"]]
+    assert result["summary"]["unknown"] == 1  # the node that never sent a heartbeat
