@@ -182,11 +182,11 @@ def is_gpu_instance(resource: Resource, gpu_types: Callable[[str, str], bool]) -
 def catalog_gpu_types(provider: str, instance_type: str) -> bool:
     """GPU instance types: the catalog's, plus any type of a GPU family the reaper knows."""
     from infra.catalog import load_catalog
-    from infra.reaper.policy import gpu_family
+    from infra.reaper.catalog_data import load_table
 
     if (provider, instance_type) in load_catalog().instances:
         return True
-    return gpu_family(None, instance_type) is not None
+    return load_table().gpu_family_known(instance_type)
 
 
 # ---------------------------------------------------------------------------- SSH to world
