@@ -182,7 +182,7 @@ def reaper_policy(stack: str) -> str:
             "Statement": [
                 {
                     "Effect": "Allow",
-                    "Action": ["ecs:DescribeInstances", "cms:DescribeMetricList"],
+                    "Action": ["ecs:DescribeInstances", "cms:DescribeCustomMetricList"],
                     "Resource": ["*"],
                 },
                 {
