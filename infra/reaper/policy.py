@@ -55,6 +55,11 @@ MAX_TTL_HOURS = MAX_LEASE_HOURS
 # Unknown GPU: the longer limit, because stopping too early loses work while stopping too
 # late only costs money that the hard TTL bounds.
 DEFAULT_IDLE_MINUTES = 30
+# Only when the caller has no catalog value (the node watchdog with a config that names a tier
+# but no idle minutes): the policy's rule for the expensive tiers, by tier name. The reaper
+# always passes the catalog's value; the per-instance-type data lives in the catalog only.
+_EXPENSIVE_TIER_PREFIXES = ("a100", "h100", "h200")
+EXPENSIVE_IDLE_MINUTES = 15
 DEFAULT_TTL_HOURS = 24.0
 DEFAULT_TTL_HOURS_X8 = 12.0
 
@@ -161,6 +166,12 @@ def format_utc(value: datetime) -> str:
     return value.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _tier_rule(tier: str | None) -> float:
+    name = (tier or "").strip().lower()
+    expensive = name.startswith(_EXPENSIVE_TIER_PREFIXES)
+    return float(EXPENSIVE_IDLE_MINUTES if expensive else DEFAULT_IDLE_MINUTES)
+
+
 def _is_x8(tier: str | None) -> bool:
     return bool(tier and re.search(r"x8\b|x8[-_]|x8$", tier.strip().lower()))
 
@@ -198,7 +209,7 @@ def resolve_limits(
     """
     notes: list[str] = []
     unreadable: list[str] = []
-    idle = float(catalog_idle_minutes or DEFAULT_IDLE_MINUTES)
+    idle = float(catalog_idle_minutes or _tier_rule(tier))
     if idle_minutes_tag is not None and not (
         isinstance(idle_minutes_tag, str) and not idle_minutes_tag.strip()
     ):

@@ -66,10 +66,11 @@ def test_catalog_limits_passed_in_are_the_defaults() -> None:
     assert resolve_limits(tier="a100x8", catalog_ttl_hours=12).ttl_hours == 12
 
 
-def test_without_catalog_limits_the_longer_defaults_apply() -> None:
-    # The node watchdog passes its configured minutes as the tag; nothing is guessed here.
+def test_without_catalog_limits_the_policy_rule_by_tier_name_applies() -> None:
     assert resolve_limits(tier="mystery", instance_type="x9.large").idle_minutes == 30
-    assert resolve_limits(tier="a100x4").idle_minutes == 30
+    assert resolve_limits(tier="a100x4").idle_minutes == 15
+    assert resolve_limits(tier="h100x8").idle_minutes == 15
+    assert resolve_limits(tier="a10x1").idle_minutes == 30  # not taken for an A100
 
 
 def test_idle_minutes_tag_overrides_the_catalog_default() -> None:
