@@ -26,6 +26,7 @@ TASK_MODULES: tuple[str, ...] = (
     "bootstrap.hostkey_tasks",
     "bootstrap.watchdog",
     "bootstrap.verify.task",
+    "bootstrap.train",
 )
 
 

@@ -96,6 +96,7 @@ class InstanceType:
     network_up_to: bool = False
     efa: bool = False
     efa_interfaces: int = 0
+    efa_rdma: bool = False  # GPUDirect RDMA over EFA (fab train sets FI_EFA_USE_DEVICE_RDMA=1)
     nvme_count: int = 0
     nvme_gb: int = 0
     nvlink: bool = False

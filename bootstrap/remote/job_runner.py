@@ -1,0 +1,738 @@
+#!/usr/bin/env python3
+"""gpufleet job runner: runs one node's share of a ``fab train`` job, detached from SSH.
+
+Standard library only, Python 3.10+, shipped by ``fab train`` to ``<jobs root>/bin/`` with
+``job_launch.py``, ``job_sync.py`` and the watchdog's files (for its SigV4 signer).
+
+Job folder on each node (``<jobs root>``, default /var/lib/gpufleet/jobs)::
+
+    bin/                       these files
+    work/<slug>/               the synced workdir (+ .gpufleet-sync.json: what fab copied)
+    <job>/job.json             the job's spec, written by fab train (the same on every node)
+    <job>/logs/rank-<G>.log    stdout + stderr of global rank G (appended across attempts)
+    <job>/node-<R>/state.json  node R's job state: THE CONTRACT WITH THE WATCHDOG (below)
+    <job>/node-<R>/supervisor.pid, torchrun.log, cancel (present: fab cancel asked)
+
+``state.json`` (schema ``gpufleet.job-state/1``), written only by this node's supervisor (and
+by ``cancel`` when the supervisor is gone), always whole: a temp file renamed over the old::
+
+    job, name, node_rank, nnodes, attempt    identity
+    state        starting | running | succeeded | failed | cancelled
+    pid, boot_id the supervisor; a "running" state whose pid is dead or whose boot_id is not
+                 this boot's is read as "interrupted" (see :func:`effective_state`)
+    started_at, ended_at, heartbeat_at       UTC ISO times; ended_at starts the idle clock
+    exit_code, runtime_s_before              torchrun's exit status; earlier attempts' time
+    checkpoint_dir, bucket, bucket_prefix, provider   what to sync and where to
+    stop_when_done                           the watchdog powers off once final_sync is ok
+    last_sync, final_sync                    {at, ok, detail, newest_step} of the last upload
+
+Commands (all print one JSON document, except ``follow``)::
+
+    job_runner.py start     --job-dir D --node-rank R   detach a supervisor for node R
+    job_runner.py supervise --job-dir D --node-rank R   (what start runs, in its own session)
+    job_runner.py list      --root ROOT                 every job state on this node
+    job_runner.py cancel    --job-dir D --node-rank R   SIGTERM, bounded wait, SIGKILL, sync
+    job_runner.py follow    --job-dir D --node-rank R   this node's rank logs (--follow: tail)
+    job_runner.py sync      --job-dir D --node-rank R   upload the checkpoints now
+    job_runner.py unpack    --workdir W --tar T         apply a workdir update from fab
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bootstrap.remote import job_sync
+else:
+    try:  # on the node: shipped next to this file
+        import job_sync
+    except ImportError:  # imported from a checkout (tests)
+        from bootstrap.remote import job_sync
+
+SPEC_SCHEMA = "gpufleet.job/1"
+STATE_SCHEMA = "gpufleet.job-state/1"
+ACTIVE = ("starting", "running")
+TERMINAL = ("succeeded", "failed", "cancelled")
+HERE = Path(__file__).resolve().parent
+
+
+# ---------------------------------------------------------------------------- files
+
+
+def utcnow() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: UP017
+
+
+def parse_time(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)  # noqa: UP017
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    """Whole or not at all: readers (fab, the watchdog) never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def node_dir(job_dir: Path, node_rank: int) -> Path:
+    return job_dir / f"node-{node_rank}"
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: it exists
+    # A zombie is dead for our purposes.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def effective_state(state: Mapping[str, Any], *, alive: bool, current_boot: str) -> str:
+    """What a state file means now: an active state nobody supervises any more (the node
+    rebooted or was stopped, the supervisor was killed) is ``interrupted``."""
+    raw = str(state.get("state", "unknown"))
+    if raw in ACTIVE:
+        same_boot = not state.get("boot_id") or not current_boot or state["boot_id"] == current_boot
+        if not (same_boot and alive):
+            return "interrupted"
+    return raw
+
+
+def state_now(path: Path) -> dict[str, Any] | None:
+    """The state file with ``effective`` (see :func:`effective_state`) filled in."""
+    state = read_json(path)
+    if state is None:
+        return None
+    pid = int(state.get("pid") or 0)
+    alive = pid_alive(pid) and _is_supervisor(pid)
+    state["effective"] = effective_state(state, alive=alive, current_boot=boot_id())
+    return state
+
+
+def _is_supervisor(pid: int) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True  # no /proc: trust the pid
+    return any(part.endswith(b"job_runner.py") for part in cmd) and b"supervise" in cmd
+
+
+def last_line(path: Path, limit: int = 8192) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+# ---------------------------------------------------------------------------- the command
+
+
+def rank_env(spec: Mapping[str, Any], node_rank: int) -> dict[str, str]:
+    """The job's environment contract (README "fab train"), on top of the spec's own env."""
+    env = {str(k): str(v) for k, v in (spec.get("env") or {}).items()}
+    env.update(
+        {
+            "GPUFLEET_JOB": str(spec["job"]),
+            "GPUFLEET_JOB_NAME": str(spec.get("name", spec["job"])),
+            "GPUFLEET_ATTEMPT": str(spec.get("attempt", 1)),
+            "GPUFLEET_NODE_RANK": str(node_rank),
+            "GPUFLEET_CHECKPOINT_DIR": str(spec["checkpoint_dir"]),
+            "GPUFLEET_BUCKET": str(spec.get("bucket") or ""),
+            "GPUFLEET_BUCKET_PREFIX": str(spec.get("bucket_prefix") or ""),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+def torchrun_argv(spec: Mapping[str, Any], node_rank: int, job_dir: Path) -> list[str]:
+    """torchrun with a static rendezvous on the head; each rank runs job_launch.py."""
+    workdir = Path(spec["workdir"])
+    return [
+        str(spec["python"]),
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={int(spec['nnodes'])}",
+        f"--node-rank={node_rank}",
+        f"--nproc-per-node={int(spec['nproc_per_node'])}",
+        f"--master-addr={spec['master_addr']}",
+        f"--master-port={int(spec['master_port'])}",
+        "--max-restarts=0",
+        str(HERE / "job_launch.py"),
+        "--log-dir",
+        str(job_dir / "logs"),
+        "--",
+        str(workdir / spec["script"]),
+        *[str(a) for a in spec.get("args") or []],
+    ]
+
+
+# ---------------------------------------------------------------------------- supervisor
+
+
+class Supervisor:
+    """Runs torchrun for one node, keeps state.json current, uploads new checkpoints."""
+
+    def __init__(self, job_dir: Path, node_rank: int) -> None:
+        self.job_dir = job_dir
+        self.node_rank = node_rank
+        spec = read_json(job_dir / "job.json")
+        if spec is None:
+            raise SystemExit(f"job_runner: no readable {job_dir / 'job.json'}")
+        self.spec = spec
+        self.use_job_env()
+        self.dir = node_dir(job_dir, node_rank)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.state_path = self.dir / "state.json"
+        self.cancel_requested = False
+        self.proc: subprocess.Popen[bytes] | None = None
+        previous = read_json(self.state_path) or {}
+        before = float(previous.get("runtime_s_before") or 0.0)
+        if previous.get("attempt") != spec.get("attempt"):
+            start, end = (
+                parse_time(previous.get("started_at")),
+                parse_time(previous.get("ended_at") or previous.get("heartbeat_at")),
+            )
+            if start and end:
+                before += max(0.0, (end - start).total_seconds())
+        self.state: dict[str, Any] = {
+            "schema": STATE_SCHEMA,
+            "job": spec["job"],
+            "name": spec.get("name", spec["job"]),
+            "node_rank": node_rank,
+            "nnodes": spec["nnodes"],
+            "nproc_per_node": spec["nproc_per_node"],
+            "attempt": spec.get("attempt", 1),
+            "state": "starting",
+            "pid": os.getpid(),
+            "boot_id": boot_id(),
+            "started_at": utcnow(),
+            "heartbeat_at": utcnow(),
+            "ended_at": None,
+            "exit_code": None,
+            "runtime_s_before": before,
+            "checkpoint_dir": spec["checkpoint_dir"],
+            "bucket": spec.get("bucket") or "",
+            "bucket_prefix": spec.get("bucket_prefix") or "",
+            "provider": spec.get("provider") or "",
+            "stop_when_done": bool(spec.get("stop_when_done")),
+            "last_sync": None,
+            "final_sync": None,
+        }
+
+    def use_job_env(self) -> None:
+        """The job's own environment (--node-env) applies to the supervisor too: its uploads
+        use the same credentials and endpoints as the ranks."""
+        for key, value in (self.spec.get("env") or {}).items():
+            os.environ[str(key)] = str(value)
+
+    def save(self) -> None:
+        self.state["heartbeat_at"] = utcnow()
+        write_json(self.state_path, self.state)
+
+    def store(self) -> job_sync.Store | None:
+        return job_sync.make_store(
+            str(self.spec.get("provider") or "aws"),
+            str(self.spec.get("bucket") or ""),
+            str(self.spec.get("region") or ""),
+            str(self.spec.get("s3_endpoint") or ""),
+            str(self.spec.get("metadata_url") or ""),
+        )
+
+    def sync(self, budget_s: float = 600.0) -> dict[str, Any] | None:
+        """Upload this node's new checkpoints (the head's: only rank 0 writes them)."""
+        if self.node_rank != 0:
+            return None
+        try:
+            store = self.store()
+        except RuntimeError as exc:
+            return {"at": utcnow(), "ok": False, "detail": str(exc), "newest_step": None}
+        if store is None:
+            return {
+                "at": utcnow(),
+                "ok": True,
+                "detail": "no bucket: checkpoints stay on this node",
+                "newest_step": None,
+            }
+        out = job_sync.push(
+            Path(self.spec["checkpoint_dir"]), store, str(self.spec["bucket_prefix"]), budget_s
+        )
+        return {"at": utcnow(), **out.to_json()}
+
+    def restore(self) -> None:
+        if self.node_rank != 0 or not self.spec.get("resume"):
+            return
+        try:
+            store = self.store()
+        except RuntimeError as exc:
+            self.log(f"restore: {exc}")
+            return
+        root = Path(self.spec["checkpoint_dir"])
+        root.mkdir(parents=True, exist_ok=True)
+        if store is None:
+            self.log("restore: no bucket; the node's own checkpoint folder is reused")
+            return
+        out = job_sync.restore(root, store, str(self.spec["bucket_prefix"]))
+        self.state["restore"] = out.to_json()
+        self.log(f"restore: {out.detail}")
+
+    def log(self, message: str) -> None:
+        print(f"{utcnow()} {message}", flush=True)
+
+    def _on_term(self, signum: int, frame: object) -> None:
+        del frame
+        self.cancel_requested = True
+        self.log(f"signal {signum}: stopping the ranks")
+        self._signal_group(signal.SIGTERM)
+
+    def _signal_group(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, sig)
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        (self.dir / "supervisor.pid").write_text(f"{os.getpid()}\n")
+        with contextlib.suppress(FileNotFoundError):
+            (self.dir / "cancel").unlink()
+        self.save()
+        Path(self.spec["checkpoint_dir"]).mkdir(parents=True, exist_ok=True)
+        (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.restore()
+        env = {**os.environ, **rank_env(self.spec, self.node_rank)}
+        venv_bin = str(Path(self.spec["python"]).parent)
+        env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
+        argv = torchrun_argv(self.spec, self.node_rank, self.job_dir)
+        self.log("start: " + " ".join(argv))
+        with open(self.dir / "torchrun.log", "ab") as out:
+            self.proc = subprocess.Popen(
+                argv,
+                cwd=str(self.spec["workdir"]),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own group: cancel signals every rank at once
+            )
+        self.state.update(state="running", torchrun_pid=self.proc.pid, pgid=self.proc.pid)
+        self.save()
+        interval = max(0.5, float(self.spec.get("sync_interval_s") or 60.0))
+        grace = float(self.spec.get("cancel_grace_s") or 30.0)
+        next_sync = time.monotonic() + interval
+        term_at: float | None = None
+        while True:
+            try:
+                rc = self.proc.wait(timeout=min(interval, 5.0))
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if (self.dir / "cancel").exists() and not self.cancel_requested:
+                self._on_term(signal.SIGTERM, None)
+            if self.cancel_requested:
+                term_at = term_at or time.monotonic()
+                if time.monotonic() - term_at > grace:
+                    self.log(f"ranks still running {grace:g} s after SIGTERM: SIGKILL")
+                    self._signal_group(signal.SIGKILL)
+            if time.monotonic() >= next_sync:
+                self.state["last_sync"] = self.sync() or self.state["last_sync"]
+                next_sync = time.monotonic() + interval
+            self.save()
+        # Whatever is left of the group (a rank that ignored torchrun's SIGTERM) goes too.
+        self._signal_group(signal.SIGKILL)
+        self.state.update(exit_code=rc, ended_at=utcnow())
+        self.state["state"] = (
+            "cancelled" if self.cancel_requested else ("succeeded" if rc == 0 else "failed")
+        )
+        self.state["syncing"] = True
+        self.save()
+        final = self.sync()
+        self.state["final_sync"] = final
+        if final is not None:
+            self.state["last_sync"] = final
+        self.state.pop("syncing", None)
+        self.save()
+        self.log(f"done: {self.state['state']} (exit {rc}); final sync: {final}")
+        return 0
+
+
+# ---------------------------------------------------------------------------- detaching
+
+
+def systemd_available() -> bool:
+    return Path("/run/systemd/system").is_dir() and shutil.which("systemd-run") is not None
+
+
+def unit_name(job: str, node_rank: int) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in job)
+    return f"gpufleet-job-{safe}-n{node_rank}"
+
+
+def systemd_argv(job_dir: Path, node_rank: int, job: str, *, sudo: bool) -> list[str]:
+    """A transient unit that outlives the SSH session and runs as the calling user."""
+    argv = ["sudo", "-n"] if sudo else []
+    return [
+        *argv,
+        "systemd-run",
+        f"--unit={unit_name(job, node_rank)}",
+        "--collect",
+        "--quiet",
+        f"--uid={os.getuid()}",
+        f"--gid={os.getgid()}",
+        f"--working-directory={job_dir}",
+        f"--setenv=HOME={os.environ.get('HOME', '/')}",
+        f"--setenv=PATH={os.environ.get('PATH', '/usr/bin:/bin')}",
+        "--property=KillMode=mixed",
+        "--property=TimeoutStopSec=120",
+        sys.executable,
+        str(HERE / "job_runner.py"),
+        "supervise",
+        f"--job-dir={job_dir}",
+        f"--node-rank={node_rank}",
+    ]
+
+
+def double_fork(job_dir: Path, node_rank: int) -> None:
+    """The supervisor in a new session with no terminal, reparented to init: a dropped SSH
+    connection (SIGHUP to the session) never reaches it."""
+    out = node_dir(job_dir, node_rank) / "supervisor.log"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable,
+        str(HERE / "job_runner.py"),
+        "supervise",
+        f"--job-dir={job_dir}",
+        f"--node-rank={node_rank}",
+    ]
+    pid = os.fork()
+    if pid:
+        os.waitpid(pid, 0)  # the middle child exits at once
+        return
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        log = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.chdir(job_dir)
+        os.execv(sys.executable, argv)
+    except BaseException:
+        os._exit(127)
+
+
+def start(job_dir: Path, node_rank: int, detach: str, wait_s: float = 30.0) -> dict[str, Any]:
+    spec = read_json(job_dir / "job.json")
+    if spec is None:
+        return {"ok": False, "error": f"no readable {job_dir / 'job.json'}"}
+    path = node_dir(job_dir, node_rank) / "state.json"
+    current = state_now(path)
+    if current and current["effective"] in ACTIVE:
+        return {"ok": False, "error": f"job {spec['job']} already runs on this node"}
+    mode = detach
+    if mode == "auto":
+        mode = "systemd" if systemd_available() and _can_sudo() else "fork"
+    before = (read_json(path) or {}).get("pid")
+    if mode == "systemd":
+        done = subprocess.run(
+            systemd_argv(job_dir, node_rank, str(spec["job"]), sudo=os.geteuid() != 0),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if done.returncode != 0:
+            return {"ok": False, "error": f"systemd-run: {done.stderr.strip()[:300]}"}
+    else:
+        double_fork(job_dir, node_rank)
+    # Running (or already over) under a new supervisor: the restore, if any, is done.
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        state = state_now(path)
+        if state and state.get("pid") != before and state["state"] != "starting":
+            return {"ok": True, "mode": mode, "state": state}
+        time.sleep(0.1)
+    tail = last_line(node_dir(job_dir, node_rank) / "supervisor.log")
+    return {"ok": False, "error": f"the supervisor did not start within {wait_s:g} s: {tail}"}
+
+
+def _can_sudo() -> bool:
+    if os.geteuid() == 0:
+        return True
+    if shutil.which("sudo") is None:
+        return False
+    done = subprocess.run(["sudo", "-n", "true"], capture_output=True, timeout=20, check=False)
+    return done.returncode == 0
+
+
+# ---------------------------------------------------------------------------- list, cancel, logs
+
+
+def list_jobs(root: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if not root.is_dir():
+        return out
+    for job_dir in sorted(p for p in root.iterdir() if (p / "job.json").is_file()):
+        spec = read_json(job_dir / "job.json") or {}
+        for state_path in sorted(job_dir.glob("node-*/state.json")):
+            state = state_now(state_path)
+            if state is None:
+                continue
+            nproc = int(state.get("nproc_per_node") or 1)
+            first = int(state.get("node_rank") or 0) * nproc
+            state["last_line"] = last_line(job_dir / "logs" / f"rank-{first}.log")
+            state["job_dir"] = str(job_dir)
+            state["spec"] = spec
+            out.append(state)
+    return out
+
+
+def cancel(job_dir: Path, node_rank: int, wait_s: float) -> dict[str, Any]:
+    nd = node_dir(job_dir, node_rank)
+    path = nd / "state.json"
+    state = state_now(path)
+    if state is None:
+        return {"ok": False, "error": "no state for this node"}
+    if state["effective"] in TERMINAL:
+        return {"ok": True, "state": state, "note": f"already {state['effective']}"}
+    (nd / "cancel").write_text(utcnow() + "\n")
+    if state["effective"] in ACTIVE:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(int(state["pid"]), signal.SIGTERM)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            now = state_now(path)
+            if now and now["effective"] in TERMINAL and not now.get("syncing"):
+                return {"ok": True, "state": now}
+            if now and now["effective"] == "interrupted":
+                break
+            time.sleep(0.2)
+    # No supervisor (interrupted) or it did not finish in time: stop the ranks ourselves, save
+    # the checkpoints, record the end.
+    now = state_now(path) or state
+    pgid = int(now.get("pgid") or 0)
+    if pgid > 0:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    sup = Supervisor(job_dir, node_rank)
+    final = sup.sync()
+    now.pop("effective", None)
+    now.update(state="cancelled", ended_at=now.get("ended_at") or utcnow(), final_sync=final)
+    write_json(path, now)
+    return {"ok": True, "state": state_now(path), "note": "supervisor gone: cancelled here"}
+
+
+def follow(
+    job_dir: Path, ranks: Sequence[int], *, keep_following: bool, poll_s: float = 0.3
+) -> int:
+    """Print the ranks' logs, each line prefixed; with ``keep_following`` until the node's
+    job ends (the SSH side can drop at any time: the job does not depend on this process)."""
+    spec = read_json(job_dir / "job.json") or {}
+    offsets = {r: 0 for r in ranks}
+    partial = {r: "" for r in ranks}
+    wide = len(str(max(ranks))) if ranks else 1
+
+    def drain() -> None:
+        for r in ranks:
+            path = job_dir / "logs" / f"rank-{r}.log"
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offsets[r])
+                    data = f.read()
+                    offsets[r] = f.tell()
+            except OSError:
+                continue
+            text = partial[r] + data.decode(errors="replace")
+            lines = text.split("\n")
+            partial[r] = lines.pop()
+            for line in lines:
+                sys.stdout.write(f"[rank {r:>{wide}}] {line}\n")
+        sys.stdout.flush()
+
+    nodes = sorted(job_dir.glob("node-*/state.json"))
+    while True:
+        drain()
+        if not keep_following:
+            break
+        states = [state_now(p) for p in nodes] or [None]
+        if all(s is not None and s["effective"] not in ACTIVE for s in states):
+            time.sleep(poll_s)
+            drain()
+            break
+        time.sleep(poll_s)
+    for r in ranks:
+        if partial[r]:
+            sys.stdout.write(f"[rank {r:>{wide}}] {partial[r]}\n")
+    sys.stdout.flush()
+    del spec
+    return 0
+
+
+SYNC_MANIFEST = ".gpufleet-sync.json"
+PLAN_MEMBER = ".gpufleet-plan.json"
+
+
+def unpack(workdir: Path, tar_path: Path) -> dict[str, Any]:
+    """Apply one workdir update from fab: the tar's files replace theirs one by one (each a
+    rename, so a job reading the folder never sees half a file), files fab synced before and
+    the laptop no longer has are removed, and the new manifest is written last."""
+    import tarfile
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    tmp = workdir / f".gpufleet-unpack-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    placed = 0
+    try:
+        with tarfile.open(tar_path, "r:gz") as tar:
+            members = []
+            for m in tar.getmembers():
+                parts = Path(m.name).parts
+                if m.name.startswith("/") or ".." in parts or not (m.isfile() or m.isdir()):
+                    return {"ok": False, "error": f"refusing tar member {m.name!r}"}
+                members.append(m)
+            for m in members:
+                if m.isfile():
+                    src = tar.extractfile(m)
+                    assert src is not None
+                    dest = tmp / m.name
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    with open(dest, "wb") as out:
+                        shutil.copyfileobj(src, out)
+                    os.chmod(dest, m.mode & 0o777 or 0o644)
+        plan = read_json(tmp / PLAN_MEMBER) or {}
+        for dirpath, _dirs, files in os.walk(tmp):
+            for name in files:
+                src_path = Path(dirpath) / name
+                rel = src_path.relative_to(tmp)
+                if rel.as_posix() == PLAN_MEMBER:
+                    continue
+                dest = workdir / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(src_path, dest)
+                placed += 1
+        removed = 0
+        for rel in plan.get("delete") or []:
+            target = workdir / rel
+            if ".." in Path(rel).parts or rel.startswith("/"):
+                continue
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                target.unlink()
+                removed += 1
+        write_json(workdir / SYNC_MANIFEST, {"files": plan.get("files") or {}})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            tar_path.unlink()
+    return {"ok": True, "placed": placed, "removed": removed}
+
+
+def ranks_of(state: Mapping[str, Any] | None, spec: Mapping[str, Any], node_rank: int) -> list[int]:
+    nproc = int((state or {}).get("nproc_per_node") or spec.get("nproc_per_node") or 1)
+    return list(range(node_rank * nproc, (node_rank + 1) * nproc))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="gpufleet job runner (node side of fab train)")
+    p.add_argument(
+        "command", choices=["start", "supervise", "list", "cancel", "follow", "sync", "unpack"]
+    )
+    p.add_argument("--job-dir", type=Path)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--root", type=Path)
+    p.add_argument("--detach", choices=["auto", "systemd", "fork"], default="auto")
+    p.add_argument("--wait", type=float, default=60.0)
+    p.add_argument("--rank", type=int, action="append", help="follow: only these global ranks")
+    p.add_argument("--follow", action="store_true")
+    p.add_argument("--workdir", type=Path, help="unpack: the node's copy of the workdir")
+    p.add_argument("--tar", type=Path, help="unpack: the update fab sent")
+    args = p.parse_args(argv)
+    if args.command == "unpack":
+        if args.workdir is None or args.tar is None:
+            p.error("unpack needs --workdir and --tar")
+        result = unpack(args.workdir, args.tar)
+        print(json.dumps(result))
+        return 0 if result.get("ok") else 1
+    if args.command == "list":
+        if args.root is None:
+            p.error("list needs --root")
+        print(json.dumps({"jobs": list_jobs(args.root), "boot_id": boot_id(), "now": utcnow()}))
+        return 0
+    if args.job_dir is None:
+        p.error(f"{args.command} needs --job-dir")
+    job_dir: Path = args.job_dir
+    if args.command == "supervise":
+        return Supervisor(job_dir, args.node_rank).run()
+    if args.command == "start":
+        out = start(job_dir, args.node_rank, args.detach, args.wait)
+    elif args.command == "cancel":
+        out = cancel(job_dir, args.node_rank, args.wait)
+    elif args.command == "sync":
+        sup = Supervisor(job_dir, args.node_rank)
+        out = {"ok": True, "sync": sup.sync()}
+    else:
+        spec = read_json(job_dir / "job.json") or {}
+        state = read_json(node_dir(job_dir, args.node_rank) / "state.json")
+        mine = ranks_of(state, spec, args.node_rank)
+        wanted = [r for r in mine if not args.rank or r in args.rank]
+        return follow(job_dir, wanted, keep_following=args.follow)
+    print(json.dumps(out))
+    return 0 if out.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

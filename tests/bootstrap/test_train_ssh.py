@@ -1,0 +1,386 @@
+"""``fab train`` end to end over two real sshd "nodes" on 127.0.0.1: the example script as a
+2 nodes x 2 processes gloo job, the node venv made by ``fab install-pytorch``, checkpoints in
+a moto S3 bucket, kills, resumes, cancels and a dropped ``--follow`` connection.
+
+The test sshd has no systemd as PID 1, so the jobs here run under the runner's supervised,
+double-forked path (the systemd transient unit is only unit-tested: its argv).
+Both sshds are the same machine: the nodes share one disk, which the job layout allows
+(per-node state files, rank-numbered logs, content-addressed runner files).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.bootstrap.conftest import REPO, FabResult, node_dir, run_fab
+from tests.support.sshd import SshServer, free_port, start_sshd, stop_sshd
+
+pytestmark = pytest.mark.integration
+
+BUCKET = "gpufleet-train-test"
+CREDS = "AWS_ACCESS_KEY_ID=testing,AWS_SECRET_ACCESS_KEY=testing"
+
+
+@pytest.fixture(scope="module")
+def second_node(sshd_server: SshServer) -> Iterator[SshServer]:
+    """Another sshd that accepts the first one's client key (one ssh_key per inventory)."""
+    server = start_sshd()
+    auth = server.workdir / "authorized_keys"
+    auth.write_text(auth.read_text() + Path(f"{sshd_server.key_path}.pub").read_text())
+    try:
+        yield server
+    finally:
+        stop_sshd(server)
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def s3(url: str) -> Any:
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+@pytest.fixture
+def place(moto_url: str) -> Iterator[dict[str, Path]]:
+    """Scratch and job folders the SSH user can write, and an empty bucket."""
+    base = node_dir("gpufleet-train-")
+    scratch, jobs = base / "scratch", base / "jobs"
+    for p in (scratch, jobs):
+        p.mkdir()
+        p.chmod(0o777)
+    client = s3(moto_url)
+    client.create_bucket(Bucket=BUCKET)
+    try:
+        yield {"base": base, "scratch": scratch, "jobs": jobs}
+    finally:
+        listed = client.list_objects_v2(Bucket=BUCKET).get("Contents", [])
+        for obj in listed:
+            client.delete_object(Bucket=BUCKET, Key=obj["Key"])
+        client.delete_bucket(Bucket=BUCKET)
+        subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+def inventory(
+    folder: Path, nodes: list[tuple[SshServer | None, int]], scratch: Path, user: str, key: Path
+) -> Path:
+    data = {
+        "stack": "train-test",
+        "provider": "aws",
+        "region": "us-east-1",
+        "bucket": BUCKET,
+        "tier": {"name": "local", "gpu_count": 0, "efa": False},
+        "nodes": [
+            {
+                "name": f"node-{i}",
+                "role": "head" if i == 0 else "worker",
+                "instance_id": f"i-{i}",
+                "public_ip": "127.0.0.1",
+                "private_ip": "127.0.0.1",
+                "ssh_port": port,
+            }
+            for i, (_server, port) in enumerate(nodes)
+        ],
+        "ssh_user": user,
+        "ssh_key": str(key),
+        "scratch": {"path": str(scratch), "kind": "disk"},
+        "hourly_cost": {"currency": "USD", "billing": "on-demand", "amount": 2.0},
+    }
+    path = folder / "inventory.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.fixture
+def two_nodes(
+    sshd_server: SshServer, second_node: SshServer, place: dict[str, Path], tmp_path: Path
+) -> Path:
+    return inventory(
+        tmp_path,
+        [(sshd_server, sshd_server.port), (second_node, second_node.port)],
+        place["scratch"],
+        sshd_server.user,
+        sshd_server.key_path,
+    )
+
+
+def train_args(inv: Path, venv: Path, jobs: Path, moto: str, steps_args: str) -> list[str]:
+    return [
+        "train",
+        "--inventory", str(inv),
+        "--script", "examples/train_lm.py",
+        "--cpu",
+        "--nproc-per-node", "2",
+        "--venv", str(venv),
+        "--jobs-dir", str(jobs),
+        "--s3-endpoint", moto,
+        "--node-env", CREDS,
+        "--sync-interval", "1",
+        "--args", steps_args,
+    ]  # fmt: skip
+
+
+def fab_jobs(inv: Path, jobs: Path) -> dict[str, Any]:
+    done = run_fab("jobs", "--inventory", str(inv), "--jobs-dir", str(jobs), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.doc
+
+
+def one_job(inv: Path, jobs: Path) -> dict[str, Any]:
+    (row,) = fab_jobs(inv, jobs)["jobs"]
+    return dict(row)
+
+
+def started_job(result: FabResult) -> str:
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    match = re.search(r"job (\S+) (running|resumed) on 2 node", result.stdout)
+    assert match, result.stdout
+    return match.group(1)
+
+
+def bucket_steps(moto: str, job: str) -> list[int]:
+    """Steps whose COMPLETE marker is in the bucket under the job's prefix."""
+    listed = s3(moto).list_objects_v2(Bucket=BUCKET, Prefix=f"checkpoints/node-0/{job}/")
+    keys = [o["Key"] for o in listed.get("Contents", [])]
+    return sorted(int(m.group(1)) for k in keys if (m := re.search(r"step-(\d+)/COMPLETE$", k)))
+
+
+def wait_for(what: str, check: Any, timeout: float = 240.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def states(jobs: Path, job: str) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((jobs / job).glob("node-*/state.json"))]
+
+
+def kill_job(jobs: Path, job: str) -> None:
+    """What a spot reclaim does: every process of the job dies at once, nothing is saved."""
+    for st in states(jobs, job):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(st["pid"]), signal.SIGKILL)  # the supervisor
+        if st.get("pgid"):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(st["pgid"]), signal.SIGKILL)  # torchrun and its ranks
+
+
+def losses(log: str) -> list[float]:
+    return [float(m.group(1)) for m in re.finditer(r"\bstep \d+ loss ([0-9.]+)", log)]
+
+
+@pytest.mark.slow
+def test_two_nodes_of_two_processes_train_to_the_end_even_when_the_follow_drops(
+    two_nodes: Path,
+    node_venv: tuple[Path, FabResult],
+    place: dict[str, Path],
+    moto_url: str,
+) -> None:
+    venv, installed = node_venv
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    argv = train_args(
+        two_nodes, venv, place["jobs"], moto_url, "--steps 40 --step-sleep 0.05 --log-every 5"
+    )
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "fabric", *argv, "--follow"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    seen = []
+    assert follow.stdout is not None
+    for line in follow.stdout:  # until the job's first step reached this terminal
+        seen.append(line)
+        if "first step" in line:
+            break
+    # The laptop's connection drops (the fab process dies): the job must not notice.
+    follow.kill()
+    follow.wait(30)
+    text = "".join(seen)
+    job = re.search(r"job (\S+) running on 2 node", text)
+    assert job, text
+    job_id = job.group(1)
+    assert one_job(two_nodes, place["jobs"])["state"] in ("running", "succeeded")
+
+    # Reattach until the end.
+    logs = run_fab(
+        "logs", job_id, "--follow", "--inventory", str(two_nodes), "--jobs-dir",
+        str(place["jobs"]), timeout=400,
+    )  # fmt: skip
+    assert logs.returncode == 0, logs.stderr[-2000:]
+    row = one_job(two_nodes, place["jobs"])
+    assert row["state"] == "succeeded", row
+    assert row["runtime_s"] > 0 and row["cost"] > 0 and row["currency"] == "USD"
+    assert row["nodes"] == {"0": "succeeded", "1": "succeeded"}
+    assert row["last_line"].startswith("done")
+
+    every = run_fab("logs", job_id, "--inventory", str(two_nodes), "--jobs-dir", str(place["jobs"]))
+    assert every.returncode == 0, every.stderr
+    for rank in range(4):
+        assert f"[rank {rank}] gpufleet: rank {rank} " in every.stdout
+        assert re.search(rf"\[rank {rank}\] first step 1 at", every.stdout)
+    curve = losses(every.stdout)
+    assert len(curve) >= 6 and curve[-1] < 0.95 * curve[0], curve
+    only = run_fab(
+        "logs", job_id, "--rank", "3", "--inventory", str(two_nodes), "--jobs-dir",
+        str(place["jobs"]),
+    )  # fmt: skip
+    assert "[rank 3]" in only.stdout and "[rank 0]" not in only.stdout
+    # The final checkpoint reached the bucket, in the watchdog's layout.
+    assert bucket_steps(moto_url, job_id)[-1] == 40
+    table = run_fab("jobs", "--inventory", str(two_nodes), "--jobs-dir", str(place["jobs"]))
+    assert job_id in table.stdout and "succeeded" in table.stdout
+
+
+@pytest.mark.slow
+def test_a_killed_job_resumes_from_its_last_checkpoint_in_the_bucket_not_step_zero(
+    two_nodes: Path,
+    node_venv: tuple[Path, FabResult],
+    place: dict[str, Path],
+    moto_url: str,
+) -> None:
+    venv, _ = node_venv
+    jobs = place["jobs"]
+    argv = train_args(two_nodes, venv, jobs, moto_url, "--steps 40 --step-sleep 0.3 --ckpt-every 5")
+    job = started_job(run_fab(*argv))
+    wait_for("a checkpoint in the bucket", lambda: bucket_steps(moto_url, job))
+    kill_job(jobs, job)
+    wait_for("the job read as interrupted",
+             lambda: one_job(two_nodes, jobs)["state"] == "interrupted")  # fmt: skip
+    saved = bucket_steps(moto_url, job)[-1]
+    assert 0 < saved < 40
+
+    # A new scratch disk (the node came back empty) and, in the bucket, a newer checkpoint
+    # that was cut off while uploading: the resume must take `saved`, from the bucket.
+    shutil.rmtree(place["scratch"] / "checkpoints" / job)
+    client = s3(moto_url)
+    prefix = f"checkpoints/node-0/{job}/step-00000099"
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/model.pt", Body=b"half")
+    client.put_object(
+        Bucket=BUCKET, Key=f"{prefix}/COMPLETE",
+        Body=json.dumps({"step": 99, "files": {"model.pt": 123456}}).encode(),
+    )  # fmt: skip
+
+    resumed = run_fab(
+        "train", "--resume", job, "--inventory", str(two_nodes), "--jobs-dir", str(jobs),
+        "--follow", timeout=400,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"resumed from step {saved}" in resumed.stdout
+    assert "resumed from step 99" not in resumed.stdout
+    done = re.search(r"done (\{.*\})", resumed.stdout)
+    assert done, resumed.stdout[-2000:]
+    summary = json.loads(done.group(1))
+    assert (summary["start_step"], summary["end_step"]) == (saved, 40)
+    row = one_job(two_nodes, jobs)
+    assert (row["state"], row["attempt"]) == ("succeeded", 2)
+    assert bucket_steps(moto_url, job)[-1] == 99 and 40 in bucket_steps(moto_url, job)
+
+
+@pytest.mark.slow
+def test_cancel_stops_every_rank_gracefully_and_saves_the_last_checkpoint(
+    two_nodes: Path,
+    node_venv: tuple[Path, FabResult],
+    place: dict[str, Path],
+    moto_url: str,
+) -> None:
+    venv, _ = node_venv
+    jobs = place["jobs"]
+    argv = train_args(
+        two_nodes, venv, jobs, moto_url, "--steps 400 --step-sleep 0.2 --ckpt-every 1000"
+    )
+    job = started_job(run_fab(*argv, "--name", "cancel-me"))
+    log0 = jobs / job / "logs" / "rank-0.log"
+    wait_for("a few steps", lambda: log0.exists() and "step 10 loss" in log0.read_text())
+    out = run_fab(
+        "cancel", "cancel-me", "--wait", "60", "--inventory", str(two_nodes), "--jobs-dir",
+        str(jobs), "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert one_job(two_nodes, jobs)["state"] == "cancelled"
+    text = log0.read_text()
+    stopped = re.search(r"stopping at step (\d+) \(SIGTERM\)", text)
+    assert stopped, text[-2000:]
+    # No periodic checkpoint was due (every 1000 steps): this one is the graceful stop's.
+    assert bucket_steps(moto_url, job) == [int(stopped.group(1))]
+    head = next(s for s in states(jobs, job) if s["node_rank"] == 0)
+    assert head["final_sync"]["ok"] is True
+
+
+def test_bad_input_is_refused_in_one_line_before_any_node_changes(
+    sshd_server: SshServer, place: dict[str, Path], tmp_path: Path, moto_url: str
+) -> None:
+    closed = free_port()  # nothing listens here
+    inv = inventory(
+        tmp_path, [(sshd_server, sshd_server.port)], place["scratch"], sshd_server.user,
+        sshd_server.key_path,
+    )  # fmt: skip
+    jobs = place["jobs"] / "never"
+    base = ["train", "--inventory", str(inv), "--jobs-dir", str(jobs), "--cpu"]
+
+    missing = run_fab(*base, "--script", "examples/nope.py")
+    assert missing.returncode == 2 and "--script examples/nope.py: no such file" in missing.stderr
+
+    big = run_fab(*base, "--script", "examples/train_lm.py", "--max-workdir-mb", "0.001")
+    assert big.returncode == 2 and "over the 0 MB limit" in big.stderr
+
+    no_torch = run_fab(*base, "--script", "examples/train_lm.py", "--venv", "/nonexistent/venv")
+    assert no_torch.returncode == 2
+    assert "torch is not installed in /nonexistent/venv" in no_torch.stdout + no_torch.stderr
+    assert "fab setup" in no_torch.stdout + no_torch.stderr
+
+    two = inventory(
+        tmp_path, [(sshd_server, sshd_server.port), (None, closed)], place["scratch"],
+        sshd_server.user, sshd_server.key_path,
+    )  # fmt: skip
+    gone = run_fab(
+        "train", "--inventory", str(two), "--jobs-dir", str(jobs), "--cpu", "--script",
+        "examples/train_lm.py",
+    )  # fmt: skip
+    out = gone.stdout + gone.stderr
+    assert gone.returncode == 2, out
+    # Every node's problem is reported, each on its own line (this node has no venv either).
+    assert f"gpufleet: gpufleet-node@127.0.0.1:{closed} is unreachable" in out
+    assert f"gpufleet: node-0 (127.0.0.1:{sshd_server.port}): torch is not installed" in out
+    assert "2 of 2 node(s) not ready: nothing started" in out
+    assert "Traceback" not in out
+    assert not jobs.exists()  # nothing was created on the reachable node either
+
+    unknown = run_fab("logs", "no-such-job", "--inventory", str(inv), "--jobs-dir", str(jobs))
+    assert unknown.returncode == 2 and "no job 'no-such-job' on these nodes" in unknown.stderr
