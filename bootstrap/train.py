@@ -57,6 +57,7 @@ REMOTE_FILES = (
     "job_sync.py",
     "watchdog.py",
     "watchdog_policy.py",
+    "watchdog_sync.py",
 )
 JOBS_ROOT = "/var/lib/gpufleet/jobs"
 DEFAULT_MAX_WORKDIR_MB = 200.0
@@ -418,6 +419,7 @@ def job_spec(
         "checkpoint_dir": f"{scratch}/checkpoints/{job}",
         "bucket": bucket,
         "bucket_prefix": bucket_prefix(node_name(head), job) if bucket else "",
+        "sync_node": node_name(head),  # the watchdog's <node> in checkpoints/<node>/
         "provider": fleet.provider or "",
         "region": str(outputs.get("region") or ""),
         "s3_endpoint": req.s3_endpoint,

@@ -92,6 +92,9 @@ def kill_job(jobs: Path, job: str) -> None:
             if state.get(key):
                 with contextlib.suppress(ProcessLookupError):
                     kill(int(state[key]), signal.SIGKILL)
+        for pidfile in path.parent.glob("rank-*.pid"):
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
 
 def main() -> int:

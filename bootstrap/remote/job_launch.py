@@ -4,30 +4,57 @@ It sends the rank's stdout and stderr to ``<log dir>/rank-<RANK>.log`` (appended
 resumed attempt continues the same file), then runs the user's script as ``__main__`` with
 its own arguments, from the synced workdir. Standard library only.
 
-    python -m torch.distributed.run ... job_launch.py --log-dir DIR -- script.py ARGS...
+    python -m torch.distributed.run ... job_launch.py --log-dir DIR --pid-dir DIR -- script ARGS
+
+torchrun starts every rank in a session of its own, so a signal to torchrun's process group
+does not reach them: each rank writes ``<pid dir>/rank-<RANK>.pid`` for the supervisor and
+``fab cancel``, and asks the kernel to kill it when torchrun dies (PR_SET_PDEATHSIG), so a
+killed torchrun never leaves ranks training on their own.
 """
 
 from __future__ import annotations
 
 import os
 import runpy
+import signal
 import socket
 import sys
 import time
 from collections.abc import Sequence
 
+USAGE = "usage: job_launch.py --log-dir DIR --pid-dir DIR -- script.py [ARGS...]"
+PR_SET_PDEATHSIG = 1
 
-def split_argv(argv: Sequence[str]) -> tuple[str, str, list[str]]:
-    """(log dir, script, script args) from ``--log-dir DIR -- script ARGS``."""
+
+def split_argv(argv: Sequence[str]) -> tuple[str, str, str, list[str]]:
+    """(log dir, pid dir, script, script args) from ``--log-dir D --pid-dir P -- script ARGS``."""
     args = list(argv)
-    if len(args) < 4 or args[0] != "--log-dir" or args[2] != "--":
-        raise SystemExit("usage: job_launch.py --log-dir DIR -- script.py [ARGS...]")
-    return args[1], args[3], args[4:]
+    if len(args) < 6 or args[0] != "--log-dir" or args[2] != "--pid-dir" or args[4] != "--":
+        raise SystemExit(USAGE)
+    return args[1], args[3], args[5], args[6:]
+
+
+def die_with_parent() -> None:
+    """SIGKILL this rank when its parent (torchrun) dies; Linux only, else nothing."""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the call took effect
+        os._exit(1)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    log_dir, script, script_args = split_argv(sys.argv[1:] if argv is None else argv)
+    log_dir, pid_dir, script, script_args = split_argv(sys.argv[1:] if argv is None else argv)
     rank = os.environ.get("RANK", "0")
+    die_with_parent()
+    os.makedirs(pid_dir, exist_ok=True)
+    with open(os.path.join(pid_dir, f"rank-{rank}.pid"), "w") as f:
+        f.write(f"{os.getpid()}\n")
     os.makedirs(log_dir, exist_ok=True)
     fd = os.open(
         os.path.join(log_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644

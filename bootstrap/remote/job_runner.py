@@ -56,10 +56,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bootstrap.remote import job_sync
 else:
-    try:  # on the node: shipped next to this file
-        import job_sync
-    except ImportError:  # imported from a checkout (tests)
-        from bootstrap.remote import job_sync
+    # On the node these files sit side by side; from a checkout the same folder goes on the
+    # path, as the watchdog's own tests do (its files import each other the same way).
+    _HERE = str(Path(__file__).resolve().parent)
+    if _HERE not in sys.path:
+        sys.path.append(_HERE)
+    import job_sync
 
 SPEC_SCHEMA = "gpufleet.job/1"
 STATE_SCHEMA = "gpufleet.job-state/1"
@@ -132,6 +134,37 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def rank_pids(nd: Path) -> list[int]:
+    """The live ranks of one node (each writes rank-<G>.pid next to the state file)."""
+    out = []
+    for path in nd.glob("rank-*.pid"):
+        try:
+            pid = int(path.read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if pid_alive(pid) and _is_rank(pid):
+            out.append(pid)
+    return sorted(out)
+
+
+def _is_rank(pid: int) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True
+    return any(part.endswith(b"job_launch.py") for part in cmd)
+
+
+def kill_node(nd: Path, pgid: int, sig: int) -> None:
+    """``sig`` to torchrun's group and to every rank (each in a session of its own)."""
+    if pgid > 0:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+    for pid in rank_pids(nd):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
 def effective_state(state: Mapping[str, Any], *, alive: bool, current_boot: str) -> str:
     """What a state file means now: an active state nobody supervises any more (the node
     rebooted or was stopped, the supervisor was killed) is ``interrupted``."""
@@ -151,6 +184,9 @@ def state_now(path: Path) -> dict[str, Any] | None:
     pid = int(state.get("pid") or 0)
     alive = pid_alive(pid) and _is_supervisor(pid)
     state["effective"] = effective_state(state, alive=alive, current_boot=boot_id())
+    if state["effective"] == "interrupted" and rank_pids(path.parent):
+        # The supervisor is gone but ranks still train: nobody records or syncs them.
+        state["unsupervised_ranks"] = rank_pids(path.parent)
     return state
 
 
@@ -212,6 +248,8 @@ def torchrun_argv(spec: Mapping[str, Any], node_rank: int, job_dir: Path) -> lis
         str(HERE / "job_launch.py"),
         "--log-dir",
         str(job_dir / "logs"),
+        "--pid-dir",
+        str(node_dir(job_dir, node_rank)),
         "--",
         str(workdir / spec["script"]),
         *[str(a) for a in spec.get("args") or []],
@@ -281,7 +319,7 @@ class Supervisor:
         self.state["heartbeat_at"] = utcnow()
         write_json(self.state_path, self.state)
 
-    def store(self) -> job_sync.Store | None:
+    def store(self) -> job_sync.watchdog_sync.Store | None:
         return job_sync.make_store(
             str(self.spec.get("provider") or "aws"),
             str(self.spec.get("bucket") or ""),
@@ -291,13 +329,11 @@ class Supervisor:
         )
 
     def sync(self, budget_s: float = 600.0) -> dict[str, Any] | None:
-        """Upload this node's new checkpoints (the head's: only rank 0 writes them)."""
+        """Upload the head's new checkpoints (only rank 0 writes them) with the watchdog's
+        sync path, as the head node, into ``bucket_prefix``."""
         if self.node_rank != 0:
             return None
-        try:
-            store = self.store()
-        except RuntimeError as exc:
-            return {"at": utcnow(), "ok": False, "detail": str(exc), "newest_step": None}
+        store = self.store()
         if store is None:
             return {
                 "at": utcnow(),
@@ -306,24 +342,20 @@ class Supervisor:
                 "newest_step": None,
             }
         out = job_sync.push(
-            Path(self.spec["checkpoint_dir"]), store, str(self.spec["bucket_prefix"]), budget_s
+            Path(self.spec["checkpoint_dir"]), store, str(self.spec["sync_node"]), budget_s
         )
         return {"at": utcnow(), **out.to_json()}
 
     def restore(self) -> None:
         if self.node_rank != 0 or not self.spec.get("resume"):
             return
-        try:
-            store = self.store()
-        except RuntimeError as exc:
-            self.log(f"restore: {exc}")
-            return
+        store = self.store()
         root = Path(self.spec["checkpoint_dir"])
         root.mkdir(parents=True, exist_ok=True)
         if store is None:
             self.log("restore: no bucket; the node's own checkpoint folder is reused")
             return
-        out = job_sync.restore(root, store, str(self.spec["bucket_prefix"]))
+        out = job_sync.restore(root, job_sync.BucketReader(store), str(self.spec["bucket_prefix"]))
         self.state["restore"] = out.to_json()
         self.log(f"restore: {out.detail}")
 
@@ -337,9 +369,8 @@ class Supervisor:
         self._signal_group(signal.SIGTERM)
 
     def _signal_group(self, sig: int) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, sig)
+        if self.proc is not None:
+            kill_node(self.dir, self.proc.pid if self.proc.poll() is None else 0, sig)
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
@@ -564,10 +595,7 @@ def cancel(job_dir: Path, node_rank: int, wait_s: float) -> dict[str, Any]:
     # No supervisor (interrupted) or it did not finish in time: stop the ranks ourselves, save
     # the checkpoints, record the end.
     now = state_now(path) or state
-    pgid = int(now.get("pgid") or 0)
-    if pgid > 0:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
+    kill_node(nd, int(now.get("pgid") or 0), signal.SIGKILL)
     sup = Supervisor(job_dir, node_rank)
     final = sup.sync()
     now.pop("effective", None)

@@ -1,8 +1,12 @@
 """Checkpoints between a job's GPUFLEET_CHECKPOINT_DIR and the stack's bucket (node side).
 
-Standard library only; shipped by ``fab train`` next to ``job_runner.py`` and run on the node
-with its system Python (3.10+). Requests are signed with the watchdog's own SigV4 signer
-(``watchdog.py`` is shipped alongside), so the node needs neither an SDK nor the aws CLI.
+Standard library only; shipped by ``fab train`` next to ``job_runner.py`` with the watchdog's
+files, and run on the node with its system Python (3.10+). Uploads ARE the watchdog's scratch
+sync (``watchdog_sync.sync_scratch``: the job's checkpoint folder is under
+``<scratch>/checkpoints``, which the watchdog saves to ``checkpoints/<node>/``), so a job's
+periodic upload, the watchdog's pre-stop and spot-notice saves and ``fab cancel`` share one
+code path and one record of what is in the bucket. This file adds what a resume needs: which
+checkpoint is complete, and fetching it back (through the same ``watchdog_sync.Store``).
 
 The checkpoint contract (README "fab train"): a checkpoint is a folder ``step-<N>`` (N an
 integer, zero-padded or not) under GPUFLEET_CHECKPOINT_DIR that holds a ``COMPLETE`` file,
@@ -22,9 +26,8 @@ import json
 import os
 import re
 import shutil
-import subprocess
+import sys
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
@@ -34,18 +37,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from bootstrap.remote import watchdog
+    from bootstrap.remote import watchdog, watchdog_sync
 else:
-    try:  # on the node: shipped next to this file
-        import watchdog
-    except ImportError:  # imported from a checkout (tests)
-        from bootstrap.remote import watchdog
+    # On the node these files sit side by side; from a checkout the same folder goes on the
+    # path, as the watchdog's own tests do (its files import each other the same way).
+    _HERE = str(Path(__file__).resolve().parent)
+    if _HERE not in sys.path:
+        sys.path.append(_HERE)
+    import watchdog
+    import watchdog_sync
 
 MARKER = "COMPLETE"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
-# Keys go into the URL unencoded (the signer quotes the path once): keep them to characters
-# that need no quoting, and say which files were left out otherwise.
-_SAFE_KEY = re.compile(r"^[A-Za-z0-9._~/=+-]+$")
 
 
 # ---------------------------------------------------------------------------- pure rules
@@ -116,77 +119,20 @@ def local_listing(root: Path) -> dict[str, int]:
     return out
 
 
-def upload_plan(local: Mapping[str, int], remote: Mapping[str, int]) -> list[str]:
-    """Files to upload, data before markers: what the bucket lacks or holds at another size."""
-    todo = [p for p, size in local.items() if remote.get(p) != size]
-    # Markers last (sorted after everything else), so a cut-off upload leaves no marker.
-    return sorted(todo, key=lambda p: (p.rsplit("/", 1)[-1] == MARKER, p))
-
-
 # ---------------------------------------------------------------------------- stores
 
 
 class Store(Protocol):
     def list(self, prefix: str) -> dict[str, int]: ...
     def get(self, key: str, dest: Path) -> None: ...
-    def put(self, source: Path, key: str) -> None: ...
-
-
-Credentials = Callable[[], "dict[str, str] | None"]
-
-
-def env_credentials() -> dict[str, str] | None:
-    env = os.environ
-    if env.get("AWS_ACCESS_KEY_ID"):
-        return {
-            "access_key_id": env["AWS_ACCESS_KEY_ID"],
-            "secret": env.get("AWS_SECRET_ACCESS_KEY", ""),
-            "token": env.get("AWS_SESSION_TOKEN", ""),
-        }
-    return None
 
 
 @dataclass
-class S3Store:
-    """The few S3 calls a checkpoint needs, over HTTPS with SigV4 (no SDK on the node).
+class BucketReader:
+    """Listing and reading on top of the watchdog's ``watchdog_sync.Store`` (same signer,
+    endpoints, retries and credentials as its uploads)."""
 
-    Objects are sent with a single PUT each (S3's limit: 5 GB per object), read into memory.
-    """
-
-    bucket: str
-    region: str
-    credentials: Credentials
-    endpoint: str = ""  # path-style override, e.g. http://127.0.0.1:5000 (tests, MinIO)
-    timeout: float = 120.0
-
-    def _url(self, key: str, query: str = "") -> str:
-        if self.endpoint:
-            base = f"{self.endpoint.rstrip('/')}/{self.bucket}"
-        else:
-            base = f"https://{self.bucket}.s3.{self.region}.amazonaws.com"
-        return f"{base}/{key}" + (f"?{query}" if query else "")
-
-    def _call(self, method: str, url: str, body: bytes = b"") -> bytes:
-        creds = self.credentials()
-        if not creds:
-            raise RuntimeError("no credentials for the bucket (instance role or environment)")
-        headers = watchdog.sigv4_headers(
-            method=method,
-            url=url,
-            body=body,
-            region=self.region,
-            service="s3",
-            access_key_id=creds["access_key_id"],
-            secret=creds["secret"],
-            token=creds.get("token", ""),
-            content_type="",
-        )
-        request = urllib.request.Request(
-            url, data=body if method == "PUT" else None, method=method, headers=headers
-        )
-        with urllib.request.urlopen(request, timeout=self.timeout) as resp:
-            data: bytes = resp.read()
-            return data
+    store: watchdog_sync.Store
 
     def list(self, prefix: str) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -196,79 +142,63 @@ class S3Store:
             if token:
                 params["continuation-token"] = token
             query = urllib.parse.urlencode(sorted(params.items()), quote_via=urllib.parse.quote)
-            root = ET.fromstring(self._call("GET", self._url("", query)))
+            _, _, body = self.store.request("GET", "", query=query)
+            root = ET.fromstring(body)
             ns = root.tag.partition("}")[0] + "}" if root.tag.startswith("{") else ""
             for item in root.iter(f"{ns}Contents"):
-                key = item.findtext(f"{ns}Key") or ""
-                out[key] = int(item.findtext(f"{ns}Size") or 0)
+                out[item.findtext(f"{ns}Key") or ""] = int(item.findtext(f"{ns}Size") or 0)
             token = root.findtext(f"{ns}NextContinuationToken") or ""
             if (root.findtext(f"{ns}IsTruncated") or "false") != "true" or not token:
                 break
         return out
 
     def get(self, key: str, dest: Path) -> None:
-        data = self._call("GET", self._url(key))
+        _, _, data = self.store.request("GET", key)
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{dest.name}.part")
         tmp.write_bytes(data)
         tmp.replace(dest)
 
-    def put(self, source: Path, key: str) -> None:
-        self._call("PUT", self._url(key), source.read_bytes())
-
-
-@dataclass
-class OssutilStore:
-    """Alicloud OSS through the node's ``ossutil`` (the tool the watchdog also uses)."""
-
-    bucket: str
-    tool: str
-
-    def _run(self, *args: str) -> str:
-        done = subprocess.run(
-            [self.tool, *args], capture_output=True, text=True, timeout=600, check=False
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"ossutil {args[0]}: {done.stderr.strip()[:300]}")
-        return done.stdout
-
-    def list(self, prefix: str) -> dict[str, int]:
-        out: dict[str, int] = {}
-        url = f"oss://{self.bucket}/"
-        for line in self._run("ls", "-s", "--all-versions=false", url + prefix).splitlines():
-            # "LastModifiedTime  Size(B)  StorageClass  ETAG  ObjectName" rows
-            parts = line.split()
-            if len(parts) >= 5 and parts[-1].startswith(url) and parts[-5].isdigit():
-                out[parts[-1][len(url) :]] = int(parts[-5])
-        return out
-
-    def get(self, key: str, dest: Path) -> None:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        self._run("cp", "-f", f"oss://{self.bucket}/{key}", str(dest))
-
-    def put(self, source: Path, key: str) -> None:
-        self._run("cp", "-f", str(source), f"oss://{self.bucket}/{key}")
-
 
 def make_store(
     provider: str, bucket: str, region: str, endpoint: str = "", metadata_url: str = ""
-) -> Store | None:
-    """The store for the stack's bucket, or None when checkpoints stay on the node."""
+) -> watchdog_sync.Store | None:
+    """The watchdog's store for the stack's bucket, or None when checkpoints stay here."""
     if not bucket:
         return None
-    if provider == "alicloud":
-        tool = shutil.which("ossutil") or shutil.which("ossutil64")
-        if not tool:
-            raise RuntimeError("no ossutil on this node: cannot reach the OSS bucket")
-        return OssutilStore(bucket, tool)
-    role = watchdog.Metadata("aws", metadata_url) if metadata_url or not endpoint else None
+    # The instance role only on a real node: never the metadata address for a test endpoint
+    # (unless a metadata URL is given explicitly, e.g. a local fake).
+    meta = watchdog.Metadata(provider or "aws", metadata_url)
+    role = watchdog.env_or_role_credentials(meta)
 
     def creds() -> dict[str, str] | None:
-        # Environment first; the instance role only on a real node (never for a test endpoint
-        # without an explicit metadata URL).
-        return env_credentials() or (role.role_credentials() if role else None)
+        if endpoint and not metadata_url:
+            return env_credentials(provider)
+        return role()
 
-    return S3Store(bucket, region or "us-east-1", creds, endpoint)
+    return watchdog_sync.Store.for_node(
+        provider=provider or "aws",
+        region=region or "us-east-1",
+        bucket=bucket,
+        credentials=creds,
+        endpoint_url=endpoint,
+    )
+
+
+def env_credentials(provider: str) -> dict[str, str] | None:
+    env = os.environ
+    key, secret, token = (
+        (
+            "ALIBABA_CLOUD_ACCESS_KEY_ID",
+            "ALIBABA_CLOUD_ACCESS_KEY_SECRET",
+            "ALIBABA_CLOUD_SECURITY_TOKEN",
+        )
+        if provider == "alicloud"
+        else ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+    )
+    if not env.get(key):
+        return None
+    return {"access_key_id": env[key], "secret": env.get(secret, ""), "token": env.get(token, "")}
 
 
 # ---------------------------------------------------------------------------- push / restore
@@ -296,43 +226,24 @@ def _key(prefix: str, rel: str) -> str:
     return f"{prefix.rstrip('/')}/{rel}" if prefix else rel
 
 
-def push(root: Path, store: Store, prefix: str, deadline_s: float = 600.0) -> SyncOutcome:
-    """Upload what the bucket lacks under ``prefix``; markers last; bounded in time."""
-    started = time.monotonic()
-    local = local_listing(root)
-    newest = newest_complete(local, lambda f: _read_text(root / f / MARKER))
-    try:
-        remote_full = store.list(prefix.rstrip("/") + "/" if prefix else "")
-    except (OSError, urllib.error.URLError, RuntimeError, ET.ParseError) as exc:
-        return SyncOutcome(False, f"cannot list the bucket: {exc}")
-    strip = len(prefix.rstrip("/")) + 1 if prefix else 0
-    remote = {k[strip:]: v for k, v in remote_full.items()}
-    todo = upload_plan(local, remote)
-    skipped = [p for p in todo if not _SAFE_KEY.match(p)]
-    done = 0
-    for rel in todo:
-        if rel in skipped:
-            continue
-        if time.monotonic() - started > deadline_s:
-            return SyncOutcome(
-                False, f"sync budget of {deadline_s:.0f} s spent after {done} file(s)", done
-            )
-        try:
-            store.put(root / rel, _key(prefix, rel))
-        except FileNotFoundError:
-            continue  # pruned by the job meanwhile
-        except (OSError, urllib.error.URLError, RuntimeError) as exc:
-            return SyncOutcome(False, f"upload of {rel} failed: {exc}", done)
-        done += 1
-    note = f"; {len(skipped)} file(s) with unsafe names left out" if skipped else ""
-    step = newest.step if newest else None
-    return SyncOutcome(
-        True,
-        f"{done} file(s) uploaded, newest complete step {step if step is not None else '-'}{note}",
-        done,
-        step,
-        time.monotonic() - started,
+def push(
+    checkpoint_dir: Path, store: watchdog_sync.Store | None, node: str, deadline_s: float = 600.0
+) -> SyncOutcome:
+    """Upload what is new under ``<scratch>/checkpoints`` with the watchdog's own sync, as the
+    head node ``node`` (keys ``checkpoints/<node>/<job>/...``)."""
+    scratch = checkpoint_dir.parent.parent
+    newest = newest_complete(
+        local_listing(checkpoint_dir), lambda f: _read_text(checkpoint_dir / f / MARKER)
     )
+    out = watchdog_sync.sync_scratch(
+        scratch=scratch,
+        sync_dirs=(checkpoint_dir.parent.name,),
+        node=node,
+        store=store,
+        timeout_s=deadline_s,
+    )
+    step = newest.step if newest else None
+    return SyncOutcome(out.ok, out.detail, out.uploaded, step, out.seconds)
 
 
 def _read_text(path: Path) -> str | None:
@@ -347,7 +258,7 @@ def restore(root: Path, store: Store, prefix: str) -> SyncOutcome:
     started = time.monotonic()
     try:
         full = store.list(prefix.rstrip("/") + "/" if prefix else "")
-    except (OSError, urllib.error.URLError, RuntimeError, ET.ParseError) as exc:
+    except (OSError, watchdog_sync.StoreError, ET.ParseError) as exc:
         return SyncOutcome(False, f"cannot list the bucket: {exc}")
     strip = len(prefix.rstrip("/")) + 1 if prefix else 0
     listing = {k[strip:]: v for k, v in full.items()}
@@ -359,7 +270,7 @@ def restore(root: Path, store: Store, prefix: str) -> SyncOutcome:
         try:
             store.get(_key(prefix, f"{folder}/{MARKER}"), tmp)
             return tmp.read_text()
-        except (OSError, urllib.error.URLError, RuntimeError):
+        except (OSError, watchdog_sync.StoreError):
             return None
         finally:
             tmp.unlink(missing_ok=True)
@@ -388,7 +299,7 @@ def restore(root: Path, store: Store, prefix: str) -> SyncOutcome:
     try:
         for name in [*names, MARKER] if MARKER not in names else names:
             store.get(_key(prefix, f"{best.folder}/{name}"), tmp / name)
-    except (OSError, urllib.error.URLError, RuntimeError) as exc:
+    except (OSError, watchdog_sync.StoreError) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         return SyncOutcome(False, f"restore of {best.folder} failed: {exc}")
     final = root / best.folder

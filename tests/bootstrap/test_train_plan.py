@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -395,12 +396,6 @@ def test_a_marker_that_is_not_json_or_lists_escaping_paths_is_not_complete() -> 
     assert job_sync.parse_marker(json.dumps({"files": {}})) is None
 
 
-def test_uploads_send_data_before_markers_and_skip_what_the_bucket_has() -> None:
-    local = {"step-1/COMPLETE": 3, "step-1/model.pt": 9, "step-2/model.pt": 9, "step-2/COMPLETE": 3}
-    remote = {"step-1/COMPLETE": 3, "step-1/model.pt": 9}
-    assert job_sync.upload_plan(local, remote) == ["step-2/model.pt", "step-2/COMPLETE"]
-
-
 class DictStore:
     """An in-memory bucket with the Store protocol (moto covers the real HTTP elsewhere)."""
 
@@ -417,6 +412,10 @@ class DictStore:
     def put(self, source: Path, key: str) -> None:
         self.objects[key] = source.read_bytes()
 
+    def push(self, root: Path, prefix: str) -> None:
+        for rel in job_sync.local_listing(root):
+            self.put(root / rel, f"{prefix}{rel}")
+
 
 def write_checkpoint(root: Path, step: int, payload: bytes, *, complete: bool = True) -> None:
     folder = root / f"step-{step:08d}"
@@ -426,30 +425,62 @@ def write_checkpoint(root: Path, step: int, payload: bytes, *, complete: bool = 
         (folder / "COMPLETE").write_text(marker({"model.pt": len(payload)}, step))
 
 
-def test_push_then_restore_round_trip_leaves_temp_folders_behind(tmp_path: Path) -> None:
-    node = tmp_path / "ckpt"
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def test_the_watchdogs_sync_uploads_a_job_and_restore_fetches_only_the_newest(
+    tmp_path: Path, moto_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import boto3
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1").create_bucket(
+        Bucket="ckpt-roundtrip"
+    )
+    node = tmp_path / "scratch" / "checkpoints" / "j1"
     write_checkpoint(node, 10, b"a" * 10)
     write_checkpoint(node, 20, b"b" * 20)
-    (node / ".tmp-step-00000030").mkdir()
-    (node / ".tmp-step-00000030" / "model.pt").write_bytes(b"partial")
-    store = DictStore()
-    out = job_sync.push(node, store, "checkpoints/n0/j1/")
-    assert out.ok and out.uploaded == 4 and out.newest_step == 20
-    assert not any(".tmp" in k for k in store.objects)
-    assert job_sync.push(node, store, "checkpoints/n0/j1/").uploaded == 0  # nothing new
+    store = job_sync.make_store("aws", "ckpt-roundtrip", "us-east-1", moto_url)
+    assert store is not None
+    out = job_sync.push(node, store, "n0")
+    assert out.ok and out.uploaded == 4 and out.newest_step == 20, out
+    assert job_sync.push(node, store, "n0").uploaded == 0  # the record says all is saved
 
+    reader = job_sync.BucketReader(store)
+    assert set(reader.list("checkpoints/n0/j1/")) == {
+        f"checkpoints/n0/j1/step-000000{s}0/{f}" for s in (1, 2) for f in ("model.pt", "COMPLETE")
+    }
     fresh = tmp_path / "fresh"
-    back = job_sync.restore(fresh, store, "checkpoints/n0/j1/")
+    back = job_sync.restore(fresh, reader, "checkpoints/n0/j1/")
     assert back.ok and back.newest_step == 20
     assert (fresh / "step-00000020" / "model.pt").read_bytes() == b"b" * 20
     assert not (fresh / "step-00000010").exists()  # only the newest is fetched
+
+
+def test_a_test_endpoint_without_credentials_never_asks_the_metadata_service(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
+    store = job_sync.make_store("aws", "b", "us-east-1", "http://127.0.0.1:9")
+    assert store is not None and store.credentials() is None
 
 
 def test_restore_ignores_a_newer_checkpoint_cut_off_in_the_bucket(tmp_path: Path) -> None:
     store = DictStore()
     node = tmp_path / "n"
     write_checkpoint(node, 10, b"x" * 10)
-    job_sync.push(node, store, "p/")
+    store.push(node, "p/")
     # A node stopped while uploading step 20: its marker reached the bucket, half the data.
     store.objects["p/step-00000020/model.pt"] = b"y" * 5
     store.objects["p/step-00000020/COMPLETE"] = marker({"model.pt": 20}, 20).encode()

@@ -196,7 +196,10 @@ def kill_job(jobs: Path, job: str) -> None:
             os.kill(int(st["pid"]), signal.SIGKILL)  # the supervisor
         if st.get("pgid"):
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(int(st["pgid"]), signal.SIGKILL)  # torchrun and its ranks
+                os.killpg(int(st["pgid"]), signal.SIGKILL)  # torchrun
+        for pidfile in (jobs / job / f"node-{st['node_rank']}").glob("rank-*.pid"):
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)  # the ranks (own sessions)
 
 
 def losses(log: str) -> list[float]:
