@@ -64,6 +64,7 @@ LOG = logging.getLogger("gpufleet-watchdog")
 CONFIG_PATH = Path("/etc/gpufleet/watchdog.json")
 NODE_INFO_PATH = Path("/etc/gpufleet/node.json")  # written at first boot by the stack
 STATE_DIR = Path("/var/lib/gpufleet")
+JOBS_DIR = "/var/lib/gpufleet/jobs"
 LEASE_FILE = "keep-alive-until"
 STATE_FILE = "watchdog-state.json"
 
@@ -121,6 +122,7 @@ class Config:
     metadata_url: str = ""  # metadata service override (tests)
     alicloud_account_id: str = ""
     state_dir: str = str(STATE_DIR)
+    jobs_dir: str = JOBS_DIR  # fab train's job folders (their state.json: README "fab train")
 
     @classmethod
     def load(cls, path: Path = CONFIG_PATH, node_info: Path = NODE_INFO_PATH) -> Config:
@@ -874,6 +876,53 @@ class Signals:
     lease: policy.Lease
     limits: policy.Limits
     problems: tuple[str, ...] = ()  # what could not be read: logged, published in status
+    jobs: policy.Jobs = field(default_factory=policy.Jobs)  # fab train jobs (read_jobs)
+
+
+def _pid_runs(pid: int, name: bytes) -> bool:
+    try:
+        os.kill(pid, 0)
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # it exists, or there is no /proc to tell: an unknown counts as active
+    return name in cmd
+
+
+def read_jobs(jobs_dir: Path, boot: dt.datetime) -> tuple[policy.Jobs, list[str]]:
+    """This node's ``fab train`` jobs from their state files (the job runner's contract): a
+    job runs while its state is starting/running in this boot and its supervisor lives."""
+    try:
+        current_boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        current_boot = ""
+    running, problems = 0, []
+    ended: list[dt.datetime] = []
+    stop_when_done: str | None = None
+    for path in sorted(jobs_dir.glob("*/node-*/state.json")) if jobs_dir.is_dir() else []:
+        try:
+            st = json.loads(path.read_text())
+            state = str(st["state"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            running += 1  # an unreadable signal counts as activity
+            problems.append(f"job state {path} unreadable ({exc.__class__.__name__})")
+            continue
+        if state in ("starting", "running"):
+            same_boot = not st.get("boot_id") or not current_boot or st["boot_id"] == current_boot
+            if same_boot and _pid_runs(int(st.get("pid") or 0), b"job_runner.py"):
+                running += 1
+            continue
+        try:
+            end = policy.parse_utc(str(st.get("ended_at") or ""))
+        except ValueError:
+            continue
+        if end >= boot:
+            ended.append(end)
+            if st.get("stop_when_done") and not st.get("syncing"):
+                stop_when_done = str(st.get("job"))
+    jobs = policy.Jobs(running, max(ended) if ended else None, stop_when_done)
+    return jobs, problems
 
 
 def merge_leases(leases: Sequence[policy.Lease], now: dt.datetime) -> policy.Lease:
@@ -941,11 +990,13 @@ class Watchdog:
             # Unknown tags count as activity (a lease or protection may be there): the node
             # is never stopped for idleness, and the hard TTL still bounds the cost.
             leases.append(policy.Lease(error=problems[-1]))
+        jobs, job_problems = read_jobs(Path(self.config.jobs_dir), boot)
         return Signals(
             protected=known is not None and is_protected(known),
             lease=merge_leases(leases, now),
             limits=self.config.limits(known),
-            problems=tuple(problems),
+            problems=tuple(problems + job_problems),
+            jobs=jobs,
         )
 
     def decide(self, state: State, signals: Signals, now: dt.datetime) -> policy.Decision:
@@ -958,6 +1009,7 @@ class Watchdog:
             protected=signals.protected,
             role=self.config.role,
             policy=self.rules,
+            jobs=signals.jobs,
         )
 
     def ttl_reached(self, limits: policy.Limits, now: dt.datetime) -> bool:
@@ -1162,6 +1214,7 @@ def _status_command(config: Config, dog: Watchdog, as_json: bool) -> int:
         "protected": signals.protected,
         "lease_until": policy.format_utc(signals.lease.until) if signals.lease.until else None,
         "unreadable": list(signals.problems),
+        "running_jobs": signals.jobs.running,
         "unsynced_files": dog.syncer.unsynced(),
         "power_off_refused_since": state.refused_since or None,
         "samples": len(state.samples),

@@ -355,6 +355,16 @@ def _stalled(sample: Sample, policy: Policy) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class Jobs:
+    """What the node's ``fab train`` job-state files say (README "fab train": the job state
+    on the node, written by bootstrap/remote/job_runner.py)."""
+
+    running: int = 0  # jobs whose supervisor runs on this node (unreadable files count too)
+    ended_at: datetime | None = None  # the latest end of a job in this boot: idle starts there
+    stop_when_done: str | None = None  # a job that ended this boot with --stop-when-done
+
+
 def decide_node(
     samples: Sequence[Sample],
     *,
@@ -365,8 +375,14 @@ def decide_node(
     protected: bool = False,
     role: str | None = None,
     policy: Policy = Policy(),
+    jobs: Jobs = Jobs(),
 ) -> Decision:
     """The watchdog's decision from the sample history (oldest first or not: it is sorted).
+
+    ``jobs``: a running job keeps the node active, but the stall rule still applies to it
+    (GPU memory held at near-zero utilization is not busy); when the last job ends the idle
+    clock starts at its end; a job run with ``--stop-when-done`` stops the node once it ended,
+    unless it is protected or leased (the watchdog saves scratch before powering off).
 
     Samples from before this boot are ignored, and a gap longer than
     ``max_sample_gap_minutes`` restarts the idle clock: time nobody watched is not idle time.
@@ -379,6 +395,12 @@ def decide_node(
         protected=protected,
         policy=policy,
     )
+    lease_holds = lease.error is not None or (
+        lease.until is not None and now < lease.until <= now + timedelta(hours=MAX_LEASE_HOURS)
+    )
+    done = jobs.stop_when_done and not jobs.running
+    if done and (guard is None or guard.action == KEEP) and not (protected or lease_holds):
+        return Decision(STOP, f"job {jobs.stop_when_done} ended and asked --stop-when-done")
     if guard is not None:
         return guard
     history = sorted((s for s in samples if boot_time <= s.at <= now), key=lambda s: s.at)
@@ -423,6 +445,9 @@ def decide_node(
             KEEP, f"{what} (warning at {policy.stall_warn_minutes:g} min)", idle_minutes=stalled
         )
 
+    if jobs.running:
+        return Decision(KEEP, f"{jobs.running} running job(s) (fab train)", idle_minutes=0.0)
+
     # Idle clock: from the end of the last activity, or from the start of the known run.
     idle_since = run[0].at
     for sample in reversed(run):
@@ -441,6 +466,8 @@ def decide_node(
         else:
             idle_since = sample.at
         break
+    if jobs.ended_at is not None and idle_since < jobs.ended_at <= now:
+        idle_since = jobs.ended_at  # a job ran until then (perhaps on CPUs only)
     idle = max(0.0, _minutes(now - idle_since))
     limit = limits.idle_minutes + (policy.head_lag_minutes if role == "head" else 0.0)
     if idle >= limit:
