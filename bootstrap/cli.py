@@ -43,6 +43,7 @@ from bootstrap.hostkeys import KNOWN_HOSTS_ENV, resolve_settings, unmatched_sele
 from bootstrap.hosts import Fleet, HostDiscoveryError, discover, parse_stack_outputs
 from bootstrap.runner import HOST_KEY_SETTINGS_KEY, FleetReport, emit, run_fleet
 from bootstrap.system import preflight, probe_step
+from infra.catalog import Feature, load_catalog
 
 CLI_HOSTS_KEY = "gpufleet_cli_hosts"
 # (known_hosts, accept_new_host_key) as given on the task's command line.
@@ -195,14 +196,19 @@ def resolve_fleet(
 
 
 def pin_console_host_keys(fleet: Fleet, fetch: Fetch | None = None) -> Fleet:
-    """On AWS, add the host keys cloud-init printed to each node's console (read through the
-    EC2 API with the caller's credentials) to the keys pinned before the first connection.
-    Off with GPUFLEET_CONSOLE_HOST_KEYS=0; any failure falls back to trust on first use."""
+    """Where the cloud can (AWS), add the host keys cloud-init printed to each node's console
+    (read through the cloud's API with the caller's credentials) to the keys pinned before the
+    first connection. Off with GPUFLEET_CONSOLE_HOST_KEYS=0; any failure falls back to trust
+    on first use."""
     nodes = fleet.outputs.get("nodes") or []
-    if fleet.provider != "aws" or not nodes or not console_keys.enabled():
+    info = load_catalog().providers.get(fleet.provider or "")
+    if not info or not info.supports(Feature.CONSOLE_HOST_KEYS) or not nodes:
+        return fleet
+    if not console_keys.enabled():
         return fleet
     try:
-        fetch = fetch or console_keys.aws_console_fetcher(str(fleet.outputs.get("region") or ""))
+        region = str(fleet.outputs.get("region") or "")
+        fetch = fetch or console_keys.fetcher_for(info.name, region)
     except Exception as exc:  # boto3 missing or no region: the run goes on, unpinned
         print(f"gpufleet: host keys: console output not read ({exc})", file=sys.stderr)
         return fleet

@@ -80,6 +80,17 @@ def aws_console_fetcher(region: str) -> Fetch:
     return fetch
 
 
+# Where each cloud's console output is read: provider name -> fetcher factory (region -> Fetch).
+# Only the clouds whose catalog file does not list Feature.CONSOLE_HOST_KEYS as unsupported
+# belong here; a test holds the two together.
+FETCHERS: Mapping[str, Callable[[str], Fetch]] = {"aws": aws_console_fetcher}
+
+
+def fetcher_for(provider: str, region: str) -> Fetch:
+    """The console reader for this cloud (KeyError where it has none)."""
+    return FETCHERS[provider](region)
+
+
 def with_console_host_keys(
     outputs: Mapping[str, Any], fetch: Fetch
 ) -> tuple[dict[str, Any], list[str]]:

@@ -26,15 +26,11 @@ BILLING_MODES = ("on-demand", "spot", "subscription")
 SUBSCRIPTION_MONTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 24, 36)
 MIN_ROOT_DISK_GB = 100  # driver + CUDA + PyTorch + pip/HF caches outgrow anything smaller
 MAX_NODES = 64
-# Alicloud ESSD: the smallest disk each performance level may be created at (GiB).
-ESSD_MIN_GB = {"PL0": 1, "PL1": 20, "PL2": 461, "PL3": 1261}
-SCRATCH_CLASSES = {"aws": ("gp3", "io2"), "alicloud": tuple(ESSD_MIN_GB)}
-DEFAULT_SCRATCH_CLASS = {"aws": "gp3", "alicloud": "PL1"}
 WORLD = ("0.0.0.0/0", "::/0")
 # Upper bounds: a value past these is a typo or a unit mix-up (minutes for hours), and some
 # would break later (a tag of 1e12 minutes, a disk the cloud refuses). README mirrors them.
-MAX_ROOT_DISK_GB = {"aws": 16384, "alicloud": 500}  # EBS gp3 16 TiB; ECS system disk 20-500
-MAX_SCRATCH_GB = {"gp3": 16384, "io2": 65536, **{pl: 32768 for pl in ESSD_MIN_GB}}
+# The per-cloud ones (root disk, scratch classes and their sizes) are each provider's
+# catalog facts ([provider] in infra/catalog/<cloud>.toml).
 MAX_IDLE_MINUTES = 1440  # a day: longer is no idle guard (use a lease: fab keep-alive)
 MAX_TTL_HOURS = 720  # 30 days; 0 turns the TTL off explicitly
 MAX_ARCHIVE_DAYS = 3650
@@ -45,10 +41,9 @@ SSH_MIN_PREFIX = {4: 8, 6: 32}
 SSH_MAX_SHARE_BITS = 6
 # Where scratch may be mounted: a fresh directory under one of these (or one of them).
 SCRATCH_ROOTS = ("/scratch", "/mnt", "/data", "/nvme", "/local", "/workspace")
-# Tag keys the clouds or gpufleet reserve (compared in lower case), and, on Alicloud, value
-# prefixes the API refuses.
+# Tag keys the clouds or gpufleet reserve (compared in lower case). Value prefixes a cloud
+# refuses are its catalog fact (reserved_tag_value_prefixes).
 RESERVED_TAG_PREFIXES = ("gpufleet:", "aws:", "acs:", "aliyun", "http://", "https://")
-ALICLOUD_RESERVED_VALUE_PREFIXES = ("aliyun", "acs:", "http://", "https://")
 MAX_TAG_VALUE = 128  # Alicloud's limit (AWS allows 256)
 
 # Every key a stack may set, with a one-line meaning (the README's config reference mirrors it).
@@ -327,7 +322,9 @@ def tag_text(value: Any) -> str:
     return str(value)
 
 
-def tag_problem(key: Any, value: Any, provider: str | None) -> str | None:
+def tag_problem(
+    key: Any, value: Any, provider: str | None, catalog: Catalog | None = None
+) -> str | None:
     """Why `key: value` may not be an extra tag, or None."""
     text_key = str(key)
     lowered = text_key.strip().lower()
@@ -353,10 +350,12 @@ def tag_problem(key: Any, value: Any, provider: str | None) -> str | None:
         return f"the value is {len(text)} characters long; at most {MAX_TAG_VALUE}"
     if not text.isprintable():
         return "the value holds a newline or control character: one printable line only"
-    if provider == "alicloud" and text.strip().lower().startswith(ALICLOUD_RESERVED_VALUE_PREFIXES):
+    info = (catalog or load_catalog()).providers.get(provider or "")
+    refused = info.reserved_tag_value_prefixes if info else ()
+    if refused and text.strip().lower().startswith(refused):
         return (
-            "Alicloud refuses tag values starting with "
-            f"{', '.join(ALICLOUD_RESERVED_VALUE_PREFIXES)}: change the value"
+            f"{info.title if info else provider} refuses tag values starting with "
+            f"{', '.join(refused)}: change the value"
         )
     return None
 
@@ -465,7 +464,7 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
         r.problem("sshPublicKey", "not an OpenSSH public key (expected 'ssh-ed25519 AAAA...')")
 
     root = r.number(
-        "rootDiskGb", int, 200, maximum=MAX_ROOT_DISK_GB.get(provider or "", 16384), why=" GB"
+        "rootDiskGb", int, 200, maximum=info.max_root_disk_gb if info else 16384, why=" GB"
     )
     if root is not None and root < MIN_ROOT_DISK_GB:
         r.problem(
@@ -474,14 +473,18 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
         )
     scratch_gb = r.number("scratchGb", int, 500, minimum=1)
     scratch_class = (
-        r.choice("scratchClass", SCRATCH_CLASSES[provider], DEFAULT_SCRATCH_CLASS[provider])
-        if provider
+        r.choice("scratchClass", tuple(info.scratch_classes), info.default_scratch_class)
+        if info
         else None
     ) or ""
-    essd_min = ESSD_MIN_GB.get(scratch_class, 0) if provider == "alicloud" else 0
-    if scratch_gb is not None and scratch_gb < essd_min:
-        r.problem("scratchGb", f"ESSD {scratch_class} starts at {essd_min} GiB, got {scratch_gb}")
-    scratch_max = MAX_SCRATCH_GB.get(scratch_class)
+    disk = info.scratch_classes.get(scratch_class) if info else None
+    if scratch_gb is not None and disk is not None and scratch_gb < disk.min_gb:
+        r.problem(
+            "scratchGb",
+            f"{info.scratch_disk if info else ''} {scratch_class} starts at {disk.min_gb} GiB, "
+            f"got {scratch_gb}",
+        )
+    scratch_max = disk.max_gb if disk else None
     if scratch_gb is not None and scratch_max is not None and scratch_gb > scratch_max:
         r.problem(
             "scratchGb",
@@ -518,7 +521,7 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
     tags_raw = r.structured("tags", dict) or {}
     tags: dict[str, str] = {}
     for k, v in tags_raw.items():
-        problem = tag_problem(k, v, provider)
+        problem = tag_problem(k, v, provider, cat)
         if problem:
             r.problem(f"tags.{k}", problem)
         else:

@@ -10,7 +10,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from infra.catalog import Catalog, Gpu, InstanceType, load_catalog
+from infra.catalog import Catalog, Feature, Gpu, InstanceType, load_catalog
 from infra.config import StackConfig
 from infra.reaper import tags as T
 
@@ -84,20 +84,24 @@ def plan_scratch(cfg: StackConfig, itype: InstanceType) -> ScratchPlan:
         return ScratchPlan(
             "nvme", itype.nvme_count, itype.local_nvme_gb, None, None, None, cfg.scratch_path
         )
-    if cfg.provider == "aws":
-        # gp3's ceiling (16k IOPS, 1000 MB/s) is bought explicitly: the default 3k/125 is slow.
-        if cfg.scratch_class == "io2":
-            iops = min(64000, cfg.scratch_gb * 500)
-            return ScratchPlan("disk", 1, cfg.scratch_gb, "io2", iops, None, cfg.scratch_path)
-        return ScratchPlan("disk", 1, cfg.scratch_gb, "gp3", 16000, 1000, cfg.scratch_path)
-    return ScratchPlan("disk", 1, cfg.scratch_gb, cfg.scratch_class, None, None, cfg.scratch_path)
+    # The performance bought with each class is catalog data (gp3's ceiling, io2's IOPS per GiB).
+    disk = load_catalog().providers[cfg.provider].scratch_classes[cfg.scratch_class]
+    return ScratchPlan(
+        "disk",
+        1,
+        cfg.scratch_gb,
+        cfg.scratch_class,
+        disk.provisioned_iops(cfg.scratch_gb),
+        disk.throughput_mbs,
+        cfg.scratch_path,
+    )
 
 
 def efa_interfaces(cfg: StackConfig, itype: InstanceType) -> int:
     """EFA interfaces to attach: all the type offers, on multi-node stacks, and always on the
     multi-card training types (p4d, p4de, p5.48xlarge): interfaces cannot be added to a running
     instance, so a single node declared without them would have to be replaced to grow."""
-    if cfg.provider != "aws" or not itype.efa:
+    if not itype.efa or not load_catalog().providers[cfg.provider].supports(Feature.EFA):
         return 0
     if cfg.nodes < EFA_MIN_NODES and itype.efa_interfaces <= 1:
         return 0
@@ -117,8 +121,10 @@ def efa_layout(efa_interfaces: int) -> list[tuple[int, int, str]]:
 
 
 def needs_placement_group(cfg: StackConfig, itype: InstanceType) -> bool:
-    """A cluster placement group keeps nodes on the same spine (AWS only)."""
-    return cfg.provider == "aws" and (cfg.nodes > 1 or efa_interfaces(cfg, itype) > 0)
+    """A cluster placement group keeps nodes on the same spine (where the cloud has one)."""
+    if not load_catalog().providers[cfg.provider].supports(Feature.PLACEMENT_GROUP):
+        return False
+    return cfg.nodes > 1 or efa_interfaces(cfg, itype) > 0
 
 
 def node_name(cfg: StackConfig, index: int) -> str:

@@ -677,6 +677,20 @@ GUARD_FIX = {
 }
 
 
+def _no_schedules(resources: Sequence[Resource], fn: Resource) -> bool:
+    return False
+
+
+# Each cloud's reaper function resource types, and how to tell that one is scheduled:
+# provider (the type token's package) -> (function types, is-scheduled check).
+GUARD_FUNCTIONS: Mapping[
+    str, tuple[tuple[str, ...], Callable[[Sequence[Resource], Resource], bool]]
+] = {
+    "aws": ((AWS_FUNCTION,), _aws_schedules),
+    "alicloud": (ALI_FUNCTIONS, _ali_schedules),
+}
+
+
 def check_idle_guard(
     resources: Sequence[Resource], gpu_types: Callable[[str, str], bool]
 ) -> list[StackFinding]:
@@ -693,7 +707,7 @@ def check_idle_guard(
         why: list[str] = []
         if tags.get(T.WATCHDOG) != "on":
             why.append(f"its {T.WATCHDOG} tag is not 'on', so nothing expects a node watchdog")
-        fn_types = (AWS_FUNCTION,) if provider == "aws" else ALI_FUNCTIONS
+        fn_types, schedules = GUARD_FUNCTIONS.get(provider, ((), _no_schedules))
         functions = [r for r in resources if r.type in fn_types]
         guarding = []
         for fn in functions:
@@ -701,11 +715,7 @@ def check_idle_guard(
             if problem:
                 why.append(problem)
                 continue
-            scheduled = (
-                _aws_schedules(resources, fn)
-                if provider == "aws"
-                else _ali_schedules(resources, fn)
-            )
+            scheduled = schedules(resources, fn)
             if scheduled:
                 guarding.append(fn)
             else:

@@ -19,7 +19,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
@@ -233,17 +233,27 @@ def live_alicloud_price(instance_type: str, region: str) -> tuple[float, str]:
         raise LiveUnavailable(f"Alibaba Cloud DescribePrice: {exc}") from None
 
 
+def _live_aws_price_usd(instance_type: str, region: str) -> tuple[float, str]:
+    return live_aws_price(instance_type, region), "USD"  # the Price List API's currency
+
+
+# The live-price registry: provider name -> (instance type, region) -> (price per hour,
+# currency). A cloud without an entry has its catalog price only (--live says so).
+LIVE_PRICE_SOURCES: Mapping[str, Callable[[str, str], tuple[float, str]]] = {
+    "aws": _live_aws_price_usd,
+    "alicloud": live_alicloud_price,
+}
+
+
 def live_check(est: CostEstimate) -> LiveCheck:
     cat = load_catalog()
     it = cat.instance(est.inputs.provider, est.inputs.instance_type)
     assert it.price is not None
     region = est.inputs.region or it.price.region
-    if est.inputs.provider == "aws":
-        live, currency = live_aws_price(it.name, region), "USD"
-    elif est.inputs.provider == "alicloud":
-        live, currency = live_alicloud_price(it.name, region)
-    else:
+    source = LIVE_PRICE_SOURCES.get(est.inputs.provider)
+    if source is None:
         raise LiveUnavailable(f"no live price source for {est.inputs.provider}")
+    live, currency = source(it.name, region)
     if currency != it.price.currency:
         raise LiveUnavailable(
             f"live price came in {currency}, the catalog is in {it.price.currency}"

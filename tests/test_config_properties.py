@@ -20,6 +20,7 @@ import yaml
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
+from infra.catalog import load_catalog
 from infra.config import (
     KEYS,
     SSH_MIN_PREFIX,
@@ -288,15 +289,15 @@ def assert_within_bounds(cfg: StackConfig) -> None:
         MAX_ARCHIVE_DAYS,
         MAX_IDLE_MINUTES,
         MAX_NODES,
-        MAX_ROOT_DISK_GB,
-        MAX_SCRATCH_GB,
         MAX_TTL_HOURS,
     )
 
+    info = load_catalog().providers[cfg.provider]
+
     assert 5 <= cfg.idle_minutes <= MAX_IDLE_MINUTES
     assert 0 <= cfg.ttl_hours <= MAX_TTL_HOURS
-    assert 100 <= cfg.root_disk_gb <= MAX_ROOT_DISK_GB[cfg.provider]
-    assert 1 <= cfg.scratch_gb <= MAX_SCRATCH_GB[cfg.scratch_class]
+    assert 100 <= cfg.root_disk_gb <= info.max_root_disk_gb
+    assert 1 <= cfg.scratch_gb <= (info.scratch_classes[cfg.scratch_class].max_gb or 0)
     assert 1 <= cfg.bucket_archive_days <= MAX_ARCHIVE_DAYS
     assert 1 <= cfg.nodes <= MAX_NODES
 

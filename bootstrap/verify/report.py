@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json as jsonlib
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bootstrap.verify.expected import Expected
 from bootstrap.verify.verdict import Verdict, overall
+from infra.catalog import load_catalog
 
 REPORT_SCHEMA = "gpufleet.verify-report/1"
 
@@ -58,8 +60,12 @@ def upload_report(path: Path, exp: Expected, *, endpoint_url: str | None = None)
     if not exp.bucket:
         return {"status": "skip", "reason": "the stack has no bucket"}
     key = f"gpufleet/verify/{path.name}"
-    if exp.provider == "alicloud":
-        return _upload_oss(path, exp, key)
+    # The bucket's kind is the cloud's catalog fact; a stack of no known cloud is taken as S3.
+    info = load_catalog().providers.get(exp.provider or "")
+    return UPLOADERS[info.object_store if info else "s3"](path, exp, key, endpoint_url)
+
+
+def _upload_s3(path: Path, exp: Expected, key: str, endpoint_url: str | None) -> dict[str, Any]:
     try:
         import boto3
         import botocore.exceptions
@@ -75,7 +81,7 @@ def upload_report(path: Path, exp: Expected, *, endpoint_url: str | None = None)
     return {"status": "ok", "url": f"s3://{exp.bucket}/{key}"}
 
 
-def _upload_oss(path: Path, exp: Expected, key: str) -> dict[str, Any]:
+def _upload_oss(path: Path, exp: Expected, key: str, endpoint_url: str | None) -> dict[str, Any]:
     try:
         import oss2
     except ImportError:
@@ -98,3 +104,10 @@ def _upload_oss(path: Path, exp: Expected, key: str) -> dict[str, Any]:
     except Exception as exc:  # oss2 raises its own hierarchy; report, never crash the task
         return {"status": "error", "reason": f"{type(exc).__name__}: {exc}"}
     return {"status": "ok", "url": f"oss://{exp.bucket}/{key}"}
+
+
+# How a report reaches each kind of object store (the catalog's ``object_store`` values).
+UPLOADERS: Mapping[str, Callable[[Path, Expected, str, str | None], dict[str, Any]]] = {
+    "s3": _upload_s3,
+    "oss": _upload_oss,
+}

@@ -9,6 +9,7 @@ read it cheaply.
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import functools
 import tomllib
 from collections.abc import Mapping
@@ -128,6 +129,41 @@ class Tier:
         return self.gpus_allowed[0]
 
 
+class Feature(enum.Enum):
+    """What a cloud may lack. Each provider's catalog file lists the ones it cannot do, with
+    the reason (``[provider.unsupported]``, keyed by the member's lower-case name); callers
+    ask ``ProviderInfo.supports`` instead of comparing the provider's name."""
+
+    PLACEMENT_GROUP = "cluster placement group"
+    EFA = "EFA / RDMA networking"
+    SUBSCRIPTION = "subscription (monthly/yearly) billing"
+    LOCAL_NVME = "instance-local NVMe scratch"
+    STOP_CHARGING = "no compute charge while stopped"
+    CONSOLE_HOST_KEYS = "SSH host keys read from the console output before the first connection"
+
+
+@dataclass(frozen=True)
+class ScratchClass:
+    """A data-disk class scratch may be provisioned on, with the sizes the cloud allows and
+    the performance gpufleet buys with it (None: the class's own default)."""
+
+    name: str
+    min_gb: int = 0  # 0: none beyond the config's own minimum
+    max_gb: int | None = None
+    iops: int | None = None
+    iops_per_gb: int | None = None
+    max_iops: int | None = None
+    throughput_mbs: int | None = None
+
+    def provisioned_iops(self, size_gb: int) -> int | None:
+        if self.iops is not None:
+            return self.iops
+        if self.iops_per_gb is not None:
+            per_size = size_gb * self.iops_per_gb
+            return per_size if self.max_iops is None else min(self.max_iops, per_size)
+        return None
+
+
 @dataclass(frozen=True)
 class ProviderInfo:
     name: str
@@ -136,6 +172,31 @@ class ProviderInfo:
     default_region: str
     ssh_user: str
     billing: tuple[str, ...]
+    title: str = ""  # how messages name the cloud
+    object_store: str = "s3"
+    max_root_disk_gb: int = 16384
+    scratch_disk: str = "disk"
+    # in the order they are offered; the default is one of them
+    scratch_classes: Mapping[str, ScratchClass] = field(default_factory=dict)
+    default_scratch_class: str = ""
+    reserved_tag_value_prefixes: tuple[str, ...] = ()
+    unsupported: Mapping[Feature, str] = field(default_factory=dict)
+
+    def supports(self, feature: Feature) -> bool:
+        return feature not in self.unsupported
+
+    def check_supported(self, *features: Feature) -> None:
+        """Raise UnsupportedError naming each feature this cloud lacks, with the reason."""
+        missing = [f for f in features if f in self.unsupported]
+        if missing:
+            raise UnsupportedError(self.name, {f: self.unsupported[f] for f in missing})
+
+
+class UnsupportedError(LookupError):
+    def __init__(self, provider: str, missing: Mapping[Feature, str]):
+        self.provider, self.missing = provider, dict(missing)
+        why = "; ".join(f"{f.value} ({reason})" for f, reason in missing.items())
+        super().__init__(f"{provider} does not support {why}")
 
 
 @dataclass(frozen=True)
@@ -283,6 +344,56 @@ def _gpus(data: dict[str, Any]) -> dict[str, Gpu]:
     return out
 
 
+_PROVIDER_KEYS = frozenset(
+    {"name", "title", "currency", "price_region", "default_region", "ssh_user", "billing"}
+    | {"object_store", "max_root_disk_gb", "scratch_disk", "default_scratch_class"}
+    | {"reserved_tag_value_prefixes", "unsupported", "scratch_classes"}
+)
+_SCRATCH_KEYS = frozenset({"min_gb", "max_gb", "iops", "iops_per_gb", "max_iops", "throughput_mbs"})
+
+
+def _provider(p: dict[str, Any], file: str) -> ProviderInfo:
+    where = f"{file}.toml [provider]"
+    if p.get("name") != file:
+        raise CatalogError(f"{where}: name must be {file!r}, got {p.get('name')!r}")
+    extra = set(p) - _PROVIDER_KEYS
+    if extra:
+        raise CatalogError(f"{where}: unknown keys {sorted(extra)}")
+    features = {f.name.lower(): f for f in Feature}
+    unsupported = {}
+    for key, reason in p.get("unsupported", {}).items():
+        if key not in features:
+            raise CatalogError(f"{where}.unsupported: {key!r} is not one of {sorted(features)}")
+        unsupported[features[key]] = str(reason)
+    classes = {}
+    for cls, raw in p.get("scratch_classes", {}).items():
+        extra = set(raw) - _SCRATCH_KEYS
+        if extra:
+            raise CatalogError(f"{where}.scratch_classes.{cls}: unknown keys {sorted(extra)}")
+        classes[cls] = ScratchClass(name=cls, **{k: int(v) for k, v in raw.items()})
+    if (Feature.SUBSCRIPTION in unsupported) == ("subscription" in p["billing"]):
+        raise CatalogError(f"{where}: billing and unsupported disagree about subscription")
+    default_class = p.get("default_scratch_class", "")
+    if classes and default_class not in classes:
+        raise CatalogError(f"{where}: default_scratch_class {default_class!r} is not listed")
+    return ProviderInfo(
+        name=p["name"],
+        currency=p["currency"],
+        price_region=p["price_region"],
+        default_region=p["default_region"],
+        ssh_user=p["ssh_user"],
+        billing=tuple(p["billing"]),
+        title=p.get("title", p["name"]),
+        object_store=p.get("object_store", "s3"),
+        max_root_disk_gb=int(p.get("max_root_disk_gb", 16384)),
+        scratch_disk=p.get("scratch_disk", "disk"),
+        scratch_classes=MappingProxyType(classes),
+        default_scratch_class=default_class,
+        reserved_tag_value_prefixes=tuple(p.get("reserved_tag_value_prefixes", ())),
+        unsupported=MappingProxyType(unsupported),
+    )
+
+
 def _instances(
     data: dict[str, Any], provider: ProviderInfo, gpus: Mapping[str, Gpu], sources: Mapping
 ) -> dict[tuple[str, str], InstanceType]:
@@ -366,15 +477,7 @@ def load_catalog() -> Catalog:
     providers = {}
     for name in PROVIDERS:
         data = _read(f"{name}.toml")
-        p = data["provider"]
-        info = ProviderInfo(
-            name=p["name"],
-            currency=p["currency"],
-            price_region=p["price_region"],
-            default_region=p["default_region"],
-            ssh_user=p["ssh_user"],
-            billing=tuple(p["billing"]),
-        )
+        info = _provider(data["provider"], name)
         providers[name] = info
         instances.update(_instances(data, info, gpus, sources))
     tiers = _tiers(_read("tiers.toml"), instances)

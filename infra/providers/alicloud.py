@@ -21,6 +21,7 @@ from infra.providers.base import (
     NetworkParts,
     NodeParts,
     StorageParts,
+    unsupported_features,
 )
 from infra.reaper import tags as T
 
@@ -250,11 +251,7 @@ def _role_with_policy(
 
 class AlicloudProvider:
     name = "alicloud"
-    UNSUPPORTED: Mapping[Feature, str] = {
-        Feature.PLACEMENT_GROUP: "no cluster placement group for gn6/gn7 families",
-        Feature.EFA: "eRDMA only from generation 8 (gn8is, gn8v, ebmgn8is), not in the catalog yet",
-        Feature.LOCAL_NVME: "gn6/gn7 families have no local NVMe: scratch is an ESSD data disk",
-    }
+    UNSUPPORTED: Mapping[Feature, str] = unsupported_features("alicloud")
 
     def provider_resource(self, cfg: StackConfig) -> pulumi.ProviderResource:
         return ali.Provider("alicloud", region=cfg.region)

@@ -18,6 +18,7 @@ from infra.providers.base import (
     NetworkParts,
     NodeParts,
     StorageParts,
+    unsupported_features,
 )
 from infra.reaper import tags as T
 
@@ -187,9 +188,7 @@ def _role_with_policy(
 
 class AwsProvider:
     name = "aws"
-    UNSUPPORTED: Mapping[Feature, str] = {
-        Feature.SUBSCRIPTION: "EC2 sells reserved capacity/savings plans outside RunInstances",
-    }
+    UNSUPPORTED: Mapping[Feature, str] = unsupported_features("aws")
 
     def provider_resource(self, cfg: StackConfig) -> pulumi.ProviderResource:
         return aws.Provider("aws", region=cfg.region)

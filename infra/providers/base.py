@@ -2,12 +2,13 @@
 
 Components own the resource graph's shape (one ComponentResource per concern); a provider
 module only knows how its cloud spells each concern. Capabilities are data: a provider lists
-what it cannot do in UNSUPPORTED with the reason, instead of branching on names elsewhere.
+what it cannot do with the reason, in its catalog file's ``[provider.unsupported]`` table
+(UNSUPPORTED mirrors it here), and callers outside this folder consult that data through
+``infra.catalog`` (which imports no SDK) instead of branching on the provider's name.
 """
 
 from __future__ import annotations
 
-import enum
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,16 +16,14 @@ from typing import Protocol
 
 import pulumi
 
+from infra.catalog import Feature, load_catalog
 from infra.config import StackConfig
 from infra.nodes import NodeSpec
 
 
-class Feature(enum.Enum):
-    PLACEMENT_GROUP = "cluster placement group"
-    EFA = "EFA / RDMA networking"
-    SUBSCRIPTION = "subscription (monthly/yearly) billing"
-    LOCAL_NVME = "instance-local NVMe scratch"
-    STOP_CHARGING = "no compute charge while stopped"
+def unsupported_features(name: str) -> Mapping[Feature, str]:
+    """A provider module's UNSUPPORTED: its catalog file's data, one source for both."""
+    return load_catalog().providers[name].unsupported
 
 
 @dataclass
@@ -97,7 +96,12 @@ class CloudProvider(Protocol):
     ) -> GuardParts: ...
 
 
-_MODULES = {"aws": "infra.providers.aws", "alicloud": "infra.providers.alicloud"}
+# The program's registry: provider name -> the module declaring its resources (PROVIDER).
+PROGRAM_MODULES: Mapping[str, str] = {
+    "aws": "infra.providers.aws",
+    "alicloud": "infra.providers.alicloud",
+}
+_MODULES = PROGRAM_MODULES
 
 
 def get_provider(name: str) -> CloudProvider:

@@ -1,0 +1,180 @@
+"""Provider knowledge lives in the provider: outside infra/providers/ (and the registries,
+which are mappings keyed by the provider's name) no code compares a provider's name to a
+literal; callers read the cloud's catalog facts instead. And every registry knows every
+cloud the catalog knows, so adding a cloud is new modules and catalog files."""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bootstrap import console_keys
+from bootstrap.verify import report
+from infra.catalog import PROVIDERS, CatalogError, Feature, _provider, load_catalog
+from infra.providers import base
+from policy import rules
+from scripts import cost
+
+ROOT = Path(__file__).resolve().parents[2]
+SCANNED = ("infra", "bootstrap", "scripts", "policy")
+# Where provider differences are meant to live, or must stay in one standalone file.
+EXEMPT = ("infra/providers/", "bootstrap/remote/")
+
+# What could not be moved yet: path -> (how many comparisons, why). Shrink it; never grow it
+# without a reason a reviewer accepts.
+ALLOWED: dict[str, tuple[int, str]] = {
+    "infra/reaper/handler.py": (
+        2,
+        "make_cloud is the reaper's registry as an if-chain; helper 'reaper' was still "
+        "editing infra/reaper/ when this test was written",
+    ),
+}
+
+
+def _names_a_provider(node: ast.AST | None, names: frozenset[str]) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in names
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(_names_a_provider(e, names) for e in node.elts)
+    return False
+
+
+def provider_name_branches(source: str, names: frozenset[str]) -> list[int]:
+    """Line numbers where code compares something to a provider's name written as a literal
+    (==, !=, in, not in, a match case): the branches that belong behind the provider."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            if any(_names_a_provider(x, names) for x in (node.left, *node.comparators)):
+                found.append(node.lineno)
+        elif isinstance(node, ast.MatchValue) and _names_a_provider(node.value, names):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def _scan() -> Counter[str]:
+    names = frozenset(PROVIDERS)
+    counts: Counter[str] = Counter()
+    for folder in SCANNED:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith(EXEMPT):
+                continue
+            hits = provider_name_branches(path.read_text(encoding="utf-8"), names)
+            if hits:
+                counts[rel] = len(hits)
+    return counts
+
+
+def test_the_scanner_finds_each_way_of_branching_on_a_provider_name() -> None:
+    names = frozenset({"aws", "alicloud"})
+    source = "\n".join(
+        [
+            'if cfg.provider == "aws": pass',  # 1
+            'if "alicloud" != p: pass',  # 2
+            'ok = provider in ("aws", "gcp")',  # 3
+            'ok = provider not in ["alicloud"]',  # 4
+            "match p:",  # 5
+            '    case "aws": pass',  # 6
+            'REGISTRY = {"aws": 1, "alicloud": 2}',  # 7: a registry, not a branch
+            'x = REGISTRY["aws"]',  # 8: a lookup, not a branch
+            'if prefix == "aws:": pass',  # 9: a tag prefix, not a name
+        ]
+    )
+    assert provider_name_branches(source, names) == [1, 2, 3, 4, 6]
+
+
+def test_no_module_outside_the_providers_branches_on_a_provider_name() -> None:
+    found = _scan()
+    unexpected = {path: n for path, n in found.items() if path not in ALLOWED}
+    assert unexpected == {}, (
+        "compare to a provider's name outside infra/providers/: read the cloud's catalog "
+        f"facts (infra.catalog ProviderInfo) or add a registry entry instead: {unexpected}"
+    )
+    grown = {p: n for p, n in found.items() if p in ALLOWED and n > ALLOWED[p][0]}
+    assert grown == {}, f"more provider-name branches than the allow-list says: {grown}"
+
+
+def test_the_allow_list_holds_only_what_is_still_there() -> None:
+    found = _scan()
+    stale = {p: (found.get(p, 0), n) for p, (n, _) in ALLOWED.items() if found.get(p, 0) < n}
+    assert stale == {}, f"shrink ALLOWED (found, allowed): {stale}"
+
+
+def test_every_registry_covers_every_provider_the_catalog_knows() -> None:
+    known = set(load_catalog().providers)
+    assert known == set(PROVIDERS)
+    assert set(base.PROGRAM_MODULES) == known
+    assert set(cost.LIVE_PRICE_SOURCES) == known
+    assert set(rules.GUARD_FUNCTIONS) == known
+    stores = {info.object_store for info in load_catalog().providers.values()}
+    assert stores <= set(report.UPLOADERS)
+
+
+def test_console_host_keys_are_read_exactly_where_the_catalog_says_the_cloud_can() -> None:
+    able = {
+        name
+        for name, info in load_catalog().providers.items()
+        if info.supports(Feature.CONSOLE_HOST_KEYS)
+    }
+    assert set(console_keys.FETCHERS) == able
+
+
+@pytest.mark.parametrize("name", PROVIDERS)
+def test_a_provider_module_declares_what_its_catalog_file_says_it_cannot_do(name: str) -> None:
+    provider = base.get_provider(name)
+    assert provider.name == name
+    assert dict(provider.UNSUPPORTED) == dict(load_catalog().providers[name].unsupported)
+
+
+def test_each_cloud_offers_its_default_scratch_class() -> None:
+    for info in load_catalog().providers.values():
+        assert info.default_scratch_class in info.scratch_classes
+
+
+def test_a_feature_the_catalog_does_not_know_is_refused() -> None:
+    raw = {
+        "name": "aws",
+        "currency": "USD",
+        "price_region": "us-east-1",
+        "default_region": "us-east-1",
+        "ssh_user": "ubuntu",
+        "billing": ["on-demand"],
+        "unsupported": {"teleport": "no", "subscription": "no"},
+    }
+    with pytest.raises(CatalogError, match="'teleport' is not one of"):
+        _provider(raw, "aws")
+
+
+def test_billing_and_the_subscription_feature_must_agree() -> None:
+    raw = {
+        "name": "aws",
+        "currency": "USD",
+        "price_region": "us-east-1",
+        "default_region": "us-east-1",
+        "ssh_user": "ubuntu",
+        "billing": ["on-demand", "subscription"],
+        "unsupported": {"subscription": "no"},
+    }
+    with pytest.raises(CatalogError, match="disagree about subscription"):
+        _provider(raw, "aws")
+
+
+def test_check_supported_names_each_missing_feature_with_its_reason() -> None:
+    ali = load_catalog().providers["alicloud"]
+    with pytest.raises(LookupError) as exc:
+        ali.check_supported(Feature.EFA, Feature.PLACEMENT_GROUP, Feature.SUBSCRIPTION)
+    text = str(exc.value)
+    assert "EFA / RDMA networking (eRDMA only from generation 8" in text
+    assert "cluster placement group" in text and "subscription" not in text
+    load_catalog().providers["aws"].check_supported(Feature.EFA, Feature.PLACEMENT_GROUP)
+
+
+def test_an_io2_scratch_disk_buys_500_iops_per_gib_up_to_its_ceiling() -> None:
+    io2 = load_catalog().providers["aws"].scratch_classes["io2"]
+    assert io2.provisioned_iops(100) == 50_000
+    assert io2.provisioned_iops(1000) == 64_000
+    assert load_catalog().providers["alicloud"].scratch_classes["PL1"].provisioned_iops(100) is None
