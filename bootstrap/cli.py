@@ -44,6 +44,7 @@ from bootstrap.hosts import Fleet, HostDiscoveryError, discover, parse_stack_out
 from bootstrap.runner import HOST_KEY_SETTINGS_KEY, FleetReport, emit, run_fleet
 from bootstrap.system import preflight, probe_step
 from infra.catalog import Feature, load_catalog
+from infra.render import literal_console
 
 CLI_HOSTS_KEY = "gpufleet_cli_hosts"
 # (known_hosts, accept_new_host_key) as given on the task's command line.
@@ -228,7 +229,9 @@ def pin_console_host_keys(fleet: Fleet, fetch: Fetch | None = None) -> Fleet:
 
 def _console(as_json: bool) -> Console:
     # Progress and tables go to stderr under --json so stdout stays one parseable document.
-    return Console(stderr=as_json, highlight=False, soft_wrap=False)
+    # Host names, messages and fingerprints are printed as they are, never read as markup.
+    console: Console = literal_console(stderr=as_json)
+    return console
 
 
 def fleet_run(
@@ -279,6 +282,6 @@ def fleet_run(
         console=None if quiet else console,
         connect_timeout_s=connect_timeout,
     )
-    emit(report, as_json=as_json, console=console, render=render)
+    emit(report, as_json=as_json, console=console, render=render, read_only=readonly)
     sys.stdout.flush()
     return report

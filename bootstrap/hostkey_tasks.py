@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 from invoke import Context
 from invoke.exceptions import Exit
-from rich.console import Console
 from rich.table import Table
 
 from bootstrap.cli import COMMON_HELP, HOST_KEY_HELP, fleet_task, resolve_fleet
@@ -26,6 +25,7 @@ from bootstrap.hostkeys import (
 )
 from bootstrap.hosts import Fleet
 from bootstrap.runner import host_key_settings
+from infra.render import literal_console
 
 _HELP = {
     "stack": COMMON_HELP["stack"],
@@ -43,13 +43,17 @@ def _forget(alias: str) -> Callable[[list[Entry]], tuple[list[Entry], list[Publi
     return lambda entries: forget_host(entries, alias)
 
 
+# "SHA256:" and 43 base64 characters, as ssh-keygen -l prints an ed25519/RSA key's
+FINGERPRINT_WIDTH = 50
+
+
 @fleet_task(host_key_options=False, help=_HELP)
 def forget_host_key(
     c: Context, stack: str = "", inventory: str = "", known_hosts: str = ""
 ) -> None:
     """Forget the pinned SSH host key of each host, so the next connection records a new one."""
     fleet, store = _file(c, stack, inventory, known_hosts)
-    console = Console(highlight=False, soft_wrap=True)
+    console = literal_console(soft_wrap=True)
     for host in fleet.hosts:
         alias = host_alias(host.address, host.port)
         try:
@@ -75,8 +79,10 @@ def host_keys(c: Context, stack: str = "", inventory: str = "", known_hosts: str
     except HostKeyError as exc:
         raise Exit(f"gpufleet: {exc.message}", code=2) from None
     table = Table(title=f"pinned host keys in {store.path}")
-    for column in ("host", "name", "type", "fingerprint"):
-        table.add_column(column)
+    for column in ("host", "name", "type"):
+        table.add_column(column, overflow="fold")
+    # a fingerprint is compared character by character: never cut, never wrapped
+    table.add_column("fingerprint", no_wrap=True, min_width=FINGERPRINT_WIDTH)
     for host in fleet.hosts:
         alias = host_alias(host.address, host.port)
         keys = keys_for(entries, alias)
@@ -84,4 +90,4 @@ def host_keys(c: Context, stack: str = "", inventory: str = "", known_hosts: str
             table.add_row(alias, host.name or "", "", "(none: recorded on first connection)")
         for k in keys:
             table.add_row(alias, host.name or "", k.key_type, k.fingerprint)
-    Console(highlight=False, soft_wrap=False).print(table)
+    literal_console().print(table)

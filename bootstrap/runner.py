@@ -14,6 +14,7 @@ rich summary table or one JSON document on stdout. Tasks call :func:`fleet_run`.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import threading
@@ -41,6 +42,7 @@ from bootstrap.hostkeys import (
     fingerprint,
     resolve_settings,
 )
+from infra.render import literal
 
 # Where resolve_fleet leaves the run's HostKeySettings in the invoke config, for run_fleet.
 HOST_KEY_SETTINGS_KEY = "gpufleet_host_key_settings"
@@ -75,8 +77,8 @@ class StepRecord:
 @dataclass
 class HostReport:
     host: Host
-    # Set when no step could run: "unreachable", "auth-failed", "host-key-mismatch",
-    # "host-key-error" or "ssh-error".
+    # Set when no step could run: "unreachable", "auth-failed", "key-missing",
+    # "host-key-mismatch", "host-key-error" or "ssh-error".
     connection_error: str | None = None
     connection_message: str = ""
     steps: list[StepRecord] = field(default_factory=list)
@@ -157,11 +159,29 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def classify_connect_error(exc: BaseException, host: Host) -> tuple[str, str]:
-    """(kind, message) for an exception raised while opening the SSH connection."""
+class KeyFileMissing(OSError):
+    """The private key named for a host does not exist (said before any connection)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+
+def classify_connect_error(
+    exc: BaseException, host: Host, timeout_s: float | None = None
+) -> tuple[str, str]:
+    """(kind, message) for an exception raised while opening the SSH connection: one line
+    that says what happened and what to try, never paramiko's own words alone."""
     target = f"{host.user + '@' if host.user else ''}{host.address}:{host.port}"
+    within = f" within {timeout_s:g} s" if timeout_s else ""
     if isinstance(exc, HostKeyError):
         return (exc.kind, exc.message)
+    if isinstance(exc, KeyFileMissing):
+        return (
+            "key-missing",
+            f"{target}: key file {exc.path} does not exist: pass an existing private key with "
+            "-i KEY (or ssh_key in the inventory)",
+        )
     if isinstance(exc, paramiko.BadHostKeyException):
         return (
             "host-key-mismatch",
@@ -177,25 +197,53 @@ def classify_connect_error(exc: BaseException, host: Host) -> tuple[str, str]:
             "user@host or ssh_user.",
         )
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
-        return ("unreachable", f"{target} is unreachable: connection refused (is sshd running?)")
+        return ("unreachable", f"{target}: connection refused (is sshd running on that port?)")
+    if isinstance(exc, paramiko.SSHException) and "banner" in str(exc).lower():
+        return (
+            "unreachable",
+            f"{target} accepted the connection but sent no SSH banner{within}: not an SSH "
+            "server on that port, or sshd is overloaded",
+        )
     if isinstance(exc, socket.gaierror):
-        return ("unreachable", f"{target} is unreachable: unknown host name ({exc})")
+        return ("unreachable", f"{target}: unknown host name ({exc.strerror or exc})")
     if isinstance(exc, TimeoutError | socket.timeout):
-        return ("unreachable", f"{target} is unreachable: no answer within the connect timeout")
+        return (
+            "unreachable",
+            f"{target}: connection timed out{within} (host down, wrong address, or a "
+            "firewall dropping SSH?)",
+        )
+    if isinstance(exc, FileNotFoundError) and exc.filename:
+        return ("key-missing", f"{target}: key file {exc.filename} does not exist")
     if isinstance(exc, OSError):
-        return ("unreachable", f"{target} is unreachable: {exc}")
+        return ("unreachable", f"{target} is unreachable: {exc.strerror or exc}")
     return ("ssh-error", f"{target}: SSH failed: {exc.__class__.__name__}: {exc}")
+
+
+def _quiet_paramiko() -> None:
+    """paramiko logs a failed handshake (a silent port, a reset) as a traceback through the
+    logging module; with no handler, Python prints it on stderr. The failure is reported as one
+    line per host instead; a user who configures logging still gets paramiko's records."""
+    import logging
+
+    logger = logging.getLogger("paramiko")
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
 
 
 def connect(
     host: Host, config: Config | None, timeout_s: float, *, host_keys: HostKeyCheck
 ) -> Connection:
     """An open Connection to ``host`` whose key ``host_keys`` accepted (else raises)."""
+    _quiet_paramiko()
     connect_kwargs: dict[str, Any] = {}
     if config is not None:
         connect_kwargs.update(dict(config.get("connect_kwargs", {}) or {}))
     if host.key_filename:
         connect_kwargs["key_filename"] = [host.key_filename]
+    keys = connect_kwargs.get("key_filename") or []
+    for key in [keys] if isinstance(keys, str) else keys:
+        if not os.path.isfile(os.path.expanduser(key)):
+            raise KeyFileMissing(key)
     if connect_kwargs.get("key_filename"):
         # An explicit key is the whole truth: do not quietly fall back to an agent or ~/.ssh,
         # which would hide a wrong key and could log in as someone else.
@@ -264,7 +312,9 @@ def run_host(
         explained = check.explain(exc)
         mismatch = explained.event if isinstance(explained, HostKeyError) else None
         report.host_key = mismatch or check.event
-        report.connection_error, report.connection_message = classify_connect_error(explained, host)
+        report.connection_error, report.connection_message = classify_connect_error(
+            explained, host, timeout_s
+        )
         printer.line(host, report.connection_message, "bold red")
         report.seconds = time.monotonic() - started
         return report
@@ -373,34 +423,46 @@ def summary_table(report: FleetReport) -> Table:
     table.add_column("message", overflow="fold")
     for h in report.hosts:
         if h.connection_error:
-            table.add_row(h.host.label, "connect", Text(h.status, "bold red"), h.connection_message)
+            table.add_row(
+                literal(h.host.label),
+                "connect",
+                Text(h.status, "bold red"),
+                literal(h.connection_message),
+            )
             continue
         first = True
         if h.host_key is not None and h.host_key.noteworthy:
             # A first or changed key is worth seeing at the end, next to what ran on the host.
             table.add_row(
-                h.host.label, "host-key", Text(h.host_key.status, "yellow"), h.host_key.message
+                literal(h.host.label),
+                "host-key",
+                Text(h.host_key.status, "yellow"),
+                literal(h.host_key.message),
             )
             first = False
         for s in h.steps:
             table.add_row(
-                h.host.label if first else "",
-                s.name,
+                literal(h.host.label if first else ""),
+                literal(s.name),
                 Text(s.result.status.value, _STATUS_STYLE[s.result.status]),
-                s.result.message,
+                literal(s.result.message),
             )
             first = False
         table.add_section()
     return table
 
 
-def verdict_line(report: FleetReport) -> str:
+def verdict_line(report: FleetReport, *, read_only: bool = False) -> str:
+    """The last line of a task. A read-only task (status, idle-status) changes nothing by
+    design, so it says what it read instead of "nothing changed"."""
     failed = report.failed_hosts
     reboot = [h.host.label for h in report.hosts if h.reboot_required]
     suffix = f"; REBOOT REQUIRED on {', '.join(reboot)}" if reboot else ""
     if failed:
         names = ", ".join(h.host.label for h in failed)
         return f"{len(failed)} of {len(report.hosts)} host(s) failed: {names}{suffix}"
+    if read_only:
+        return f"all {len(report.hosts)} host(s) answered{suffix}"
     if report.changed:
         return f"all {len(report.hosts)} host(s) done; changes were made{suffix}"
     return f"all {len(report.hosts)} host(s) already in the desired state; nothing changed{suffix}"
@@ -412,6 +474,7 @@ def emit(
     as_json: bool,
     console: Console,
     render: Callable[[FleetReport], Iterable[Any]] | None = None,
+    read_only: bool = False,
 ) -> None:
     """Print the final report (table or JSON) and exit non-zero if any host failed."""
     if as_json:
@@ -420,7 +483,7 @@ def emit(
     else:
         for renderable in render(report) if render else [summary_table(report)]:
             console.print(renderable)
-        console.print(verdict_line(report), highlight=False)
+        console.print(literal(verdict_line(report, read_only=read_only)))
     if report.failed_hosts:
         # Exit with no message: the table / JSON already says what failed.
         raise Exit(code=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -16,6 +17,7 @@ from bootstrap.cli import COMMON_HELP, fleet_run, fleet_task
 from bootstrap.pytorch import DEFAULT_VENV
 from bootstrap.runner import FleetReport, summary_table
 from bootstrap.system import sh, split_sections
+from infra.render import literal
 
 _STATUS_SCRIPT = r"""
 echo ==torch; {py} -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null
@@ -100,7 +102,9 @@ def render_status(report: FleetReport) -> Iterable[Any]:
             why = h.connection_message or next(
                 (s.result.message for s in h.steps if s.result.is_failure), "no data"
             )
-            table.add_row(h.host.label, Text(h.status, "bold red"), "", "", "", "", "", why)
+            table.add_row(
+                literal(h.host.label), Text(h.status, "bold red"), "", "", "", "", "", literal(why)
+            )
             continue
         d = rec.result.details
         gpus = f"{d['gpu_count']}x {d['gpu_model']}" if d["gpu_count"] else "none"
@@ -114,18 +118,27 @@ def render_status(report: FleetReport) -> Iterable[Any]:
             scratch = f"{d['scratch_path']}: not mounted"
         notes = "REBOOT REQUIRED" if d["reboot_required"] else ""
         table.add_row(
-            h.host.label,
-            gpus,
-            d["driver"] or "-",
-            d["cuda"] or "-",
-            d["torch"] or "-",
-            scratch,
-            format_uptime(d["uptime_s"] or 0),
+            *(
+                literal(cell)
+                for cell in (
+                    h.host.label,
+                    gpus,
+                    d["driver"] or "-",
+                    d["cuda"] or "-",
+                    d["torch"] or "-",
+                    scratch,
+                    format_uptime(d["uptime_s"] or 0),
+                )
+            ),
             Text(notes, "bold yellow"),
         )
     yield table
     if problems:
-        yield summary_table(report)
+        # the failed steps' own messages; a host that could not be reached is already said
+        # once, in its row above
+        failed_steps = [h for h in report.hosts if not h.connection_error and h.failed]
+        if failed_steps:
+            yield summary_table(dataclasses.replace(report, hosts=failed_steps))
 
 
 @fleet_task(help={**COMMON_HELP, "venv": f"node virtualenv to read torch from ({DEFAULT_VENV})"})

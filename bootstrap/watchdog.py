@@ -19,6 +19,7 @@ from typing import Any
 
 from fabric import Connection
 from invoke import Context
+from invoke.exceptions import Exit
 from rich.table import Table
 
 from bootstrap.api import HostContext, Options, StepResult, step
@@ -26,6 +27,8 @@ from bootstrap.cli import COMMON_HELP, fleet_run, fleet_task
 from bootstrap.runner import FleetReport
 from bootstrap.system import root_sh, sh
 from infra.nodes import NODE_INFO_PATH as NODE_INFO  # the stack's first-boot facts
+from infra.reaper.policy import MAX_LEASE_HOURS
+from infra.render import number
 
 REMOTE_DIR = Path(__file__).resolve().parent / "remote"
 # (file in bootstrap/remote, where it goes on the node, mode)
@@ -167,7 +170,7 @@ def install_watchdog(conn: Connection, ctx: HostContext) -> StepResult:
             f"the watchdog does not run on this node: {check.stderr.strip()[:300]}"
         )
     status = json.loads(check.stdout)
-    armed = "timer active" if enable else "timer not enabled (--no-enable)"
+    armed = "timer active" if enable else "timer not enabled (--no-watchdog-timer)"
     note = f"{status['action']}: {status['reason']}"
     # The sync path is proven, not assumed: the node writes a probe object to the bucket
     # with its own role. Without it the watchdog would refuse every power-off (checkpoints
@@ -279,7 +282,8 @@ def _extra(**values: Any) -> Options:
         **COMMON_HELP,
         "bucket": "bucket that scratch checkpoints are saved to (default: the stack's)",
         "dry_run": "the watchdog decides and logs but never powers off",
-        "no_enable": "install files only; do not enable the timer (images, tests)",
+        "watchdog_timer": "arm the systemd timer (--no-watchdog-timer: install the files only, "
+        "for images and hosts without systemd; the same switch as fab setup's)",
         "prefix": f"where the watchdog goes on the node (default {PREFIX})",
         "etc": f"its config directory (default {ETC})",
         "unit_dir": f"systemd unit directory (default {UNIT_DIR})",
@@ -296,7 +300,7 @@ def install_watchdog_task(
     json: bool = False,
     bucket: str = "",
     dry_run: bool = False,
-    no_enable: bool = False,
+    watchdog_timer: bool = True,
     prefix: str = "",
     etc: str = "",
     unit_dir: str = "",
@@ -311,7 +315,7 @@ def install_watchdog_task(
     options = _extra(
         bucket=bucket or None,
         dry_run=dry_run or None,
-        enable_timer=not no_enable,
+        enable_timer=watchdog_timer,
         watchdog_prefix=prefix,
         watchdog_etc=etc,
         unit_dir=unit_dir,
@@ -351,6 +355,12 @@ def keep_alive(
     connect_timeout: float = 10.0,
 ) -> None:
     """Lease the nodes for N hours: the watchdog and the reaper leave them running."""
+    if not 0 < hours <= MAX_LEASE_HOURS:  # said here, before any connection
+        raise Exit(
+            f"gpufleet: --hours must be more than 0 and at most {MAX_LEASE_HOURS} "
+            f"(14 days), got {number(hours)}",
+            code=2,
+        )
     fleet_run(
         c,
         "keep-alive",

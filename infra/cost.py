@@ -636,14 +636,19 @@ def hourly_estimate(
     price = cat.instance(provider, instance_type).price
     assert price is not None  # estimate_cost refused unpriced types
     selected = est.selected(est.hourly)
+    # an observed spot range carries its own date and source; the on-demand figure's would
+    # claim the range is as fresh (and from the same page) as the on-demand price
+    date, source = price.date, price.source
+    if billing == "spot" and price.spot and not est.hourly.spot_estimated:
+        date, source = price.spot_date or price.date, price.spot_source or price.source
     out: dict[str, Any] = {
         "currency": est.currency,
         "billing": billing,
         "amount": round(selected[1] if isinstance(selected, tuple) else selected, 4),
         "nodes": nodes,
         "instance_type": instance_type,
-        "price_date": price.date.isoformat(),
-        "source": price.source,
+        "price_date": date.isoformat(),
+        "source": source,
         "estimate": (billing == "spot" and est.hourly.spot_estimated)
         or (billing == "subscription" and est.subscription_estimated),
         "warnings": list(est.warnings),

@@ -8,15 +8,18 @@ the real API's answers) when moto is installed; otherwise a clearly synthetic li
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import hashlib
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pulumi
+from pulumi.runtime.mocks import MockMonitor
 
 from infra.config import StackConfig
 
@@ -42,9 +45,19 @@ class RecordedResource:
     inputs: dict[str, Any]
     id: str = ""
     outputs: dict[str, Any] = field(default_factory=dict)
+    urn: str = ""
+    parent: str = ""  # the parent's URN: the stack's for top-level resources
+    dependencies: tuple[str, ...] = ()  # URNs this resource's inputs or dependsOn refer to
 
     def as_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "name": self.name, "inputs": self.inputs}
+        return {
+            "type": self.type,
+            "name": self.name,
+            "urn": self.urn,
+            "parent": self.parent,
+            "dependencies": list(self.dependencies),
+            "inputs": self.inputs,
+        }
 
 
 @dataclass
@@ -52,6 +65,7 @@ class PlanResult:
     resources: list[RecordedResource]
     outputs: dict[str, Any]
     invokes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    stack_urn: str = ""
 
     def of_type(self, type_: str) -> list[RecordedResource]:
         return [r for r in self.resources if r.type == type_]
@@ -70,6 +84,21 @@ def _zone_offerings(region: str, instance_type: str) -> list[str] | None:
     with gzip.open(path) as fh:
         rows = json.load(fh)
     return sorted({r["Location"] for r in rows if r["InstanceType"] == instance_type})
+
+
+def keep_number_kinds(value: Any) -> Any:
+    """Whole floats back to ints, everywhere in `value`.
+
+    Inputs reach the mocks through protobuf's Struct, which has only doubles: `fromPort=22`
+    arrives as 22.0. The engine's own display (and the provider) read them as JSON numbers, so
+    a whole number is shown as one."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: keep_number_kinds(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [keep_number_kinds(v) for v in value]
+    return value
 
 
 def _digest(*parts: str, n: int = 8) -> str:
@@ -93,8 +122,8 @@ class Mocks(pulumi.runtime.Mocks):
         return f"198.51.100.{10 + n % 240}", f"10.42.{n // 240 % 15}.{10 + n % 240}"
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
-        inputs = dict(args.inputs)
-        record = RecordedResource(args.typ, args.name, inputs)
+        inputs = keep_number_kinds(dict(args.inputs))
+        record = RecordedResource(args.typ, args.name, inputs, **_registering.__dict__)
         with self._lock:
             self.resources.append(record)
         rid = f"{args.name}-{_digest(args.typ, args.name)}"
@@ -179,22 +208,87 @@ class Mocks(pulumi.runtime.Mocks):
         raise NotImplementedError(f"no offline answer for invoke {token}: add one in offline.py")
 
 
+# What RecordingMonitor knows of the registration in progress on this thread (urn, parent,
+# dependencies), for Mocks.new_resource, which the SDK calls without them.
+_registering = threading.local()
+
+
+def _in_own_event_loop(call: Callable[[Any], Any], request: Any) -> Any:
+    """Run one monitor call on a worker thread in an event loop that is closed afterwards.
+
+    The SDK runs monitor calls on its executor's threads, and each call there creates an event
+    loop for the thread (`_ensure_event_loop`) that nobody closes. At interpreter exit those
+    loops were collected after their self-pipe sockets, and `BaseEventLoop.__del__` printed
+    "Exception ignored ... Invalid file descriptor: -1" now and then."""
+    if threading.current_thread() is threading.main_thread():
+        return call(request)
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return call(request)
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+class RecordingMonitor(MockMonitor):
+    """Pulumi's mock monitor, plus where each resource sits in the tree and what it needs."""
+
+    def __init__(self, mocks: Mocks):
+        super().__init__(mocks)
+        self.stack_urn = ""
+
+    def RegisterResource(self, request: Any) -> Any:  # the gRPC method's name
+        urn = self.make_urn(request.parent, request.type, request.name)
+        if request.type == "pulumi:pulumi:Stack":
+            self.stack_urn = urn
+        deps = {*request.dependencies}
+        for prop in request.propertyDependencies.values():
+            deps.update(prop.urns)
+        _registering.__dict__.update(
+            urn=urn, parent=request.parent, dependencies=tuple(sorted(deps))
+        )
+        try:
+            return _in_own_event_loop(super().RegisterResource, request)
+        finally:
+            _registering.__dict__.clear()
+
+    def Invoke(self, request: Any) -> Any:
+        return _in_own_event_loop(super().Invoke, request)
+
+    def ReadResource(self, request: Any) -> Any:
+        return _in_own_event_loop(super().ReadResource, request)
+
+
 _RUN_LOCK = threading.Lock()  # Pulumi's runtime settings are process-global
 
 
 def evaluate(cfg: StackConfig, project: str = "gpufleet") -> PlanResult:
-    """Run the real program for `cfg` under mocks and return what it declared."""
+    """Run the real program for `cfg` under mocks and return what it declared.
+
+    It runs in an event loop of its own, whose executor threads and loop are shut and closed
+    before it returns: nothing of the run is left for the interpreter to collect at exit."""
     from infra.program import build
 
     with _RUN_LOCK:
         mocks = Mocks(cfg.stack, cfg.region)
-        pulumi.runtime.set_mocks(mocks, project=project, stack=cfg.stack, preview=False)
-        captured: dict[str, Any] = {}
+        monitor = RecordingMonitor(mocks)
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            pulumi.runtime.set_mocks(
+                mocks, project=project, stack=cfg.stack, preview=False, monitor=monitor
+            )
+            captured: dict[str, Any] = {}
 
-        @pulumi.runtime.test
-        def _run() -> pulumi.Output[Any]:
-            outputs = build(cfg)
-            return pulumi.Output.from_input(outputs).apply(captured.update)
+            @pulumi.runtime.test
+            def _run() -> pulumi.Output[Any]:
+                outputs = build(cfg)
+                return pulumi.Output.from_input(outputs).apply(captured.update)
 
-        _run()
-        return PlanResult(mocks.resources, captured, mocks.invokes)
+            _run()
+        finally:
+            loop.run_until_complete(loop.shutdown_default_executor())
+            asyncio.set_event_loop(None)
+            loop.close()
+        return PlanResult(mocks.resources, captured, mocks.invokes, monitor.stack_urn)

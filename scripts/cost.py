@@ -274,10 +274,54 @@ def _money(value: float | tuple[float, float] | None, unit: str = "") -> str:
 
 
 def _console(out: TextIO) -> Any:
+    """A console that prints text as it is (no markup or emoji read from prices or names), as
+    wide as the terminal, or unlimited when piped (lines as long as their content)."""
     from rich.console import Console
 
-    # Pipes get a fixed, wide layout so tables never wrap into nonsense in CI logs.
-    return Console(file=out, width=None if out.isatty() else 200, highlight=False)
+    from infra.render import output_width
+
+    width = output_width(out)
+    return Console(
+        file=out,
+        width=width or 1000,
+        markup=False,
+        emoji=False,
+        highlight=False,
+        soft_wrap=width is None,
+    )
+
+
+def _say(con: Any, text: str, first: str = "", rest: str = "") -> None:
+    """A sentence, wrapped under its own indent at the console's width (whole when piped)."""
+    from infra.render import wrap
+
+    for line in wrap(text, None if con.soft_wrap else con.width, first, rest or " " * len(first)):
+        con.print(line)
+
+
+def _bold(text: str) -> Any:
+    from infra.render import literal
+
+    return literal(text, "bold")
+
+
+def fit_columns(con: Any, build: Any, columns: Sequence[str], drop_order: Sequence[str]) -> tuple:
+    """(table, columns left out): the widest table `build(columns)` that fits the console,
+    leaving out columns in `drop_order` one by one; figures are never cut or wrapped."""
+    from rich.measure import Measurement
+
+    kept = list(columns)
+    left_out: list[str] = []
+    table = build(kept)
+    natural = con.options.update_width(100_000)  # measure what the table wants, not the cap
+    for name in drop_order:
+        # fits: every unbreakable cell (figures, names) whole, text columns wrapped at words
+        if Measurement.get(con, natural, table).minimum <= con.width:
+            break
+        kept.remove(name)
+        left_out.append(name)
+        table = build(kept)
+    return table, left_out
 
 
 def render_estimate(est: CostEstimate, out: TextIO, live: str | None = None) -> None:
@@ -287,11 +331,21 @@ def render_estimate(est: CostEstimate, out: TextIO, live: str | None = None) -> 
     i = est.inputs
     cur = est.currency
     head = f"{i.stack or i.instance_type}: " if i.stack else ""
+    from rich.text import Text
+
     con.print(
-        f"[bold]{head}{i.provider} {i.instance_type}[/bold] ({est.gpus_per_node}x {est.gpu}) "
-        f"x {i.nodes} node{'s' if i.nodes > 1 else ''}, {i.region or est.price_region}, "
-        f"billing [bold]{i.billing}[/bold], prices in {cur}"
-        + (f" (from {est.native_currency} at {est.fx.amount:g}, {est.fx.date})" if est.fx else "")
+        Text.assemble(
+            _bold(f"{head}{i.provider} {i.instance_type}"),
+            f" ({est.gpus_per_node}x {est.gpu}) x {i.nodes} node{'s' if i.nodes > 1 else ''}, "
+            f"{i.region or est.price_region}, billing ",
+            _bold(i.billing),
+            f", prices in {cur}"
+            + (
+                f" (from {est.native_currency} at {est.fx.amount:g}, {est.fx.date})"
+                if est.fx
+                else ""
+            ),
+        )
     )
     compute = Table(title="Compute, all nodes", title_justify="left")
     for col in (
@@ -300,7 +354,10 @@ def render_estimate(est: CostEstimate, out: TextIO, live: str | None = None) -> 
         f"{cur}/day",
         f"{cur}/month at {est.hours_per_month:g} h",
     ):
-        compute.add_column(col, justify="right" if col != "billing" else "left")
+        if col == "billing":
+            compute.add_column(col, overflow="fold")
+        else:  # figures stay whole: their header wraps instead
+            compute.add_column(Text(col, overflow="fold"), justify="right", no_wrap=True)
     h, m = est.hourly, est.compute_monthly
     d = h.times(24)
     compute.add_row("on-demand", _money(h.on_demand), _money(d.on_demand), _money(m.on_demand))
@@ -320,21 +377,22 @@ def render_estimate(est: CostEstimate, out: TextIO, live: str | None = None) -> 
         title=f"Monthly bill at {est.hours_per_month:g} running hours", title_justify="left"
     )
     for col in ("item", "quantity", "unit price", cur, "source"):
-        monthly.add_column(col, justify="left" if col in ("item", "source") else "right")
+        if col in ("item", "source"):
+            monthly.add_column(col, overflow="fold")
+        else:
+            monthly.add_column(col, justify="right", no_wrap=True)
     sel_compute = est.selected(m)
     monthly.add_row(f"compute ({i.billing})", "", "", _money(sel_compute), "catalog")
     for item in est.storage:
         src = item.source + (" (estimate)" if item.estimate else "") + f" {item.date}"
         monthly.add_row(
             item.item,
-            f"{item.quantity:,g} {item.unit}",
-            f"{item.unit_price:g}",
+            f"{item.quantity:,.10g} {item.unit}",  # 1,000,000 GB, never 1e+06
+            f"{item.unit_price:.10g}",
             _money(item.amount),
             src,
         )
-    monthly.add_row(
-        "[bold]total[/bold]", "", "", f"[bold]{_money(est.selected(est.monthly_total))}[/bold]", ""
-    )
+    monthly.add_row(_bold("total"), "", "", _bold(_money(est.selected(est.monthly_total))), "")
     con.print(monthly)
 
     if est.break_even:
@@ -355,9 +413,9 @@ def render_estimate(est: CostEstimate, out: TextIO, live: str | None = None) -> 
     if live:
         con.print(f"Live: {live}")
     if est.warnings:
-        con.print("[bold yellow]Warnings[/bold yellow]")
+        con.print(Text("Warnings", "bold yellow"))
         for w in est.warnings:
-            con.print(f"  ! {w}", soft_wrap=True)
+            _say(con, w, "  ! ")
 
 
 def render_comparison(cmp: Comparison, out: TextIO) -> None:
@@ -367,11 +425,6 @@ def render_comparison(cmp: Comparison, out: TextIO) -> None:
     con = _console(out)
     cat = load_catalog()
     t = cat.tiers[cmp.tier]
-    table = Table(
-        title=f"{cmp.tier}: {t.description} - sorted by {cmp.currency} per {cmp.sort_by}",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-    )
     cols = (
         "#",
         "provider / region",
@@ -385,32 +438,69 @@ def render_comparison(cmp: Comparison, out: TextIO) -> None:
         "price date",
         "flags",
     )
-    for col in cols:
-        right = ("/" in col and "region" not in col) or col in ("#", "node-h, native")
-        table.add_column(col, justify="right" if right else "left", no_wrap=True)
+    rows = []
     for n, o in enumerate(cmp.offers, 1):
         flags = ", ".join(f for f, on in (("estimate", o.estimate), ("stale", o.stale)) if on)
         rng = o.per_gpu_hour_range
-        table.add_row(
-            str(n),
-            f"{o.provider} {o.region}",
-            o.instance_type,
-            o.profile,
-            o.billing,
-            f"{o.per_gpu_hour:.3f}",
-            f"{rng[0]:.2f}-{rng[1]:.2f}" if rng else "",
-            f"{o.per_tflop_hour:.5f}",
-            f"{o.native_node_hour:,.2f} {o.native_currency}",
-            o.price_date.isoformat(),
-            flags,
+        rows.append(
+            (
+                str(n),
+                f"{o.provider} {o.region}",
+                o.instance_type,
+                o.profile,
+                o.billing,
+                f"{o.per_gpu_hour:.3f}",
+                f"{rng[0]:.2f}-{rng[1]:.2f}" if rng else "",
+                f"{o.per_tflop_hour:.5f}",
+                f"{o.native_node_hour:,.2f} {o.native_currency}",
+                o.price_date.isoformat(),
+                flags,
+            )
         )
+
+    def build(kept: Sequence[str]) -> Table:
+        table = Table(
+            title=f"{cmp.tier}: {t.description} - sorted by {cmp.currency} per {cmp.sort_by}",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+        )
+        for col in kept:
+            right = ("/" in col and "region" not in col) or col in ("#", "node-h, native")
+            # figures, instance types and dates are never broken; the words around them may be
+            whole = right or col in ("instance type", "price date", "spot range")
+            table.add_column(
+                col, justify="right" if right else "left", no_wrap=whole, overflow="fold"
+            )
+        index = [cols.index(c) for c in kept]
+        for row in rows:
+            table.add_row(*(row[i] for i in index))
+        return table
+
+    # the least useful first: what a reader gives up for an 80-column terminal
+    drop_order = (
+        "#",
+        "node-h, native",
+        "price date",
+        "profile",
+        f"{cmp.currency}/TFLOP-h",
+        "spot range",
+        "flags",
+    )
+    table, left_out = fit_columns(con, build, cols, drop_order)
     con.print(table)
-    con.print(
+    if left_out:
+        _say(
+            con,
+            f"Left out at {con.width} columns: {'; '.join(left_out)} (a wider terminal, "
+            "or --json, shows them).",
+        )
+    _say(
+        con,
         "TFLOP-h: per GPU-hour over the GPU's dense peak in its training dtype (bf16, else fp16). "
-        "Subscription rows assume the node runs all month."
+        "Subscription rows assume the node runs all month.",
     )
     for w in cmp.warnings:
-        con.print(f"  ! {w}", soft_wrap=True)
+        _say(con, w, "  ! ")
 
 
 def comparison_figure(cmp: Comparison) -> Figure:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -32,53 +33,6 @@ from policy.rules import PolicyConfigError  # noqa: E402
 
 STACKS = ROOT / "stacks"
 EXIT_INVALID = 2
-
-# What a person wants to see of each resource; anything else is in --json.
-KEY_INPUTS = (
-    "instanceType",
-    "availabilityZone",
-    "zoneId",
-    "instanceChargeType",
-    "spotStrategy",
-    "instanceMarketOptions",
-    "placementGroup",
-    "cidrBlock",
-    "cidrIpv4",
-    "cidrIp",
-    "fromPort",
-    "portRange",
-    "ipProtocol",
-    "strategy",
-    "bucketPrefix",
-    "bucket",
-    "scheduleExpression",
-    "runtime",
-    "handler",
-    "threshold",
-    "alarmActions",
-    "systemDiskSize",
-    "dataDisks",
-    "rootBlockDevice",
-    "ebsBlockDevices",
-    "networkInterfaces",
-    "triggerConfig",
-)
-
-
-def _short(value: Any, limit: int = 70) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def summarize(inputs: dict[str, Any]) -> str:
-    parts = []
-    for key in KEY_INPUTS:
-        if key in inputs and inputs[key] not in (None, "", [], {}):
-            value = inputs[key]
-            if key == "networkInterfaces":
-                value = f"{len(value)} interfaces ({value[0].get('interfaceType', 'ena')})"
-            parts.append(f"{key}={_short(value)}")
-    return "  ".join(parts)
 
 
 def resolve_stack_file(args: argparse.Namespace) -> Path:
@@ -126,6 +80,7 @@ def plan(
     doc = {
         "stack": cfg.stack,
         "stack_file": str(path),
+        "stack_urn": result.stack_urn,
         "resources": [r.as_dict() for r in result.resources],
         "outputs": result.outputs,
         "output_docs": OUTPUT_DOCS,
@@ -149,44 +104,26 @@ def config_error_in(exc: BaseException) -> ConfigError | None:
 
 
 def print_human(doc: dict[str, Any], notes: list[str]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    table = Table(title=f"gpufleet plan: stack {doc['stack']} ({len(doc['resources'])} resources)")
-    table.add_column("type", style="cyan", no_wrap=True)
-    table.add_column("name", style="bold")
-    table.add_column("key inputs", overflow="fold")
-    for r in doc["resources"]:
-        table.add_row(r["type"], r["name"], summarize(r["inputs"]))
-    console.print(table)
-    out = Table(title="outputs (the contract bootstrap reads)")
-    out.add_column("output", style="bold")
-    out.add_column("value", overflow="fold")
-    for key, value in doc["outputs"].items():
-        out.add_row(key, _short(value, 200))
-    console.print(out)
-    cost = doc["cost"]
-    span = f" (range {cost['low']:g}-{cost['high']:g})" if "low" in cost else ""
-    console.print(
-        f"[bold]hourly cost:[/bold] {cost['amount']:g} {cost['currency']}/h{span} "
-        f"for {cost['nodes']}x {cost['instance_type']}, {cost['billing']} "
-        f"(price {cost['price_date']}, source {cost['source']}"
-        f"{', estimate' if cost['estimate'] else ''})"
-    )
-    for note in notes:
-        console.print(f"[yellow]note:[/yellow] {note}")
-    print_policies(doc["policies"])
-
-
-def print_policies(section: dict[str, Any]) -> None:
-    """Plain text (not rich markup: messages contain [brackets]), like `pulumi preview`."""
+    """The plan as `pulumi preview` lays it out (infra/plan_view.py), fitted to the terminal,
+    or unwrapped when piped. Plain text: nothing in it is read as markup."""
+    from infra.plan_view import render_plan
+    from infra.render import output_width
     from policy.offline import format_preview
     from policy.rules import Violation
 
-    violations = [Violation(**v) for v in section["violations"]]
-    print()
-    print(format_preview(violations))
+    violations = [Violation(**v) for v in doc["policies"]["violations"]]
+    sys.stdout.write(render_plan(doc, notes, format_preview(violations), output_width()))
+
+
+def as_json(value: Any) -> Any:
+    """`json.dump`'s default for what the engine would receive as an asset or archive."""
+    kind = type(value).__name__
+    if hasattr(value, "assets"):  # pulumi.AssetArchive
+        return {kind: sorted(value.assets)}
+    for attr in ("path", "text", "uri"):  # FileAsset / StringAsset / RemoteAsset ...
+        if isinstance(getattr(value, attr, None), str):
+            return {kind: getattr(value, attr) if attr != "text" else f"{len(value.text)} chars"}
+    return str(value)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -220,11 +157,17 @@ def main(argv: list[str] | None = None) -> int:
     except PolicyConfigError as exc:
         print(f"--policy-config: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    if args.json:
-        json.dump(doc, sys.stdout, indent=2, sort_keys=False, default=str)
-        sys.stdout.write("\n")
-    else:
-        print_human(doc, notes)
+    try:
+        if args.json:
+            json.dump(doc, sys.stdout, indent=2, sort_keys=False, default=as_json)
+            sys.stdout.write("\n")
+        else:
+            print_human(doc, notes)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `plan.py | head`: the reader has what it wanted
+        # what is still buffered cannot be written: point stdout at /dev/null so the flush at
+        # exit does not raise again (the recipe of Python's signal module documentation)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0 if doc["policies"]["passed"] else EXIT_MANDATORY
 
 

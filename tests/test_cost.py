@@ -310,6 +310,21 @@ def test_hourly_estimate_for_spot_budgets_the_top_of_the_range():
     assert (out["low"], out["high"], out["amount"]) == (4.94, 16.38, 16.38)
 
 
+def test_a_spot_range_is_dated_and_sourced_as_the_range_itself():
+    out = hourly_estimate("aws", "p4d.24xlarge", 1, "spot", today=TODAY)
+    spot = load_catalog().instance("aws", "p4d.24xlarge").price
+    assert spot is not None and spot.spot_date is not None
+    assert (out["price_date"], out["source"]) == (spot.spot_date.isoformat(), spot.spot_source)
+    assert (out["price_date"], out["source"]) != (spot.date.isoformat(), spot.source)
+
+
+def test_an_estimated_spot_range_keeps_the_on_demand_date_it_derives_from():
+    out = hourly_estimate("aws", "g4dn.xlarge", 1, "spot", today=TODAY)
+    price = load_catalog().instance("aws", "g4dn.xlarge").price
+    assert price is not None and price.spot is None and out["estimate"] is True
+    assert (out["price_date"], out["source"]) == (price.date.isoformat(), price.source)
+
+
 def test_hourly_estimate_for_subscription_spreads_the_month_over_730_hours():
     out = hourly_estimate("alicloud", "ecs.gn7-c12g1.3xlarge", 1, "subscription", today=TODAY)
     assert out["amount"] == pytest.approx(20.7671, abs=1e-4)  # 15160 / 730

@@ -1,9 +1,10 @@
 """`fab install-watchdog`, `fab keep-alive` and `fab idle-status` over real SSH (loopback sshd).
 
-The test node has no systemd as PID 1, so the timer is not enabled (``--no-enable``); the
-files, the config, the lease, the status and the proof that scratch can be saved (a probe
-object written into a moto S3 bucket with credentials from a fake metadata service, all on
-127.0.0.1) go through the real tasks and the real watchdog on the node.
+The test node has no systemd as PID 1, so the timer is not enabled
+(``--no-watchdog-timer``); the files, the config, the lease, the status and the proof that
+scratch can be saved (a probe object written into a moto S3 bucket with credentials from a
+fake metadata service, all on 127.0.0.1) go through the real tasks and the real watchdog on
+the node.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def inventory(tmp_path: Path, server: SshServer, bucket: str = BUCKET) -> str:
 
 
 def install_args(inv: str, paths: dict[str, str], cloud: dict[str, str]) -> list[str]:
-    args = ["install-watchdog", "--inventory", inv, "--no-enable", "--json"]
+    args = ["install-watchdog", "--inventory", inv, "--no-watchdog-timer", "--json"]
     args += path_args(paths, "prefix", "etc", "unit-dir", "state-dir")
     return args + path_args(cloud, "storage-endpoint", "metadata-url", "api-endpoint")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +18,15 @@ PLAN = ROOT / "scripts" / "plan.py"
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
+    # piped and no COLUMNS (pytest's children inherit COLUMNS=80): each line whole
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     return subprocess.run(
-        [sys.executable, str(PLAN), *args], capture_output=True, text=True, cwd=ROOT, timeout=120
+        [sys.executable, str(PLAN), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env=env,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,14 @@ PLAN = ROOT / "scripts" / "plan.py"
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # piped: lines whole
     return subprocess.run(
-        [sys.executable, str(PLAN), *args], capture_output=True, text=True, cwd=ROOT, timeout=120
+        [sys.executable, str(PLAN), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env=env,
     )
 
 
@@ -29,7 +36,7 @@ def test_plan_json_lists_resources_outputs_and_cost():
     assert len(doc["outputs"]["nodes"]) == 2
 
 
-def test_plan_prints_a_readable_table_for_people():
+def test_plan_prints_a_readable_tree_for_people():
     proc = run("--stack", "a100x4")
     assert proc.returncode == 0, proc.stderr
     assert "ecs.gn7-c13g1.13xlarge" in proc.stdout and "CNY/h" in proc.stdout
@@ -57,3 +64,22 @@ def test_invalid_config_exits_2_with_one_line_per_problem_and_nothing_else(tmp_p
 def test_unknown_stack_name_gets_a_suggestion():
     proc = run("--stack", "a100x44")
     assert proc.returncode == 2 and "did you mean 'a100x4'" in proc.stderr
+
+
+def test_component_types_are_printed_as_they_are_not_as_emoji():
+    proc = run("--stack", "t4x1")
+    assert proc.returncode == 0, proc.stderr
+    assert "gpufleet:guard:IdleGuard" in proc.stdout and "💂" not in proc.stdout
+
+
+def test_a_closed_pipe_ends_the_plan_quietly():
+    proc = subprocess.run(
+        f"{sys.executable} {PLAN} --stack a100x8 | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert proc.stdout.startswith("Previewing update (a100x8)")
+    assert proc.stderr == ""
