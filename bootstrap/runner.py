@@ -198,7 +198,10 @@ def classify_connect_error(
         )
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
         return ("unreachable", f"{target}: connection refused (is sshd running on that port?)")
-    if isinstance(exc, paramiko.SSHException) and "banner" in str(exc).lower():
+    # a port that accepts and stays silent: paramiko says "Error reading SSH protocol banner",
+    # or, when the connect timeout ends the handshake first, "No existing session"
+    handshake = ("banner", "no existing session", "negotiation timed out")
+    if isinstance(exc, paramiko.SSHException) and any(h in str(exc).lower() for h in handshake):
         return (
             "unreachable",
             f"{target} accepted the connection but sent no SSH banner{within}: not an SSH "

@@ -251,8 +251,9 @@ def ssh_exposure_problems(nets: list[AnyNetwork]) -> list[tuple[int | None, str]
     1/64 of its address family, the whole space split into pieces (0.0.0.0/1 + 128.0.0.0/1)
     included."""
     fix = (
-        "list only your own networks (e.g. 203.0.113.7/32), or set gpufleet:allowWorldSsh "
-        "true if you really mean it"
+        "list only your own networks (e.g. 203.0.113.7/32); gpufleet:allowWorldSsh true lets "
+        "the config through, but the mandatory policy ssh-not-open-to-world still refuses the "
+        "plan (exit 3) unless --policy-config disables it"
     )
     found: list[tuple[int | None, str]] = []
     for i, net in enumerate(nets):
@@ -612,6 +613,20 @@ def read_text_file(path: Path, what: str, error: Callable[[list[str]], Exception
 def load_stack_file(path: Path | str, overrides: Mapping[str, Any] | None = None) -> StackConfig:
     """Read and validate stacks/Pulumi.<stack>.yaml (the offline entry points' way in)."""
     path = Path(path)
-    raw = strip_namespace(read_stack_file(path))
+    file_raw = read_stack_file(path)
+    # a key with no namespace is silently ignored by Pulumi: say so, with the key to write
+    hints = [
+        f"{key}: config keys need the {NAMESPACE}: prefix: write {NAMESPACE}:{key}"
+        + ("" if key in KEYS else f"{_did_you_mean(key, KEYS)}")
+        for key in file_raw
+        if isinstance(key, str) and ":" not in key
+    ]
+    raw = strip_namespace(file_raw)
     raw.update(overrides or {})
-    return parse_config(raw, stack_name_from_file(path))
+    try:
+        cfg = parse_config(raw, stack_name_from_file(path))
+    except ConfigError as exc:
+        raise ConfigError([*hints, *exc.problems]) from None
+    if hints:
+        raise ConfigError(hints)
+    return cfg

@@ -156,8 +156,10 @@ def test_keep_alive_refuses_an_absurd_lease(
         "keep-alive", "--inventory", inv, "--hours", "1000", "--json",
         *path_args(node_paths, "prefix", "etc"),
     )  # fmt: skip
-    assert lease.returncode != 0
-    assert "at most 336" in lease.step("keep-alive")["message"]
+    # refused before any connection, exit status 2, naming the number as typed
+    assert lease.returncode == 2 and lease.stdout == ""
+    assert "at most 336 (14 days), got 1000" in lease.stderr
+    assert "1000.0" not in lease.stderr and "Traceback" not in lease.stderr
 
 
 def test_idle_status_without_a_watchdog_says_how_to_install_it(

@@ -1,0 +1,47 @@
+"""`make bench` fails when a benchmark misses its target: each script's exit status says so."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        f"gpufleet_{name}", ROOT / "scripts" / f"{name}.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def summary(calls_ok: bool, ratio_ok: bool, latency_ms: float, same: bool = True) -> dict:
+    return {
+        "same_decisions": same,
+        "latency_ms": latency_ms,
+        "targets": {"calls_per_1000_ok": calls_ok, "ratio_ok": ratio_ok},
+    }
+
+
+def test_teardown_bench_fails_when_the_calls_target_is_missed() -> None:
+    bench = load("bench_teardown")
+    assert bench.exit_status(summary(True, True, 0)) == 0
+    assert bench.exit_status(summary(False, True, 0)) == 1
+    assert bench.exit_status(summary(True, True, 0, same=False)) == 1
+
+
+def test_teardown_bench_judges_the_wall_time_ratio_only_with_injected_latency() -> None:
+    bench = load("bench_teardown")
+    assert bench.exit_status(summary(True, False, 0)) == 0
+    assert bench.exit_status(summary(True, False, 20)) == 1
+
+
+def test_make_bench_runs_each_benchmark_as_a_command_whose_status_counts() -> None:
+    recipe = (ROOT / "Makefile").read_text().split("\nbench:", 1)[1].split("\n\n", 1)[0]
+    lines = [ln.strip() for ln in recipe.splitlines()[1:] if ln.strip()]
+    assert len(lines) == 3 and all(ln.startswith("$(PY) scripts/bench_") for ln in lines)
+    assert not any("|| true" in ln or ln.startswith("-") for ln in lines)
