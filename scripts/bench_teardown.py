@@ -14,6 +14,7 @@ most 5 calls per 1,000 instances for describe + metrics, and a 10x wall-time rat
 
     python scripts/bench_teardown.py            # 2,055 instances
     python scripts/bench_teardown.py --json
+    python scripts/bench_teardown.py --scenarios   # the fault scenarios' wrong/missed stops
 
 Note: moto answers per-resource tag lookups with a scan of every tag (O(N^2) describes);
 the benchmark installs the same O(1) lookup the tests use, for both contenders alike.
@@ -117,6 +118,29 @@ def measure(cloud: AwsCloud, counter: CallCounter) -> dict[str, Any]:
     }
 
 
+def run_scenarios() -> int:
+    """Every fault scenario on a fresh moto server; the table of wrong and missed stops."""
+    logging.disable(logging.INFO)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        os.environ.setdefault(name, "testing")
+    from moto.server import ThreadedMotoServer
+
+    from tests.reaper.fleet import speed_up_moto
+    from tests.reaper.scenarios import SCENARIOS, run, table
+
+    undo = speed_up_moto()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        outcomes = [run(f"http://{host}:{port}", sc) for sc in SCENARIOS]
+    finally:
+        server.stop()
+        undo()
+    print(table(outcomes))
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", type=int, default=1, help="multiply the fleet (1: 2,055)")
@@ -128,7 +152,14 @@ def main(argv: list[str] | None = None) -> int:
         help="add this much latency to every API request (a proxy in front of moto); "
         "loopback has none, an in-region cloud function sees a few ms per call",
     )
+    parser.add_argument(
+        "--scenarios",
+        action="store_true",
+        help="run the fault scenarios (tests/reaper/scenarios.py) and print their counts",
+    )
     args = parser.parse_args(argv)
+    if args.scenarios:
+        return run_scenarios()
     if args.scale < 1:
         parser.error("--scale must be at least 1")
     logging.disable(logging.INFO)  # moto's per-request log lines

@@ -260,6 +260,12 @@ class Report:
         unread = self.summary.get("metrics_unreadable", 0)
         if unread:
             out.append(f"metrics unreadable for {unread} instance(s)")
+        silent = self.summary.get("silent_without_evidence", 0)
+        if silent:
+            out.append(
+                f"{silent} instance(s) silent with no other heartbeat arriving since: "
+                "metrics ingestion (PutMetricData / PutCustomMetric) may be down"
+            )
         errors = [d for d in self.decisions if d.error]
         if errors:
             out.append(f"{len(errors)} instance(s) could not be judged")
@@ -424,7 +430,8 @@ def reap(
     metrics: dict[str, Metrics] = {}
     for minutes, ids in sorted(by_lookback.items()):
         # Whole minutes: CloudWatch periods are multiples of 60 s.
-        start = now - timedelta(minutes=math.ceil(minutes))
+        # The start reaches skew minutes further back too: a slow node stamps its beats late.
+        start = now - timedelta(minutes=math.ceil(minutes)) - skew
         got = cloud.metrics(ids, start=start, end=now + skew)
         for iid in ids:
             # An id the answer left out is unreadable, never "no data".
@@ -476,6 +483,9 @@ def reap(
     )
     summary = summarise(decisions, cloud.provider, price, apply=apply)
     summary["metrics_unreadable"] = sum(1 for m in metrics.values() if m.error)
+    summary["silent_without_evidence"] = sum(
+        1 for d in decisions if d.unknown and "ingestion outage" in d.reason
+    )
     summary["clock"] = clock_info
     return Report(
         provider=cloud.provider,

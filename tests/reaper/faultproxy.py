@@ -38,6 +38,8 @@ class FaultProxy:
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.always_fail_stop: set[str] = set()
+        # Operation name -> failures left (None: every request), answered as throttling.
+        self.fail_ops: dict[str, int | None] = {}
         self.requests = 0
         self.faults = 0
         self.server: ThreadingHTTPServer | None = None
@@ -48,9 +50,16 @@ class FaultProxy:
         host, port = self.server.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def _verdict(self, body: bytes) -> str | None:
+    def _verdict(self, body: bytes, where: str = "") -> str | None:
         with self.lock:
             self.requests += 1
+            for op, left in self.fail_ops.items():
+                named = f"Action={op}".encode() in body or where.endswith(op)
+                if named and (left is None or left > 0):
+                    if left is not None:
+                        self.fail_ops[op] = left - 1
+                    self.faults += 1
+                    return "throttle"
             if b"Action=StopInstances" in body and any(
                 i.encode() in body for i in self.always_fail_stop
             ):
@@ -92,7 +101,8 @@ class FaultProxy:
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
-                verdict = proxy._verdict(body)
+                target = self.headers.get("X-Amz-Target", "")
+                verdict = proxy._verdict(body, target or self.path)
                 if proxy.latency_s:
                     time.sleep(proxy.latency_s)
                 is_ec2 = b"Action=" in body  # EC2 speaks the query protocol; CloudWatch CBOR
@@ -105,7 +115,9 @@ class FaultProxy:
                     return self._reply(502, _EC2_5XX)
                 self.send_response(status)
                 for key, value in headers:
-                    if key.lower() not in ("content-length", "transfer-encoding", "connection"):
+                    # Date and Server: this proxy's own (send_response adds them), not doubled.
+                    skip = ("content-length", "transfer-encoding", "connection", "date", "server")
+                    if key.lower() not in skip:
                         self.send_header(key, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

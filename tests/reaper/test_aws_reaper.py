@@ -51,7 +51,7 @@ def all_stacks(fleet: Fleet) -> Run:
         for name in ("AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
             mp.setenv(name, os.devnull)
         report = reap(
-            AwsCloud(REGION, endpoint_url=fleet.url, counter=counter),
+            AwsCloud(REGION, endpoint_url=fleet.url, counter=counter, timeout_s=120),
             apply=False,
             price=teardown.catalog_prices(),
         )
@@ -147,7 +147,7 @@ def test_apply_stops_exactly_the_idle_instances_of_one_stack_workers_first(
     fleet: Fleet, restore: list[str]
 ) -> None:
     counter = CallCounter()
-    cloud = AwsCloud(REGION, endpoint_url=fleet.url, counter=counter)
+    cloud = AwsCloud(REGION, endpoint_url=fleet.url, counter=counter, timeout_s=120)
     stop_calls: list[list[str]] = []
     cloud.client("ec2").meta.events.register(
         "provide-client-params.ec2.StopInstances",
@@ -191,7 +191,7 @@ def test_thirty_percent_faults_give_the_same_decisions_and_no_wrong_stop(
     proxy = FaultProxy(fleet.url, rate=0.30, seed=11)
     before = states(fleet)
     with proxy.running():
-        cloud = AwsCloud(REGION, endpoint_url=proxy.url, max_attempts=10)
+        cloud = AwsCloud(REGION, endpoint_url=proxy.url, max_attempts=10, timeout_s=120)
         faulty = reap(cloud, stack="beta", apply=True)
     restore.extend(d.instance_id for d in faulty.decisions if d.result == "stopped")
     assert proxy.faults > 0  # the faults really happened
@@ -215,7 +215,7 @@ def test_a_stop_that_keeps_failing_is_reported_not_retried_forever(
     proxy = FaultProxy(fleet.url, rate=0.0)
     proxy.always_fail_stop.add(target)
     with proxy.running():
-        cloud = AwsCloud(REGION, endpoint_url=proxy.url, max_attempts=3)
+        cloud = AwsCloud(REGION, endpoint_url=proxy.url, max_attempts=3, timeout_s=120)
         report = reap(cloud, stack="gamma", apply=True)
     restore.extend(d.instance_id for d in report.decisions if d.result == "stopped")
     by_id = {d.instance_id: d for d in report.decisions}
