@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -441,9 +442,7 @@ def storage_probe(args: argparse.Namespace) -> dict[str, Any]:
     payload = os.urandom(MiB)
     key = f"gpufleet-verify/{socket.gethostname()}-{int(time.time())}.probe"
     base = {"bucket": args.bucket, "key": key, "bytes": len(payload)}
-    if args.provider == "alicloud":
-        return {**base, **_oss_probe(args, key, payload)}
-    return {**base, **_s3_probe(args, key, payload)}
+    return {**base, **PROBES[args.object_store](args, key, payload)}
 
 
 def _s3_probe(args: argparse.Namespace, key: str, payload: bytes) -> dict[str, Any]:
@@ -550,6 +549,13 @@ def _oss_probe(args: argparse.Namespace, key: str, payload: bytes) -> dict[str, 
     return _verified("ossutil", payload, body, timings)
 
 
+# How the probe reaches each kind of object store (the catalog's ``object_store`` values).
+PROBES: dict[str, Callable[[argparse.Namespace, str, bytes], dict[str, Any]]] = {
+    "s3": _s3_probe,
+    "oss": _oss_probe,
+}
+
+
 def _phases(args: argparse.Namespace) -> str:
     if args.quick:
         return "gemm" if args.mode == "gpu" else ""
@@ -643,7 +649,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scratch", default="/scratch")
     p.add_argument("--scratch-mb", type=int, default=4096)
     p.add_argument("--bucket", default="")
-    p.add_argument("--provider", choices=("aws", "alicloud"), default="aws")
+    p.add_argument(
+        "--object-store",
+        choices=tuple(PROBES),
+        default="s3",
+        help="the bucket's kind (the host reads it from the cloud's catalog facts)",
+    )
     p.add_argument("--region", default="")
     p.add_argument("--s3-endpoint", default=None)
     p.add_argument("--peak-tflops", type=float, default=0.0, help="per-GPU peak, for MFU")

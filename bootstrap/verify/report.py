@@ -12,7 +12,7 @@ from typing import Any
 
 from bootstrap.verify.expected import Expected
 from bootstrap.verify.verdict import Verdict, overall
-from infra.catalog import load_catalog
+from infra.catalog import object_store
 
 REPORT_SCHEMA = "gpufleet.verify-report/1"
 
@@ -60,9 +60,7 @@ def upload_report(path: Path, exp: Expected, *, endpoint_url: str | None = None)
     if not exp.bucket:
         return {"status": "skip", "reason": "the stack has no bucket"}
     key = f"gpufleet/verify/{path.name}"
-    # The bucket's kind is the cloud's catalog fact; a stack of no known cloud is taken as S3.
-    info = load_catalog().providers.get(exp.provider or "")
-    return UPLOADERS[info.object_store if info else "s3"](path, exp, key, endpoint_url)
+    return UPLOADERS[object_store(exp.provider)](path, exp, key, endpoint_url)
 
 
 def _upload_s3(path: Path, exp: Expected, key: str, endpoint_url: str | None) -> dict[str, Any]:

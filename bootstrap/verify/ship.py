@@ -22,6 +22,7 @@ from bootstrap.pytorch import DEFAULT_VENV
 from bootstrap.system import ProgressStream, sh
 from bootstrap.verify.expected import Expected
 from bootstrap.verify.judge import ReportError, parse_report
+from infra.catalog import object_store
 
 REMOTE_DIR = Path(__file__).resolve().parent.parent / "remote"
 REMOTE_FILES = ("verify_node.py", "verify_smi.py", "verify_train.py")
@@ -75,7 +76,7 @@ def node_command(
         f"--timeout={opts.timeout_s:g}",
         f"--scratch={exp.scratch.path}",
         f"--scratch-mb={opts.scratch_mb}",
-        f"--provider={exp.provider or 'aws'}",
+        f"--object-store={object_store(exp.provider)}",
     ]
     if exp.gpu and not opts.cpu:
         args += [f"--dtype={exp.gpu.training_dtype}", f"--peak-tflops={exp.gpu.peak_tflops:g}"]

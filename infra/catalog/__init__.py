@@ -491,6 +491,12 @@ def load_catalog() -> Catalog:
     )
 
 
+def object_store(provider: str | None, catalog: Catalog | None = None) -> str:
+    """The kind of the cloud's bucket ("s3", "oss"); an ad-hoc run of no known cloud is S3."""
+    info = (catalog or load_catalog()).providers.get(provider or "")
+    return info.object_store if info else "s3"
+
+
 def gpu_by_nvml_name(catalog: Catalog, nvml_name: str) -> Gpu | None:
     """Map what nvidia-smi prints (e.g. 'NVIDIA A100-SXM4-40GB') to a catalog GPU."""
     wanted = nvml_name.strip().lower()

@@ -163,7 +163,7 @@ def moto_s3() -> Iterator[str]:
 
 
 def probe_args(endpoint: str, bucket: str) -> Namespace:
-    return Namespace(bucket=bucket, provider="aws", region="us-east-1", s3_endpoint=endpoint)
+    return Namespace(bucket=bucket, object_store="s3", region="us-east-1", s3_endpoint=endpoint)
 
 
 @pytest.mark.integration

@@ -12,8 +12,16 @@ from pathlib import Path
 import pytest
 
 from bootstrap import console_keys
+from bootstrap.remote import verify_node
 from bootstrap.verify import report
-from infra.catalog import PROVIDERS, CatalogError, Feature, _provider, load_catalog
+from infra.catalog import (
+    PROVIDERS,
+    CatalogError,
+    Feature,
+    _provider,
+    load_catalog,
+    object_store,
+)
 from infra.providers import base
 from policy import rules
 from scripts import cost
@@ -112,6 +120,13 @@ def test_every_registry_covers_every_provider_the_catalog_knows() -> None:
     assert set(rules.GUARD_FUNCTIONS) == known
     stores = {info.object_store for info in load_catalog().providers.values()}
     assert stores <= set(report.UPLOADERS)
+    assert stores <= set(verify_node.PROBES)
+
+
+def test_verify_gpu_tells_the_node_its_bucket_kind_from_the_catalog() -> None:
+    assert object_store("alicloud") == "oss"
+    assert object_store("aws") == "s3"
+    assert object_store(None) == "s3"  # an ad-hoc inventory of no known cloud
 
 
 def test_console_host_keys_are_read_exactly_where_the_catalog_says_the_cloud_can() -> None:
