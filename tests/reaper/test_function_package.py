@@ -256,3 +256,19 @@ def test_aws_zip_runs_in_a_clean_interpreter_against_moto(
     result = json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])
     assert [s["instance_id"] for s in result["stops"]] == [ids["idle"]]
     assert result["summary"]["unknown"] == 1  # the node that never sent a heartbeat
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap (README 'Known gaps'): the vendored SDK closure is this venv's, built for "
+    "CPython 3.11 (cryptography cp311-abi3, multidict 7); FC's python3.10 runtime cannot "
+    "import it until the zip is built from wheels for that runtime",
+)
+def test_alicloud_zip_imports_under_python_3_10(tmp_path: Path, alicloud_zip: bytes) -> None:
+    if not PY310.exists():
+        pytest.skip(f"{PY310} is not installed on this machine")
+    folder = unzip(alicloud_zip, tmp_path / "fc310")
+    done = clean_run([folder], "import handler, gpufleet_reaper.alicloud as a\n"
+                     "import alibabacloud_ecs20140526.client, alibabacloud_cms20190101.client\n",
+                     {}, python=str(PY310))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
