@@ -26,7 +26,8 @@ import json
 import os
 import re
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,70 @@ def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
+def _aws_cloud(
+    region: str,
+    env: Mapping[str, str],
+    credentials: Mapping[str, str] | None,
+    account_id: str | None,
+    endpoint: str | None,
+) -> Cloud:
+    from .aws import AwsCloud
+
+    retry_mode = env.get("GPUFLEET_RETRY_MODE", "standard")
+    if retry_mode not in ("standard", "adaptive"):
+        raise ConfigError(f"GPUFLEET_RETRY_MODE must be standard or adaptive, got {retry_mode!r}")
+    return AwsCloud(
+        region,
+        endpoint_url=endpoint,
+        retry_mode=retry_mode,
+        max_attempts=_int_env(env, "GPUFLEET_MAX_ATTEMPTS", 6),
+    )
+
+
+def _alicloud_cloud(
+    region: str,
+    env: Mapping[str, str],
+    credentials: Mapping[str, str] | None,
+    account_id: str | None,
+    endpoint: str | None,
+) -> Cloud:
+    from .alicloud import AlicloudCloud
+
+    creds = credentials or {}
+    return AlicloudCloud(
+        region,
+        endpoint=endpoint,
+        access_key_id=creds.get("access_key_id"),
+        access_key_secret=creds.get("access_key_secret"),
+        security_token=creds.get("security_token"),
+        account_id=env.get("GPUFLEET_ALICLOUD_ACCOUNT_ID") or account_id,
+        max_attempts=_int_env(env, "GPUFLEET_MAX_ATTEMPTS", 5),
+    )
+
+
+@dataclass(frozen=True)
+class CloudEntry:
+    """How the reaper reaches one cloud: its client (SDK imported only when made), and
+    whether the function zip must carry the SDK (the platform's runtime lacks it)."""
+
+    make: Callable[
+        [str, Mapping[str, str], Mapping[str, str] | None, str | None, str | None], Cloud
+    ]
+    vendor_sdk: bool
+
+
+# The reaper's registry: provider name -> its cloud. Lambda's Python runtime ships boto3;
+# Function Compute's ships none of the Alibaba Cloud SDKs the reaper uses.
+CLOUDS: Mapping[str, CloudEntry] = {
+    "aws": CloudEntry(_aws_cloud, vendor_sdk=False),
+    "alicloud": CloudEntry(_alicloud_cloud, vendor_sdk=True),
+}
+
+
+def _known() -> str:
+    return " or ".join(repr(name) for name in CLOUDS)
+
+
 def make_cloud(
     provider: str,
     env: Mapping[str, str],
@@ -78,34 +143,10 @@ def make_cloud(
     region = env.get("GPUFLEET_REGION") or env.get("AWS_REGION") or env.get("FC_REGION") or ""
     if not region:
         raise ConfigError("GPUFLEET_REGION is not set (and the platform gave no region)")
-    if provider == "aws":
-        from .aws import AwsCloud
-
-        retry_mode = env.get("GPUFLEET_RETRY_MODE", "standard")
-        if retry_mode not in ("standard", "adaptive"):
-            raise ConfigError(
-                f"GPUFLEET_RETRY_MODE must be standard or adaptive, got {retry_mode!r}"
-            )
-        return AwsCloud(
-            region,
-            endpoint_url=endpoint,
-            retry_mode=retry_mode,
-            max_attempts=_int_env(env, "GPUFLEET_MAX_ATTEMPTS", 6),
-        )
-    if provider == "alicloud":
-        from .alicloud import AlicloudCloud
-
-        creds = credentials or {}
-        return AlicloudCloud(
-            region,
-            endpoint=endpoint,
-            access_key_id=creds.get("access_key_id"),
-            access_key_secret=creds.get("access_key_secret"),
-            security_token=creds.get("security_token"),
-            account_id=env.get("GPUFLEET_ALICLOUD_ACCOUNT_ID") or account_id,
-            max_attempts=_int_env(env, "GPUFLEET_MAX_ATTEMPTS", 5),
-        )
-    raise ConfigError(f"GPUFLEET_PROVIDER must be 'aws' or 'alicloud', got {provider!r}")
+    entry = CLOUDS.get(provider)
+    if entry is None:
+        raise ConfigError(f"GPUFLEET_PROVIDER must be {_known()}, got {provider!r}")
+    return entry.make(region, env, credentials, account_id, endpoint)
 
 
 def run(
@@ -294,8 +335,8 @@ def build_function_zip(
     src = source_dir or Path(__file__).resolve().parent
     if not (src / "handler.py").is_file():
         raise FileNotFoundError(f"{src} has no handler.py: not the reaper package")
-    if provider not in ("aws", "alicloud"):
-        raise ValueError(f"provider must be 'aws' or 'alicloud', got {provider!r}")
+    if provider not in CLOUDS:
+        raise ValueError(f"provider must be {_known()}, got {provider!r}")
     if catalog is None:
         from infra.catalog import load_catalog
 
@@ -303,7 +344,7 @@ def build_function_zip(
     entries = [("handler.py", _SHIM.encode())]
     entries += [(f"{PACKAGE}/{n}", (src / n).read_bytes()) for n in FUNCTION_MODULES]
     entries.append((f"{PACKAGE}/{TABLE_FILE}", table_json(catalog)))
-    if provider == "alicloud":
+    if CLOUDS[provider].vendor_sdk:
         entries += _vendored_files(sdk_closure())
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
