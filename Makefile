@@ -62,6 +62,7 @@ bench: setup  ## benchmarks against a same-run baseline; fails on a miss
 	$(PY) scripts/bench_plan.py
 	$(PY) scripts/bench_setup.py
 	$(PY) scripts/bench_teardown.py
+	$(PY) scripts/bench_train.py
 
 device-verify:  ## verify-gpu's node checks on this machine's GPU
 	bash scripts/device_verify.sh

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -108,6 +109,8 @@ def main() -> int:
         return 2
     import boto3
     from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's request log
 
     base = Path(tempfile.mkdtemp(prefix="gpufleet-bench-train-", dir="/var/tmp"))
     base.chmod(0o755)
