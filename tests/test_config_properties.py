@@ -178,8 +178,36 @@ def test_stack_files_written_to_disk_load_cleanly(
     assert_clean(outcome, ("gpufleet:", str(path)))
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)
-@given(mutated_configs())
+@st.composite
+def crossed_configs(draw: st.DrawFn) -> dict[str, Any]:
+    """A shipped stack with values other shipped stacks use crossed in, or optional keys dropped.
+
+    Most of these are valid, so the test below plans many of them; mutated_configs() above is
+    the hostile mix, mostly refused by the parser (the clean-problems tests above).
+    """
+    raw = dict(draw(st.sampled_from(BASES)))
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        if draw(st.booleans()):
+            key = draw(st.sampled_from(sorted(SEEN)))
+            raw[key] = draw(st.sampled_from(SEEN[key]))
+        else:
+            optional = sorted(k for k in raw if k not in ("provider", "tier"))
+            if optional:
+                raw.pop(draw(st.sampled_from(optional)))
+    return raw
+
+
+# Hypothesis mixes constants harvested from the modules loaded so far into what it draws, so
+# the same derandomized test draws other examples in a full run than alone, and the share the
+# parser refuses moves with it: that share is not a property of the code, so the filter health
+# check is off here (it failed a full run with 8 valid of 58, alone it passes).
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.filter_too_much],
+)
+@given(st.one_of(crossed_configs(), mutated_configs()))
 def test_every_valid_mutated_config_plans_and_passes_the_mandatory_policies(
     raw: dict[str, Any],
 ) -> None:
