@@ -79,6 +79,7 @@ DIMENSION = "InstanceId"
 # they agree, and this file may import nothing from the project).
 TAG_PROTECTED = "gpufleet:protected"
 TAG_LEASE = "gpufleet:keep-alive-until"
+LEASE_TAG_ATTEMPTS = 3  # fab keep-alive's CreateTags / TagResources, bounded
 TAG_TIER = "gpufleet:tier"
 TAG_IDLE_MINUTES = "gpufleet:idle-minutes"
 TAG_TTL_HOURS = "gpufleet:ttl-hours"
@@ -563,6 +564,27 @@ class MetricsPublisher:
             answer = json.loads(resp.read() or b"{}")
         if str(answer.get("Code", "200")) != "200":
             raise RuntimeError(f"PutCustomMetric: {answer.get('Code')} {answer.get('Message')}")
+
+
+def retry_idempotent(
+    call: Callable[[], None],
+    attempts: int = LEASE_TAG_ATTEMPTS,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Run an idempotent API call (setting a tag), trying again when the API was slow,
+    unreachable or throttled (5xx, 429); a refusal (other 4xx) is final. Each try builds and
+    signs its request anew, so the Alicloud nonce never repeats. Bounded: ``attempts`` tries."""
+    for attempt in range(attempts):
+        try:
+            call()
+            return
+        except urllib.error.HTTPError as exc:
+            if (exc.code < 500 and exc.code != 429) or attempt == attempts - 1:
+                raise
+        except (urllib.error.URLError, TimeoutError, OSError):
+            if attempt == attempts - 1:
+                raise
+        sleep(2.0 * (attempt + 1))
 
 
 def write_lease_tag(
@@ -1189,7 +1211,7 @@ def _lease_command(config: Config, dog: Watchdog, hours: float | None, as_json: 
         found = creds()
         if not instance_id or not found:
             raise RuntimeError("no instance id or credentials on this node")
-        write_lease_tag(config, instance_id, until, found)
+        retry_idempotent(lambda: write_lease_tag(config, instance_id, until, found))
 
     try:
         out = write_lease(config, hours, dog.probe.now(), tag)

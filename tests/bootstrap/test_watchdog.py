@@ -1054,3 +1054,38 @@ def test_watchdog_cli_rejects_a_bad_config_with_exit_2(tmp_path: Path) -> None:
     config = tmp_path / "watchdog.json"
     config.write_text("{not json")
     assert wd.main(["status", "--config", str(config)]) == 2
+
+
+def _failing(errors: list[BaseException]) -> tuple[Callable[[], None], list[int]]:
+    calls: list[int] = []
+
+    def call() -> None:
+        calls.append(1)
+        if errors:
+            raise errors.pop(0)
+
+    return call, calls
+
+
+def test_lease_tag_write_is_tried_again_when_the_api_times_out_or_throttles() -> None:
+    import urllib.error
+
+    throttled = urllib.error.HTTPError("http://127.0.0.1/", 503, "SlowDown", {}, None)  # type: ignore[arg-type]
+    call, calls = _failing([TimeoutError("timed out"), throttled])
+    slept: list[float] = []
+    wd.retry_idempotent(call, attempts=3, sleep=slept.append)
+    assert len(calls) == 3 and slept == [2.0, 4.0]
+
+
+def test_lease_tag_write_stops_at_a_refusal_and_after_its_last_attempt() -> None:
+    import urllib.error
+
+    refused = urllib.error.HTTPError("http://127.0.0.1/", 403, "Forbidden", {}, None)  # type: ignore[arg-type]
+    call, calls = _failing([refused])
+    with pytest.raises(urllib.error.HTTPError):
+        wd.retry_idempotent(call, attempts=3, sleep=lambda _s: None)
+    assert len(calls) == 1
+    call, calls = _failing([TimeoutError("t1"), TimeoutError("t2"), TimeoutError("t3")])
+    with pytest.raises(TimeoutError, match="t3"):
+        wd.retry_idempotent(call, attempts=3, sleep=lambda _s: None)
+    assert len(calls) == 3
