@@ -49,6 +49,7 @@ from bootstrap.system import probe_step, sh
 from bootstrap.verify.ship import parse_node_env
 from bootstrap.verify.task import master_address
 from infra.catalog import load_catalog
+from infra.render import literal_console
 
 REMOTE_DIR = Path(__file__).resolve().parent / "remote"
 REMOTE_FILES = (
@@ -1094,9 +1095,7 @@ def train(
     connect_timeout: float = 10.0,
 ) -> None:
     """Run a PyTorch script with torchrun on every node, detached; checkpoints to the bucket."""
-    console = (
-        Console(stderr=True, highlight=False) if (json or _quiet()) else Console(highlight=False)
-    )
+    console = literal_console(stderr=bool(json or _quiet()))
     if resume and script:
         raise _fail("--resume reruns the recorded script: drop --script (or start a new job)")
     req: TrainRequest | None = None
@@ -1275,7 +1274,7 @@ def jobs(
         }
         sys.stdout.write(jsonlib.dumps(doc, indent=2) + "\n")
     else:
-        Console(highlight=False).print(jobs_table(rows))
+        literal_console().print(jobs_table(rows))
     if report.failed_hosts:
         raise Exit(code=1)
 
@@ -1354,7 +1353,7 @@ def cancel(
 ) -> None:
     """Stop a job gracefully (SIGTERM, bounded wait, SIGKILL); its last checkpoint is saved."""
     fleet, row = _resolve(c, job, jobs_dir, stack, inventory, connect_timeout)
-    console = Console(stderr=json, highlight=False)
+    console = literal_console(stderr=bool(json))
     report = _run(
         c,
         fleet,

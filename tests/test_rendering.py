@@ -247,3 +247,25 @@ def test_read_only_tasks_do_not_end_with_nothing_changed() -> None:
     )
     assert verdict_line(report, read_only=True) == "all 1 host(s) answered"
     assert "nothing changed" in verdict_line(report)
+
+
+def test_fab_jobs_table_prints_job_names_and_log_lines_verbatim(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bootstrap import train
+
+    row = train.JobRow(
+        job="j-1",
+        name=TRICKY,
+        state="running",
+        started_at="2026-12-01T10:00:00Z",
+        runtime_s=65.0,
+        nnodes=1,
+        attempt=1,
+        last_line=":guard: [bold]",
+        spec={},
+    )
+    train.literal_console().print(train.jobs_table([row]))
+    out = capsys.readouterr().out
+    # with markup on, rich would swallow every [bold] and draw :guard: as an emoji
+    assert "[bold]" in out and ":guard:" in out and "💂" not in out
