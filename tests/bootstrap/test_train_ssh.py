@@ -379,7 +379,8 @@ def test_bad_input_is_refused_in_one_line_before_any_node_changes(
     out = gone.stdout + gone.stderr
     assert gone.returncode == 2, out
     # Every node's problem is reported, each on its own line (this node has no venv either).
-    assert f"gpufleet: gpufleet-node@127.0.0.1:{closed} is unreachable" in out
+    # the runner names the cause of an SSH failure (here: nothing listens on the port)
+    assert f"gpufleet: gpufleet-node@127.0.0.1:{closed}: connection refused" in out
     assert f"gpufleet: node-0 (127.0.0.1:{sshd_server.port}): torch is not installed" in out
     assert "2 of 2 node(s) not ready: nothing started" in out
     assert "Traceback" not in out
