@@ -19,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from infra.catalog import PROFILES, PROVIDERS, Catalog, UnavailableError, load_catalog
+from infra.catalog import PROFILES, Catalog, UnavailableError, load_catalog, provider_names
 
 NAMESPACE = "gpufleet"
 BILLING_MODES = ("on-demand", "spot", "subscription")
@@ -380,8 +380,8 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
             r.problem(key, f"unknown key{_did_you_mean(key, KEYS)}; valid keys: see README")
 
     if not r.has("provider"):
-        r.problem("provider", f"required: one of {', '.join(PROVIDERS)}")
-    provider = r.choice("provider", PROVIDERS)
+        r.problem("provider", f"required: one of {', '.join(provider_names())}")
+    provider = r.choice("provider", provider_names())
     if not r.has("tier"):
         r.problem("tier", f"required: one of {', '.join(cat.tiers)}")
     tier = r.choice("tier", cat.tiers)

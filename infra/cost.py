@@ -321,7 +321,7 @@ def _priced_instance(
             f"instance type {name!r} is not in the {provider} catalog" + did_you_mean(name, names)
         )
     if it.price is None:
-        return it, f"{provider} {name} has no price in the catalog: add one to {provider}.toml"
+        return it, f"{provider} {name} has no price in the catalog: add one to infra/catalog/clouds/{provider}.toml"
     return it, None
 
 
@@ -496,8 +496,9 @@ def estimate_cost(
     elif billing == "subscription":
         raise CostError(
             [
-                f"{label} has no subscription quote in pricing.toml: add its monthly price "
-                f"under [{inputs.provider}.subscription.monthly], or use on-demand or spot"
+                f"{label} has no subscription quote: add its monthly price under "
+                f"[pricing.subscription.monthly] in infra/catalog/clouds/{inputs.provider}.toml, "
+                "or use on-demand or spot"
             ]
         )
 

@@ -1016,7 +1016,7 @@ def _priced(
             )
         if term is None or term.subscription_month is None or months is None:
             why = (
-                f"{it.provider} {it.name} has no subscription quote in pricing.toml"
+                f"{it.provider} {it.name} has no subscription quote in the catalog"
                 if est.subscription_month is None
                 else f"the run needs {needed} months: longer than the longest term"
             )

@@ -19,7 +19,9 @@ from types import MappingProxyType
 from typing import Any
 
 DATA_DIR = Path(__file__).resolve().parent
-PROVIDERS = ("aws", "alicloud")
+# One file per cloud: [provider] facts, [sources] of its own, [instances], [tiers] offers and
+# [pricing]. Adding a cloud adds a file here (and its modules); no list elsewhere names it.
+CLOUDS_DIR = DATA_DIR / "clouds"
 PROFILES = ("general", "compute", "memory")
 
 
@@ -270,7 +272,7 @@ class Catalog:
                         f"same GPU, {it.gpus} instead of {t.gpus}",
                     )
                 )
-        for other in PROVIDERS:
+        for other in self.providers:
             if other != provider and "general" in t.offers.get(other, {}):
                 name = t.offers[other]["general"]
                 it = self.instance(other, name)
@@ -302,9 +304,30 @@ def _date(value: Any, where: str) -> dt.date:
         raise CatalogError(f"{where}: {value!r} is not an ISO date") from None
 
 
-def _read(name: str) -> dict[str, Any]:
-    with (DATA_DIR / name).open("rb") as fh:
+def _read(name: str, folder: Path | None = None) -> dict[str, Any]:
+    with ((folder or DATA_DIR) / name).open("rb") as fh:
         return tomllib.load(fh)
+
+
+@functools.lru_cache(maxsize=1)
+def _cloud_files() -> Mapping[str, dict[str, Any]]:
+    """Each cloud's parsed file, in the order its ``[provider] order`` gives (then by name)."""
+    files = {p.stem: _read(p.name, CLOUDS_DIR) for p in CLOUDS_DIR.glob("*.toml")}
+    for name, data in files.items():
+        if not isinstance(data.get("provider"), dict):
+            raise CatalogError(f"clouds/{name}.toml: a [provider] table is required")
+    ranked = sorted(files, key=lambda n: (int(files[n]["provider"].get("order", 1000)), n))
+    return MappingProxyType({n: files[n] for n in ranked})
+
+
+def provider_names() -> tuple[str, ...]:
+    """The clouds the catalog knows, one per file in clouds/ (in their declared order)."""
+    return tuple(_cloud_files())
+
+
+def cloud_file(name: str) -> Mapping[str, Any]:
+    """One cloud's parsed catalog file (read-only use: pricing reads its [pricing] table)."""
+    return _cloud_files()[name]
 
 
 _GPU_FIGURES = ("memory_gb", "bandwidth_gbs", "fp16_tflops", "bf16_tflops", "fp32_tflops")
@@ -345,7 +368,8 @@ def _gpus(data: dict[str, Any]) -> dict[str, Gpu]:
 
 
 _PROVIDER_KEYS = frozenset(
-    {"name", "title", "currency", "price_region", "default_region", "ssh_user", "billing"}
+    {"name", "order", "title", "currency", "price_region", "default_region", "ssh_user"}
+    | {"billing"}
     | {"object_store", "max_root_disk_gb", "scratch_disk", "default_scratch_class"}
     | {"reserved_tag_value_prefixes", "unsupported", "scratch_classes"}
 )
@@ -353,7 +377,7 @@ _SCRATCH_KEYS = frozenset({"min_gb", "max_gb", "iops", "iops_per_gb", "max_iops"
 
 
 def _provider(p: dict[str, Any], file: str) -> ProviderInfo:
-    where = f"{file}.toml [provider]"
+    where = f"clouds/{file}.toml [provider]"
     if p.get("name") != file:
         raise CatalogError(f"{where}: name must be {file!r}, got {p.get('name')!r}")
     extra = set(p) - _PROVIDER_KEYS
@@ -429,13 +453,25 @@ def _instances(
     return out
 
 
-def _tiers(data: dict[str, Any], instances: Mapping[tuple[str, str], InstanceType]) -> dict:
+def _tiers(
+    data: dict[str, Any],
+    cloud_offers: Mapping[str, Mapping[str, Mapping[str, str]]],
+    instances: Mapping[tuple[str, str], InstanceType],
+) -> dict:
+    """Tiers from tiers.toml, with each cloud's offers from its own file's [tiers] table."""
+    for provider, by_tier in cloud_offers.items():
+        unknown = sorted(set(by_tier) - set(data["tiers"]))
+        if unknown:
+            raise CatalogError(f"clouds/{provider}.toml [tiers]: unknown tiers {unknown}")
     out = {}
     for key, t in data["tiers"].items():
+        stray = sorted(set(t) - _TIER_KEYS)
+        if stray:
+            raise CatalogError(f"tiers.{key}: unknown keys {stray} (offers go in clouds/*.toml)")
         allowed = (t["gpu"],) if isinstance(t["gpu"], str) else tuple(t["gpu"])
         offers: dict[str, Mapping[str, str]] = {}
-        for provider in PROVIDERS:
-            prof = t.get(provider, {})
+        for provider, by_tier in cloud_offers.items():
+            prof = by_tier.get(key, {})
             for profile, name in prof.items():
                 if profile not in PROFILES:
                     raise CatalogError(f"tiers.{key}.{provider}: unknown profile {profile!r}")
@@ -464,23 +500,33 @@ def _tiers(data: dict[str, Any], instances: Mapping[tuple[str, str], InstanceTyp
     return out
 
 
+_TIER_KEYS = frozenset({"description", "gpu", "gpus", "idle_minutes", "ttl_hours", "nvlink"})
+
+
 @functools.lru_cache(maxsize=1)
 def load_catalog() -> Catalog:
     """Parse and cross-check the catalog files. Raises CatalogError on inconsistent data."""
+    raw_sources = dict(_read("sources.toml")["sources"])
+    clouds = _cloud_files()
+    for name, data in clouds.items():
+        for key, value in data.get("sources", {}).items():
+            if key in raw_sources:
+                raise CatalogError(f"clouds/{name}.toml: source {key!r} is already defined")
+            raw_sources[key] = value
     sources = {
         k: Source(k, v["title"], v["url"], _date(v["retrieved"], f"sources.{k}"), v.get("note", ""))
-        for k, v in _read("sources.toml")["sources"].items()
+        for k, v in raw_sources.items()
     }
     gpu_data = _read("gpus.toml")
     gpus = _gpus(gpu_data)
     instances: dict[tuple[str, str], InstanceType] = {}
     providers = {}
-    for name in PROVIDERS:
-        data = _read(f"{name}.toml")
+    for name, data in clouds.items():
         info = _provider(data["provider"], name)
         providers[name] = info
         instances.update(_instances(data, info, gpus, sources))
-    tiers = _tiers(_read("tiers.toml"), instances)
+    offers = {name: data.get("tiers", {}) for name, data in clouds.items()}
+    tiers = _tiers(_read("tiers.toml"), offers, instances)
     return Catalog(
         sources=MappingProxyType(sources),
         gpus=MappingProxyType(gpus),

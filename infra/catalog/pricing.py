@@ -16,8 +16,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from infra.catalog import DATA_DIR, Catalog, CatalogError, _date, load_catalog
+from infra.catalog import DATA_DIR, Catalog, CatalogError, _date, cloud_file, load_catalog
 
+# The shared part (meta, spot band, FX); each cloud's own rates are its file's [pricing] table.
 PRICING_FILE = DATA_DIR / "pricing.toml"
 
 
@@ -212,7 +213,8 @@ def parse_pricing(data: Mapping[str, Any], catalog: Catalog) -> Pricing:
         raise CatalogError(f"pricing.toml: missing key {exc}") from None
     missing = [p for p in catalog.providers if p not in providers]
     if missing:
-        raise CatalogError(f"pricing.toml: no section for {', '.join(missing)}")
+        where = ", ".join(f"clouds/{p}.toml" for p in missing)
+        raise CatalogError(f"pricing: no [pricing] table in {where}")
     return Pricing(
         stale_after_days=int(meta["stale_after_days"]),
         hours_per_month=float(meta["hours_per_month"]),
@@ -223,15 +225,28 @@ def parse_pricing(data: Mapping[str, Any], catalog: Catalog) -> Pricing:
     )
 
 
+def shipped_pricing_data(catalog: Catalog | None = None) -> dict[str, Any]:
+    """pricing.toml with each catalog cloud's [pricing] table under the cloud's name."""
+    with PRICING_FILE.open("rb") as fh:
+        data = tomllib.load(fh)
+    for name in (catalog or load_catalog()).providers:
+        if name in data:
+            raise CatalogError(f"pricing.toml: [{name}] belongs in clouds/{name}.toml [pricing]")
+        if "pricing" in cloud_file(name):
+            data[name] = cloud_file(name)["pricing"]
+    return data
+
+
 def load_pricing(path: Path | str | None = None, catalog: Catalog | None = None) -> Pricing:
-    """The pricing data: the shipped pricing.toml (cached) or another file (tests, overrides)."""
+    """The pricing data: the shipped files (cached) or another whole file (tests, overrides)."""
     if path is None and catalog is None:
         return _load_default()
-    with Path(path or PRICING_FILE).open("rb") as fh:
+    if path is None:
+        return parse_pricing(shipped_pricing_data(catalog), catalog or load_catalog())
+    with Path(path).open("rb") as fh:
         return parse_pricing(tomllib.load(fh), catalog or load_catalog())
 
 
 @functools.lru_cache(maxsize=1)
 def _load_default() -> Pricing:
-    with PRICING_FILE.open("rb") as fh:
-        return parse_pricing(tomllib.load(fh), load_catalog())
+    return parse_pricing(shipped_pricing_data(), load_catalog())

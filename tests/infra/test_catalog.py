@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.catalog import PROVIDERS, UnavailableError, gpu_by_nvml_name, load_catalog
+from infra.catalog import UnavailableError, gpu_by_nvml_name, load_catalog, provider_names
 from tests.support.real import missing_real_part
 
 CAT = load_catalog()
@@ -125,7 +125,7 @@ def test_aws_instance_types_agree_with_describe_instance_types(name):
 
 
 def test_every_provider_has_a_default_region_and_ssh_user():
-    for name in PROVIDERS:
+    for name in provider_names():
         info = CAT.providers[name]
         assert info.default_region and info.ssh_user and "on-demand" in info.billing
 

@@ -15,12 +15,12 @@ from bootstrap import console_keys
 from bootstrap.remote import verify_node
 from bootstrap.verify import report
 from infra.catalog import (
-    PROVIDERS,
     CatalogError,
     Feature,
     _provider,
     load_catalog,
     object_store,
+    provider_names,
 )
 from infra.providers import base
 from infra.reaper import handler
@@ -59,7 +59,7 @@ def provider_name_branches(source: str, names: frozenset[str]) -> list[int]:
 
 
 def _scan() -> Counter[str]:
-    names = frozenset(PROVIDERS)
+    names = frozenset(provider_names())
     counts: Counter[str] = Counter()
     for folder in SCANNED:
         for path in sorted((ROOT / folder).rglob("*.py")):
@@ -109,7 +109,7 @@ def test_the_allow_list_holds_only_what_is_still_there() -> None:
 
 def test_every_registry_covers_every_provider_the_catalog_knows() -> None:
     known = set(load_catalog().providers)
-    assert known == set(PROVIDERS)
+    assert known == set(provider_names())
     assert set(base.PROGRAM_MODULES) == known
     assert set(cost.LIVE_PRICE_SOURCES) == known
     assert set(rules.GUARD_FUNCTIONS) == known
@@ -134,7 +134,7 @@ def test_console_host_keys_are_read_exactly_where_the_catalog_says_the_cloud_can
     assert set(console_keys.FETCHERS) == able
 
 
-@pytest.mark.parametrize("name", PROVIDERS)
+@pytest.mark.parametrize("name", provider_names())
 def test_a_provider_module_declares_what_its_catalog_file_says_it_cannot_do(name: str) -> None:
     provider = base.get_provider(name)
     assert provider.name == name

@@ -1,0 +1,127 @@
+"""The catalog's clouds are its files: adding one is a new clouds/<name>.toml, nothing else."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import infra.catalog as catalog
+from infra.catalog import CatalogError, load_catalog, pricing, provider_names
+
+NEW_CLOUD = """
+[provider]
+name = "examplecloud"
+order = 99
+currency = "USD"
+price_region = "r1"
+default_region = "r1"
+ssh_user = "ubuntu"
+billing = ["on-demand"]
+
+[provider.unsupported]
+subscription = "not sold"
+
+[sources.EXC]
+title = "Example cloud's own price page"
+url = "https://example.invalid/prices"
+retrieved = "2026-11-30"
+
+[instances."ex.t4"]
+gpu = "T4"
+gpus = 1
+vcpus = 4
+memory_gib = 16
+network_gbps = 10
+spec_source = "EXC"
+price = { on_demand = 0.5, date = "2026-11-30", source = "EXC" }
+
+[tiers]
+t4x1 = { general = "ex.t4" }
+
+[pricing]
+currency = "USD"
+region = "r1"
+root_disk_class = "ssd"
+bucket_class = "hot"
+spot_caveat = "none sold"
+spot_caveat_source = "EXC"
+block.ssd = { per_gb_month = 0.1, date = "2026-11-30", source = "EXC" }
+bucket.hot = { per_gb_month = 0.02, date = "2026-11-30", source = "EXC" }
+egress = { per_gb = 0.09, free_gb = 100, date = "2026-11-30", source = "EXC" }
+snapshot = { per_gb_month = 0.05, date = "2026-11-30", source = "EXC" }
+"""
+
+
+@pytest.fixture
+def catalog_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private copy of the shipped catalog that the loaders read instead of the real one."""
+    data = tmp_path / "catalog"
+    shutil.copytree(catalog.DATA_DIR, data, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    monkeypatch.setattr(catalog, "DATA_DIR", data)
+    monkeypatch.setattr(catalog, "CLOUDS_DIR", data / "clouds")
+    monkeypatch.setattr(pricing, "PRICING_FILE", data / "pricing.toml")
+    for cached in (catalog._cloud_files, catalog.load_catalog, pricing._load_default):
+        cached.cache_clear()
+    yield data
+    for cached in (catalog._cloud_files, catalog.load_catalog, pricing._load_default):
+        cached.cache_clear()
+
+
+def test_the_shipped_clouds_are_the_files_in_the_clouds_folder_in_their_declared_order():
+    files = {p.stem for p in catalog.CLOUDS_DIR.glob("*.toml")}
+    assert set(provider_names()) == files == set(load_catalog().providers)
+    orders = [catalog.cloud_file(n)["provider"]["order"] for n in provider_names()]
+    assert orders == sorted(orders)
+
+
+def test_a_new_cloud_file_adds_the_cloud_its_types_its_tier_offer_and_its_bill(catalog_copy):
+    (catalog_copy / "clouds" / "examplecloud.toml").write_text(NEW_CLOUD)
+    assert provider_names()[-1] == "examplecloud"
+    cat = load_catalog()
+    assert cat.resolve("t4x1", "examplecloud").name == "ex.t4"
+    assert cat.sources["EXC"].title.startswith("Example cloud")
+    assert pricing.load_pricing().providers["examplecloud"].block["ssd"].amount == 0.1
+    # and the other clouds' offers of the same tier now name it as an alternative
+    assert "examplecloud" in {a.provider for a in cat.alternatives("t4x1", "aws", "memory")}
+
+
+def test_a_tier_offer_for_a_tier_that_does_not_exist_is_a_catalog_error(catalog_copy):
+    text = NEW_CLOUD.replace("t4x1 = {", "t4x9 = {")
+    (catalog_copy / "clouds" / "examplecloud.toml").write_text(text)
+    with pytest.raises(
+        CatalogError, match=r"examplecloud.toml \[tiers\]: unknown tiers \['t4x9'\]"
+    ):
+        load_catalog()
+
+
+def test_an_offer_left_in_tiers_toml_is_refused_with_where_it_belongs(catalog_copy):
+    tiers = catalog_copy / "tiers.toml"
+    tiers.write_text(
+        tiers.read_text() + '\n[tiers.t4x2]\ndescription = "x"\ngpu = "T4"\n'
+        'gpus = 2\nidle_minutes = 30\nttl_hours = 24\naws = { general = "g4dn.xlarge" }\n'
+    )
+    with pytest.raises(CatalogError, match=r"tiers.t4x2: unknown keys \['aws'\].*clouds/"):
+        load_catalog()
+
+
+def test_a_source_defined_twice_is_a_catalog_error(catalog_copy):
+    text = NEW_CLOUD.replace("[sources.EXC]", "[sources.AD]")
+    (catalog_copy / "clouds" / "examplecloud.toml").write_text(text)
+    with pytest.raises(CatalogError, match="source 'AD' is already defined"):
+        load_catalog()
+
+
+def test_a_cloud_file_without_its_pricing_table_is_named_in_the_error(catalog_copy):
+    text = NEW_CLOUD[: NEW_CLOUD.index("[pricing]")]
+    (catalog_copy / "clouds" / "examplecloud.toml").write_text(text)
+    with pytest.raises(CatalogError, match=r"no \[pricing\] table in clouds/examplecloud.toml"):
+        pricing.load_pricing()
+
+
+def test_a_file_in_clouds_without_a_provider_table_is_a_catalog_error(catalog_copy):
+    (catalog_copy / "clouds" / "notes.toml").write_text('title = "scratch notes"\n')
+    with pytest.raises(CatalogError, match=r"clouds/notes.toml: a \[provider\] table is required"):
+        provider_names()
