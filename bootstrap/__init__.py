@@ -1,33 +1,37 @@
 """Fabric tasks that turn freshly provisioned nodes into working GPU training machines.
 
-``ns`` is the task collection that the repo's ``fabfile.py`` exposes to ``fab``. Tasks are
-collected from the modules below: every ``@task`` / ``@fleet_task`` *defined in* a listed
-module becomes a top-level task (``install_driver`` is typed ``install-driver``).
+- :mod:`bootstrap.fleet`: SSH and fleet plumbing (the step API, hosts, host keys, the
+  parallel runner, shell helpers, the ``fleet_task`` decorator);
+- :mod:`bootstrap.tasks`: one module per task family (``setup``, ``driver``, ``pytorch``,
+  ``scratch``, ``watchdog``, ``status``, ``verify``, ``train``, ``host_keys``);
+- :mod:`bootstrap.verify`: verify-gpu's judgement, one registered function per check;
+- ``bootstrap/remote/``: files copied to and run on the node (they import nothing from here).
 
-Adding a module: write ``bootstrap/<concern>.py`` with its steps and tasks (see
-``bootstrap.api`` and ``bootstrap.cli``) and add its name to ``TASK_MODULES``.
+``ns`` is the task collection that the repo's ``fabfile.py`` exposes to ``fab``: every
+``@task`` / ``@fleet_task`` *defined in* a module of :mod:`bootstrap.tasks` becomes a
+top-level task (``install_driver`` is typed ``install-driver``). Adding a task family is
+adding a module there; nothing lists the modules by hand.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+import pkgutil
+from collections.abc import Iterable, Iterator
 from types import ModuleType
 from typing import Any
 
 from invoke import Collection, Task
 
-TASK_MODULES: tuple[str, ...] = (
-    "bootstrap.driver",
-    "bootstrap.pytorch",
-    "bootstrap.scratch",
-    "bootstrap.status",
-    "bootstrap.setup",
-    "bootstrap.hostkey_tasks",
-    "bootstrap.watchdog",
-    "bootstrap.verify.task",
-    "bootstrap.train",
-)
+TASKS_PACKAGE = "bootstrap.tasks"
+
+
+def task_modules(package: str = TASKS_PACKAGE) -> Iterator[ModuleType]:
+    """Every module of ``package``, in name order (private ``_name`` modules left out)."""
+    pkg = importlib.import_module(package)
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+        if not info.name.startswith("_"):
+            yield importlib.import_module(f"{package}.{info.name}")
 
 
 def tasks_defined_in(module: ModuleType) -> Iterable[Task[Any]]:
@@ -37,10 +41,17 @@ def tasks_defined_in(module: ModuleType) -> Iterable[Task[Any]]:
             yield value
 
 
-def build_collection() -> Collection:
+def build_collection(package: str = TASKS_PACKAGE) -> Collection:
     ns = Collection()
-    for module in map(importlib.import_module, TASK_MODULES):
+    where: dict[str, str] = {}
+    for module in task_modules(package):
         for t in tasks_defined_in(module):
+            if t.name in where:
+                # invoke would keep the last one silently; a task must have one home.
+                raise ValueError(
+                    f"task {t.name!r} is defined in both {where[t.name]} and {module.__name__}"
+                )
+            where[t.name] = module.__name__
             ns.add_task(t)
     return ns
 

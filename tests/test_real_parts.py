@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bootstrap.test_scratch_loop import LOOP_TOOLS
+from tests.bootstrap.tasks.test_scratch_loop import LOOP_TOOLS
 from tests.support import sshd
 from tests.support.real import REQUIRE_ENV, missing_real_part
 

@@ -15,8 +15,8 @@ from types import ModuleType
 
 import pytest
 
-from bootstrap.api import Host, StepResult
-from bootstrap.runner import (
+from bootstrap.fleet.api import Host, StepResult
+from bootstrap.fleet.runner import (
     FleetReport,
     HostReport,
     StepRecord,
@@ -24,7 +24,7 @@ from bootstrap.runner import (
     summary_table,
     verdict_line,
 )
-from bootstrap.status import render_status
+from bootstrap.tasks.status import render_status
 from infra.cost import compare_tier
 from infra.plan_view import render_plan
 from infra.render import literal_console, number, output_width, value_text, wrap
@@ -252,7 +252,7 @@ def test_read_only_tasks_do_not_end_with_nothing_changed() -> None:
 def test_fab_jobs_table_prints_job_names_and_log_lines_verbatim(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from bootstrap import train
+    from bootstrap.tasks import train
 
     row = train.JobRow(
         job="j-1",

@@ -1,6 +1,6 @@
 """``fab verify-gpu``, by concern.
 
-- :mod:`~bootstrap.verify.task`: the ``verify-gpu`` task and its two steps (``verify-node``,
+- :mod:`~bootstrap.tasks.verify`: the ``verify-gpu`` task and its two steps (``verify-node``,
   ``verify-cross-node``);
 - :mod:`~bootstrap.verify.ship`: copying the node-side files (``bootstrap/remote/verify_*``)
   to a node, the command that runs them, fetching their report;

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bootstrap.api import ScratchSpec
+from bootstrap.fleet.api import ScratchSpec
 from infra.catalog import Catalog, Gpu
 
 

@@ -17,9 +17,9 @@ from typing import Any
 
 from fabric import Connection
 
-from bootstrap.api import Host, HostContext, StepFailed
-from bootstrap.pytorch import DEFAULT_VENV
-from bootstrap.system import ProgressStream, sh
+from bootstrap.fleet.api import Host, HostContext, StepFailed
+from bootstrap.fleet.system import ProgressStream, sh
+from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.verify.expected import Expected
 from bootstrap.verify.judge import ReportError, parse_report
 from infra.catalog import object_store

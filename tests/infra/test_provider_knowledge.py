@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap import console_keys
+from bootstrap.fleet import console_keys
 from bootstrap.remote import verify_node
 from bootstrap.verify import report
 from infra.catalog import (

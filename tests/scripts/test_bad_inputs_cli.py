@@ -2,7 +2,7 @@
 way: exit status 2, exactly one line on stderr that names what is wrong, never a traceback.
 
 Each case runs the real CLI in a fresh process (scripts/plan.py, scripts/cost.py, and `fab`
-tasks that load an inventory through bootstrap/hosts.py). The cases started as the 17 inputs
+tasks that load an inventory through bootstrap/fleet/hosts.py). The cases started as the 17 inputs
 an independent test found printing tracebacks, then grew by kind: files that are directories,
 not UTF-8, not JSON/YAML or the wrong shape; values of the wrong type; NaN, infinity, huge and
 negative numbers; empty strings; over-broad CIDRs and odd paths.
@@ -294,7 +294,7 @@ CASES = [
     Case(
         "cost-stack-and-compare", cost("--stack", "t4x1", "--compare", "a100x8"), "not allowed with"
     ),
-    # --- fab: inventories (bootstrap/hosts.py) --------------------------------------------------
+    # --- fab: inventories (bootstrap/fleet/hosts.py) --------------------------------------------
     Case("fab-inventory-is-a-directory", fab("--inventory", directory("inv")), "is a directory"),
     Case(
         "fab-inventory-not-utf8",

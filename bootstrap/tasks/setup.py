@@ -1,0 +1,77 @@
+"""``fab setup``: the whole bootstrap, each step idempotent and also a task of its own."""
+
+from __future__ import annotations
+
+from invoke import Context
+
+from bootstrap.fleet.api import Options, Step
+from bootstrap.fleet.cli import COMMON_HELP, fleet_run, fleet_task
+from bootstrap.tasks.driver import install_driver_step
+from bootstrap.tasks.pytorch import DEFAULT_TORCH, DEFAULT_VENV, install_pytorch_step
+from bootstrap.tasks.scratch import mount_scratch_step
+from bootstrap.tasks.watchdog import install_watchdog
+
+
+def setup_steps() -> list[Step]:
+    return [install_driver_step, install_pytorch_step, mount_scratch_step, install_watchdog]
+
+
+@fleet_task(
+    help={
+        **COMMON_HELP,
+        "allow_no_gpu": "bootstrap nodes without an NVIDIA GPU; GPU steps are reported skipped",
+        "venv": f"virtualenv on the node (default {DEFAULT_VENV})",
+        "torch_version": f"torch version (default {DEFAULT_TORCH})",
+        "torch_index": "auto (CUDA-matched), default (node's pip config) or an index URL",
+        "driver_branch": "NVIDIA driver branch (default 580)",
+        "force": "let mount-scratch ERASE devices that hold data (it lists them)",
+        "scratch_devices": "comma-separated scratch devices instead of discovery",
+        "scratch_path": "scratch mount point (default: the stack's scratch.path)",
+        "fstab": "fstab file mount-scratch updates (default /etc/fstab)",
+        "apt_lock_timeout": "seconds to wait for an apt lock held by unattended upgrades",
+        "watchdog_timer": "arm the idle watchdog's systemd timer (--no-watchdog-timer: install "
+        "its files only, for images and hosts without systemd)",
+    }
+)
+def setup(
+    c: Context,
+    stack: str = "",
+    inventory: str = "",
+    json: bool = False,
+    allow_no_gpu: bool = False,
+    venv: str = DEFAULT_VENV,
+    torch_version: str = DEFAULT_TORCH,
+    torch_index: str = "auto",
+    driver_branch: str = "",
+    force: bool = False,
+    scratch_devices: str = "",
+    scratch_path: str = "",
+    fstab: str = "/etc/fstab",
+    apt_lock_timeout: int = 300,
+    watchdog_timer: bool = True,
+    connect_timeout: float = 10.0,
+) -> None:
+    """Driver + CUDA, PyTorch venv, NVMe scratch, idle watchdog: the whole bootstrap."""
+    options = Options(
+        allow_no_gpu=allow_no_gpu,
+        force=force,
+        venv=venv,
+        torch_version=torch_version,
+        torch_index=torch_index,
+        driver_branch=driver_branch or None,
+        apt_lock_timeout_s=apt_lock_timeout,
+        scratch_devices=tuple(d.strip() for d in scratch_devices.split(",") if d.strip()),
+        scratch_path=scratch_path or None,
+        fstab=fstab,
+        extra={"enable_timer": watchdog_timer},
+    )
+    fleet_run(
+        c,
+        "setup",
+        setup_steps(),
+        stack=stack,
+        inventory=inventory,
+        as_json=json,
+        options=options,
+        connect_timeout=connect_timeout,
+    )

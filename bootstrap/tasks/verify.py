@@ -1,0 +1,287 @@
+"""``fab verify-gpu``: prove that each node trains at the speed it is paid for.
+
+The node side (``bootstrap/remote/verify_node.py`` and friends) measures and returns raw
+numbers as JSON; :mod:`bootstrap.verify.judge` decides, purely, against the catalog, with the
+checks in :mod:`bootstrap.verify.checks`. This module holds the two steps (``verify-node``,
+``verify-cross-node``), runs them on every node (and across nodes) and is the ``verify-gpu``
+task: render the verdicts, save and upload the report.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json as jsonlib
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from fabric import Connection
+from invoke import Context
+from invoke.exceptions import Exit
+from rich.console import Console
+
+from bootstrap.fleet.api import Host, HostContext, Options, StepResult, step
+from bootstrap.fleet.cli import COMMON_HELP, fleet_task, resolve_fleet
+from bootstrap.fleet.hosts import Fleet
+from bootstrap.fleet.runner import FleetReport, run_fleet
+from bootstrap.fleet.system import probe_step
+from bootstrap.tasks.pytorch import DEFAULT_VENV
+from bootstrap.verify.expected import Expected, expected_from
+from bootstrap.verify.judge import cluster_not_run, judge, judge_cluster
+from bootstrap.verify.render import STYLE, overall_line, verdict_table
+from bootstrap.verify.report import VerifyRun, save_report, upload_report
+from bootstrap.verify.ship import VerifyOptions, parse_node_env, run_on_node
+from bootstrap.verify.verdict import FAIL, Check, Verdict
+from infra.catalog import load_catalog
+
+
+def _result(measurements: dict[str, Any], ctx: HostContext, cluster: bool = False) -> StepResult:
+    exp: Expected = ctx.options.extra["expected"]
+    if cluster:
+        return StepResult.ok("cross-node run done", measurements=measurements)
+    verdict = judge(measurements, exp, host=ctx.host.label)
+    message = f"{verdict.status}" + (
+        f": {', '.join(c.name for c in verdict.failures)}" if verdict.failures else ""
+    )
+    details = {"measurements": measurements, "verdict": verdict}
+    if verdict.status == FAIL:
+        return StepResult.failed(message, **details)
+    return StepResult.ok(message, **details)
+
+
+@step("verify-node")
+def verify_node_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """Inventory, health and the benchmarks on one node."""
+    return _result(run_on_node(conn, ctx, "local"), ctx)
+
+
+@step("verify-cross-node")
+def verify_cross_node_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """This node's share of the cross-node all-reduce and training step."""
+    return _result(run_on_node(conn, ctx, "cross"), ctx, cluster=True)
+
+
+def master_address(outputs: Mapping[str, Any] | None, fleet: Fleet, override: str | None) -> str:
+    """Where the cross-node rendezvous listens: the head's private IP (the nodes reach each
+    other inside the VPC), else the address we reach the head at."""
+    if override:
+        return override
+    for node in (outputs or {}).get("nodes") or []:
+        if node.get("role") == "head" and node.get("private_ip"):
+            return str(node["private_ip"])
+    return fleet.hosts[0].address
+
+
+def _host_outcomes(
+    report: FleetReport, step_name: str
+) -> list[tuple[str, dict[str, Any] | None, str]]:
+    """(label, measurements or None, why not) per host of a runner report."""
+    out: list[tuple[str, dict[str, Any] | None, str]] = []
+    for h in report.hosts:
+        if h.connection_error:
+            out.append((h.host.label, None, h.connection_message))
+            continue
+        rec = next((s for s in h.steps if s.name == step_name), None)
+        if rec is None or "measurements" not in rec.result.details:
+            why = next((s.result.message for s in h.steps if s.result.is_failure), "not run")
+            out.append((h.host.label, None, why))
+        else:
+            out.append((h.host.label, dict(rec.result.details["measurements"]), ""))
+    return out
+
+
+def verify_fleet(
+    fleet: Fleet,
+    exp: Expected,
+    opts: VerifyOptions,
+    *,
+    outputs: Mapping[str, Any] | None = None,
+    config: Any = None,
+    console: Console | None = None,
+    connect_timeout_s: float = 10.0,
+) -> VerifyRun:
+    """Run the local stage on every host in parallel, then (several hosts, not --quick) the
+    cross-node stage on all of them at once, and judge everything."""
+    started = dt.datetime.now(dt.UTC)
+    ranks = {h: i for i, h in enumerate(fleet.hosts)}
+    if len(ranks) != len(fleet.hosts):
+        raise ValueError("the same host is listed twice")
+    extra = {
+        "verify": opts,
+        "expected": exp,
+        "ranks": ranks,
+        "master_addr": master_address(outputs, fleet, opts.master_addr),
+    }
+    options = Options(venv=str(Path(opts.python).parent.parent), extra=extra)
+
+    def make_context(host: Host) -> HostContext:
+        return HostContext(
+            host=host, options=options, tier=fleet.tier, scratch=exp.scratch, stack=fleet.stack
+        )
+
+    local = run_fleet(
+        "verify-gpu",
+        fleet.hosts,
+        [probe_step, verify_node_step],
+        make_context,
+        config=config,
+        console=console,
+        connect_timeout_s=connect_timeout_s,
+    )
+    verdicts: list[Verdict] = []
+    measurements: dict[str, Any] = {}
+    for label, m, why in _host_outcomes(local, verify_node_step.step_name):
+        if m is None:
+            verdicts.append(
+                Verdict(
+                    label,
+                    "cpu" if exp.cpu else "gpu",
+                    (Check("node", FAIL, "not verified", "-", detail=why),),
+                )
+            )
+            continue
+        measurements[label] = {"local": m}
+        verdicts.append(judge(m, exp, host=label))
+    cluster = None
+    if len(fleet.hosts) > 1 and not exp.quick:
+        unusable = [v.host for v in verdicts if v.checks and v.checks[0].name in ("node", "report")]
+        if unusable:
+            cluster = cluster_not_run(
+                f"not every node could run the local stage: {', '.join(unusable)}", exp
+            )
+        else:
+            cross = run_fleet(
+                "verify-gpu (cross-node)",
+                fleet.hosts,
+                [verify_cross_node_step],
+                make_context,
+                config=config,
+                console=console,
+                connect_timeout_s=connect_timeout_s,
+            )
+            per_host: dict[str, dict[str, Any]] = {}
+            for label, m, why in _host_outcomes(cross, verify_cross_node_step.step_name):
+                per_host[label] = m if m is not None else {"report_error": why}
+                measurements.setdefault(label, {})["cross"] = per_host[label]
+            cluster = judge_cluster(per_host, exp)
+    seconds = (dt.datetime.now(dt.UTC) - started).total_seconds()
+    return VerifyRun(
+        exp, verdicts, cluster, measurements, seconds, started.strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
+
+
+@fleet_task(
+    help={
+        **COMMON_HELP,
+        "quick": "inventory, health and GEMM only: skip training, bandwidth and scratch tests",
+        "cpu": "no GPU needed: run the training step on CPU (gloo, --nproc processes); "
+        "reported as a CPU run, never a PASS for a GPU tier",
+        "python": f"the node's Python with torch (default {DEFAULT_VENV}/bin/python)",
+        "tier": "catalog tier to judge against when hosts come from -H (e.g. a100x8)",
+        "nproc": "processes per node in --cpu mode (default 2)",
+        "steps": "training steps (default: 30 on GPU, 40 on CPU)",
+        "scratch": "scratch path to measure (default: the stack's scratch.path)",
+        "scratch_mb": "MiB written and read on scratch (default 4096)",
+        "node_env": "extra environment for the node-side run, KEY=VALUE,... "
+        "(e.g. NCCL_DEBUG=INFO,NCCL_SOCKET_IFNAME=ens5)",
+        "s3_endpoint": "S3-compatible endpoint URL for the bucket probe and the report upload",
+        "master_addr": "cross-node rendezvous address (default: the head's private IP)",
+        "master_port": "cross-node rendezvous port (default 29512)",
+        "timeout": "seconds before a node's benchmark run is killed (default 600)",
+        "reports": "folder for the JSON report (default reports/)",
+        "upload": "upload the report to the stack's bucket (default on; --no-upload)",
+    }
+)
+def verify_gpu(
+    c: Context,
+    stack: str = "",
+    inventory: str = "",
+    json: bool = False,
+    quick: bool = False,
+    cpu: bool = False,
+    python: str = "",
+    tier: str = "",
+    nproc: int = 2,
+    steps: int = 0,
+    scratch: str = "",
+    scratch_mb: int = 4096,
+    node_env: str = "",
+    s3_endpoint: str = "",
+    master_addr: str = "",
+    master_port: int = 29512,
+    timeout: float = 600.0,
+    reports: str = "reports",
+    upload: bool = True,
+    connect_timeout: float = 10.0,
+) -> None:
+    """Prove each node trains at the speed it is paid for: health, GEMM, bandwidth, a DDP step."""
+    console = Console(stderr=json, highlight=False, soft_wrap=False)
+    fleet = resolve_fleet(c, stack=stack, inventory=inventory)
+    outputs = dict(fleet.outputs) or None
+    try:
+        env = parse_node_env(node_env)
+        spec = replace(fleet.scratch, path=scratch) if scratch else None
+        exp = expected_from(
+            outputs,
+            load_catalog(),
+            tier=tier or None,
+            cpu=cpu,
+            quick=quick,
+            nodes=len(fleet.hosts),
+            scratch=spec or fleet.scratch,
+        )
+    except ValueError as exc:
+        raise Exit(f"gpufleet: {exc}", code=2) from None
+    opts = VerifyOptions(
+        python=python or f"{DEFAULT_VENV}/bin/python",
+        cpu=cpu,
+        quick=quick,
+        nproc=nproc,
+        steps=steps,
+        scratch_mb=scratch_mb,
+        timeout_s=timeout,
+        node_env=env,
+        s3_endpoint=s3_endpoint or None,
+        master_addr=master_addr or None,
+        master_port=master_port,
+    )
+    quiet = json or os.environ.get("GPUFLEET_QUIET") == "1"
+    run = verify_fleet(
+        fleet,
+        exp,
+        opts,
+        outputs=outputs,
+        config=c.config,
+        console=None if quiet else console,
+        connect_timeout_s=connect_timeout,
+    )
+    path = save_report(run, Path(reports))
+    uploaded = (
+        upload_report(path, exp, endpoint_url=opts.s3_endpoint)
+        if upload
+        else {"status": "skip", "reason": "--no-upload"}
+    )
+    doc = run.to_json()
+    doc["report_path"] = str(path)
+    doc["upload"] = uploaded
+    if json:
+        print(jsonlib.dumps(doc, indent=1, default=str))
+    else:
+        for v in run.verdicts:
+            console.print(verdict_table(v, f"verify-gpu {v.host}"))
+        if run.cluster:
+            console.print(
+                verdict_table(run.cluster, f"verify-gpu cluster ({len(fleet.hosts)} nodes)")
+            )
+        console.print(f"report: {path}")
+        where = uploaded.get("url") or f"not uploaded ({uploaded.get('reason')})"
+        console.print(f"bucket: {where}", highlight=False)
+        console.print(
+            overall_line([*run.verdicts, *([run.cluster] if run.cluster else [])], run.status),
+            style=STYLE.get(run.status, ""),
+            highlight=False,
+        )
+    if run.status == FAIL:
+        raise Exit(code=1)

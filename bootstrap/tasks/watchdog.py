@@ -1,0 +1,427 @@
+"""The idle watchdog on the nodes: `fab install-watchdog`, `fab keep-alive`, `fab idle-status`.
+
+``install_watchdog`` is also the last step of ``fab setup``. The node side is
+``bootstrap/remote/watchdog.py`` plus the shared policy (``watchdog_policy.py``, the reaper's
+own file), its bucket sync (``watchdog_sync.py``, stdlib only: nothing else to install on the
+node, so the sync path cannot be missing) and two systemd units; everything the steps do on
+the node is a command built by a pure function below, so the plan is tested without a node.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from fabric import Connection
+from invoke import Context
+from invoke.exceptions import Exit
+from rich.table import Table
+
+from bootstrap.fleet.api import HostContext, Options, StepResult, step
+from bootstrap.fleet.cli import COMMON_HELP, fleet_run, fleet_task
+from bootstrap.fleet.runner import FleetReport
+from bootstrap.fleet.system import root_sh, sh
+from infra.nodes import NODE_INFO_PATH as NODE_INFO  # the stack's first-boot facts
+from infra.reaper.policy import MAX_LEASE_HOURS
+from infra.render import number
+
+REMOTE_DIR = Path(__file__).resolve().parents[1] / "remote"
+# (file in bootstrap/remote, where it goes on the node, mode)
+PREFIX = "/opt/gpufleet"
+ETC = "/etc/gpufleet"
+UNIT_DIR = "/etc/systemd/system"
+STATE_DIR = "/var/lib/gpufleet"
+TIMER = "gpufleet-watchdog.timer"
+SERVICE = "gpufleet-watchdog.service"
+
+
+def node_files(prefix: str = PREFIX, unit_dir: str = UNIT_DIR) -> list[tuple[Path, str, str]]:
+    return [
+        (REMOTE_DIR / "watchdog.py", f"{prefix}/watchdog.py", "0755"),
+        # The link resolves to infra/reaper/policy.py: the node gets the reaper's own rules.
+        (REMOTE_DIR / "watchdog_policy.py", f"{prefix}/watchdog_policy.py", "0644"),
+        (REMOTE_DIR / "watchdog_sync.py", f"{prefix}/watchdog_sync.py", "0644"),
+        (REMOTE_DIR / SERVICE, f"{unit_dir}/{SERVICE}", "0644"),
+        (REMOTE_DIR / TIMER, f"{unit_dir}/{TIMER}", "0644"),
+    ]
+
+
+def watchdog_config(ctx: HostContext, extra: Mapping[str, Any]) -> dict[str, Any]:
+    """What /etc/gpufleet/watchdog.json adds to the first-boot node.json (stack facts)."""
+    # The kind decides whether unsynced checkpoints may be left behind by a stop: an
+    # instance store ("nvme") is erased, a data disk ("disk") survives.
+    cfg: dict[str, Any] = {"scratch_path": ctx.scratch.path, "scratch_kind": ctx.scratch.kind}
+    if ctx.host.name:
+        cfg["node"] = ctx.host.name
+    if ctx.host.role:
+        cfg["role"] = ctx.host.role
+    if ctx.stack:
+        cfg["stack"] = ctx.stack
+    if ctx.tier.name:
+        cfg["tier"] = ctx.tier.name
+    out = ctx.outputs
+    idle = out.get("idle") or {}
+    from_stack = {
+        "bucket": out.get("bucket"),
+        "provider": out.get("provider"),
+        "region": out.get("region"),
+        "idle_minutes": idle.get("idle_minutes"),
+        "ttl_hours": idle.get("ttl_hours"),
+    }
+    for key in ("bucket", "provider", "region", "idle_minutes", "ttl_hours", "dry_run"):
+        value = extra.get(key)
+        if value in (None, ""):
+            value = from_stack.get(key)
+        if value not in (None, ""):
+            cfg[key] = value
+    # Endpoint overrides: tests (moto and fakes on 127.0.0.1) and private endpoints.
+    for key in ("state_dir", "storage_endpoint_url", "metadata_url", "endpoint_url"):
+        if extra.get(key):
+            cfg[key] = extra[key]
+    return cfg
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def parse_sha256sum(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            out[parts[1]] = parts[0]
+    return out
+
+
+def enable_commands(unit_dir: str = UNIT_DIR) -> list[str]:
+    del unit_dir
+    return ["systemctl daemon-reload", f"systemctl enable --now {TIMER}"]
+
+
+def _paths(ctx: HostContext) -> tuple[str, str, str, str]:
+    extra = ctx.options.extra
+    return (
+        str(extra.get("watchdog_prefix") or PREFIX),
+        str(extra.get("watchdog_etc") or ETC),
+        str(extra.get("unit_dir") or UNIT_DIR),
+        str(extra.get("state_dir") or STATE_DIR),
+    )
+
+
+@step("install-watchdog")
+def install_watchdog(conn: Connection, ctx: HostContext) -> StepResult:
+    """Copy the watchdog and its units, write its config, enable the timer (idempotent)."""
+    prefix, etc, unit_dir, _state = _paths(ctx)
+    extra = ctx.options.extra
+    py = sh(conn, "python3 -c 'import sys; print(sys.version_info >= (3, 10))'")
+    if not py.ok or py.stdout.strip() != "True":
+        return StepResult.failed("the watchdog needs python3 >= 3.10 on the node")
+
+    config = watchdog_config(ctx, extra)
+    unknown = [k for k in ("provider", "region", "stack", "node") if k not in config]
+    if unknown and not sh(conn, f"test -f {NODE_INFO}").ok:
+        # A plain `-H` host with no stack behind it (a workstation, a foreign VM): the watchdog
+        # could only power it off blind, so it is not installed, and the report says so.
+        return StepResult.skipped(
+            f"no stack facts for this host ({', '.join(unknown)} unknown: no --stack or "
+            f"--inventory, and no {NODE_INFO} from a gpufleet first boot): idle watchdog not "
+            "installed; for a stack's node run `fab install-watchdog --stack S`"
+        )
+    files = node_files(prefix, unit_dir)
+    config_text = json.dumps(config, indent=2, sort_keys=True) + "\n"
+    wanted = {dest: sha256(src) for src, dest, _ in files}
+    wanted[f"{etc}/watchdog.json"] = hashlib.sha256(config_text.encode()).hexdigest()
+    have = parse_sha256sum(
+        sh(conn, "sha256sum " + " ".join(shlex.quote(p) for p in wanted) + " 2>/dev/null").stdout
+    )
+    stale = [p for p, digest in wanted.items() if have.get(p) != digest]
+
+    for src, dest, mode in files:
+        if dest in stale:
+            _put(conn, ctx, src.read_bytes(), dest, mode)
+    if f"{etc}/watchdog.json" in stale:
+        _put(conn, ctx, config_text.encode(), f"{etc}/watchdog.json", "0644")
+
+    enable = extra.get("enable_timer", True)
+    if enable:
+        if not sh(conn, "test -d /run/systemd/system").ok:
+            return StepResult.failed(
+                "systemd is not running on this node: the watchdog timer cannot be armed",
+                updated=stale,
+            )
+        for command in enable_commands(unit_dir):
+            done = root_sh(conn, ctx, command)
+            if not done.ok:
+                return StepResult.failed(f"{command}: {done.stderr.strip()[:300]}")
+        if not sh(conn, f"systemctl is-active --quiet {TIMER}").ok:
+            return StepResult.failed(f"{TIMER} is not active after enabling it")
+
+    check = root_sh(
+        conn, ctx, f"python3 {prefix}/watchdog.py status --json --config {etc}/watchdog.json"
+    )
+    if not check.ok:
+        return StepResult.failed(
+            f"the watchdog does not run on this node: {check.stderr.strip()[:300]}"
+        )
+    status = json.loads(check.stdout)
+    armed = "timer active" if enable else "timer not enabled (--no-watchdog-timer)"
+    note = f"{status['action']}: {status['reason']}"
+    # The sync path is proven, not assumed: the node writes a probe object to the bucket
+    # with its own role. Without it the watchdog would refuse every power-off (checkpoints
+    # unsaved) and only the hard TTL would stop the node.
+    probe = root_sh(
+        conn, ctx, f"python3 {prefix}/watchdog.py check-sync --json --config {etc}/watchdog.json"
+    )
+    try:
+        synced = json.loads(probe.stdout)
+    except ValueError:
+        synced = {"ok": False, "detail": (probe.stderr or probe.stdout).strip()[:300]}
+    if not synced.get("ok"):
+        return StepResult.failed(
+            f"scratch cannot be saved from this node: {synced.get('detail')}; the watchdog "
+            "will refuse to power it off while checkpoints are unsaved (fix the bucket or "
+            "the node role, then rerun fab install-watchdog)",
+            updated=stale,
+        )
+    note += f"; sync ok ({synced['detail']})"
+    if not stale:
+        return StepResult.ok(f"up to date, {armed}; {note}")
+    return StepResult.changed(f"installed {len(stale)} file(s), {armed}; {note}", updated=stale)
+
+
+def put_command(data: bytes, dest: str, mode: str) -> str:
+    """A shell command that writes ``data`` to ``dest`` with ``mode``, atomically enough.
+
+    The bytes travel inside the command (base64): nodes without an SFTP subsystem work too,
+    and the files are small (the watchdog is ~40 KB).
+    """
+    b64 = base64.b64encode(data).decode("ascii")
+    return (
+        f't=$(mktemp) && echo {b64} | base64 -d > "$t" && '
+        f'install -D -m {mode} "$t" {shlex.quote(dest)}; rc=$?; rm -f "$t"; exit $rc'
+    )
+
+
+def _put(conn: Connection, ctx: HostContext, data: bytes, dest: str, mode: str) -> None:
+    done = root_sh(conn, ctx, put_command(data, dest, mode))
+    if not done.ok:
+        raise RuntimeError(f"could not install {dest}: {done.stderr.strip()[:300]}")
+
+
+@step("keep-alive")
+def keep_alive_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """Write the lease (file + instance tag) through the watchdog on the node."""
+    prefix, etc, _unit, _state = _paths(ctx)
+    hours = float(ctx.options.extra.get("hours", 2))
+    done = root_sh(
+        conn,
+        ctx,
+        f"python3 {prefix}/watchdog.py lease --hours {hours:g} --json --config {etc}/watchdog.json",
+    )
+    if not done.ok:
+        return StepResult.failed(
+            f"lease not written: {(done.stderr or done.stdout).strip()[:300]} "
+            "(is the watchdog installed? fab install-watchdog)"
+        )
+    out = json.loads(done.stdout)
+    message = f"kept until {out['lease_until']} (tag {out['tag']})"
+    if str(out["tag"]).startswith("failed"):
+        # The node's watchdog honours the file; the cloud reaper only sees the tag, but it
+        # leaves nodes with a live watchdog alone, so the lease holds either way.
+        return StepResult.changed(message + "; the node's watchdog honours the file", **out)
+    return StepResult.changed(message, **out)
+
+
+@step("idle-status")
+def idle_status_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """The watchdog's idle clock and what keeps the node alive (reads only)."""
+    prefix, etc, _unit, _state = _paths(ctx)
+    done = sh(conn, f"python3 {prefix}/watchdog.py status --json --config {etc}/watchdog.json")
+    if not done.ok:
+        return StepResult.failed(
+            f"no watchdog answer: {(done.stderr or done.stdout).strip()[:200]} "
+            "(fab install-watchdog)"
+        )
+    status = json.loads(done.stdout)
+    idle = status.get("idle_minutes")
+    clock = (
+        f"idle {idle:.0f}/{status['idle_limit_minutes']:g} min"
+        if isinstance(idle, int | float)
+        else "no idle clock"
+    )
+    return StepResult.ok(idle_status_message(status, clock), **status)
+
+
+def idle_status_message(status: Mapping[str, Any], clock: str) -> str:
+    """One line per node: the decision, then what a person must know (pure)."""
+    parts = [f"{status['action']}: {status['reason']} ({clock})"]
+    if status.get("power_off_refused_since"):
+        parts.append(
+            f"POWER-OFF REFUSED since {status['power_off_refused_since']}: "
+            f"{status.get('unsynced_files', '?')} checkpoint file(s) not in the bucket"
+        )
+    elif status.get("unsynced_files"):
+        parts.append(f"{status['unsynced_files']} checkpoint file(s) not yet in the bucket")
+    parts.extend(str(p) for p in status.get("unreadable") or [])
+    return "; ".join(parts)
+
+
+def _extra(**values: Any) -> Options:
+    return Options(extra={k: v for k, v in values.items() if v not in (None, "")})
+
+
+@fleet_task(
+    name="install-watchdog",
+    help={
+        **COMMON_HELP,
+        "bucket": "bucket that scratch checkpoints are saved to (default: the stack's)",
+        "dry_run": "the watchdog decides and logs but never powers off",
+        "watchdog_timer": "arm the systemd timer (--no-watchdog-timer: install the files only, "
+        "for images and hosts without systemd; the same switch as fab setup's)",
+        "prefix": f"where the watchdog goes on the node (default {PREFIX})",
+        "etc": f"its config directory (default {ETC})",
+        "unit_dir": f"systemd unit directory (default {UNIT_DIR})",
+        "state_dir": f"lease and history directory (default {STATE_DIR})",
+        "storage_endpoint": "bucket API URL instead of the cloud's own (private endpoints, tests)",
+        "metadata_url": "instance metadata service URL instead of the cloud's own (tests)",
+        "api_endpoint": "metrics and tagging API URL instead of the cloud's own (tests)",
+    },
+)
+def install_watchdog_task(
+    c: Context,
+    stack: str = "",
+    inventory: str = "",
+    json: bool = False,
+    bucket: str = "",
+    dry_run: bool = False,
+    watchdog_timer: bool = True,
+    prefix: str = "",
+    etc: str = "",
+    unit_dir: str = "",
+    state_dir: str = "",
+    storage_endpoint: str = "",
+    metadata_url: str = "",
+    api_endpoint: str = "",
+    connect_timeout: float = 10.0,
+) -> None:
+    """Install (or update) the idle watchdog, prove it can save scratch to the bucket, and
+    arm its systemd timer on every node."""
+    options = _extra(
+        bucket=bucket or None,
+        dry_run=dry_run or None,
+        enable_timer=watchdog_timer,
+        watchdog_prefix=prefix,
+        watchdog_etc=etc,
+        unit_dir=unit_dir,
+        state_dir=state_dir,
+        storage_endpoint_url=storage_endpoint,
+        metadata_url=metadata_url,
+        endpoint_url=api_endpoint,
+    )
+    fleet_run(
+        c,
+        "install-watchdog",
+        [install_watchdog],
+        stack=stack,
+        inventory=inventory,
+        as_json=json,
+        options=options,
+        connect_timeout=connect_timeout,
+    )
+
+
+@fleet_task(
+    help={
+        **COMMON_HELP,
+        "hours": "keep every node alive this many hours from now (at most 336)",
+        "prefix": f"where the watchdog is on the node (default {PREFIX})",
+        "etc": f"its config directory (default {ETC})",
+    }
+)
+def keep_alive(
+    c: Context,
+    hours: float = 2.0,
+    stack: str = "",
+    inventory: str = "",
+    json: bool = False,
+    prefix: str = "",
+    etc: str = "",
+    connect_timeout: float = 10.0,
+) -> None:
+    """Lease the nodes for N hours: the watchdog and the reaper leave them running."""
+    if not 0 < hours <= MAX_LEASE_HOURS:  # said here, before any connection
+        raise Exit(
+            f"gpufleet: --hours must be more than 0 and at most {MAX_LEASE_HOURS} "
+            f"(14 days), got {number(hours)}",
+            code=2,
+        )
+    fleet_run(
+        c,
+        "keep-alive",
+        [keep_alive_step],
+        stack=stack,
+        inventory=inventory,
+        as_json=json,
+        options=_extra(hours=float(hours), watchdog_prefix=prefix, watchdog_etc=etc),
+        connect_timeout=connect_timeout,
+    )
+
+
+def idle_table(report: FleetReport) -> list[Table]:
+    table = Table(title="idle status")
+    for column in ("node", "action", "idle clock", "lease until", "why"):
+        table.add_column(column)
+    for host in report.hosts:
+        result = next((s.result for s in host.steps if s.name == "idle-status"), None)
+        d = dict(result.details) if result is not None else {}
+        idle = d.get("idle_minutes")
+        clock = (
+            f"{idle:.0f}/{d.get('idle_limit_minutes', 0):g} min"
+            if isinstance(idle, int | float)
+            else "-"
+        )
+        table.add_row(
+            host.host.label,
+            str(d.get("action", "?")),
+            clock,
+            str(d.get("lease_until") or "-"),
+            str(d.get("reason") or (result.message if result else host.status)),
+        )
+    return [table]
+
+
+@fleet_task(
+    help={
+        **COMMON_HELP,
+        "prefix": f"where the watchdog is on the node (default {PREFIX})",
+        "etc": f"its config directory (default {ETC})",
+    }
+)
+def idle_status(
+    c: Context,
+    stack: str = "",
+    inventory: str = "",
+    json: bool = False,
+    prefix: str = "",
+    etc: str = "",
+    connect_timeout: float = 10.0,
+) -> None:
+    """Each node's idle clock and what keeps it alive (SSH, GPU use, job, lease, boot grace)."""
+    fleet_run(
+        c,
+        "idle-status",
+        [idle_status_step],
+        stack=stack,
+        inventory=inventory,
+        as_json=json,
+        options=_extra(watchdog_prefix=prefix, watchdog_etc=etc),
+        readonly=True,
+        connect_timeout=connect_timeout,
+        render=idle_table,
+    )

@@ -1,0 +1,264 @@
+"""The node files on their own: copied out of the repo, run by a clean interpreter
+(``python -S -E -I``: no site-packages, no environment, no current directory on the path)
+with only their own folder to import from, against fakes and moto on 127.0.0.1 — as the
+node runs them. Plus the boundary itself: every ``bootstrap/remote/*.py`` parses as Python
+3.10 (the nodes' Ubuntu 22.04) and imports only the standard library (and torch for
+verify_train) or its neighbours."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.bootstrap.remote.watchdog_fakes import INSTANCE_ID, FakeIMDS, moto_server, serve
+
+REMOTE = Path(__file__).resolve().parents[3] / "bootstrap" / "remote"
+NODE_FILES = ("watchdog.py", "watchdog_policy.py", "watchdog_sync.py")
+PYTHON310 = Path("/root/.pyenv/versions/3.10.13/bin/python3.10")
+BUCKET = "gpufleet-alone-test"
+
+
+def remote_modules() -> list[Path]:
+    return sorted(REMOTE.glob("*.py"))
+
+
+def _optional(node: ast.Try) -> bool:
+    caught = " ".join(ast.unparse(h.type) for h in node.handlers if h.type is not None)
+    return "ImportError" in caught or "ModuleNotFoundError" in caught
+
+
+def imports_of(tree: ast.Module) -> set[str]:
+    """Top-level module names a file needs: not those under ``if TYPE_CHECKING:`` (never
+    run) nor in a ``try:`` that catches ImportError (optional, with a fallback)."""
+    names: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Try) and _optional(node):
+            for child in [*node.handlers, *node.orelse, *node.finalbody]:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return names
+
+
+@pytest.mark.parametrize("path", remote_modules(), ids=lambda p: p.name)
+def test_every_node_file_parses_as_python_3_10(path: Path) -> None:
+    ast.parse(path.read_text(), filename=str(path), feature_version=(3, 10))
+
+
+@pytest.mark.parametrize("path", remote_modules(), ids=lambda p: p.name)
+def test_every_node_file_imports_only_the_stdlib_or_its_neighbours(path: Path) -> None:
+    allowed = set(sys.stdlib_module_names) | {p.stem for p in remote_modules()}
+    if path.name == "verify_train.py":
+        allowed.add("torch")
+    foreign = imports_of(ast.parse(path.read_text())) - allowed - {"__future__"}
+    assert not foreign, f"{path.name} imports {sorted(foreign)}"
+
+
+def test_the_import_check_sees_a_project_import() -> None:
+    code = (
+        "import os\nfrom bootstrap.remote import x\nif TYPE_CHECKING:\n import infra\n"
+        "try:\n import boto3\nexcept ImportError:\n boto3 = None\n"
+        "try:\n import yaml\nexcept ValueError:\n pass\n"
+    )
+    assert imports_of(ast.parse(code)) == {"os", "bootstrap", "yaml"}
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[str]:
+    with moto_server() as url:
+        yield url
+
+
+@pytest.fixture
+def imds() -> Iterator[tuple[FakeIMDS, str]]:
+    fake = FakeIMDS(tags={"managed-by": "gpufleet", "gpufleet:stack": "alone"})
+    with serve(fake.handler()) as url:
+        yield fake, url
+
+
+def ship(tmp_path: Path, files: tuple[str, ...] = NODE_FILES) -> Path:
+    """What `fab install-watchdog` puts in /opt/gpufleet (copy follows the policy link)."""
+    node_dir = tmp_path / "opt"
+    node_dir.mkdir()
+    for name in files:
+        shutil.copy(REMOTE / name, node_dir / name)
+    return node_dir
+
+
+def node_config(tmp_path: Path, **kw: Any) -> Path:
+    scratch = tmp_path / "scratch"
+    (scratch / "checkpoints").mkdir(parents=True, exist_ok=True)
+    data = {
+        "provider": "aws",
+        "region": "us-east-1",
+        "stack": "alone",
+        "node": "alone-0",
+        "tier": "t4x1",
+        "bucket": BUCKET,
+        "scratch_path": str(scratch),
+        "state_dir": str(tmp_path / "state"),
+        "samples_per_run": 1,
+        **kw,
+    }
+    path = tmp_path / "watchdog.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def run_node(
+    node_dir: Path, *args: str, python: str = sys.executable
+) -> subprocess.CompletedProcess[str]:
+    # -I leaves the script's own folder off sys.path (the node's plain `python3 watchdog.py`
+    # puts it first): the launcher puts that folder, and only it, there.
+    launcher = (
+        "import runpy, sys; d = sys.argv[1]; sys.path.insert(0, d); sys.argv = sys.argv[2:]; "
+        "runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    script = str(node_dir / "watchdog.py")
+    return subprocess.run(
+        [python, "-S", "-E", "-I", "-c", launcher, str(node_dir), script, *args],
+        cwd=node_dir.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin"},  # no AWS_* variables: credentials come from the role
+        check=False,
+    )
+
+
+@pytest.mark.integration
+def test_shipped_watchdog_runs_once_dry_with_only_its_own_files(
+    tmp_path: Path, moto: str, imds: tuple[FakeIMDS, str]
+) -> None:
+    fake, imds_url = imds
+    node_dir = ship(tmp_path)
+    config = node_config(tmp_path, endpoint_url=moto, metadata_url=imds_url)
+    done = run_node(node_dir, "run", "--dry-run", "--json", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    # No nvidia-smi here: an unreadable GPU counts as activity, never as idle.
+    assert out["action"] == "keep"
+    assert out["problems"] == []
+    assert fake.tag_reads >= 1  # it asked the metadata service for its tags
+    state = json.loads((tmp_path / "state" / "watchdog-state.json").read_text())
+    assert state["tags"]["tags"] == fake.tags
+    cw = boto3.client("cloudwatch", endpoint_url=moto, region_name="us-east-1")
+    listed = cw.list_metrics(Namespace="gpufleet", MetricName="Heartbeat")["Metrics"]
+    assert {"Name": "InstanceId", "Value": INSTANCE_ID} in listed[0]["Dimensions"]
+
+
+@pytest.mark.integration
+def test_shipped_watchdog_reports_unreadable_tags(
+    tmp_path: Path, moto: str, imds: tuple[FakeIMDS, str]
+) -> None:
+    fake, imds_url = imds
+    fake.tags = None  # InstanceMetadataTags disabled
+    node_dir = ship(tmp_path)
+    config = node_config(tmp_path, endpoint_url=moto, metadata_url=imds_url)
+    done = run_node(node_dir, "status", "--json", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["action"] == "keep"
+    assert out["unreadable"] and "InstanceMetadataTags" in out["unreadable"][0]
+
+
+@pytest.mark.integration
+def test_shipped_sync_saves_scratch_to_moto_s3_and_then_has_nothing_left(
+    tmp_path: Path, moto: str, imds: tuple[FakeIMDS, str]
+) -> None:
+    _, imds_url = imds
+    s3 = boto3.client("s3", endpoint_url=moto, region_name="us-east-1")
+    s3.create_bucket(Bucket=BUCKET)
+    node_dir = ship(tmp_path)
+    config = node_config(tmp_path, storage_endpoint_url=moto, metadata_url=imds_url)
+    ckpt = tmp_path / "scratch" / "checkpoints"
+    (ckpt / "step-7").mkdir()
+    (ckpt / "step-7" / "optim.pt").write_bytes(b"\x00\x01" * 50_000)
+    (ckpt / "latest").write_text("step-7")
+
+    check = run_node(node_dir, "check-sync", "--json", "--config", str(config))
+    assert check.returncode == 0, check.stderr
+    assert json.loads(check.stdout)["ok"] is True
+
+    first = run_node(node_dir, "sync", "--json", "--config", str(config))
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["uploaded"] == 2
+    got = s3.get_object(Bucket=BUCKET, Key="checkpoints/alone-0/step-7/optim.pt")["Body"].read()
+    assert got == b"\x00\x01" * 50_000
+    again = json.loads(run_node(node_dir, "sync", "--json", "--config", str(config)).stdout)
+    assert (again["ok"], again["uploaded"], again["unsynced_files"]) == (True, 0, 0)
+
+
+@pytest.mark.integration
+def test_shipped_check_sync_fails_clearly_for_a_missing_bucket(
+    tmp_path: Path, moto: str, imds: tuple[FakeIMDS, str]
+) -> None:
+    _, imds_url = imds
+    node_dir = ship(tmp_path)
+    config = node_config(
+        tmp_path, bucket="gpufleet-never-made", storage_endpoint_url=moto, metadata_url=imds_url
+    )
+    done = run_node(node_dir, "check-sync", "--json", "--config", str(config))
+    assert done.returncode == 1
+    out = json.loads(done.stdout)
+    assert out["ok"] is False
+    assert "NoSuchBucket" in out["detail"]
+
+
+def test_shipped_watchdog_without_its_policy_file_does_not_run(tmp_path: Path) -> None:
+    node_dir = ship(tmp_path, ("watchdog.py", "watchdog_sync.py"))
+    config = node_config(tmp_path, publish_metrics=False, metadata_url="http://127.0.0.1:9")
+    done = run_node(node_dir, "status", "--json", "--config", str(config))
+    assert done.returncode != 0
+    assert "No module named 'watchdog_policy'" in done.stderr
+
+
+def test_shipped_watchdog_without_its_sync_file_does_not_run(tmp_path: Path) -> None:
+    node_dir = ship(tmp_path, ("watchdog.py", "watchdog_policy.py"))
+    config = node_config(tmp_path, publish_metrics=False, metadata_url="http://127.0.0.1:9")
+    done = run_node(node_dir, "status", "--json", "--config", str(config))
+    assert done.returncode != 0
+    assert "No module named 'watchdog_sync'" in done.stderr
+
+
+@pytest.mark.skipif(not PYTHON310.exists(), reason="no CPython 3.10 here (pyenv 3.10.13)")
+def test_shipped_watchdog_answers_status_under_a_real_python_3_10(tmp_path: Path) -> None:
+    node_dir = ship(tmp_path)
+    config = node_config(tmp_path, publish_metrics=False, metadata_url="http://127.0.0.1:9")
+    done = run_node(node_dir, "status", "--json", "--config", str(config), python=str(PYTHON310))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["action"] == "keep"
+    assert out["idle_limit_minutes"] == 30
+    assert out["unreadable"]  # no metadata service on port 9: tags unknown, said so
+
+
+def test_watchdog_cli_rejects_a_bad_config_with_exit_2_and_one_line(tmp_path: Path) -> None:
+    node_dir = ship(tmp_path)
+    config = tmp_path / "watchdog.json"
+    config.write_text("{not json")
+    done = run_node(node_dir, "status", "--config", str(config))
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "not readable JSON" in done.stderr
