@@ -166,39 +166,22 @@ def make_store(
     """The watchdog's store for the stack's bucket, or None when checkpoints stay here."""
     if not bucket:
         return None
-    # The instance role only on a real node: never the metadata address for a test endpoint
-    # (unless a metadata URL is given explicitly, e.g. a local fake).
-    meta = watchdog.Metadata(provider or "aws", metadata_url)
-    role = watchdog.env_or_role_credentials(meta)
+    cloud = watchdog.node_cloud(provider or "aws", region or "us-east-1", "", metadata_url)
 
     def creds() -> dict[str, str] | None:
+        # The instance role only on a real node: never the metadata address for a test
+        # endpoint (unless a metadata URL is given explicitly, e.g. a local fake).
         if endpoint and not metadata_url:
-            return env_credentials(provider)
-        return role()
+            return cloud.env_credentials()
+        return cloud.credentials()
 
     return watchdog_sync.Store.for_node(
-        provider=provider or "aws",
+        endpoint=cloud.bucket_endpoint(),
         region=region or "us-east-1",
         bucket=bucket,
         credentials=creds,
         endpoint_url=endpoint,
     )
-
-
-def env_credentials(provider: str) -> dict[str, str] | None:
-    env = os.environ
-    key, secret, token = (
-        (
-            "ALIBABA_CLOUD_ACCESS_KEY_ID",
-            "ALIBABA_CLOUD_ACCESS_KEY_SECRET",
-            "ALIBABA_CLOUD_SECURITY_TOKEN",
-        )
-        if provider == "alicloud"
-        else ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-    )
-    if not env.get(key):
-        return None
-    return {"access_key_id": env[key], "secret": env.get(secret, ""), "token": env.get(token, "")}
 
 
 # ---------------------------------------------------------------------------- push / restore

@@ -4,7 +4,8 @@
 Runs on the node from a systemd timer (gpufleet-watchdog.timer, every ~minute), as root, with
 the system Python (3.10+) and nothing but the standard library and the node's own tools
 (nvidia-smi, ss, who). Next to it: ``watchdog_policy.py``, the idle rules (the same file the
-cloud reaper runs, infra/reaper/policy.py), and ``watchdog_sync.py``, its bucket sync.
+cloud reaper runs, infra/reaper/policy.py), and ``watchdog_sync.py``, its bucket sync. What
+differs per cloud is one class per cloud (section "clouds", registry ``CLOUDS``).
 
 One run:
   1. reads its config (/etc/gpufleet/watchdog.json), the sample history and the lease file;
@@ -47,7 +48,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:  # for mypy only; never executed
     from bootstrap.remote import watchdog_policy as policy
@@ -88,16 +89,12 @@ PROTECTED_VALUES = {"true", "yes", "1"}  # as infra/reaper/core.py reads it
 # (a new name; the reaper's names above are unchanged).
 METRIC_UNSYNCED = "UnsyncedCheckpointFiles"
 
-AWS_IMDS = "http://169.254.169.254"
-ALICLOUD_IMDS = "http://100.100.100.200"
-
-
 # ---------------------------------------------------------------------------- config
 
 
 @dataclass(frozen=True)
 class Config:
-    provider: str  # aws | alicloud
+    provider: str  # a key of CLOUDS
     region: str
     stack: str
     node: str
@@ -143,8 +140,8 @@ class Config:
         problems = [
             f"missing {k!r}" for k in ("provider", "region", "stack", "node") if not data.get(k)
         ]
-        if data.get("provider") not in (None, "aws", "alicloud"):
-            problems.append(f"provider must be aws or alicloud, got {data['provider']!r}")
+        if data.get("provider") is not None and data["provider"] not in CLOUDS:
+            problems.append(f"provider must be {' or '.join(CLOUDS)}, got {data['provider']!r}")
         if problems:
             raise ValueError(f"{path}: " + "; ".join(problems))
         if "sync_dirs" in data:
@@ -296,25 +293,24 @@ class TagsUnreadable(Exception):
     """The instance's tags could not be read; the message says why (logged and published)."""
 
 
-class Metadata:
-    """The instance metadata service: instance id, tags, spot notices, role credentials.
+Credentials = sync.Credentials  # access_key_id, secret, token (may be "")
+Metric = tuple[str, float, str]  # name, value, unit
 
-    Both clouds run it in token mode on gpufleet nodes (the stack sets ``http_tokens =
-    "required"``): a session token from ``PUT /latest/api/token`` goes with every read.
-    AWS: IMDSv2, ``X-aws-ec2-metadata-token`` (docs.aws.amazon.com/AWSEC2/latest/UserGuide/
-    configuring-instance-metadata-service.html). Alicloud: security hardening mode,
-    ``X-aliyun-ecs-metadata-token`` (alibabacloud.com/help/en/ecs/user-guide/
-    view-instance-metadata).
+
+class TokenMetadata:
+    """A metadata service in token mode: a session token from ``PUT /latest/api/token`` goes
+    with every read, in the header the cloud names (each cloud class below says which).
+
+    Reads that fail for the network raise (callers decide what an unreadable answer means);
+    a 404 is ``None``, the service's way of saying "not here".
     """
 
-    def __init__(self, provider: str, base_url: str = "", timeout: float = 2.0) -> None:
-        self.provider = provider
-        self.base = (base_url or (AWS_IMDS if provider == "aws" else ALICLOUD_IMDS)).rstrip("/")
+    def __init__(self, base_url: str, token_header: str, timeout: float = 2.0) -> None:
+        self.base = base_url.rstrip("/")
         self.timeout = timeout
-        vendor = "aws-ec2" if provider == "aws" else "aliyun-ecs"
-        self._token_header = f"X-{vendor}-metadata-token"
+        self._token_header = token_header
 
-    def _get(self, path: str) -> str | None:
+    def get(self, path: str) -> str | None:
         headers = {}
         token = self._token()
         if token:
@@ -340,60 +336,21 @@ class Metadata:
         except (urllib.error.URLError, OSError):
             return None
 
-    def instance_tags(self) -> dict[str, str]:
-        """AWS: the instance's tags from IMDS, ``/latest/meta-data/tags/instance/`` (the stack
-        enables ``instance_metadata_tags``; docs.aws.amazon.com/AWSEC2/latest/UserGuide/
-        work-with-tags-in-IMDS.html). Raises TagsUnreadable, never returns a guess."""
+    def read(self, path: str) -> str | None:
+        """The stripped text at ``path``; None when it is absent, empty or unreachable."""
         try:
-            listing = self._get("/latest/meta-data/tags/instance")
-            if listing is None:
-                raise TagsUnreadable(
-                    "instance tags are not in the metadata service (is InstanceMetadataTags "
-                    "enabled on the instance?)"
-                )
-            tags: dict[str, str] = {}
-            for key in (k.strip() for k in listing.splitlines()):
-                if not key:
-                    continue
-                value = self._get("/latest/meta-data/tags/instance/" + urllib.parse.quote(key))
-                if value is None:
-                    raise TagsUnreadable(f"tag {key!r} listed but not readable")
-                tags[key] = value
-            return tags
-        except (urllib.error.URLError, OSError, UnicodeDecodeError) as exc:
-            raise TagsUnreadable(f"metadata service: {exc}") from None
-
-    def instance_id(self) -> str | None:
-        try:
-            return self._get("/latest/meta-data/instance-id")
-        except (urllib.error.URLError, OSError):
-            return None
-
-    def spot_notice(self) -> str | None:
-        """The interruption notice (its time or action document), or None when there is none."""
-        path = (
-            "/latest/meta-data/spot/instance-action"
-            if self.provider == "aws"
-            else "/latest/meta-data/instance/spot/termination-time"
-        )
-        try:
-            text = self._get(path)
+            text = self.get(path)
         except (urllib.error.URLError, OSError):
             return None  # no metadata service: nothing to act on
         return text.strip() if text and text.strip() else None
 
-    def role_credentials(self) -> dict[str, str] | None:
-        """Temporary credentials of the instance's role (AWS IAM / Alicloud RAM)."""
-        base = (
-            "/latest/meta-data/iam/security-credentials/"
-            if self.provider == "aws"
-            else "/latest/meta-data/ram/security-credentials/"
-        )
+    def role_credentials(self, base: str) -> Credentials | None:
+        """Temporary credentials of the instance's role, listed under ``base``."""
         try:
-            role = (self._get(base) or "").strip().splitlines()
+            role = (self.get(base) or "").strip().splitlines()
             if not role:
                 return None
-            doc = json.loads(self._get(base + role[0]) or "{}")
+            doc = json.loads(self.get(base + role[0]) or "{}")
         except (urllib.error.URLError, OSError, ValueError):
             return None
         return {
@@ -403,7 +360,13 @@ class Metadata:
         }
 
 
-# ---------------------------------------------------------------------------- metrics
+def env_credentials(keys: tuple[str, str, str]) -> Credentials | None:
+    """Credentials from the environment variables ``keys`` (key id, secret, token), if set."""
+    key, secret, token = keys
+    env = os.environ
+    if not env.get(key):
+        return None
+    return {"access_key_id": env[key], "secret": env.get(secret, ""), "token": env.get(token, "")}
 
 
 sigv4_headers = sync.sigv4_headers  # one signer for metrics, tags and the bucket
@@ -444,6 +407,357 @@ def alicloud_rpc_query(
     return urllib.parse.urlencode(full)
 
 
+def system_poweroff() -> None:
+    # Instance-initiated shutdown: the stack sets its behaviour to "stop", never terminate.
+    subprocess.run(["systemctl", "poweroff"], check=False)
+
+
+# ---------------------------------------------------------------------------- clouds
+#
+# Everything this node knows about its cloud lives in one class per cloud below, picked from
+# CLOUDS by the config's "provider"; nothing else in this file, watchdog_sync.py or
+# job_sync.py names a cloud (tests/infra/test_provider_knowledge.py fails if one does).
+# Adding a cloud is one class here and one CLOUDS entry. The class must provide (NodeCloud):
+#
+#   Cls(region, endpoint_url="", metadata_url="")   endpoint_url overrides the cloud's API
+#       (tags, metrics) and metadata_url its metadata service; both are for tests and
+#       private endpoints, "" means the cloud's own.
+#   name                          the provider's name, as the stack's config spells it
+#   instance_id()                 this instance's id from the metadata service, or None
+#   env_credentials()             API credentials from the cloud's usual environment
+#                                 variables, or None (they override the instance's role)
+#   credentials()                 env_credentials(), else the instance role's temporary
+#                                 credentials from the metadata service, else None
+#   spot_notice()                 the spot/preemption notice (any non-empty text that
+#                                 changes per notice), or None when there is none or it
+#                                 cannot be read
+#   instance_tags(id, creds)      this instance's own tags; raises TagsUnreadable, never
+#                                 guesses ({} only when it has none). ``creds`` is a
+#                                 callable, called only by a cloud whose tag read needs it
+#   write_tag(id, key, value, creds)   set one tag on this instance (the lease); raises on
+#                                 failure (urllib's errors: retry_idempotent retries 5xx/429)
+#   put_metrics(id, metrics, creds)    publish [(name, value, unit)] as custom metrics
+#                                 under fleet_names' namespace, dimension = the instance id,
+#                                 with NO timestamp (the service stamps them); raises
+#   bucket_endpoint()             scheme://host of the bucket's S3-compatible API in region
+#                                 (watchdog_sync.Store puts the bucket in front of the host)
+#   poweroff()                    stop this instance so that billing for its GPUs ends and
+#                                 its disks stay (the watchdog calls it only after its sync)
+#
+# Credentials are {"access_key_id", "secret", "token"} (watchdog_sync.Credentials). Every
+# network call is bounded by ``timeout``. The shared helpers above (TokenMetadata,
+# sigv4_headers, alicloud_rpc_query, env_credentials, system_poweroff) may be reused.
+
+
+class NodeCloud(Protocol):
+    """One cloud, as the node sees it (see the comment above for each member's contract)."""
+
+    name: ClassVar[str]
+
+    def __init__(self, region: str, endpoint_url: str = "", metadata_url: str = "") -> None: ...
+
+    def instance_id(self) -> str | None: ...
+    def env_credentials(self) -> Credentials | None: ...
+    def credentials(self) -> Credentials | None: ...
+    def spot_notice(self) -> str | None: ...
+    def instance_tags(
+        self, instance_id: str, creds: Callable[[], Credentials | None]
+    ) -> dict[str, str]: ...
+    def write_tag(self, instance_id: str, key: str, value: str, creds: Credentials) -> None: ...
+    def put_metrics(
+        self, instance_id: str, metrics: Sequence[Metric], creds: Credentials
+    ) -> None: ...
+    def bucket_endpoint(self) -> str: ...
+    def poweroff(self) -> None: ...
+
+
+@dataclass
+class AwsNode:
+    """EC2: IMDSv2 (``X-aws-ec2-metadata-token``, docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+    configuring-instance-metadata-service.html; the stack sets ``http_tokens = "required"``),
+    tags from IMDS, CloudWatch PutMetricData and EC2 CreateTags over the query API signed
+    with SigV4, S3 for the bucket, and an instance-initiated shutdown that stops."""
+
+    region: str
+    endpoint_url: str = ""
+    metadata_url: str = ""
+    timeout: float = 10.0
+    name: ClassVar[str] = "aws"
+
+    @property
+    def metadata(self) -> TokenMetadata:
+        return TokenMetadata(
+            self.metadata_url or "http://169.254.169.254", "X-aws-ec2-metadata-token"
+        )
+
+    def instance_id(self) -> str | None:
+        try:
+            return self.metadata.get("/latest/meta-data/instance-id")
+        except (urllib.error.URLError, OSError):
+            return None
+
+    def env_credentials(self) -> Credentials | None:
+        return env_credentials(("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"))
+
+    def credentials(self) -> Credentials | None:
+        return self.env_credentials() or self.metadata.role_credentials(
+            "/latest/meta-data/iam/security-credentials/"
+        )
+
+    def spot_notice(self) -> str | None:
+        return self.metadata.read("/latest/meta-data/spot/instance-action")
+
+    def instance_tags(
+        self, instance_id: str, creds: Callable[[], Credentials | None]
+    ) -> dict[str, str]:
+        """From IMDS, ``/latest/meta-data/tags/instance/`` (the stack enables
+        ``instance_metadata_tags``; docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+        work-with-tags-in-IMDS.html): no API call, no credentials."""
+        del instance_id, creds
+        metadata = self.metadata
+        try:
+            listing = metadata.get("/latest/meta-data/tags/instance")
+            if listing is None:
+                raise TagsUnreadable(
+                    "instance tags are not in the metadata service (is InstanceMetadataTags "
+                    "enabled on the instance?)"
+                )
+            tags: dict[str, str] = {}
+            for key in (k.strip() for k in listing.splitlines()):
+                if not key:
+                    continue
+                value = metadata.get("/latest/meta-data/tags/instance/" + urllib.parse.quote(key))
+                if value is None:
+                    raise TagsUnreadable(f"tag {key!r} listed but not readable")
+                tags[key] = value
+            return tags
+        except (urllib.error.URLError, OSError, UnicodeDecodeError) as exc:
+            raise TagsUnreadable(f"metadata service: {exc}") from None
+
+    def _query(self, service: str, params: dict[str, str], creds: Credentials) -> None:
+        host = f"https://{service}.{self.region}.amazonaws.com"
+        url = (self.endpoint_url or host).rstrip("/") + "/"
+        body = urllib.parse.urlencode(params).encode()
+        headers = sigv4_headers(
+            method="POST",
+            url=url,
+            body=body,
+            region=self.region,
+            service=service,
+            access_key_id=creds["access_key_id"],
+            secret=creds["secret"],
+            token=creds.get("token", ""),
+        )
+        request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+        with urllib.request.urlopen(request, timeout=self.timeout) as resp:
+            resp.read()
+
+    def write_tag(self, instance_id: str, key: str, value: str, creds: Credentials) -> None:
+        params = {
+            "Action": "CreateTags",
+            "Version": "2016-11-15",
+            "ResourceId.1": instance_id,
+            "Tag.1.Key": key,
+            "Tag.1.Value": value,
+        }
+        self._query("ec2", params, creds)
+
+    def put_metrics(self, instance_id: str, metrics: Sequence[Metric], creds: Credentials) -> None:
+        params = {"Action": "PutMetricData", "Version": "2010-08-01", "Namespace": NAMESPACE}
+        for n, (name, value, unit) in enumerate(metrics, start=1):
+            prefix = f"MetricData.member.{n}"
+            params.update(
+                {
+                    f"{prefix}.MetricName": name,
+                    f"{prefix}.Value": repr(value),
+                    f"{prefix}.Unit": unit,
+                    f"{prefix}.Dimensions.member.1.Name": DIMENSION,
+                    f"{prefix}.Dimensions.member.1.Value": instance_id,
+                }
+            )
+        self._query("monitoring", params, creds)
+
+    def bucket_endpoint(self) -> str:
+        return f"https://s3.{self.region}.amazonaws.com"
+
+    def poweroff(self) -> None:
+        system_poweroff()  # the stack sets instance_initiated_shutdown_behavior = "stop"
+
+
+@dataclass
+class AlicloudNode:
+    """ECS: the metadata service in security hardening mode (``X-aliyun-ecs-metadata-token``,
+    alibabacloud.com/help/en/ecs/user-guide/view-instance-metadata), the RAM role's STS
+    credentials, tags through ListTagResources and the lease through TagResources (ECS RPC
+    API), CloudMonitor PutCustomMetric, all signed with RPC signature v1; OSS through its
+    S3-compatible endpoint for the bucket."""
+
+    region: str
+    endpoint_url: str = ""
+    metadata_url: str = ""
+    timeout: float = 10.0
+    name: ClassVar[str] = "alicloud"
+
+    @property
+    def metadata(self) -> TokenMetadata:
+        return TokenMetadata(
+            self.metadata_url or "http://100.100.100.200", "X-aliyun-ecs-metadata-token"
+        )
+
+    def instance_id(self) -> str | None:
+        try:
+            return self.metadata.get("/latest/meta-data/instance-id")
+        except (urllib.error.URLError, OSError):
+            return None
+
+    def env_credentials(self) -> Credentials | None:
+        return env_credentials(
+            (
+                "ALIBABA_CLOUD_ACCESS_KEY_ID",
+                "ALIBABA_CLOUD_ACCESS_KEY_SECRET",
+                "ALIBABA_CLOUD_SECURITY_TOKEN",
+            )
+        )
+
+    def credentials(self) -> Credentials | None:
+        return self.env_credentials() or self.metadata.role_credentials(
+            "/latest/meta-data/ram/security-credentials/"
+        )
+
+    def spot_notice(self) -> str | None:
+        return self.metadata.read("/latest/meta-data/instance/spot/termination-time")
+
+    def _rpc(self, service: str, params: dict[str, str], creds: Credentials) -> bytes:
+        """One signed RPC call (a POST form); the answer's body. Raises urllib's errors."""
+        host = f"https://{service}.{self.region}.aliyuncs.com"
+        url = (self.endpoint_url or host).rstrip("/") + "/"
+        body = alicloud_rpc_query(
+            params,
+            access_key_id=creds["access_key_id"],
+            secret=creds["secret"],
+            token=creds.get("token", ""),
+        ).encode()
+        request = urllib.request.Request(
+            url,
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        with urllib.request.urlopen(request, timeout=self.timeout) as resp:
+            return bytes(resp.read())
+
+    def instance_tags(
+        self, instance_id: str, creds: Callable[[], Credentials | None]
+    ) -> dict[str, str]:
+        """Through the ECS API (ListTagResources, signed with the node's RAM role;
+        help.aliyun.com/en/ecs/developer-reference/api-ecs-2014-05-26-listtagresources).
+        Alicloud's metadata service does not offer tags to everyone yet
+        (ModifyInstanceMetadataOptions: InstanceMetadataTags is "in invitational preview")."""
+        if not instance_id:
+            raise TagsUnreadable("no instance id (config or metadata service)")
+        found = creds()
+        if not found:
+            raise TagsUnreadable("no credentials (instance RAM role or environment)")
+        tags: dict[str, str] = {}
+        token = ""
+        for _page in range(5):  # 20 tags per instance at most; bounded anyway
+            params = {
+                "Action": "ListTagResources",
+                "Version": "2014-05-26",
+                "RegionId": self.region,
+                "ResourceType": "instance",
+                "ResourceId.1": instance_id,
+            }
+            if token:
+                params["NextToken"] = token
+            try:
+                answer = json.loads(self._rpc("ecs", params, found) or b"{}")
+            except urllib.error.HTTPError as exc:
+                try:
+                    detail = json.loads(exc.read() or b"{}").get("Code", "")
+                except ValueError:
+                    detail = ""
+                raise TagsUnreadable(
+                    f"ListTagResources: HTTP {exc.code} {detail}".strip()
+                ) from None
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                raise TagsUnreadable(f"ListTagResources: {exc}") from None
+            if not isinstance(answer, dict) or "TagResources" not in answer:
+                raise TagsUnreadable(f"ListTagResources: unexpected answer {str(answer)[:120]}")
+            for item in (answer.get("TagResources") or {}).get("TagResource") or []:
+                if item.get("ResourceId") in (None, instance_id) and "TagKey" in item:
+                    tags[str(item["TagKey"])] = str(item.get("TagValue") or "")
+            token = str(answer.get("NextToken") or "")
+            if not token:
+                return tags
+        raise TagsUnreadable("ListTagResources: more pages than an instance can have tags")
+
+    def write_tag(self, instance_id: str, key: str, value: str, creds: Credentials) -> None:
+        params = {
+            "Action": "TagResources",
+            "Version": "2014-05-26",
+            "RegionId": self.region,
+            "ResourceType": "instance",
+            "ResourceId.1": instance_id,
+            "Tag.1.Key": key,
+            "Tag.1.Value": value,
+        }
+        self._rpc("ecs", params, creds)
+
+    def put_metrics(self, instance_id: str, metrics: Sequence[Metric], creds: Credentials) -> None:
+        # CloudMonitor keeps custom metrics under acs_customMetric_<account>; the reaper
+        # reads them there by name and the "instanceId" dimension (infra/reaper/alicloud.py).
+        params = {"Action": "PutCustomMetric", "Version": "2019-01-01", "RegionId": self.region}
+        for n, (name, value, _unit) in enumerate(metrics, start=1):
+            params.update(
+                {
+                    f"MetricList.{n}.MetricName": name,
+                    f"MetricList.{n}.GroupId": "0",
+                    f"MetricList.{n}.Dimensions": json.dumps({"instanceId": instance_id}),
+                    f"MetricList.{n}.Type": "0",
+                    f"MetricList.{n}.Values": json.dumps({"value": value}),
+                }
+            )
+        answer = json.loads(self._rpc("metrics", params, creds) or b"{}")
+        if str(answer.get("Code", "200")) != "200":
+            raise RuntimeError(f"PutCustomMetric: {answer.get('Code')} {answer.get('Message')}")
+
+    def bucket_endpoint(self) -> str:
+        # OSS's S3-compatible API (alibabacloud.com/help/en/oss/developer-reference/
+        # use-amazon-s3-sdks-to-access-oss), on the internal endpoint: traffic stays in the
+        # region's network, and it is the one the March 2025 custom-domain rule for new
+        # users' public endpoints does not restrict.
+        return f"https://s3.oss-{self.region}-internal.aliyuncs.com"
+
+    def poweroff(self) -> None:
+        system_poweroff()  # a shutdown from inside the OS stops the ECS instance
+
+
+# The registry: provider name -> its class. The only place that maps a name to a cloud.
+CLOUDS: dict[str, type[NodeCloud]] = {
+    AwsNode.name: AwsNode,
+    AlicloudNode.name: AlicloudNode,
+}
+
+
+def node_cloud(
+    provider: str, region: str, endpoint_url: str = "", metadata_url: str = ""
+) -> NodeCloud:
+    """The class for ``provider`` (a ValueError naming the known ones for any other)."""
+    try:
+        cls = CLOUDS[provider]
+    except KeyError:
+        raise ValueError(f"provider must be {' or '.join(CLOUDS)}, got {provider!r}") from None
+    return cls(region, endpoint_url=endpoint_url, metadata_url=metadata_url)
+
+
+def cloud_for(config: Config) -> NodeCloud:
+    return node_cloud(config.provider, config.region, config.endpoint_url, config.metadata_url)
+
+
+# ---------------------------------------------------------------------------- metrics and lease
+
+
 class Publisher(Protocol):
     def publish(
         self,
@@ -457,7 +771,7 @@ class Publisher(Protocol):
 
 @dataclass
 class MetricsPublisher:
-    """Heartbeat + GPU metrics to CloudWatch (query API) or CloudMonitor (PutCustomMetric).
+    """Heartbeat + GPU metrics + the unsynced file count, through the node's cloud.
 
     No datapoint carries the node's clock as its time: both services then stamp it with the
     time they received it ("If not specified, the default value is the time the metric data
@@ -467,10 +781,9 @@ class MetricsPublisher:
     time: the difference to the datapoint's timestamp shows the node's clock skew.
     """
 
-    config: Config
+    cloud: NodeCloud
     instance_id: str
-    credentials: Callable[[], dict[str, str] | None]
-    timeout: float = 10.0
+    credentials: Callable[[], Credentials | None]
 
     def publish(
         self,
@@ -483,87 +796,14 @@ class MetricsPublisher:
         creds = self.credentials()
         if not creds:
             raise RuntimeError("no credentials for metrics (instance role or environment)")
-        values: list[tuple[str, float, str]] = [
-            (METRIC_HEARTBEAT, float(int(at.timestamp())), "None")
-        ]
+        values: list[Metric] = [(METRIC_HEARTBEAT, float(int(at.timestamp())), "None")]
         if gpu_util is not None:
             values.append((METRIC_GPU_UTIL, gpu_util, "Percent"))
         if gpu_mem is not None:
             values.append((METRIC_GPU_MEM, gpu_mem, "Percent"))
         if unsynced is not None:
             values.append((METRIC_UNSYNCED, float(unsynced), "Count"))
-        if self.config.provider == "aws":
-            self._cloudwatch(values, at, creds)
-        else:
-            self._cloudmonitor(values, at, creds)
-
-    def _cloudwatch(
-        self, values: list[tuple[str, float, str]], at: dt.datetime, creds: dict[str, str]
-    ) -> None:
-        url = self.config.endpoint_url or f"https://monitoring.{self.config.region}.amazonaws.com"
-        url = url.rstrip("/") + "/"
-        params = {"Action": "PutMetricData", "Version": "2010-08-01", "Namespace": NAMESPACE}
-        for n, (name, value, unit) in enumerate(values, start=1):
-            prefix = f"MetricData.member.{n}"
-            params.update(
-                {
-                    f"{prefix}.MetricName": name,
-                    f"{prefix}.Value": repr(value),
-                    f"{prefix}.Unit": unit,
-                    f"{prefix}.Dimensions.member.1.Name": DIMENSION,
-                    f"{prefix}.Dimensions.member.1.Value": self.instance_id,
-                }
-            )
-        body = urllib.parse.urlencode(params).encode()
-        headers = sigv4_headers(
-            method="POST",
-            url=url,
-            body=body,
-            region=self.config.region,
-            service="monitoring",
-            access_key_id=creds["access_key_id"],
-            secret=creds["secret"],
-            token=creds.get("token", ""),
-        )
-        request = urllib.request.Request(url, data=body, method="POST", headers=headers)
-        with urllib.request.urlopen(request, timeout=self.timeout) as resp:
-            resp.read()
-
-    def _cloudmonitor(
-        self, values: list[tuple[str, float, str]], at: dt.datetime, creds: dict[str, str]
-    ) -> None:
-        url = self.config.endpoint_url or f"https://metrics.{self.config.region}.aliyuncs.com"
-        params = {
-            "Action": "PutCustomMetric",
-            "Version": "2019-01-01",
-            "RegionId": self.config.region,
-        }
-        for n, (name, value, _unit) in enumerate(values, start=1):
-            params.update(
-                {
-                    f"MetricList.{n}.MetricName": name,
-                    f"MetricList.{n}.GroupId": "0",
-                    f"MetricList.{n}.Dimensions": json.dumps({"instanceId": self.instance_id}),
-                    f"MetricList.{n}.Type": "0",
-                    f"MetricList.{n}.Values": json.dumps({"value": value}),
-                }
-            )
-        body = alicloud_rpc_query(
-            params,
-            access_key_id=creds["access_key_id"],
-            secret=creds["secret"],
-            token=creds.get("token", ""),
-        ).encode()
-        request = urllib.request.Request(
-            url.rstrip("/") + "/",
-            data=body,
-            method="POST",
-            headers={"Content-Type": "application/x-www-form-urlencoded"},
-        )
-        with urllib.request.urlopen(request, timeout=self.timeout) as resp:
-            answer = json.loads(resp.read() or b"{}")
-        if str(answer.get("Code", "200")) != "200":
-            raise RuntimeError(f"PutCustomMetric: {answer.get('Code')} {answer.get('Message')}")
+        self.cloud.put_metrics(self.instance_id, values, creds)
 
 
 def retry_idempotent(
@@ -585,115 +825,6 @@ def retry_idempotent(
             if attempt == attempts - 1:
                 raise
         sleep(2.0 * (attempt + 1))
-
-
-def write_lease_tag(
-    config: Config, instance_id: str, until: str, creds: dict[str, str], timeout: float = 10.0
-) -> None:
-    """Set the gpufleet:keep-alive-until tag on this instance, so the reaper sees the lease."""
-    key = "gpufleet:keep-alive-until"  # infra/reaper/tags.py KEEP_ALIVE_UNTIL
-    if config.provider == "aws":
-        url = (config.endpoint_url or f"https://ec2.{config.region}.amazonaws.com").rstrip("/")
-        url += "/"
-        body = urllib.parse.urlencode(
-            {
-                "Action": "CreateTags",
-                "Version": "2016-11-15",
-                "ResourceId.1": instance_id,
-                "Tag.1.Key": key,
-                "Tag.1.Value": until,
-            }
-        ).encode()
-        headers = sigv4_headers(
-            method="POST",
-            url=url,
-            body=body,
-            region=config.region,
-            service="ec2",
-            access_key_id=creds["access_key_id"],
-            secret=creds["secret"],
-            token=creds.get("token", ""),
-        )
-    else:
-        url = (config.endpoint_url or f"https://ecs.{config.region}.aliyuncs.com").rstrip("/")
-        url += "/"
-        body = alicloud_rpc_query(
-            {
-                "Action": "TagResources",
-                "Version": "2014-05-26",
-                "RegionId": config.region,
-                "ResourceType": "instance",
-                "ResourceId.1": instance_id,
-                "Tag.1.Key": key,
-                "Tag.1.Value": until,
-            },
-            access_key_id=creds["access_key_id"],
-            secret=creds["secret"],
-            token=creds.get("token", ""),
-        ).encode()
-        headers = {"Content-Type": "application/x-www-form-urlencoded"}
-    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
-    with urllib.request.urlopen(request, timeout=timeout) as resp:
-        resp.read()
-
-
-def alicloud_instance_tags(
-    config: Config, instance_id: str, creds: dict[str, str] | None, timeout: float = 10.0
-) -> dict[str, str]:
-    """Alicloud: the instance's tags through the ECS API (ListTagResources, signed with the
-    node's RAM role; help.aliyun.com/en/ecs/developer-reference/
-    api-ecs-2014-05-26-listtagresources). Alicloud's metadata service does not offer tags to
-    everyone yet (ModifyInstanceMetadataOptions: InstanceMetadataTags is "in invitational
-    preview"). Raises TagsUnreadable, never returns a guess."""
-    if not instance_id:
-        raise TagsUnreadable("no instance id (config or metadata service)")
-    if not creds:
-        raise TagsUnreadable("no credentials (instance RAM role or environment)")
-    url = (config.endpoint_url or f"https://ecs.{config.region}.aliyuncs.com").rstrip("/") + "/"
-    tags: dict[str, str] = {}
-    token = ""
-    for _page in range(5):  # 20 tags per instance at most; bounded anyway
-        params = {
-            "Action": "ListTagResources",
-            "Version": "2014-05-26",
-            "RegionId": config.region,
-            "ResourceType": "instance",
-            "ResourceId.1": instance_id,
-        }
-        if token:
-            params["NextToken"] = token
-        body = alicloud_rpc_query(
-            params,
-            access_key_id=creds["access_key_id"],
-            secret=creds["secret"],
-            token=creds.get("token", ""),
-        ).encode()
-        request = urllib.request.Request(
-            url,
-            data=body,
-            method="POST",
-            headers={"Content-Type": "application/x-www-form-urlencoded"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as resp:
-                answer = json.loads(resp.read() or b"{}")
-        except urllib.error.HTTPError as exc:
-            try:
-                detail = json.loads(exc.read() or b"{}").get("Code", "")
-            except ValueError:
-                detail = ""
-            raise TagsUnreadable(f"ListTagResources: HTTP {exc.code} {detail}".strip()) from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise TagsUnreadable(f"ListTagResources: {exc}") from None
-        if not isinstance(answer, dict) or "TagResources" not in answer:
-            raise TagsUnreadable(f"ListTagResources: unexpected answer {str(answer)[:120]}")
-        for item in (answer.get("TagResources") or {}).get("TagResource") or []:
-            if item.get("ResourceId") in (None, instance_id) and "TagKey" in item:
-                tags[str(item["TagKey"])] = str(item.get("TagValue") or "")
-        token = str(answer.get("NextToken") or "")
-        if not token:
-            return tags
-    raise TagsUnreadable("ListTagResources: more pages than an instance can have tags")
 
 
 def write_lease(
@@ -718,26 +849,6 @@ def write_lease(
     return out
 
 
-def env_or_role_credentials(metadata: Metadata) -> Callable[[], dict[str, str] | None]:
-    def get() -> dict[str, str] | None:
-        env = os.environ
-        if env.get("AWS_ACCESS_KEY_ID") and metadata.provider == "aws":
-            return {
-                "access_key_id": env["AWS_ACCESS_KEY_ID"],
-                "secret": env.get("AWS_SECRET_ACCESS_KEY", ""),
-                "token": env.get("AWS_SESSION_TOKEN", ""),
-            }
-        if env.get("ALIBABA_CLOUD_ACCESS_KEY_ID") and metadata.provider == "alicloud":
-            return {
-                "access_key_id": env["ALIBABA_CLOUD_ACCESS_KEY_ID"],
-                "secret": env.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET", ""),
-                "token": env.get("ALIBABA_CLOUD_SECURITY_TOKEN", ""),
-            }
-        return metadata.role_credentials()
-
-    return get
-
-
 # ---------------------------------------------------------------------------- sync
 
 
@@ -759,14 +870,14 @@ class ScratchSyncer:
     """The node's own sync: every ``sync_dirs`` under scratch -> <bucket>/<dir>/<node>/."""
 
     config: Config
-    credentials: Callable[[], dict[str, str] | None]
+    credentials: Callable[[], Credentials | None]
     retry_sleep: Callable[[float], None] = time.sleep
 
     def store(self) -> sync.Store | None:
         if not self.config.bucket:
             return None
         store = sync.Store.for_node(
-            provider=self.config.provider,
+            endpoint=cloud_for(self.config).bucket_endpoint(),
             region=self.config.region,
             bucket=self.config.bucket,
             credentials=self.credentials,
@@ -973,7 +1084,7 @@ class Watchdog:
     probe: Probe
     syncer: Syncer
     publisher: Publisher | None
-    metadata: Metadata | None
+    cloud: NodeCloud | None  # its spot notice; None: no cloud to ask
     poweroff: Callable[[], None]
     warn: Callable[[str], None]
     tags: Callable[[], dict[str, str]] | None  # raises TagsUnreadable
@@ -1045,9 +1156,9 @@ class Watchdog:
         return self.decide(state, signals, now), state, signals
 
     def _check_spot(self, state: State) -> None:
-        if self.metadata is None:
+        if self.cloud is None:
             return
-        notice = self.metadata.spot_notice()
+        notice = self.cloud.spot_notice()
         if notice is None or notice == state.spot_notice_synced:
             return
         LOG.warning("spot interruption notice %s: saving scratch now", notice)
@@ -1161,41 +1272,31 @@ class Watchdog:
         self.poweroff()
 
 
-def system_poweroff() -> None:
-    # Instance-initiated shutdown: the stack sets its behaviour to "stop", never terminate.
-    subprocess.run(["systemctl", "poweroff"], check=False)
-
-
 def wall(message: str) -> None:
     LOG.warning("%s", message)
     run_cmd(["wall", f"gpufleet watchdog: {message}"])
 
 
 def build(config: Config) -> Watchdog:
-    metadata = Metadata(config.provider, config.metadata_url)
-    creds = env_or_role_credentials(metadata)
-    instance_id = config.instance_id or metadata.instance_id() or ""
+    cloud = cloud_for(config)
+    creds = cloud.credentials
+    instance_id = config.instance_id or cloud.instance_id() or ""
     publisher: Publisher | None = None
     if config.publish_metrics:
         if instance_id:
-            publisher = MetricsPublisher(config, instance_id, creds)
+            publisher = MetricsPublisher(cloud, instance_id, creds)
         else:
             LOG.warning("no instance id (config or metadata): metrics not published")
-
-    def read_tags() -> dict[str, str]:
-        if config.provider == "aws":
-            return metadata.instance_tags()
-        return alicloud_instance_tags(config, instance_id, creds())
 
     return Watchdog(
         config=config,
         probe=SystemProbe(),
         syncer=ScratchSyncer(config, creds),
         publisher=publisher,
-        metadata=metadata,
-        poweroff=system_poweroff,
+        cloud=cloud,
+        poweroff=cloud.poweroff,
         warn=wall,
-        tags=read_tags,
+        tags=lambda: cloud.instance_tags(instance_id, creds),
     )
 
 
@@ -1203,15 +1304,14 @@ def _lease_command(config: Config, dog: Watchdog, hours: float | None, as_json: 
     if hours is None:
         print("watchdog: lease needs --hours N", file=sys.stderr)
         return 2
-    metadata = Metadata(config.provider, config.metadata_url)
-    instance_id = config.instance_id or metadata.instance_id() or ""
-    creds = env_or_role_credentials(metadata)
+    cloud = cloud_for(config)
+    instance_id = config.instance_id or cloud.instance_id() or ""
 
     def tag(until: str) -> None:
-        found = creds()
+        found = cloud.credentials()
         if not instance_id or not found:
             raise RuntimeError("no instance id or credentials on this node")
-        retry_idempotent(lambda: write_lease_tag(config, instance_id, until, found))
+        retry_idempotent(lambda: cloud.write_tag(instance_id, TAG_LEASE, until, found))
 
     try:
         out = write_lease(config, hours, dog.probe.now(), tag)

@@ -2,7 +2,8 @@
 
 Standard library only, no project imports: this file is installed next to the watchdog
 (``/opt/gpufleet/watchdog_sync.py``) and runs on the node's system Python (3.10+). It speaks
-the S3 REST API with AWS Signature Version 4, so one tested code path serves both clouds:
+the S3 REST API with AWS Signature Version 4, so one tested code path serves both clouds
+(which endpoint is each cloud's: ``bucket_endpoint()`` of its class in watchdog.py):
 
 * AWS S3: ``https://<bucket>.s3.<region>.amazonaws.com`` (virtual-hosted style).
 * Alibaba Cloud OSS through its S3-compatible endpoint,
@@ -157,14 +158,6 @@ def _xml_text(body: bytes, name: str) -> str:
     return ""
 
 
-def default_endpoint(provider: str, region: str) -> str:
-    if provider == "aws":
-        return f"https://s3.{region}.amazonaws.com"
-    # The internal endpoint: traffic stays in the region's network, and it is the one the
-    # March 2025 custom-domain rule for new users' public endpoints does not restrict.
-    return f"https://s3.oss-{region}-internal.aliyuncs.com"
-
-
 @dataclass
 class Store:
     """One bucket over the S3 REST API, signed with SigV4."""
@@ -182,15 +175,18 @@ class Store:
     def for_node(
         cls,
         *,
-        provider: str,
+        endpoint: str,
         region: str,
         bucket: str,
         credentials: Callable[[], Credentials | None],
         endpoint_url: str = "",
     ) -> Store:
+        """``endpoint``: the cloud's own S3-compatible API (the watchdog's cloud class says
+        which: ``bucket_endpoint()``), addressed virtual-hosted; ``endpoint_url``: an
+        override (tests, private links), addressed path-style."""
         if endpoint_url:
             return cls(bucket, region, credentials, endpoint_url.rstrip("/"), path_style=True)
-        return cls(bucket, region, credentials, default_endpoint(provider, region))
+        return cls(bucket, region, credentials, endpoint.rstrip("/"))
 
     def url(self, key: str, query: str = "") -> str:
         scheme, host = self.endpoint.split("://", 1)

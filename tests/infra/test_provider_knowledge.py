@@ -1,13 +1,19 @@
 """Provider knowledge lives in the provider: outside infra/providers/ (and the registries,
 which are mappings keyed by the provider's name) no code compares a provider's name to a
-literal; callers read the cloud's catalog facts instead. And every registry knows every
-cloud the catalog knows, so adding a cloud is new modules and catalog files."""
+literal; callers read the cloud's catalog facts instead. On the node (bootstrap/remote/, files
+that must run alone) a cloud's knowledge lives in its own class, registered in a mapping of
+provider name -> class (watchdog.CLOUDS): a provider-name branch there is allowed only inside
+such a class. And every registry knows every cloud the catalog knows, so adding a cloud is
+new modules, classes and catalog files."""
 
 from __future__ import annotations
 
 import ast
+import importlib
+import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,8 +35,10 @@ from scripts import cost
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("infra", "bootstrap", "scripts", "policy")
-# Where provider differences are meant to live, or must stay in one standalone file.
-EXEMPT = ("infra/providers/", "bootstrap/remote/")
+# Where provider differences are meant to live.
+EXEMPT = ("infra/providers/",)
+# Files run alone on the node: their per-cloud code is one class per cloud in a registry.
+NODE_DIR = "bootstrap/remote/"
 
 # What could not be moved yet: path -> (how many comparisons, why). Shrink it; never grow it
 # without a reason a reviewer accepts.
@@ -58,6 +66,31 @@ def provider_name_branches(source: str, names: frozenset[str]) -> list[int]:
     return sorted(found)
 
 
+def registered_classes(tree: ast.Module) -> set[str]:
+    """Classes of this module that a module-level mapping lists as its values (a registry
+    such as ``CLOUDS = {AwsNode.name: AwsNode, ...}``)."""
+    classes = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    found: set[str] = set()
+    for node in tree.body:
+        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+        if not isinstance(value, ast.Dict) or not value.values:
+            continue
+        if all(isinstance(v, ast.Name) and v.id in classes for v in value.values):
+            found |= {v.id for v in value.values if isinstance(v, ast.Name)}
+    return found
+
+
+def node_branches_outside_cloud_classes(source: str, names: frozenset[str]) -> list[int]:
+    """provider_name_branches, less those inside a class a registry lists."""
+    tree = ast.parse(source)
+    registered = registered_classes(tree)
+    inside: set[int] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name in registered:
+            inside |= set(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return [line for line in provider_name_branches(source, names) if line not in inside]
+
+
 def _scan() -> Counter[str]:
     names = frozenset(provider_names())
     counts: Counter[str] = Counter()
@@ -66,10 +99,19 @@ def _scan() -> Counter[str]:
             rel = path.relative_to(ROOT).as_posix()
             if rel.startswith(EXEMPT):
                 continue
-            hits = provider_name_branches(path.read_text(encoding="utf-8"), names)
+            scan = node_branches_outside_cloud_classes if rel.startswith(NODE_DIR) else None
+            source = path.read_text(encoding="utf-8")
+            hits = scan(source, names) if scan else provider_name_branches(source, names)
             if hits:
                 counts[rel] = len(hits)
     return counts
+
+
+def _node_watchdog() -> Any:
+    remote = str(ROOT / NODE_DIR)
+    if remote not in sys.path:
+        sys.path.append(remote)  # the node's own layout: its files import each other
+    return importlib.import_module("watchdog")
 
 
 def test_the_scanner_finds_each_way_of_branching_on_a_provider_name() -> None:
@@ -88,6 +130,41 @@ def test_the_scanner_finds_each_way_of_branching_on_a_provider_name() -> None:
         ]
     )
     assert provider_name_branches(source, names) == [1, 2, 3, 4, 6]
+
+
+def test_on_the_node_a_provider_name_branch_is_allowed_only_in_a_registered_cloud_class() -> None:
+    names = frozenset({"aws", "alicloud"})
+    source = "\n".join(
+        [
+            "class AwsNode:",  # 1
+            '    def f(self, p): return p == "aws"',  # 2: inside a registered class
+            "class Helper:",  # 3
+            '    def f(self, p): return p == "aws"',  # 4: a class no registry lists
+            'def g(p): return p in ("aws", "alicloud")',  # 5: a plain function
+            "CLOUDS = {'aws': AwsNode}",  # 6: the registry itself, no branch
+            'ok = "alicloud" == CLOUDS',  # 7: module level
+        ]
+    )
+    assert node_branches_outside_cloud_classes(source, names) == [4, 5, 7]
+    assert registered_classes(ast.parse(source)) == {"AwsNode"}
+
+
+def test_the_node_files_branch_on_no_provider_name_outside_their_cloud_classes() -> None:
+    # Before the node's clouds became classes: 10 in watchdog.py, 1 in watchdog_sync.py and
+    # 1 in job_sync.py.
+    found = {p: n for p, n in _scan().items() if p.startswith(NODE_DIR)}
+    assert found == {}, (
+        "a provider-name branch on the node outside a cloud class: put it in the cloud's "
+        f"class in bootstrap/remote/watchdog.py (CLOUDS) instead: {found}"
+    )
+
+
+def test_every_node_cloud_class_is_registered_under_its_own_name() -> None:
+    watchdog = _node_watchdog()
+    clouds = watchdog.CLOUDS
+    assert {name: cls.name for name, cls in clouds.items()} == {n: n for n in clouds}
+    tree = ast.parse((ROOT / NODE_DIR / "watchdog.py").read_text(encoding="utf-8"))
+    assert registered_classes(tree) == {cls.__name__ for cls in clouds.values()}
 
 
 def test_no_module_outside_the_providers_branches_on_a_provider_name() -> None:
@@ -115,6 +192,7 @@ def test_every_registry_covers_every_provider_the_catalog_knows() -> None:
     for registry in (base.PROGRAM_MODULES, cost.LIVE_PRICE_SOURCES, rules.GUARD_FUNCTIONS):
         assert known <= set(registry)
     assert known <= set(handler.CLOUDS)
+    assert known <= set(_node_watchdog().CLOUDS)
     stores = {info.object_store for info in load_catalog().providers.values()}
     assert stores <= set(report.UPLOADERS)
     assert stores <= set(verify_node.PROBES)

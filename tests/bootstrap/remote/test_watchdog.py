@@ -261,7 +261,7 @@ def make_dog(
         probe=probe,
         syncer=FakeSyncer(probe, rec, ok=sync_ok),
         publisher=FakePublisher(rec),
-        metadata=None,
+        cloud=None,
         poweroff=lambda: rec.events.append(("poweroff", probe.minutes)),
         warn=rec.warnings.append,
         tags=Tags(probe, tags),
@@ -737,16 +737,22 @@ def test_bucket_urls_are_virtual_hosted_on_both_clouds_and_path_style_on_an_over
         return None
 
     aws_store = wsync.Store.for_node(
-        provider="aws", region="us-east-1", bucket="b", credentials=creds
+        endpoint=wd.AwsNode("us-east-1").bucket_endpoint(),
+        region="us-east-1",
+        bucket="b",
+        credentials=creds,
     )
     want = "https://b.s3.us-east-1.amazonaws.com/checkpoints/n/a%20b"
     assert aws_store.url("checkpoints/n/a b") == want
     oss = wsync.Store.for_node(
-        provider="alicloud", region="cn-beijing", bucket="b", credentials=creds
+        endpoint=wd.AlicloudNode("cn-beijing").bucket_endpoint(),
+        region="cn-beijing",
+        bucket="b",
+        credentials=creds,
     )
     assert oss.url("k") == "https://b.s3.oss-cn-beijing-internal.aliyuncs.com/k"
     local = wsync.Store.for_node(
-        provider="aws",
+        endpoint=wd.AwsNode("r").bucket_endpoint(),
         region="r",
         bucket="b",
         credentials=creds,
@@ -758,11 +764,20 @@ def test_bucket_urls_are_virtual_hosted_on_both_clouds_and_path_style_on_an_over
 # ---------------------------------------------------------------- tags and metadata
 
 
+def aws_tags(metadata_url: str) -> dict[str, str]:
+    def no_credentials() -> None:
+        raise AssertionError("IMDS tags need no credentials")
+
+    return dict(
+        wd.AwsNode("us-east-1", metadata_url=metadata_url).instance_tags("", no_credentials)
+    )
+
+
 @pytest.mark.integration
 def test_aws_tags_come_from_imds_with_a_session_token(imds: tuple[FakeIMDS, str]) -> None:
     fake, url = imds
     fake.tags = {"gpufleet:protected": "true", "gpufleet:keep-alive-until": "2026-03-01T12:00:00Z"}
-    assert wd.Metadata("aws", url).instance_tags() == fake.tags
+    assert aws_tags(url) == fake.tags
     assert fake.tokens >= 1
 
 
@@ -771,21 +786,22 @@ def test_aws_tags_not_enabled_in_imds_are_unreadable_not_empty(imds: tuple[FakeI
     fake, url = imds
     fake.tags = None
     with pytest.raises(wd.TagsUnreadable, match="InstanceMetadataTags"):
-        wd.Metadata("aws", url).instance_tags()
+        aws_tags(url)
     fake.tags, fake.down = {"a": "b"}, True
     with pytest.raises(wd.TagsUnreadable, match="metadata service"):
-        wd.Metadata("aws", url).instance_tags()
+        aws_tags(url)
     with pytest.raises(wd.TagsUnreadable):
-        wd.Metadata("aws", closed_port()).instance_tags()
+        aws_tags(closed_port())
 
 
 @pytest.mark.integration
-def test_alicloud_metadata_uses_its_hardened_mode_token() -> None:
+def test_alicloud_metadata_uses_its_hardened_mode_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ALIBABA_CLOUD_ACCESS_KEY_ID", raising=False)  # the RAM role's, then
     fake = FakeIMDS(provider="alicloud")
     with serve(fake.handler()) as url:
-        metadata = wd.Metadata("alicloud", url)
-        assert metadata.instance_id() == INSTANCE_ID
-        assert metadata.role_credentials() == {
+        cloud = wd.AlicloudNode("cn-beijing", metadata_url=url)
+        assert cloud.instance_id() == INSTANCE_ID
+        assert cloud.credentials() == {
             "access_key_id": "ak",
             "secret": "secret",
             "token": "st",
@@ -799,7 +815,8 @@ def test_alicloud_tags_come_from_list_tag_resources_signed_as_the_sdk_signs(tmp_
     with serve(ecs.handler()) as url:
         config = make_config(tmp_path, provider="alicloud", region="cn-beijing", endpoint_url=url)
         creds = {"access_key_id": "ak", "secret": "secret", "token": "st"}
-        tags = wd.alicloud_instance_tags(config, INSTANCE_ID, creds)
+        cloud = wd.cloud_for(config)
+        tags = cloud.instance_tags(INSTANCE_ID, lambda: creds)
         assert tags == {"gpufleet:protected": "true", "gpufleet:stack": "s"}
         assert ecs.bad_signatures == 0
         call = ecs.calls[-1]
@@ -810,9 +827,9 @@ def test_alicloud_tags_come_from_list_tag_resources_signed_as_the_sdk_signs(tmp_
         )
         ecs.fail = 503
         with pytest.raises(wd.TagsUnreadable, match="HTTP 503"):
-            wd.alicloud_instance_tags(config, INSTANCE_ID, creds)
+            cloud.instance_tags(INSTANCE_ID, lambda: creds)
         with pytest.raises(wd.TagsUnreadable, match="no credentials"):
-            wd.alicloud_instance_tags(config, INSTANCE_ID, None)
+            cloud.instance_tags(INSTANCE_ID, lambda: None)
 
 
 def test_alicloud_node_role_may_list_tags_so_the_watchdog_can_read_its_own() -> None:
@@ -848,7 +865,7 @@ def test_spot_interruption_notice_syncs_scratch_at_once_and_only_once(
 ) -> None:
     fake, url = imds
     dog, _probe, rec = make_dog(tmp_path, Timeline(util=lambda m: 100.0))
-    dog.metadata = wd.Metadata("aws", url)
+    dog.cloud = wd.AwsNode("us-east-1", metadata_url=url)
     dog.run_once()
     assert not rec.syncs()
     fake.notice = json.dumps({"action": "stop", "time": "2026-03-01T08:40:00Z"})
@@ -867,10 +884,10 @@ def test_heartbeat_datapoints_carry_the_services_time_not_the_nodes_clock(
     _, imds_url = imds
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")  # credentials come from the instance role
     config = make_config(tmp_path, endpoint_url=moto, metadata_url=imds_url)
-    metadata = wd.Metadata("aws", imds_url)
-    instance_id = metadata.instance_id()
+    cloud = wd.cloud_for(config)
+    instance_id = cloud.instance_id()
     assert instance_id == INSTANCE_ID
-    publisher = wd.MetricsPublisher(config, instance_id, wd.env_or_role_credentials(metadata))
+    publisher = wd.MetricsPublisher(cloud, instance_id, cloud.credentials)
     real_now = datetime.now(UTC)
     node_clock = real_now - timedelta(minutes=12)  # a node 12 minutes slow
     publisher.publish(at=node_clock, gpu_util=91.0, gpu_mem=55.0, unsynced=3)
@@ -920,7 +937,7 @@ def test_alicloud_metrics_carry_no_node_time_and_are_signed_as_the_sdk_signs(
     with serve(ecs.handler()) as url:
         config = make_config(tmp_path, provider="alicloud", region="cn-beijing", endpoint_url=url)
         creds = {"access_key_id": "ak", "secret": "secret", "token": "st"}
-        publisher = wd.MetricsPublisher(config, INSTANCE_ID, lambda: creds)
+        publisher = wd.MetricsPublisher(wd.cloud_for(config), INSTANCE_ID, lambda: creds)
         publisher.publish(at=BOOT, gpu_util=50.0, gpu_mem=None, unsynced=0)
     assert ecs.bad_signatures == 0
     sent = ecs.metrics[0]
@@ -1039,7 +1056,7 @@ def test_lease_writes_the_file_and_tags_the_instance_for_the_reaper(
         config,
         3,
         BOOT,
-        lambda until: wd.write_lease_tag(config, iid, until, creds),
+        lambda until: wd.cloud_for(config).write_tag(iid, wd.TAG_LEASE, until, creds),
     )
     assert out["tag"] == "set"
     assert out["lease_until"] == "2026-03-01T11:00:00Z"
