@@ -157,6 +157,10 @@ class _Reader:
         if value is None:
             return None
         if value not in options:
+            # names are case-blind (`A100x8` is a100x8): take the one option it spells
+            folded = [o for o in options if o.casefold() == value.casefold()]
+            if len(folded) == 1:
+                return folded[0]
             self.problem(
                 key,
                 f"{value!r} is not one of {', '.join(options)}{_did_you_mean(value, options)}",
@@ -428,11 +432,20 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
             )
 
     region = r.text("region", info.default_region if info else None) or ""
-    if region and not re.fullmatch(r"[a-z]{2}(-[a-z0-9]+)+", region):
+    if region and info and info.regions and region not in info.regions:
+        r.problem(
+            "region",
+            f"{info.title} has no region {region!r}{_did_you_mean(region, info.regions)}; "
+            f"its regions are {', '.join(info.regions)}",
+        )
+        region = ""  # a zone cannot be judged against a region that does not exist
+    elif region and not re.fullmatch(r"[a-z]{2}(-[a-z0-9]+)+", region):
         r.problem("region", f"{region!r} does not look like a region name (e.g. us-east-1)")
     zone = r.text("zone")
-    if zone and region and not zone.startswith(region):
-        r.problem("zone", f"{zone!r} is not in region {region!r}")
+    if zone and region and info:
+        why = info.zone_problem(zone, region)
+        if why:
+            r.problem("zone", why)
 
     allow_world = r.boolean("allowWorldSsh", False)
     cidrs_raw = r.structured("sshCidrs", list)

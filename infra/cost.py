@@ -321,7 +321,11 @@ def _priced_instance(
             f"instance type {name!r} is not in the {provider} catalog" + did_you_mean(name, names)
         )
     if it.price is None:
-        return it, f"{provider} {name} has no price in the catalog: add one to infra/catalog/clouds/{provider}.toml"
+        return (
+            it,
+            f"{provider} {name} has no price in the catalog: "
+            f"add one to infra/catalog/clouds/{provider}.toml",
+        )
     return it, None
 
 
@@ -421,7 +425,7 @@ def estimate_cost(
             f"bucket class {bucket_class!r} is unknown on {inputs.provider}: "
             f"use one of {', '.join(pp.bucket)}" + did_you_mean(bucket_class, pp.bucket)
         )
-    target = currency or pp.currency
+    target = (currency or pp.currency).upper()  # currency codes are case-blind: cny is CNY
     try:
         k, fx = prc.fx_rate(pp.currency, target)
     except KeyError:
@@ -850,6 +854,9 @@ def compare_tier(
     prc = pricing or load_pricing()
     today = today or dt.date.today()
     problems = []
+    # tier names and currency codes are case-blind (`--compare A100x8 --currency cny`)
+    tier = next((t for t in cat.tiers if t.casefold() == tier.strip().casefold()), tier)
+    currency = currency.strip().upper()
     if tier not in cat.tiers:
         problems.append(
             f"unknown tier {tier!r}{did_you_mean(tier, cat.tiers)}: "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import functools
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -183,6 +184,25 @@ class ProviderInfo:
     default_scratch_class: str = ""
     reserved_tag_value_prefixes: tuple[str, ...] = ()
     unsupported: Mapping[Feature, str] = field(default_factory=dict)
+    # the regions a stack may name (empty: any name that looks like one), and the zone names
+    # when a cloud's zones are not "<region><suffix>" (Azure numbers them 1-3)
+    regions: tuple[str, ...] = ()
+    zone_names: tuple[str, ...] = ()
+    zone_suffix: str = "a"  # what follows the region's name in a zone's, e.g. "a" or "-b"
+
+    def zone_problem(self, zone: str, region: str) -> str | None:
+        """Why ``zone`` cannot be a zone of ``region`` on this cloud, or None."""
+        if self.zone_names:
+            if zone not in self.zone_names:
+                return f"{self.title} has no zone {zone!r}: use one of {', '.join(self.zone_names)}"
+            return None
+        suffix = zone[len(region) :] if zone.startswith(region) else ""
+        if not re.fullmatch(r"-?[a-z0-9]{1,3}", suffix):
+            return (
+                f"{zone!r} is not a zone of region {region!r}: {self.title} zones are the "
+                f"region's name and a suffix, e.g. {region}{self.zone_suffix}"
+            )
+        return None
 
     def supports(self, feature: Feature) -> bool:
         return feature not in self.unsupported
@@ -372,6 +392,7 @@ _PROVIDER_KEYS = frozenset(
     | {"billing"}
     | {"object_store", "max_root_disk_gb", "scratch_disk", "default_scratch_class"}
     | {"reserved_tag_value_prefixes", "unsupported", "scratch_classes"}
+    | {"regions", "regions_source", "zone_names", "zone_suffix"}
 )
 _SCRATCH_KEYS = frozenset({"min_gb", "max_gb", "iops", "iops_per_gb", "max_iops", "throughput_mbs"})
 
@@ -397,6 +418,11 @@ def _provider(p: dict[str, Any], file: str) -> ProviderInfo:
         classes[cls] = ScratchClass(name=cls, **{k: int(v) for k, v in raw.items()})
     if (Feature.SUBSCRIPTION in unsupported) == ("subscription" in p["billing"]):
         raise CatalogError(f"{where}: billing and unsupported disagree about subscription")
+    regions = p.get("regions", ())
+    if regions and not {p["default_region"], p["price_region"]} <= set(regions):
+        raise CatalogError(f"{where}: default_region and price_region must be in regions")
+    if regions and not p.get("regions_source"):
+        raise CatalogError(f"{where}: regions needs a regions_source (keys of [sources])")
     default_class = p.get("default_scratch_class", "")
     if classes and default_class not in classes:
         raise CatalogError(f"{where}: default_scratch_class {default_class!r} is not listed")
@@ -415,6 +441,9 @@ def _provider(p: dict[str, Any], file: str) -> ProviderInfo:
         default_scratch_class=default_class,
         reserved_tag_value_prefixes=tuple(p.get("reserved_tag_value_prefixes", ())),
         unsupported=MappingProxyType(unsupported),
+        regions=tuple(p.get("regions", ())),
+        zone_names=tuple(str(z) for z in p.get("zone_names", ())),
+        zone_suffix=str(p.get("zone_suffix", "a")),
     )
 
 

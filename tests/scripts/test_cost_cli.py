@@ -238,3 +238,15 @@ def test_plot_writes_a_valid_png(tmp_path: Path):
 def test_plot_refuses_a_non_png_name(tmp_path: Path):
     code, _, err = run("--compare", "a100x8", "--plot", str(tmp_path / "chart.jpg"))
     assert code == 2 and "--plot writes PNG" in err
+
+
+def test_compare_and_currency_names_are_case_blind_on_the_command_line():
+    shouted = run_json("--compare", "A100x8", "--currency", "cny")
+    plain = run_json("--compare", "a100x8", "--currency", "CNY")
+    assert shouted == plain
+    assert (shouted["tier"], shouted["currency"]) == ("a100x8", "CNY")
+
+
+def test_a_stack_bill_takes_its_currency_in_any_case(tmp_path: Path):
+    stack = write_stack(tmp_path, provider="aws", tier="t4x1")
+    assert run_json("--stack-file", str(stack), "--currency", "cny")["currency"] == "CNY"
