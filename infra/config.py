@@ -8,7 +8,6 @@ cost.py and the tests. No provider SDK and no Pulumi import here.
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import json
 import math
@@ -20,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from infra.catalog import PROFILES, Catalog, UnavailableError, load_catalog, provider_names
+from infra.suggest import did_you_mean
 
 NAMESPACE = "gpufleet"
 BILLING_MODES = ("on-demand", "spot", "subscription")
@@ -114,11 +114,6 @@ class StackConfig:
         return self.nodes > 1
 
 
-def _did_you_mean(word: str, options: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def _shown(number: float) -> str:
     """A number as the user would write it: whole numbers in full unless astronomically long."""
     if isinstance(number, int) and abs(number) < 10**15:
@@ -163,7 +158,7 @@ class _Reader:
                 return folded[0]
             self.problem(
                 key,
-                f"{value!r} is not one of {', '.join(options)}{_did_you_mean(value, options)}",
+                f"{value!r} is not one of {', '.join(options)}{did_you_mean(value, options)}",
             )
             return None
         return value
@@ -381,7 +376,7 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
         )
     for key in raw:
         if key not in KEYS:
-            r.problem(key, f"unknown key{_did_you_mean(key, KEYS)}; valid keys: see README")
+            r.problem(key, f"unknown key{did_you_mean(key, KEYS)}; valid keys: see README")
 
     if not r.has("provider"):
         r.problem("provider", f"required: one of {', '.join(provider_names())}")
@@ -435,7 +430,7 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
     if region and info and info.regions and region not in info.regions:
         r.problem(
             "region",
-            f"{info.title} has no region {region!r}{_did_you_mean(region, info.regions)}; "
+            f"{info.title} has no region {region!r}{did_you_mean(region, info.regions)}; "
             f"its regions are {', '.join(info.regions)}",
         )
         region = ""  # a zone cannot be judged against a region that does not exist
@@ -630,7 +625,7 @@ def load_stack_file(path: Path | str, overrides: Mapping[str, Any] | None = None
     # a key with no namespace is silently ignored by Pulumi: say so, with the key to write
     hints = [
         f"{key}: config keys need the {NAMESPACE}: prefix: write {NAMESPACE}:{key}"
-        + ("" if key in KEYS else f"{_did_you_mean(key, KEYS)}")
+        + ("" if key in KEYS else f"{did_you_mean(key, KEYS)}")
         for key in file_raw
         if isinstance(key, str) and ":" not in key
     ]

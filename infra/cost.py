@@ -16,7 +16,6 @@ Conventions:
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,6 +23,7 @@ from typing import Any
 
 from infra.catalog import Catalog, InstanceType, load_catalog
 from infra.catalog.pricing import Pricing, ProviderPricing, Rate, load_pricing
+from infra.suggest import did_you_mean
 
 BILLING_MODES = ("on-demand", "spot", "subscription")
 MAX_HOURS_PER_MONTH = 744.0  # 31 days: more running hours than that is a typo, not a plan
@@ -259,11 +259,6 @@ def _fx_dict(native: str, target: str, rate: Rate | None) -> dict[str, Any] | No
         "date": rate.date.isoformat(),
         "source": rate.source,
     }
-
-
-def did_you_mean(word: str, options: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.5)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class _Warnings:

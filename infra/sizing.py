@@ -49,7 +49,8 @@ from typing import Any
 from infra.catalog import DATA_DIR, Catalog, CatalogError, Gpu, InstanceType, _date, load_catalog
 from infra.catalog.pricing import Pricing, load_pricing
 from infra.config import SUBSCRIPTION_MONTHS
-from infra.cost import CostError, CostInputs, did_you_mean, estimate_cost
+from infra.cost import CostError, CostInputs, estimate_cost
+from infra.suggest import did_you_mean
 
 GB = 1e9
 HOURS_PER_MONTH = 730.0

@@ -15,6 +15,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip install -e .`
+    sys.path.insert(0, str(ROOT))
+
+from infra.stackfiles import stack_names  # noqa: E402
+
 TARGET_S = 5.0
 
 
@@ -29,9 +34,7 @@ def timed(cmd: list[str], repeat: int) -> float:
 
 def main() -> int:
     repeat = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    stacks = sorted(
-        p.name[len("Pulumi.") : -len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml")
-    )
+    stacks = stack_names()
     floor = timed(
         [sys.executable, "-c", "import pulumi, pulumi_aws.ec2, pulumi_alicloud.ecs"], repeat
     )

@@ -38,16 +38,17 @@ from infra.cost import (  # noqa: E402
     LiveCheck,
     aws_pricing_filters,
     compare_tier,
-    did_you_mean,
     estimate_cost,
     parse_alicloud_price,
     parse_aws_price_list,
 )
+from infra.stackfiles import STACKS_DIR as DEFAULT_STACKS_DIR  # noqa: E402
+from infra.stackfiles import StackNotFound, find_stack  # noqa: E402
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-STACKS_DIR = REPO / "stacks"
+STACKS_DIR = DEFAULT_STACKS_DIR
 BILLING_COLOURS = {
     "on-demand": "#4C72B0",
     "spot": "#DD8452",
@@ -101,16 +102,10 @@ class LiveUnavailable(Exception):
 
 
 def stack_path(name: str, stacks_dir: Path | None = None) -> Path:
-    stacks_dir = stacks_dir or STACKS_DIR
-    path = stacks_dir / f"Pulumi.{name}.yaml"
-    if path.is_file():
-        return path
-    known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
-    listing = ", ".join(known) if known else "none yet"
-    raise UsageError(
-        f"no stack {name!r}: {path} does not exist{did_you_mean(name, known)}. "
-        f"Known stacks: {listing}; or pass --stack-file FILE"
-    )
+    try:
+        return find_stack(name, stacks_dir or STACKS_DIR)
+    except StackNotFound as exc:
+        raise UsageError(str(exc)) from None
 
 
 def inputs_from_stack(cfg: StackConfig, args: argparse.Namespace) -> CostInputs:

@@ -26,7 +26,7 @@ if str(REPO) not in sys.path:
 
 from infra.catalog import Catalog, CatalogError, Gpu, InstanceType, load_catalog  # noqa: E402
 from infra.catalog.pricing import Pricing, load_pricing  # noqa: E402
-from infra.cost import did_you_mean  # noqa: E402
+from infra.suggest import did_you_mean  # noqa: E402
 
 WIDTH = 80
 

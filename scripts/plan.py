@@ -29,24 +29,20 @@ if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip insta
     sys.path.insert(0, str(ROOT))
 
 from infra.config import ConfigError, load_stack_file  # noqa: E402
+from infra.stackfiles import STACKS_DIR, StackNotFound, find_stack  # noqa: E402
 from policy.rules import PolicyConfigError  # noqa: E402
 
-STACKS = ROOT / "stacks"
+STACKS = STACKS_DIR
 EXIT_INVALID = 2
 
 
 def resolve_stack_file(args: argparse.Namespace) -> Path:
     if args.stack_file:
         return Path(args.stack_file)
-    path = STACKS / f"Pulumi.{args.stack}.yaml"
-    if not path.exists():
-        known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS.glob("Pulumi.*.yaml"))
-        import difflib
-
-        close = difflib.get_close_matches(args.stack, known, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError([f"--stack: no stack {args.stack!r}{hint}; stacks: {', '.join(known)}"])
-    return path
+    try:
+        return find_stack(args.stack, STACKS)
+    except StackNotFound as exc:
+        raise ConfigError([f"--stack: {exc}"]) from None
 
 
 def plan(

@@ -54,6 +54,7 @@ from infra.sizing import (  # noqa: E402
     with_fix,
     workload_for_model,
 )
+from infra.stackfiles import stack_file  # noqa: E402
 
 STACKS_DIR = REPO / "stacks"
 REPORTS_DIR = REPO / "reports"
@@ -209,7 +210,7 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
     elif args.model:
         spec = models.get(args.model.lower())
         if spec is None:
-            from infra.cost import did_you_mean
+            from infra.suggest import did_you_mean
 
             problems.append(
                 f"--model: unknown model {args.model!r}{did_you_mean(args.model.lower(), models)}; "
@@ -263,7 +264,7 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
         ("--attention", args.attention, ATTENTION),
     ):
         if value not in choices:
-            from infra.cost import did_you_mean
+            from infra.suggest import did_you_mean
 
             problems.append(
                 f"{flag}: {value!r} is unknown; use one of {', '.join(choices)}"
@@ -678,7 +679,7 @@ def write_stack(
                 + ("; no option is left, loosen --deadline-hours or --budget" if n == 1 else "")
             ]
         )
-    path = stacks_dir / f"Pulumi.{name}.yaml"
+    path = stack_file(name, stacks_dir)
     if path.exists() and not force:
         raise UsageError(
             [f"--write-stack: {path} exists: choose another name, or --force to replace it"]
