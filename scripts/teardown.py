@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip insta
     sys.path.insert(0, str(ROOT))
 
 from infra.reaper.core import PriceLookup, Report, reap  # noqa: E402
-from infra.reaper.handler import ConfigError, make_cloud  # noqa: E402
+from infra.reaper.handler import CLOUDS, ConfigError, make_cloud  # noqa: E402
 
 _REGION = re.compile(r"^[a-z]{2}(-[a-z0-9]+){1,3}$")
 _STACK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -81,8 +81,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = _OneLineParser(
         description="Stop idle gpufleet GPU instances (dry run unless --apply)."
     )
-    parser.add_argument("--provider", required=True, choices=["aws", "alicloud"])
-    parser.add_argument("--region", required=True, help="e.g. us-east-1, cn-beijing")
+    parser.add_argument("--provider", required=True, choices=sorted(CLOUDS))
+    parser.add_argument("--region", required=True, help="e.g. us-east-1, cn-beijing, ap-guangzhou")
     parser.add_argument("--stack", help="only this stack's instances (default: every stack)")
     parser.add_argument("--endpoint-url", help="alternative API endpoint (local tests)")
     parser.add_argument("--apply", action="store_true", help="really stop (default: dry run)")

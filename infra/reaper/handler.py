@@ -1,14 +1,16 @@
-"""Cloud function entry points (AWS Lambda, Alicloud Function Compute) and their package.
+"""Cloud function entry points (AWS Lambda, Alicloud Function Compute, Tencent SCF) and their
+package.
 
 The function reads its settings from environment variables that the stack sets:
 
-  GPUFLEET_PROVIDER   aws | alicloud (default: aws for ``handler``, alicloud for ``fc_handler``)
+  GPUFLEET_PROVIDER   aws | alicloud | tencent (default: aws for ``handler``, alicloud for
+                      ``fc_handler``, tencent for ``main_handler``)
   GPUFLEET_STACK      only this stack's instances (required: a function never reaps others)
   GPUFLEET_REGION     region to scan (default: the function's own region)
   GPUFLEET_APPLY      "true" to stop; anything else is a dry run that only logs
   GPUFLEET_RETRY_MODE standard | adaptive (AWS, default standard)
   GPUFLEET_MAX_ATTEMPTS         attempts per API call, the first included: 1 = no retry
-                                (default 6 on AWS, 5 on Alicloud)
+                                (default 6 on AWS, 5 on Alicloud and Tencent)
   GPUFLEET_ALICLOUD_ACCOUNT_ID  Alicloud account id (default: the FC context's)
   GPUFLEET_ENDPOINT_URL         an alternative API endpoint (tests); the function logs a
                                 warning line whenever it is set. scripts/teardown.py never
@@ -35,13 +37,14 @@ from .core import Cloud, Report, reap
 
 LAMBDA_HANDLER = "handler.handler"
 FC_HANDLER = "handler.fc_handler"
+SCF_HANDLER = "handler.main_handler"
 PACKAGE = "gpufleet_reaper"  # the package name inside the function archive
 
 _SHIM = '''"""Cloud function entry point: see gpufleet_reaper/handler.py."""
 
-from gpufleet_reaper.handler import fc_handler, handler
+from gpufleet_reaper.handler import fc_handler, handler, main_handler
 
-__all__ = ["fc_handler", "handler"]
+__all__ = ["fc_handler", "handler", "main_handler"]
 '''
 
 
@@ -107,22 +110,58 @@ def _alicloud_cloud(
     )
 
 
+def _tencent_cloud(
+    region: str,
+    env: Mapping[str, str],
+    credentials: Mapping[str, str] | None,
+    account_id: str | None,
+    endpoint: str | None,
+) -> Cloud:
+    from .tencent import TencentCloud, credentials_from
+
+    secret_id, secret_key, token = credentials_from(credentials or env)
+    return TencentCloud(
+        region,
+        endpoint=endpoint,
+        secret_id=secret_id or None,
+        secret_key=secret_key or None,
+        token=token or None,
+        max_attempts=_int_env(env, "GPUFLEET_MAX_ATTEMPTS", 5),
+    )
+
+
 @dataclass(frozen=True)
 class CloudEntry:
     """How the reaper reaches one cloud: its client (SDK imported only when made), and
-    whether the function zip must carry the SDK (the platform's runtime lacks it)."""
+    whether the function zip must carry the SDK (the platform's runtime lacks it): the
+    distributions named in ``sdks``, with their dependency closure."""
 
     make: Callable[
         [str, Mapping[str, str], Mapping[str, str] | None, str | None, str | None], Cloud
     ]
     vendor_sdk: bool
+    sdks: tuple[str, ...] = ()
 
 
 # The reaper's registry: provider name -> its cloud. Lambda's Python runtime ships boto3;
-# Function Compute's ships none of the Alibaba Cloud SDKs the reaper uses.
+# Function Compute's ships none of the Alibaba Cloud SDKs the reaper uses; SCF's is not
+# relied on (no source says which SDK version its Python runtime bundles, if any).
 CLOUDS: Mapping[str, CloudEntry] = {
     "aws": CloudEntry(_aws_cloud, vendor_sdk=False),
-    "alicloud": CloudEntry(_alicloud_cloud, vendor_sdk=True),
+    "alicloud": CloudEntry(
+        _alicloud_cloud,
+        vendor_sdk=True,
+        sdks=("alibabacloud-ecs20140526", "alibabacloud-cms20190101"),
+    ),
+    "tencent": CloudEntry(
+        _tencent_cloud,
+        vendor_sdk=True,
+        sdks=(
+            "tencentcloud-sdk-python-common",
+            "tencentcloud-sdk-python-cvm",
+            "tencentcloud-sdk-python-monitor",
+        ),
+    ),
 }
 
 
@@ -140,7 +179,13 @@ def make_cloud(
 ) -> Cloud:
     """The cloud for ``provider``; ``endpoint`` only when the caller passes it explicitly
     (the environment's GPUFLEET_ENDPOINT_URL is read by :func:`run`, which logs it)."""
-    region = env.get("GPUFLEET_REGION") or env.get("AWS_REGION") or env.get("FC_REGION") or ""
+    region = (
+        env.get("GPUFLEET_REGION")
+        or env.get("AWS_REGION")
+        or env.get("FC_REGION")
+        or env.get("TENCENTCLOUD_REGION")
+        or ""
+    )
     if not region:
         raise ConfigError("GPUFLEET_REGION is not set (and the platform gave no region)")
     entry = CLOUDS.get(provider)
@@ -228,6 +273,13 @@ def fc_handler(event: Any, context: Any) -> str:
     return json.dumps(out, sort_keys=True)
 
 
+def main_handler(event: Any, context: Any) -> str:
+    """Tencent SCF entry (timer trigger): the execution role's keys are in the environment."""
+    env = dict(os.environ)
+    out = run(env.get("GPUFLEET_PROVIDER", "tencent"), env)
+    return json.dumps(out, sort_keys=True)
+
+
 # A fixed date: zip entries carry timestamps, and the same sources must give the same bytes
 # so `pulumi up` sees no change when nothing changed.
 _ZIP_DATE = (2020, 1, 1, 0, 0, 0)
@@ -243,11 +295,12 @@ FUNCTION_MODULES = (
     "handler.py",
     "policy.py",
     "tags.py",
+    "tencent.py",
 )
 # What the Alicloud function imports beyond the standard library: the official SDKs, whose
 # dependency closure (from the installed distributions' metadata) is vendored into the zip.
 # Lambda's Python runtime ships boto3, so the AWS zip carries only the code and the table.
-ALICLOUD_SDKS = ("alibabacloud-ecs20140526", "alibabacloud-cms20190101")
+ALICLOUD_SDKS = CLOUDS["alicloud"].sdks
 # Compiled speed-ups with a pure-Python fallback in the same package: left out, so those
 # packages import on any CPython (the fallback is what they run without the extension).
 _PURE_FALLBACK = frozenset(
@@ -345,7 +398,7 @@ def build_function_zip(
     entries += [(f"{PACKAGE}/{n}", (src / n).read_bytes()) for n in FUNCTION_MODULES]
     entries.append((f"{PACKAGE}/{TABLE_FILE}", table_json(catalog)))
     if CLOUDS[provider].vendor_sdk:
-        entries += _vendored_files(sdk_closure())
+        entries += _vendored_files(sdk_closure(CLOUDS[provider].sdks))
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for name, data in sorted(dict(entries).items()):

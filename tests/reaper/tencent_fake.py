@@ -1,0 +1,322 @@
+"""A protocol fake of the Tencent Cloud API 3.0 actions the reaper uses, on 127.0.0.1.
+
+No Tencent Cloud emulator exists, so this speaks just enough of the wire format for the
+official SDK: POST /, JSON body, action and version in the X-TC-Action / X-TC-Version
+headers, answers ``{"Response": {..., "RequestId"}}`` (errors as ``Response.Error`` with
+HTTP 200, as the API does). Every request must carry a valid TC3-HMAC-SHA256 signature: the
+fake checks it with :func:`tc3_signature`, written from Tencent's published "Signature v3"
+steps and tested against the document's own example (tests/reaper/test_tencent_reaper.py),
+not with the SDK's signer.
+
+Actions: CVM DescribeInstances (tag filters, Offset/Limit), StopInstances (all or nothing,
+STOP_CHARGING required), Cloud Monitor GetMonitorData (QCE/CVM GpuUtil). Faults: throttling,
+5xx, answers too slow for the client's timeout, HTML pages, partial metrics, a skewed Date.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import random
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import formatdate
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+SECRET_ID = "AKIDfakefakefakefakefakefakefake"
+SECRET_KEY = "fakeSecretKeyForTheLocalFake0000"
+PRODUCTS = {  # action -> (service in the credential scope, API version)
+    "DescribeInstances": ("cvm", "2017-03-12"),
+    "StopInstances": ("cvm", "2017-03-12"),
+    "GetMonitorData": ("monitor", "2018-07-24"),
+}
+_AUTH = re.compile(
+    r"^TC3-HMAC-SHA256 Credential=(?P<id>[^/]+)/(?P<date>\d{4}-\d{2}-\d{2})/(?P<service>[a-z]+)"
+    r"/tc3_request, SignedHeaders=(?P<signed>[a-z0-9;-]+), Signature=(?P<sig>[0-9a-f]{64})$"
+)
+
+
+def _hmac(key: bytes, msg: str) -> bytes:
+    return hmac.new(key, msg.encode("utf-8"), hashlib.sha256).digest()
+
+
+def tc3_signature(
+    secret_key: str,
+    *,
+    method: str,
+    uri: str,
+    query: str,
+    headers: dict[str, str],  # the signed headers, lower-case names
+    payload: bytes,
+    timestamp: int,
+    service: str,
+) -> str:
+    """TC3-HMAC-SHA256 by the published steps: canonical request, string to sign, the
+    derived key (TC3+key -> date -> service -> "tc3_request"), hex HMAC."""
+    names = sorted(headers)
+    canonical = "\n".join(
+        [
+            method,
+            uri,
+            query,
+            "".join(f"{n}:{headers[n].strip().lower()}\n" for n in names),
+            ";".join(names),
+            hashlib.sha256(payload).hexdigest(),
+        ]
+    )
+    date = datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d")
+    scope = f"{date}/{service}/tc3_request"
+    to_sign = "\n".join(
+        ["TC3-HMAC-SHA256", str(timestamp), scope, hashlib.sha256(canonical.encode()).hexdigest()]
+    )
+    key = _hmac(_hmac(_hmac(("TC3" + secret_key).encode(), date), service), "tc3_request")
+    return hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+
+
+@dataclass
+class FakeCvm:
+    instance_id: str
+    tags: dict[str, str]
+    created: str  # "2026-03-01T08:00:00Z", CVM's format
+    state: str = "RUNNING"
+    instance_type: str = "GT4.4XLARGE96"
+    charge_type: str = "POSTPAID_BY_HOUR"
+    latest_operation: str | None = None
+    refuses_stop: bool = False  # e.g. local disks: STOP_CHARGING is not supported
+
+
+@dataclass
+class FakeTencent:
+    instances: list[FakeCvm] = field(default_factory=list)
+    # instance id -> [(unix seconds, GpuUtil)]
+    gpu: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    region: str = "ap-guangzhou"
+    secrets: dict[str, str] = field(default_factory=lambda: {SECRET_ID: SECRET_KEY})
+    throttle_rate: float = 0.0  # RequestLimitExceeded or a 503, at this rate
+    fail_actions: set[str] = field(default_factory=set)  # InternalError
+    status_actions: dict[str, int] = field(default_factory=dict)  # answered with this status
+    html_actions: set[str] = field(default_factory=set)  # 200 with an HTML page
+    slow_actions: dict[str, float] = field(default_factory=dict)  # sleep before answering
+    drop_metrics: set[str] = field(default_factory=set)  # ids left out of GetMonitorData
+    date_offset_s: float = 0.0  # the service's clock against this machine's
+    seed: int = 5
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)  # why requests were refused
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    # ------------------------------------------------------------------ actions
+
+    def describe_instances(self, q: dict[str, Any]) -> dict[str, Any]:
+        limit, offset = q.get("Limit", 20), q.get("Offset", 0)
+        if not isinstance(limit, int) or not 1 <= limit <= 100:
+            return _error("InvalidParameterValue.LimitExceeded", "Limit 1..100")
+        wanted: dict[str, list[str]] = {}
+        for f in q.get("Filters") or []:
+            name = f.get("Name", "")
+            if not name.startswith("tag:"):
+                return _error("InvalidFilter", name)
+            wanted[name[4:]] = f.get("Values") or []
+        match = [i for i in self.instances if all(i.tags.get(k) in v for k, v in wanted.items())]
+        page = match[offset : offset + limit]
+        return {
+            "TotalCount": len(match),
+            "InstanceSet": [
+                {
+                    "InstanceId": i.instance_id,
+                    "InstanceState": i.state,
+                    "InstanceType": i.instance_type,
+                    "CreatedTime": i.created,
+                    "InstanceChargeType": i.charge_type,
+                    "LatestOperation": i.latest_operation,
+                    "Tags": [{"Key": k, "Value": v} for k, v in i.tags.items()],
+                }
+                for i in page
+            ],
+        }
+
+    def stop_instances(self, q: dict[str, Any]) -> dict[str, Any]:
+        if q.get("StoppedMode") != "STOP_CHARGING":
+            return _error("InvalidParameterValue", f"fake wants STOP_CHARGING: {q}")
+        ids = q.get("InstanceIds") or []
+        if not 1 <= len(ids) <= 100:
+            return _error("InvalidParameterValue.LimitExceeded", "1..100 ids")
+        by_id = {i.instance_id: i for i in self.instances}
+        # All or nothing, as the API: the first bad id fails the whole call.
+        for iid in ids:
+            inst = by_id.get(iid)
+            if inst is None:
+                return _error("InvalidInstanceId.NotFound", iid)
+            if inst.refuses_stop:
+                return _error("UnsupportedOperation.StoppedModeStopCharging", iid)
+            if inst.state != "RUNNING":
+                return _error(f"UnsupportedOperation.InstanceState{inst.state.title()}", iid)
+        for iid in ids:
+            by_id[iid].state = "STOPPED"
+        return {}
+
+    def get_monitor_data(self, q: dict[str, Any]) -> dict[str, Any]:
+        if q.get("Namespace") != "QCE/CVM" or q.get("MetricName") != "GpuUtil":
+            return _error("InvalidParameterValue", f"{q.get('Namespace')} {q.get('MetricName')}")
+        wanted = q.get("Instances") or []
+        if not 1 <= len(wanted) <= 50:
+            return _error("InvalidParameterValue", "1..50 instances")
+        start = datetime.fromisoformat(q["StartTime"]).timestamp()
+        end = datetime.fromisoformat(q["EndTime"]).timestamp()
+        points = []
+        for inst in wanted:
+            dims = inst.get("Dimensions") or []
+            iid = next((d["Value"] for d in dims if d.get("Name") == "InstanceId"), None)
+            if iid is None:
+                return _error("InvalidParameterValue", "dimension InstanceId")
+            if iid in self.drop_metrics:
+                continue
+            seen = sorted((t, v) for t, v in self.gpu.get(iid, []) if start <= t <= end)
+            points.append(
+                {
+                    "Dimensions": [{"Name": "InstanceId", "Value": iid}],
+                    "Timestamps": [float(t) for t, _ in seen],
+                    "Values": [v for _, v in seen],
+                }
+            )
+        return {
+            "Period": q.get("Period", 300),
+            "MetricName": "GpuUtil",
+            "DataPoints": points,
+            "StartTime": q["StartTime"],
+            "EndTime": q["EndTime"],
+            "Msg": "",
+        }
+
+    # ------------------------------------------------------------------ server
+
+    def handle(self, action: str, q: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        with self.lock:
+            self.calls.append((action, q))
+            if action in self.status_actions:
+                return self.status_actions[action], {"message": "fault injected"}
+            if action in self.fail_actions:
+                return 200, _error("InternalError", "fault injected")
+            if self.throttle_rate and self.rng.random() < self.throttle_rate:
+                if self.rng.random() < 0.5:
+                    return 200, _error("RequestLimitExceeded", "too many requests")
+                return 503, {"message": "try later"}
+            fn = {
+                "DescribeInstances": self.describe_instances,
+                "StopInstances": self.stop_instances,
+                "GetMonitorData": self.get_monitor_data,
+            }[action]
+            return 200, fn(q)
+
+    def check_signature(self, method: str, path: str, headers: Any, body: bytes) -> str | None:
+        """None if the request is TC3-signed correctly, else the error code to answer."""
+        m = _AUTH.match(headers.get("Authorization", ""))
+        action = headers.get("X-TC-Action", "")
+        if m is None:
+            return "AuthFailure.SignatureFailure"
+        if action not in PRODUCTS:
+            return "InvalidAction"
+        service, version = PRODUCTS[action]
+        if m["service"] != service or headers.get("X-TC-Version") != version:
+            return "AuthFailure.SignatureFailure"
+        if headers.get("X-TC-Region") != self.region:
+            return "InvalidParameterValue.Region"
+        secret = self.secrets.get(m["id"])
+        if secret is None:
+            return "AuthFailure.SecretIdNotFound"
+        try:
+            stamp = int(headers.get("X-TC-Timestamp", ""))
+        except ValueError:
+            return "AuthFailure.SignatureFailure"
+        if abs(stamp - time.time()) > 300:
+            return "AuthFailure.SignatureExpire"
+        if datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%d") != m["date"]:
+            return "AuthFailure.SignatureFailure"
+        signed = m["signed"].split(";")
+        if not {"content-type", "host"} <= set(signed):
+            return "AuthFailure.SignatureFailure"
+        uri, _, query = path.partition("?")
+        want = tc3_signature(
+            secret,
+            method=method,
+            uri=uri,
+            query=query,
+            headers={n: headers.get(n, "") for n in signed},
+            payload=body,
+            timestamp=stamp,
+            service=service,
+        )
+        if not hmac.compare_digest(want, m["sig"]):
+            return "AuthFailure.SignatureFailure"
+        return None
+
+    @contextmanager
+    def running(self) -> Iterator[str]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+            def date_time_string(self, timestamp: float | None = None) -> str:
+                return formatdate(time.time() + fake.date_offset_s, usegmt=True)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                action = self.headers.get("X-TC-Action", "")
+                why = fake.check_signature("POST", self.path, self.headers, body)
+                if why is not None:
+                    with fake.lock:
+                        fake.rejected.append(why)
+                    return self._json(200, _error(why, "refused by the fake"))
+                if action in fake.slow_actions:
+                    time.sleep(fake.slow_actions[action])
+                if action in fake.html_actions:
+                    return self._html()
+                status, out = fake.handle(action, json.loads(body or b"{}"))
+                self._json(status, out)
+
+            def _json(self, status: int, out: dict[str, Any]) -> None:
+                if status == 200:
+                    out = {"Response": {**out, "RequestId": "fake-request"}}
+                data = json.dumps(out).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (its timeout): nothing to answer
+
+            def _html(self) -> None:
+                data = b"<html><body><h1>Welcome to nginx!</h1></body></html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_port}"
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"Error": {"Code": code, "Message": message}}
