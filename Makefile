@@ -6,9 +6,16 @@ PYTEST_ARGS ?=
 ARGS    ?= --model gpt2 --tokens 1e9
 GPUS_ARGS ?=
 
-.PHONY: setup help system-packages test test-fast plan cost compare size gpus lint format bench device-verify clean
+.PHONY: setup fc-wheels help system-packages test test-fast plan cost compare size gpus lint format bench device-verify clean
 
-setup: .venv/.installed  ## .venv with the pinned dependencies, this repo editable
+# The Alicloud reaper function's wheels, built for its runtime (CPython 3.10, manylinux
+# x86_64), not for this venv: the function zip is built from them.
+FC_WHEELS = build/fc-wheels
+FC_LOCK   = infra/reaper/function-requirements.txt
+
+setup: .venv/.installed fc-wheels  ## .venv (pinned, this repo editable) and fc-wheels
+
+fc-wheels: $(FC_WHEELS)/.complete  ## Alicloud function wheels for FC python3.10, from PyPI
 
 help:  ## this list
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | \
@@ -22,6 +29,12 @@ system-packages:  ## system-packages.txt: install (root) or print the command
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt
 	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+# Needs the venv but never rebuilds it (`make setup` builds the venv first, then this).
+$(FC_WHEELS)/.complete: $(FC_LOCK) scripts/fc_wheels.py
+	@test -x $(PY) || { echo "make fc-wheels: no $(PY) yet: run make setup" >&2; exit 2; }
+	$(PY) scripts/fc_wheels.py --into $(FC_WHEELS)
 	touch $@
 
 # pytest's exit status 5 means "no test selected" (a PYTEST_ARGS filter that matches nothing):
@@ -67,5 +80,5 @@ bench: setup  ## benchmarks against a same-run baseline; fails on a miss
 device-verify:  ## verify-gpu's node checks on this machine's GPU
 	bash scripts/device_verify.sh
 
-clean:  ## remove .venv and the caches
-	rm -rf .venv reports .pytest_cache .mypy_cache .ruff_cache
+clean:  ## remove .venv, build/fc-wheels and the caches
+	rm -rf .venv $(FC_WHEELS) reports .pytest_cache .mypy_cache .ruff_cache

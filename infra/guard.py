@@ -11,7 +11,7 @@ from typing import Any
 
 import pulumi
 
-from infra.config import StackConfig
+from infra.config import ConfigError, StackConfig
 
 # The metric names are the reaper's contract with the watchdog; one definition, there.
 from infra.reaper.core import (
@@ -21,6 +21,10 @@ from infra.reaper.core import (
     METRIC_HEARTBEAT,
     NAMESPACE,
 )
+
+# The Alicloud function's runtime: the one its vendored wheels are built for.
+from infra.reaper.wheelhouse import FC_RUNTIME as FC_RUNTIME
+from infra.reaper.wheelhouse import WheelhouseError
 
 AWS_SCHEDULE = "rate(5 minutes)"
 ALICLOUD_CRON = "@every 5m"
@@ -45,11 +49,16 @@ def function_env(cfg: StackConfig) -> dict[str, str]:
 @functools.lru_cache(maxsize=2)
 def function_zip(provider: str = "alicloud") -> bytes:
     """The reaper as a deterministic zip (same bytes for the same sources): its code, the
-    catalog's per-instance-type table, and for Alicloud the vendored SDKs (Function
-    Compute's Python runtime has none). Built once per process: the SDKs make it ~8 MB."""
+    catalog's per-instance-type table, and for Alicloud the SDKs from the wheels built for
+    FC_RUNTIME (Function Compute's Python runtime has none). Built once per process: the
+    SDKs make it ~11 MB. A missing or wrong wheelhouse is bad setup, reported as a
+    ConfigError (one line each, naming `make fc-wheels`), before any resource exists."""
     from infra.reaper.handler import build_function_zip
 
-    return build_function_zip(provider=provider)
+    try:
+        return build_function_zip(provider=provider)
+    except WheelhouseError as exc:
+        raise ConfigError(exc.problems) from None
 
 
 def function_archive(provider: str = "aws") -> pulumi.AssetArchive:

@@ -18,9 +18,19 @@ DOCUMENTED = dict(re.findall(r"^([a-zA-Z_-]+):.*?## (.+)$", MAKEFILE, re.M))
 def make(*args: str) -> subprocess.CompletedProcess[str]:
     if shutil.which("make") is None:
         pytest.fail("no make on PATH (Debian package: make)")
-    # -o: never rebuild .venv from a test; PY: the interpreter running these tests
+    # -o: never rebuild .venv nor fetch the function wheels (PyPI) from a test; PY: the
+    # interpreter running these tests
     return subprocess.run(
-        ["make", "-s", "-o", ".venv/.installed", f"PY={sys.executable}", *args],
+        [
+            "make",
+            "-s",
+            "-o",
+            ".venv/.installed",
+            "-o",
+            "build/fc-wheels/.complete",
+            f"PY={sys.executable}",
+            *args,
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -55,3 +65,17 @@ def test_a_test_filter_that_selects_nothing_is_said_and_is_not_a_failure() -> No
 def test_a_pytest_usage_error_still_fails_make() -> None:
     done = make("test-fast", "PYTEST_ARGS=-p no:cacheprovider tests/test_makefile.py --co -q -x -k")
     assert done.returncode not in (0, 5)
+
+
+def test_setup_fetches_the_alicloud_function_wheels_and_fc_wheels_never_rebuilds_the_venv() -> None:
+    lock = "infra/reaper/function-requirements.txt"
+    # setup: the venv held as built; fc-wheels: a newer requirements.txt must not reinstall
+    for target, extra in (
+        ("setup", ["-o", ".venv/.installed"]),
+        ("fc-wheels", ["-W", "requirements.txt"]),
+    ):
+        cmd = ["make", "-s", "-n", "-W", lock, *extra]
+        done = subprocess.run([*cmd, target], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert "scripts/fc_wheels.py --into build/fc-wheels" in done.stdout, target
+        assert "pip install" not in done.stdout, target

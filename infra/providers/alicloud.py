@@ -533,7 +533,7 @@ class AlicloudProvider:
         fn = ali.fc.V3Function(
             f"{name}-reaper",
             function_name=fn_name,
-            runtime="python3.10",
+            runtime=guard_logic.FC_RUNTIME,
             handler=guard_logic.FC_HANDLER,
             code=ali.fc.V3FunctionCodeArgs(
                 zip_file=base64.b64encode(guard_logic.function_zip()).decode()

@@ -141,6 +141,10 @@ class CloudEntry:
     ]
     vendor_sdk: bool
     sdks: tuple[str, ...] = ()
+    # True: the closure comes from wheels built for the function's runtime, pinned in
+    # function-requirements.txt (infra/reaper/wheelhouse.py, `make fc-wheels`); False: from
+    # this venv's installed distributions (pure Python only, compiled speed-ups left out).
+    wheels: bool = False
 
 
 # The reaper's registry: provider name -> its cloud. Lambda's Python runtime ships boto3;
@@ -152,6 +156,7 @@ CLOUDS: Mapping[str, CloudEntry] = {
         _alicloud_cloud,
         vendor_sdk=True,
         sdks=("alibabacloud-ecs20140526", "alibabacloud-cms20190101"),
+        wheels=True,  # its closure has compiled modules (cryptography, cffi, aiohttp...)
     ),
     "tencent": CloudEntry(
         _tencent_cloud,
@@ -297,9 +302,11 @@ FUNCTION_MODULES = (
     "tags.py",
     "tencent.py",
 )
-# What the Alicloud function imports beyond the standard library: the official SDKs, whose
-# dependency closure (from the installed distributions' metadata) is vendored into the zip.
-# Lambda's Python runtime ships boto3, so the AWS zip carries only the code and the table.
+# What the Alicloud function imports beyond the standard library: the official SDKs. Their
+# whole closure is pinned in function-requirements.txt and vendored from wheels built for
+# the function's runtime (infra/reaper/wheelhouse.py; `make fc-wheels` fetches them). The
+# Tencent zip still vendors this venv's closure (below). Lambda's Python runtime ships boto3,
+# so the AWS zip carries only the code and the table.
 ALICLOUD_SDKS = CLOUDS["alicloud"].sdks
 # Compiled speed-ups with a pure-Python fallback in the same package: left out, so those
 # packages import on any CPython (the fallback is what they run without the extension).
@@ -374,14 +381,20 @@ def _vendored_files(dists: list[Any]) -> list[tuple[str, bytes]]:
 
 
 def build_function_zip(
-    source_dir: Path | None = None, *, provider: str = "alicloud", catalog: Any = None
+    source_dir: Path | None = None,
+    *,
+    provider: str = "alicloud",
+    catalog: Any = None,
+    wheelhouse: Path | None = None,
 ) -> bytes:
     """The function archive: ``handler.py`` at the top, this package as ``gpufleet_reaper/``
-    with the catalog's per-instance-type table (``instance_types.json``), and for Alicloud
-    the SDKs' installed distributions beside it.
+    with the catalog's per-instance-type table (``instance_types.json``), and the SDKs'
+    closure beside it where the runtime lacks them: for Alicloud unpacked from the wheelhouse
+    (default ``build/fc-wheels``), whose wheels are checked against the lock and the runtime
+    first (WheelhouseError); for Tencent copied from the installed distributions.
 
-    Deterministic (sorted entries, fixed dates and modes) and pure: reads the sources and
-    the installed distributions, writes nothing.
+    Deterministic (sorted entries, fixed dates and modes) and pure: reads the sources, the
+    wheels and the installed distributions, writes nothing.
     """
     from .catalog_data import TABLE_FILE, table_json
 
@@ -398,7 +411,19 @@ def build_function_zip(
     entries += [(f"{PACKAGE}/{n}", (src / n).read_bytes()) for n in FUNCTION_MODULES]
     entries.append((f"{PACKAGE}/{TABLE_FILE}", table_json(catalog)))
     if CLOUDS[provider].vendor_sdk:
-        entries += _vendored_files(sdk_closure(CLOUDS[provider].sdks))
+        entry = CLOUDS[provider]
+        if entry.wheels:
+            from . import wheelhouse as wh
+
+            vendored = wh.unpack(wh.check(wheelhouse or wh.WHEELHOUSE, entry.sdks))
+            clash = sorted({n for n, _ in entries} & {n for n, _ in vendored})
+            if clash:
+                raise wh.WheelhouseError(
+                    [f"{n}: a vendored wheel installs the function's own file" for n in clash]
+                )
+            entries += vendored
+        else:
+            entries += _vendored_files(sdk_closure(entry.sdks))
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for name, data in sorted(dict(entries).items()):

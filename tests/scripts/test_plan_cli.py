@@ -83,3 +83,37 @@ def test_a_closed_pipe_ends_the_plan_quietly():
     )
     assert proc.stdout.startswith("Previewing update (a100x8)")
     assert proc.stderr == ""
+
+
+def run_without_wheels(wheelhouse, *args):
+    """plan.py in its own process, with the Alicloud function's wheelhouse pointed at a
+    folder that has no wheels (as on a checkout where `make fc-wheels` never ran)."""
+    code = (
+        "import runpy, sys\n"
+        "from pathlib import Path\n"
+        "import infra.reaper.wheelhouse as wh\n"
+        f"wh.WHEELHOUSE = Path({str(wheelhouse)!r})\n"
+        f"sys.argv = [{str(PLAN)!r}, *{list(args)!r}]\n"
+        f"runpy.run_path({str(PLAN)!r}, run_name='__main__')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120, env=env
+    )
+
+
+def test_alicloud_plan_without_the_function_wheels_exits_2_with_one_line_naming_the_target(
+    tmp_path,
+):
+    proc = run_without_wheels(tmp_path / "fc-wheels", "--stack", "a100x4")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert "fc-wheels: no wheels for the Alicloud reaper function" in line
+    assert "run `make fc-wheels`" in line and "Traceback" not in proc.stderr
+
+
+def test_aws_plan_needs_no_function_wheels(tmp_path):
+    proc = run_without_wheels(tmp_path / "fc-wheels", "--stack", "t4x1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["stack"] == "t4x1"
