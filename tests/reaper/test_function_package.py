@@ -34,6 +34,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 PY310_DEFAULT = Path("/root/.pyenv/versions/3.10.13/bin/python3.10")
+PY310 = PY310_DEFAULT  # the name test_tencent_function_package imports
 PY310_ENV = "GPUFLEET_PYTHON310"
 
 
