@@ -8,9 +8,10 @@ fake checks it with :func:`tc3_signature`, written from Tencent's published "Sig
 steps and tested against the document's own example (tests/reaper/test_tencent_reaper.py),
 not with the SDK's signer.
 
-Actions: CVM DescribeInstances (tag filters, Offset/Limit), StopInstances (all or nothing,
-STOP_CHARGING required), Cloud Monitor GetMonitorData (QCE/CVM GpuUtil). Faults: throttling,
-5xx, answers too slow for the client's timeout, HTML pages, partial metrics, a skewed Date.
+Actions: CVM DescribeInstances (tag filters or InstanceIds, Offset/Limit), StopInstances (all
+or nothing, STOP_CHARGING required), Cloud Monitor GetMonitorData (QCE/CVM GpuUtil), and for
+the node STS GetCallerIdentity and Tag TagResources. Faults: throttling, 5xx, answers too
+slow for the client's timeout, HTML pages, partial metrics, a skewed Date.
 """
 
 from __future__ import annotations
@@ -36,7 +37,11 @@ PRODUCTS = {  # action -> (service in the credential scope, API version)
     "DescribeInstances": ("cvm", "2017-03-12"),
     "StopInstances": ("cvm", "2017-03-12"),
     "GetMonitorData": ("monitor", "2018-07-24"),
+    # What the node watchdog calls beside those (bootstrap/remote/watchdog.py TencentNode).
+    "GetCallerIdentity": ("sts", "2018-08-13"),
+    "TagResources": ("tag", "2018-08-13"),
 }
+ACCOUNT_UIN = "100012345678"
 _AUTH = re.compile(
     r"^TC3-HMAC-SHA256 Credential=(?P<id>[^/]+)/(?P<date>\d{4}-\d{2}-\d{2})/(?P<service>[a-z]+)"
     r"/tc3_request, SignedHeaders=(?P<signed>[a-z0-9;-]+), Signature=(?P<sig>[0-9a-f]{64})$"
@@ -126,7 +131,13 @@ class FakeTencent:
             if not name.startswith("tag:"):
                 return _error("InvalidFilter", name)
             wanted[name[4:]] = f.get("Values") or []
-        match = [i for i in self.instances if all(i.tags.get(k) in v for k, v in wanted.items())]
+        ids = q.get("InstanceIds")
+        match = [
+            i
+            for i in self.instances
+            if all(i.tags.get(k) in v for k, v in wanted.items())
+            and (ids is None or i.instance_id in ids)
+        ]
         page = match[offset : offset + limit]
         return {
             "TotalCount": len(match),
@@ -197,6 +208,26 @@ class FakeTencent:
             "Msg": "",
         }
 
+    def get_caller_identity(self, q: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "Arn": f"qcs::cam::uin/{ACCOUNT_UIN}:roleName/gpufleet-node",
+            "AccountId": ACCOUNT_UIN,
+            "UserId": "role-id",
+            "PrincipalId": ACCOUNT_UIN,
+            "Type": "CAMRole",
+        }
+
+    def tag_resources(self, q: dict[str, Any]) -> dict[str, Any]:
+        by_id = {i.instance_id: i for i in self.instances}
+        for name in q.get("ResourceList") or []:
+            m = re.fullmatch(rf"qcs::cvm:{self.region}:uin/(\d+):instance/([\w-]+)", name)
+            if m is None or m[1] != ACCOUNT_UIN or m[2] not in by_id:
+                return _error("InvalidParameterValue.ResourceDescriptionError", name)
+        for name in q["ResourceList"]:
+            for t in q.get("Tags") or []:
+                by_id[name.rsplit("/", 1)[1]].tags[t["TagKey"]] = t["TagValue"]
+        return {}
+
     # ------------------------------------------------------------------ server
 
     def handle(self, action: str, q: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -214,6 +245,8 @@ class FakeTencent:
                 "DescribeInstances": self.describe_instances,
                 "StopInstances": self.stop_instances,
                 "GetMonitorData": self.get_monitor_data,
+                "GetCallerIdentity": self.get_caller_identity,
+                "TagResources": self.tag_resources,
             }[action]
             return 200, fn(q)
 

@@ -1,0 +1,339 @@
+"""The node watchdog on Tencent Cloud: its stdlib TC3 signer against the official SDK's, the
+metadata service (instance id, CAM role keys, spot reclaim notice) as a local fake, and its
+tags, lease tag and STOP_CHARGING power-off through the signed API fake the reaper's tests
+use (tests/reaper/tencent_fake.py, which verifies every signature on its own)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.bootstrap.remote.test_watchdog import Timeline, make_dog, wd
+from tests.bootstrap.remote.watchdog_fakes import closed_port
+from tests.reaper.tencent_fake import ACCOUNT_UIN, SECRET_ID, SECRET_KEY, FakeCvm, FakeTencent
+
+REGION = "ap-guangzhou"
+IID = "ins-0a1b2c3d"
+
+
+@dataclass
+class FakeTencentMetadata:
+    """metadata.tencentyun.com's few paths: plain GETs (no token), 404 where nothing is."""
+
+    notice: str | None = None
+    role: bool = True
+    reads: int = 0
+
+    def paths(self) -> dict[str, str]:
+        base = "/latest/meta-data/cam/security-credentials/"
+        routes = {
+            "/latest/meta-data/instance-id": IID,
+            "/latest/meta-data/placement/region": REGION,
+        }
+        if self.role:
+            routes[base] = "gpufleet-node"
+            routes[base + "gpufleet-node"] = json.dumps(
+                {
+                    "TmpSecretId": SECRET_ID,
+                    "TmpSecretKey": SECRET_KEY,
+                    "Token": "role-token",
+                    "ExpiredTime": 1900000000,
+                    "Code": "Success",
+                }
+            )
+        if self.notice:
+            routes["/latest/meta-data/spot/termination-time"] = self.notice
+        return routes
+
+    def serve(self) -> Any:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+            def do_GET(self) -> None:
+                fake.reads += 1
+                body = fake.paths().get(urllib.parse.unquote(self.path))
+                data = (body or "").encode()
+                self.send_response(200 if body is not None else 404)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler
+
+
+@pytest.fixture
+def metadata() -> Iterator[tuple[FakeTencentMetadata, str]]:
+    fake = FakeTencentMetadata()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), fake.serve())
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield fake, f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def api() -> Iterator[tuple[FakeTencent, str]]:
+    fake = FakeTencent(region=REGION)
+    created = (datetime.now(wd.UTC) - timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    tags = {"managed-by": "gpufleet", "gpufleet:stack": "tc", "gpufleet:protected": "true"}
+    fake.instances.append(FakeCvm(IID, tags, created))
+    fake.instances.append(FakeCvm("ins-other", {"managed-by": "gpufleet"}, created))
+    with fake.running() as url:
+        yield fake, url
+
+
+def node(meta_url: str, api_url: str = "", **kw: Any) -> Any:
+    return wd.TencentNode(REGION, endpoint_url=api_url, metadata_url=meta_url, **kw)
+
+
+# ---------------------------------------------------------------- the signer
+
+
+def test_node_tc3_signature_is_what_the_official_sdk_signs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK signs a real DescribeInstances request (captured, never sent anywhere); the
+    node's stdlib signer, given the same body, host, time and keys, gives the same header."""
+    from tencentcloud.common import credential
+    from tencentcloud.common.profile.client_profile import ClientProfile
+    from tencentcloud.common.profile.http_profile import HttpProfile
+    from tencentcloud.common.sign import Sign
+    from tencentcloud.cvm.v20170312 import cvm_client, models
+
+    http = HttpProfile(endpoint="cvm.tencentcloudapi.com")
+    client = cvm_client.CvmClient(
+        credential.Credential(SECRET_ID, SECRET_KEY, "tok"), REGION, ClientProfile(httpProfile=http)
+    )
+    sent: dict[str, Any] = {}
+
+    def capture(req: Any) -> Any:
+        sent.update(header=dict(req.header), data=req.data)
+        raise RuntimeError("captured")
+
+    monkeypatch.setattr(client.request, "send_request", capture)
+    request = models.DescribeInstancesRequest()
+    request.from_json_string(json.dumps({"InstanceIds": [IID], "Limit": 1}))
+    with pytest.raises(Exception, match="captured"):
+        client.DescribeInstances(request)
+    sdk = sent["header"]
+    body = sent["data"].encode() if isinstance(sent["data"], str) else sent["data"]
+    ours = wd.tc3_headers(
+        service="cvm",
+        host="cvm.tencentcloudapi.com",
+        action="DescribeInstances",
+        version="2017-03-12",
+        region=REGION,
+        payload=body,
+        secret_id=SECRET_ID,
+        secret_key=SECRET_KEY,
+        token="tok",
+        timestamp=int(sdk["X-TC-Timestamp"]),
+    )
+    assert sdk["Content-Type"] == ours["Content-Type"] == "application/json"
+    assert ours["Authorization"] == sdk["Authorization"]
+    for name in ("X-TC-Action", "X-TC-Version", "X-TC-Region", "X-TC-Token", "Host"):
+        assert ours[name] == sdk[name], name
+    # And the last step alone, through the SDK's own sign function.
+    date = datetime.fromtimestamp(int(sdk["X-TC-Timestamp"]), wd.UTC).strftime("%Y-%m-%d")
+    assert Sign.sign_tc3(SECRET_KEY, date, "cvm", "a string to sign") == _our_last_step(
+        SECRET_KEY, date, "cvm", "a string to sign"
+    )
+
+
+def _our_last_step(key: str, date: str, service: str, to_sign: str) -> str:
+    import hashlib
+    import hmac
+
+    def mac(k: bytes, m: str) -> bytes:
+        return hmac.new(k, m.encode(), hashlib.sha256).digest()
+
+    derived = mac(mac(mac(("TC3" + key).encode(), date), service), "tc3_request")
+    return hmac.new(derived, to_sign.encode(), hashlib.sha256).hexdigest()
+
+
+# ---------------------------------------------------------------- metadata, tags, lease
+
+
+@pytest.mark.integration
+def test_instance_id_and_cam_role_keys_come_from_the_metadata_service(
+    metadata: tuple[FakeTencentMetadata, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("TENCENTCLOUD_SECRET_ID", "TENCENTCLOUD_SECRET_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    _, url = metadata
+    cloud = node(url)
+    assert cloud.instance_id() == IID
+    assert cloud.credentials() == {
+        "access_key_id": SECRET_ID,
+        "secret": SECRET_KEY,
+        "token": "role-token",
+    }
+    assert wd.node_cloud("tencent", REGION).bucket_endpoint() == (
+        "https://cos.ap-guangzhou.myqcloud.com"
+    )
+
+
+@pytest.mark.integration
+def test_no_role_and_no_metadata_service_mean_no_credentials(
+    metadata: tuple[FakeTencentMetadata, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("TENCENTCLOUD_SECRET_ID", "TENCENTCLOUD_SECRET_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    fake, url = metadata
+    fake.role = False
+    assert node(url).credentials() is None
+    silent = node(closed_port())
+    assert silent.credentials() is None and silent.instance_id() is None
+    assert silent.spot_notice() is None
+
+
+@pytest.mark.integration
+def test_own_tags_come_from_describe_instances_signed_and_verified(
+    metadata: tuple[FakeTencentMetadata, str], api: tuple[FakeTencent, str]
+) -> None:
+    _, meta_url = metadata
+    fake, api_url = api
+    cloud = node(meta_url, api_url)
+    tags = cloud.instance_tags(IID, cloud.credentials)
+    assert tags["gpufleet:protected"] == "true"
+    assert wd.is_protected(tags)
+    assert [a for a, _ in fake.calls] == ["DescribeInstances"]
+    assert fake.calls[0][1]["InstanceIds"] == [IID]
+    assert not fake.rejected  # the fake's own TC3 check accepted the stdlib signature
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("fault", ["500", "html", "error", "closed", "nocreds"])
+def test_unreadable_tags_raise_tags_unreadable_never_empty(
+    metadata: tuple[FakeTencentMetadata, str], api: tuple[FakeTencent, str], fault: str
+) -> None:
+    _, meta_url = metadata
+    fake, api_url = api
+    if fault == "500":
+        fake.status_actions["DescribeInstances"] = 500
+    elif fault == "html":
+        fake.html_actions.add("DescribeInstances")
+    elif fault == "error":
+        fake.fail_actions.add("DescribeInstances")
+    cloud = node(meta_url, closed_port() if fault == "closed" else api_url, timeout=2.0)
+    creds = (lambda: None) if fault == "nocreds" else cloud.credentials
+    with pytest.raises(wd.TagsUnreadable):
+        cloud.instance_tags(IID, creds)
+
+
+@pytest.mark.integration
+def test_lease_tag_is_written_on_this_instance_only_through_tag_resources(
+    metadata: tuple[FakeTencentMetadata, str], api: tuple[FakeTencent, str]
+) -> None:
+    _, meta_url = metadata
+    fake, api_url = api
+    cloud = node(meta_url, api_url)
+    cloud.write_tag(IID, "gpufleet:keep-alive-until", "2026-12-01T20:00:00Z", cloud.credentials())
+    tagged = {i.instance_id: i.tags for i in fake.instances}
+    assert tagged[IID]["gpufleet:keep-alive-until"] == "2026-12-01T20:00:00Z"
+    assert "gpufleet:keep-alive-until" not in tagged["ins-other"]
+    call = dict(fake.calls)["TagResources"]
+    assert call["ResourceList"] == [f"qcs::cvm:{REGION}:uin/{ACCOUNT_UIN}:instance/{IID}"]
+    assert not fake.rejected
+
+
+# ---------------------------------------------------------------- power-off
+
+
+@pytest.mark.integration
+def test_poweroff_is_stop_instances_with_stop_charging_for_this_instance_only(
+    metadata: tuple[FakeTencentMetadata, str], api: tuple[FakeTencent, str]
+) -> None:
+    _, meta_url = metadata
+    fake, api_url = api
+    node(meta_url, api_url).poweroff()
+    assert {i.instance_id: i.state for i in fake.instances} == {
+        IID: "STOPPED",
+        "ins-other": "RUNNING",
+    }
+    stop = dict(fake.calls)["StopInstances"]
+    assert stop == {"InstanceIds": [IID], "StopType": "SOFT_FIRST", "StoppedMode": "STOP_CHARGING"}
+
+
+@pytest.mark.integration
+def test_poweroff_retries_throttling_and_raises_on_a_refusal_without_keep_charging(
+    metadata: tuple[FakeTencentMetadata, str], api: tuple[FakeTencent, str]
+) -> None:
+    _, meta_url = metadata
+    fake, api_url = api
+    naps: list[float] = []
+    fake.status_actions["StopInstances"] = 503
+    with pytest.raises(Exception, match="503"):
+        node(meta_url, api_url, sleep=naps.append).poweroff()
+    assert len([a for a, _ in fake.calls if a == "StopInstances"]) == wd.LEASE_TAG_ATTEMPTS
+    assert len(naps) == wd.LEASE_TAG_ATTEMPTS - 1  # bounded
+    del fake.status_actions["StopInstances"]
+    fake.instances[0].refuses_stop = True
+    with pytest.raises(wd.TencentApiError, match="StoppedModeStopCharging"):
+        node(meta_url, api_url, sleep=naps.append).poweroff()
+    stops = [q for a, q in fake.calls if a == "StopInstances"]
+    assert all(q["StoppedMode"] == "STOP_CHARGING" for q in stops)
+    assert fake.instances[0].state == "RUNNING"
+
+
+# ---------------------------------------------------------------- the watchdog loop
+
+
+@pytest.mark.integration
+def test_spot_reclaim_notice_syncs_scratch_at_once_and_only_once(
+    tmp_path: Path, metadata: tuple[FakeTencentMetadata, str]
+) -> None:
+    fake, url = metadata
+    dog, _probe, rec = make_dog(
+        tmp_path, Timeline(util=lambda m: 100.0), provider="tencent", region=REGION
+    )
+    dog.cloud = node(url)
+    dog.run_once()
+    assert not rec.syncs()
+    fake.notice = "2026-03-01 16:40:00"  # the documented answer: a time (UTC+8)
+    dog.run_once()
+    dog.run_once()
+    assert len(rec.syncs()) == 1 and rec.events[0][0] == "sync 90"
+    assert not rec.poweroffs()  # busy: the notice saves scratch, it is not a stop
+
+
+@pytest.mark.integration
+def test_tencent_watchdog_publishes_no_metrics_and_says_why(
+    tmp_path: Path, metadata: tuple[FakeTencentMetadata, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    _, url = metadata
+    scratch = tmp_path / "scratch"
+    (scratch / "checkpoints").mkdir(parents=True)
+    config = wd.Config(
+        provider="tencent",
+        region=REGION,
+        stack="tc",
+        node="tc-1",
+        metadata_url=url,
+        scratch_path=str(scratch),
+        state_dir=str(tmp_path / "state"),
+    )
+    with caplog.at_level("INFO", logger="gpufleet-watchdog"):
+        dog = wd.build(config)
+    assert dog.publisher is None
+    assert "no custom-metric report action" in caplog.text
+    with pytest.raises(RuntimeError, match="PutMonitorData"):
+        node(url).put_metrics(IID, [("Heartbeat", 1.0, "None")], {})
+
+
+def test_tencent_is_a_registered_node_cloud() -> None:
+    assert wd.CLOUDS["tencent"] is wd.TencentNode
+    assert wd.node_cloud("tencent", REGION).name == "tencent"
