@@ -549,10 +549,42 @@ def _oss_probe(args: argparse.Namespace, key: str, payload: bytes) -> dict[str, 
     return _verified("ossutil", payload, body, timings)
 
 
+# The installed watchdog (bootstrap/tasks/watchdog.py PREFIX, ETC): its check-sync writes and
+# reads back an object with the node's own role, through the sync that saves the checkpoints.
+WATCHDOG = "/opt/gpufleet/watchdog.py"
+WATCHDOG_CONFIG = "/etc/gpufleet/watchdog.json"
+
+
+def _cos_probe(args: argparse.Namespace, key: str, payload: bytes) -> dict[str, Any]:
+    """COS: the watchdog's own SigV4 client against COS's S3-compatible endpoint (no COS tool
+    or boto3 is installed on the nodes, and the CAM role's keys come from Tencent's metadata
+    service, which boto3 does not read). It writes its own small probe object, not ``key``."""
+    del key, payload
+    if not Path(WATCHDOG).is_file():
+        return {"status": "skip", "reason": f"{WATCHDOG} is not installed (fab setup installs it)"}
+    t = time.perf_counter()
+    result = run([sys.executable, WATCHDOG, "check-sync", "--json", "--config", WATCHDOG_CONFIG])
+    timings = {"check_s": round(time.perf_counter() - t, 4)}
+    try:
+        answer = json.loads(result["out"] or "{}")
+    except ValueError:
+        answer = {}
+    if result["rc"] == 0 and answer.get("ok"):
+        return {
+            "status": "ok",
+            "tool": "watchdog check-sync",
+            "detail": answer["detail"],
+            **timings,
+        }
+    reason = answer.get("detail") or _tail(result["err"] or result["out"], 2)
+    return {"status": "error", "tool": "watchdog check-sync", "reason": reason, **timings}
+
+
 # How the probe reaches each kind of object store (the catalog's ``object_store`` values).
 PROBES: dict[str, Callable[[argparse.Namespace, str, bytes], dict[str, Any]]] = {
     "s3": _s3_probe,
     "oss": _oss_probe,
+    "cos": _cos_probe,
 }
 
 

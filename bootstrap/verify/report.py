@@ -104,8 +104,40 @@ def _upload_oss(path: Path, exp: Expected, key: str, endpoint_url: str | None) -
     return {"status": "ok", "url": f"oss://{exp.bucket}/{key}"}
 
 
+def _upload_cos(path: Path, exp: Expected, key: str, endpoint_url: str | None) -> dict[str, Any]:
+    """COS through its S3-compatible API (SigV4 at ``cos.<region>.myqcloud.com``, the region
+    as the signing region: cloud.tencent.com/document/product/436/37421): the S3 path with
+    Tencent's keys from the environment."""
+    try:
+        import boto3
+        import botocore.config
+        import botocore.exceptions
+    except ImportError:
+        return {"status": "skip", "reason": "boto3 is not installed here"}
+    key_id = os.environ.get("TENCENTCLOUD_SECRET_ID")
+    secret = os.environ.get("TENCENTCLOUD_SECRET_KEY")
+    if not key_id or not secret:
+        return {"status": "skip", "reason": "no TENCENTCLOUD_SECRET_ID/KEY in the environment"}
+    style = "path" if endpoint_url else "virtual"
+    client = boto3.client(
+        "s3",
+        region_name=exp.region,
+        endpoint_url=endpoint_url or f"https://cos.{exp.region}.myqcloud.com",
+        aws_access_key_id=key_id,
+        aws_secret_access_key=secret,
+        aws_session_token=os.environ.get("TENCENTCLOUD_SESSION_TOKEN") or None,
+        config=botocore.config.Config(signature_version="s3v4", s3={"addressing_style": style}),
+    )
+    try:
+        client.upload_file(str(path), exp.bucket, key)
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError, OSError) as exc:
+        return {"status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+    return {"status": "ok", "url": f"cos://{exp.bucket}/{key}"}
+
+
 # How a report reaches each kind of object store (the catalog's ``object_store`` values).
 UPLOADERS: Mapping[str, Callable[[Path, Expected, str, str | None], dict[str, Any]]] = {
     "s3": _upload_s3,
     "oss": _upload_oss,
+    "cos": _upload_cos,
 }

@@ -1,0 +1,135 @@
+"""COS (Tencent's object store) reached through the S3 path: the verify report upload with
+boto3 and Tencent's keys, and verify-gpu's node probe through the installed watchdog's
+``check-sync`` (its stdlib SigV4 client, configured as a Tencent node). Both against moto's S3
+on 127.0.0.1 standing for COS's S3-compatible endpoint: what moto proves is our SigV4 path
+and addressing, not that COS accepts them (only a real bucket does)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import boto3
+import pytest
+
+from bootstrap.remote import verify_node
+from bootstrap.verify import report
+from bootstrap.verify.expected import Expected
+from tests.bootstrap.remote.watchdog_fakes import closed_port, moto_server
+
+REMOTE = Path(__file__).resolve().parents[3] / "bootstrap" / "remote"
+REGION = "ap-guangzhou"
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[str]:
+    with moto_server() as url:
+        yield url
+
+
+def bucket(moto: str, name: str) -> str:
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=moto,
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+    )
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+def keys(moto: str, name: str) -> list[str]:
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=moto,
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+    )
+    return sorted(o["Key"] for o in s3.list_objects_v2(Bucket=name).get("Contents", []))
+
+
+@pytest.mark.integration
+def test_report_upload_to_cos_uses_the_s3_path_with_tencent_keys(
+    moto: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = bucket(moto, "gpufleet-tc-1250000000")
+    path = tmp_path / "verify-1.json"
+    path.write_text('{"overall": "PASS"}')
+    exp = Expected(provider="tencent", region=REGION, bucket=name)
+    upload = report.UPLOADERS["cos"]
+    monkeypatch.delenv("TENCENTCLOUD_SECRET_ID", raising=False)
+    skipped = upload(path, exp, "gpufleet/verify/verify-1.json", moto)
+    assert skipped["status"] == "skip" and "TENCENTCLOUD_SECRET_ID" in skipped["reason"]
+    monkeypatch.setenv("TENCENTCLOUD_SECRET_ID", "AKIDtest")
+    monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", "secret")
+    done = upload(path, exp, "gpufleet/verify/verify-1.json", moto)
+    assert done == {"status": "ok", "url": f"cos://{name}/gpufleet/verify/verify-1.json"}
+    assert keys(moto, name) == ["gpufleet/verify/verify-1.json"]
+
+
+@pytest.mark.integration
+def test_verify_cos_probe_runs_the_installed_watchdogs_check_sync(
+    moto: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = bucket(moto, "gpufleet-probe-1250000000")
+    config = tmp_path / "watchdog.json"
+    config.write_text(
+        json.dumps(
+            {
+                "provider": "tencent",
+                "region": REGION,
+                "stack": "tc",
+                "node": "tc-1",
+                "bucket": name,
+                "storage_endpoint_url": moto,
+                "metadata_url": closed_port(),
+                "scratch_path": str(tmp_path / "scratch"),
+                "state_dir": str(tmp_path / "state"),
+            }
+        )
+    )
+    monkeypatch.setenv("TENCENTCLOUD_SECRET_ID", "AKIDtest")
+    monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", "secret")
+    monkeypatch.setattr(verify_node, "WATCHDOG", str(REMOTE / "watchdog.py"))
+    monkeypatch.setattr(verify_node, "WATCHDOG_CONFIG", str(config))
+    args = SimpleNamespace(bucket=name, object_store="cos", region=REGION, s3_endpoint=None)
+    result = verify_node.storage_probe(args)  # type: ignore[arg-type]
+    assert result["status"] == "ok", result
+    assert result["tool"] == "watchdog check-sync" and "wrote and read back" in result["detail"]
+    assert keys(moto, name)  # the probe object the check wrote
+
+    monkeypatch.setattr(verify_node, "WATCHDOG", str(tmp_path / "absent.py"))
+    missing = verify_node.storage_probe(args)  # type: ignore[arg-type]
+    assert missing["status"] == "skip" and "fab setup" in missing["reason"]
+
+
+@pytest.mark.integration
+def test_verify_cos_probe_reports_a_missing_bucket_as_an_error(
+    moto: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "watchdog.json"
+    config.write_text(
+        json.dumps(
+            {
+                "provider": "tencent",
+                "region": REGION,
+                "stack": "tc",
+                "node": "tc-1",
+                "bucket": "no-such-bucket-1250000000",
+                "storage_endpoint_url": moto,
+                "metadata_url": closed_port(),
+                "state_dir": str(tmp_path / "state"),
+            }
+        )
+    )
+    monkeypatch.setenv("TENCENTCLOUD_SECRET_ID", "AKIDtest")
+    monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", "secret")
+    monkeypatch.setattr(verify_node, "WATCHDOG", str(REMOTE / "watchdog.py"))
+    monkeypatch.setattr(verify_node, "WATCHDOG_CONFIG", str(config))
+    args = SimpleNamespace(bucket="no-such-bucket-1250000000", object_store="cos", region=REGION)
+    result = verify_node.storage_probe(args)  # type: ignore[arg-type]
+    assert result["status"] == "error" and "NoSuchBucket" in result["reason"], result
