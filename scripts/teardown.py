@@ -36,7 +36,8 @@ if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip insta
 from infra.reaper.core import PriceLookup, Report, reap  # noqa: E402
 from infra.reaper.handler import CLOUDS, ConfigError, make_cloud  # noqa: E402
 
-_REGION = re.compile(r"^[a-z]{2}(-[a-z0-9]+){1,3}$")
+# AWS / Alicloud regions (us-east-1, cn-beijing) and Azure locations (eastus, westeurope2).
+_REGION = re.compile(r"^([a-z]{2}(-[a-z0-9]+){1,3}|[a-z]{4,}[0-9]?)$")
 _STACK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -82,7 +83,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Stop idle gpufleet GPU instances (dry run unless --apply)."
     )
     parser.add_argument("--provider", required=True, choices=sorted(CLOUDS))
-    parser.add_argument("--region", required=True, help="e.g. us-east-1, cn-beijing, ap-guangzhou")
+    parser.add_argument(
+        "--region", required=True, help="e.g. us-east-1, cn-beijing, ap-guangzhou, eastus"
+    )
     parser.add_argument("--stack", help="only this stack's instances (default: every stack)")
     parser.add_argument("--endpoint-url", help="alternative API endpoint (local tests)")
     parser.add_argument("--apply", action="store_true", help="really stop (default: dry run)")

@@ -1,10 +1,11 @@
-"""Cloud function entry points (AWS Lambda, Alicloud Function Compute, Tencent SCF) and their
-package.
+"""Cloud function entry points (AWS Lambda, Alicloud Function Compute, Tencent SCF, Azure
+Functions) and their package.
 
 The function reads its settings from environment variables that the stack sets:
 
-  GPUFLEET_PROVIDER   aws | alicloud | tencent (default: aws for ``handler``, alicloud for
-                      ``fc_handler``, tencent for ``main_handler``)
+  GPUFLEET_PROVIDER   aws | alicloud | tencent | azure (default: aws for ``handler``,
+                      alicloud for ``fc_handler``, tencent for ``main_handler``, azure for
+                      ``azure_handler``)
   GPUFLEET_STACK      only this stack's instances (required: a function never reaps others)
   GPUFLEET_REGION     region to scan (default: the function's own region)
   GPUFLEET_APPLY      "true" to stop; anything else is a dry run that only logs
@@ -12,6 +13,8 @@ The function reads its settings from environment variables that the stack sets:
   GPUFLEET_MAX_ATTEMPTS         attempts per API call, the first included: 1 = no retry
                                 (default 6 on AWS, 5 on Alicloud and Tencent)
   GPUFLEET_ALICLOUD_ACCOUNT_ID  Alicloud account id (default: the FC context's)
+  GPUFLEET_AZURE_*              Azure subscription, resource group and identity: the
+                                contract at the top of azure.py (REQUIRED_ENV)
   GPUFLEET_ENDPOINT_URL         an alternative API endpoint (tests); the function logs a
                                 warning line whenever it is set. scripts/teardown.py never
                                 reads it (its --endpoint-url flag is the only way there).
@@ -130,11 +133,29 @@ def _tencent_cloud(
     )
 
 
+def _azure_cloud(
+    region: str,
+    env: Mapping[str, str],
+    credentials: Mapping[str, str] | None,
+    account_id: str | None,
+    endpoint: str | None,
+) -> Cloud:
+    from .azure import cloud_from_env
+
+    try:
+        return cloud_from_env(
+            region, env, endpoint=endpoint, max_attempts=_int_env(env, "GPUFLEET_MAX_ATTEMPTS", 5)
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 @dataclass(frozen=True)
 class CloudEntry:
     """How the reaper reaches one cloud: its client (SDK imported only when made), and
     whether the function zip must carry the SDK (the platform's runtime lacks it): the
-    distributions named in ``sdks``, with their dependency closure."""
+    distributions named in ``sdks``, with their dependency closure; for a platform with its
+    own package layout, ``layout`` lays the zip's entries out instead."""
 
     make: Callable[
         [str, Mapping[str, str], Mapping[str, str] | None, str | None, str | None], Cloud
@@ -145,11 +166,19 @@ class CloudEntry:
     # function-requirements.txt (infra/reaper/wheelhouse.py, `make fc-wheels`); False: from
     # this venv's installed distributions (pure Python only, compiled speed-ups left out).
     wheels: bool = False
+    layout: Callable[[list[tuple[str, bytes]]], list[tuple[str, bytes]]] | None = None
+
+
+def _azure_layout(common: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    from .azure_package import azure_entries
+
+    return azure_entries(common)
 
 
 # The reaper's registry: provider name -> its cloud. Lambda's Python runtime ships boto3;
 # Function Compute's ships none of the Alibaba Cloud SDKs the reaper uses; SCF's is not
-# relied on (no source says which SDK version its Python runtime bundles, if any).
+# relied on (no source says which SDK version its Python runtime bundles, if any); the Azure
+# Functions Python runtime ships no Azure SDK (azure_package.py vendors a pure-Python closure).
 CLOUDS: Mapping[str, CloudEntry] = {
     "aws": CloudEntry(_aws_cloud, vendor_sdk=False),
     "alicloud": CloudEntry(
@@ -167,6 +196,7 @@ CLOUDS: Mapping[str, CloudEntry] = {
             "tencentcloud-sdk-python-monitor",
         ),
     ),
+    "azure": CloudEntry(_azure_cloud, vendor_sdk=True, layout=_azure_layout),
 }
 
 
@@ -285,6 +315,13 @@ def main_handler(event: Any, context: Any) -> str:
     return json.dumps(out, sort_keys=True)
 
 
+def azure_handler(timer: Any, context: Any) -> dict[str, Any]:
+    """Azure Functions entry (timer trigger, function_app.py): the identity is the Function
+    App's managed identity, read by the reaper's own credential (azure.py)."""
+    env = dict(os.environ)
+    return run(env.get("GPUFLEET_PROVIDER", "azure"), env)
+
+
 # A fixed date: zip entries carry timestamps, and the same sources must give the same bytes
 # so `pulumi up` sees no change when nothing changed.
 _ZIP_DATE = (2020, 1, 1, 0, 0, 0)
@@ -295,6 +332,7 @@ FUNCTION_MODULES = (
     "__init__.py",
     "aws.py",
     "alicloud.py",
+    "azure.py",
     "catalog_data.py",
     "core.py",
     "handler.py",
@@ -410,7 +448,10 @@ def build_function_zip(
     entries = [("handler.py", _SHIM.encode())]
     entries += [(f"{PACKAGE}/{n}", (src / n).read_bytes()) for n in FUNCTION_MODULES]
     entries.append((f"{PACKAGE}/{TABLE_FILE}", table_json(catalog)))
-    if CLOUDS[provider].vendor_sdk:
+    layout = CLOUDS[provider].layout
+    if layout is not None:
+        entries = layout(entries)
+    elif CLOUDS[provider].vendor_sdk:
         entry = CLOUDS[provider]
         if entry.wheels:
             from . import wheelhouse as wh
