@@ -555,10 +555,9 @@ WATCHDOG = "/opt/gpufleet/watchdog.py"
 WATCHDOG_CONFIG = "/etc/gpufleet/watchdog.json"
 
 
-def _cos_probe(args: argparse.Namespace, key: str, payload: bytes) -> dict[str, Any]:
-    """COS: the watchdog's own SigV4 client against COS's S3-compatible endpoint (no COS tool
-    or boto3 is installed on the nodes, and the CAM role's keys come from Tencent's metadata
-    service, which boto3 does not read). It writes its own small probe object, not ``key``."""
+def _check_sync_probe(args: argparse.Namespace, key: str, payload: bytes) -> dict[str, Any]:
+    """The installed watchdog's check-sync: it writes its own small probe object (not
+    ``key``) through the same client and credentials that save the checkpoints."""
     del key, payload
     if not Path(WATCHDOG).is_file():
         return {"status": "skip", "reason": f"{WATCHDOG} is not installed (fab setup installs it)"}
@@ -580,11 +579,25 @@ def _cos_probe(args: argparse.Namespace, key: str, payload: bytes) -> dict[str, 
     return {"status": "error", "tool": "watchdog check-sync", "reason": reason, **timings}
 
 
+def _cos_probe(args: argparse.Namespace, key: str, payload: bytes) -> dict[str, Any]:
+    """COS: the watchdog's own SigV4 client against COS's S3-compatible endpoint (no COS tool
+    or boto3 is installed on the nodes, and the CAM role's keys come from Tencent's metadata
+    service, which boto3 does not read)."""
+    return _check_sync_probe(args, key, payload)
+
+
+def _azureblob_probe(args: argparse.Namespace, key: str, payload: bytes) -> dict[str, Any]:
+    """Azure Blob (not S3-compatible): the watchdog's own Blob client (Put Blob with the
+    VM's managed-identity token from IMDS); no Azure tool is installed on the nodes."""
+    return _check_sync_probe(args, key, payload)
+
+
 # How the probe reaches each kind of object store (the catalog's ``object_store`` values).
 PROBES: dict[str, Callable[[argparse.Namespace, str, bytes], dict[str, Any]]] = {
     "s3": _s3_probe,
     "oss": _oss_probe,
     "cos": _cos_probe,
+    "azureblob": _azureblob_probe,
 }
 
 

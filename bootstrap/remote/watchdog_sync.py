@@ -10,6 +10,11 @@ the S3 REST API with AWS Signature Version 4, so one tested code path serves bot
   ``https://<bucket>.s3.oss-<region>-internal.aliyuncs.com``: "OSS is compatible with the AWS
   S3 API" (https://www.alibabacloud.com/help/en/oss/developer-reference/use-amazon-s3-sdks-to-access-oss).
 
+Azure Blob Storage is not S3-compatible: :class:`BlobStore` speaks its own REST API (Put
+Blob, Put Block / Put Block List for large files, Get Blob Properties) with a managed-identity
+bearer token and ``x-ms-version``, behind the same methods; the cloud class picks the kind
+(``object_store`` in watchdog.py, the catalog's value), :data:`STORES` maps it to a store.
+
 Why not ``aws s3 sync`` / ``ossutil``: nothing installs them on the nodes, and a missing or
 broken CLI was exactly how scratch got lost. A built-in sync cannot be missing when the
 watchdog runs, has the same code on every image, and is tested here against moto S3.
@@ -312,6 +317,171 @@ class Store:
             raise
 
 
+# ---------------------------------------------------------------------------- Azure Blob
+
+# Bearer tokens need 2017-11-09 or later; this one is documented for every call used here.
+BLOB_API_VERSION = "2021-08-06"
+BLOCK_SIZE = 64 * 1024 * 1024  # Put Block: up to 4000 MiB each, at most 50,000 per blob
+MAX_BLOCKS = 50_000
+
+
+@dataclass
+class BlobStore:
+    """One Blob container, ``bucket`` = ``<storage account>/<container>`` (the stack's
+    ``bucket`` output on Azure), authorised with a bearer token for ``storage.azure.com``.
+
+    ``credentials()`` returns the node's credentials; the token is their ``storage`` entry
+    (AzureNode in watchdog.py asks the metadata service for it). Same guarantees as
+    :class:`Store`: ``Content-MD5`` on every write (the service refuses a corrupted body),
+    bounded retries on 5xx / 429 / network errors, the deadline checked before each request.
+    """
+
+    bucket: str
+    region: str
+    credentials: Callable[[], Credentials | None]
+    endpoint: str  # scheme://host[:port]
+    path_style: bool = False  # an explicit endpoint (tests, Azurite): /account/container/blob
+    timeout: float = 60.0
+    attempts: int = 3
+    retry_sleep: Callable[[float], None] = time.sleep
+
+    @classmethod
+    def for_node(
+        cls,
+        *,
+        endpoint: str,
+        region: str,
+        bucket: str,
+        credentials: Callable[[], Credentials | None],
+        endpoint_url: str = "",
+    ) -> BlobStore:
+        if bucket.count("/") != 1 or not all(bucket.split("/")):
+            raise StoreError(
+                f"bucket {bucket!r}: Azure needs <storage account>/<container>", code="Bucket"
+            )
+        if endpoint_url:
+            return cls(bucket, region, credentials, endpoint_url.rstrip("/"), path_style=True)
+        return cls(bucket, region, credentials, endpoint.rstrip("/"))
+
+    def url(self, key: str, query: str = "") -> str:
+        account, container = self.bucket.split("/", 1)
+        scheme, host = self.endpoint.split("://", 1)
+        path = f"/{container}" + ("/" + _quote(key, safe="/-_.~") if key else "")
+        if self.path_style:
+            path = f"/{account}{path}"
+        else:
+            host = f"{account}.{host}"
+        return f"{scheme}://{host}{path}" + (f"?{query}" if query else "")
+
+    def request(
+        self,
+        method: str,
+        key: str,
+        *,
+        body: bytes = b"",
+        query: str = "",
+        headers: dict[str, str] | None = None,
+        deadline: float | None = None,
+    ) -> tuple[int, dict[str, str], bytes]:
+        last: StoreError | None = None
+        for attempt in range(max(1, self.attempts)):
+            if attempt:
+                self.retry_sleep(min(2.0, 0.5 * 2 ** (attempt - 1)))
+            timeout = self.timeout
+            if deadline is not None:
+                timeout = min(timeout, deadline - time.monotonic())
+                if timeout <= 0:
+                    raise StoreError("sync deadline reached", code="Deadline")
+            creds = self.credentials() or {}
+            token = creds.get("storage", "")
+            if not token:
+                raise StoreError(
+                    "no storage token for the container (the VM's managed identity)",
+                    code="NoCredentials",
+                )
+            sent = {
+                "Authorization": f"Bearer {token}",
+                "x-ms-version": BLOB_API_VERSION,
+                "x-ms-date": dt.datetime.now(UTC).strftime("%a, %d %b %Y %H:%M:%S GMT"),
+                **(headers or {}),
+            }
+            req = urllib.request.Request(
+                self.url(key, query), data=body or None, method=method, headers=sent
+            )
+            if method in ("PUT", "POST"):
+                req.add_header("Content-Length", str(len(body)))
+                req.add_header("Content-Type", "application/octet-stream")
+            try:
+                with urllib.request.urlopen(req, timeout=timeout) as resp:
+                    return resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
+            except urllib.error.HTTPError as exc:
+                data = exc.read() if method != "HEAD" else b""
+                code = _xml_text(data, "Code") or exc.headers.get("x-ms-error-code") or ""
+                code = code or f"HTTP{exc.code}"
+                message = _xml_text(data, "Message") or exc.reason
+                last = StoreError(f"{method} {key or '/'}: {code} {message}", code, exc.code)
+                if exc.code < 500 and exc.code != 429:
+                    raise last from None
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                reason = getattr(exc, "reason", exc)
+                last = StoreError(f"{method} {key or '/'}: {reason}", code="Unreachable")
+        assert last is not None
+        raise last
+
+    def put(self, key: str, data: bytes, deadline: float | None = None) -> None:
+        headers = {"x-ms-blob-type": "BlockBlob", "Content-MD5": content_md5(data)}
+        self.request("PUT", key, body=data, headers=headers, deadline=deadline)
+
+    def head(self, key: str, deadline: float | None = None) -> dict[str, str] | None:
+        try:
+            return self.request("HEAD", key, deadline=deadline)[1]
+        except StoreError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def upload_file(self, key: str, path: Path, size: int, deadline: float) -> None:
+        """One Put Blob up to BLOCK_SIZE; above it, Put Block per block then Put Block List
+        (uncommitted blocks are discarded by the service after a week: nothing to abort)."""
+        if size <= BLOCK_SIZE:
+            self.put(key, path.read_bytes(), deadline)
+            return
+        block_size = max(BLOCK_SIZE, -(-size // MAX_BLOCKS))
+        ids: list[str] = []
+        with path.open("rb") as handle:
+            while chunk := handle.read(block_size):
+                block = base64.b64encode(f"{len(ids):08d}".encode()).decode()
+                ids.append(block)
+                self.request(
+                    "PUT",
+                    key,
+                    body=chunk,
+                    query="comp=block&blockid=" + _quote(block),
+                    headers={"Content-MD5": content_md5(chunk)},
+                    deadline=deadline,
+                )
+        listing = "".join(f"<Latest>{b}</Latest>" for b in ids)
+        body = f'<?xml version="1.0" encoding="utf-8"?><BlockList>{listing}</BlockList>'.encode()
+        self.request(
+            "PUT",
+            key,
+            body=body,
+            query="comp=blocklist",
+            headers={"Content-MD5": content_md5(body)},
+            deadline=deadline,
+        )
+
+
+# The store for each kind of object store (the catalog's ``object_store`` values): S3 and
+# the S3-compatible OSS and COS share one client.
+STORES: dict[str, type[Store] | type[BlobStore]] = {
+    "s3": Store,
+    "oss": Store,
+    "cos": Store,
+    "azureblob": BlobStore,
+}
+
+
 # ---------------------------------------------------------------------------- what to sync
 
 
@@ -389,7 +559,7 @@ def sync_scratch(
     scratch: Path,
     sync_dirs: Sequence[str],
     node: str,
-    store: Store | None,
+    store: Store | BlobStore | None,
     timeout_s: float,
 ) -> SyncResult:
     """Upload every file not yet saved, oldest record first, within ``timeout_s``."""
@@ -435,7 +605,7 @@ def sync_scratch(
     )
 
 
-def check_store(store: Store, node: str) -> str:
+def check_store(store: Store | BlobStore, node: str) -> str:
     """Prove the path works: write a small probe object and read its size back."""
     key = PROBE_KEY.format(node=node)
     data = f"gpufleet sync check from {node} at {dt.datetime.now(UTC).isoformat()}\n".encode()
@@ -444,4 +614,5 @@ def check_store(store: Store, node: str) -> str:
     head = store.head(key, deadline)
     if head is None or int(head.get("content-length", "-1")) != len(data):
         raise StoreError(f"probe {key} was written but does not read back", code="Probe")
-    return f"wrote and read back s3://{store.bucket}/{key}"
+    scheme = "s3" if isinstance(store, Store) else "azureblob"
+    return f"wrote and read back {scheme}://{store.bucket}/{key}"

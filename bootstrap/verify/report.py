@@ -135,9 +135,36 @@ def _upload_cos(path: Path, exp: Expected, key: str, endpoint_url: str | None) -
     return {"status": "ok", "url": f"cos://{exp.bucket}/{key}"}
 
 
+def _upload_azureblob(
+    path: Path, exp: Expected, key: str, endpoint_url: str | None
+) -> dict[str, Any]:
+    """Azure Blob (not S3-compatible): the node sync's stdlib Blob client (Put Blob) with a
+    bearer token for storage.azure.com from GPUFLEET_AZURE_STORAGE_TOKEN (``az account
+    get-access-token --resource https://storage.azure.com/``); the bucket is
+    ``<storage account>/<container>``."""
+    from bootstrap.remote import watchdog_sync as blob
+
+    token = os.environ.get("GPUFLEET_AZURE_STORAGE_TOKEN", "").strip()
+    if not token:
+        return {"status": "skip", "reason": "no GPUFLEET_AZURE_STORAGE_TOKEN in the environment"}
+    try:
+        store = blob.BlobStore.for_node(
+            endpoint="https://blob.core.windows.net",
+            region=exp.region or "",
+            bucket=exp.bucket or "",
+            credentials=lambda: {"access_key_id": "bearer", "secret": "", "storage": token},
+            endpoint_url=endpoint_url or "",
+        )
+        store.put(key, path.read_bytes(), deadline=None)
+    except (blob.StoreError, OSError) as exc:
+        return {"status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+    return {"status": "ok", "url": f"azureblob://{exp.bucket}/{key}"}
+
+
 # How a report reaches each kind of object store (the catalog's ``object_store`` values).
 UPLOADERS: Mapping[str, Callable[[Path, Expected, str, str | None], dict[str, Any]]] = {
     "s3": _upload_s3,
     "oss": _upload_oss,
     "cos": _upload_cos,
+    "azureblob": _upload_azureblob,
 }
