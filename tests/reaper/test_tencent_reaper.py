@@ -67,6 +67,8 @@ def build(now: datetime) -> tuple[FakeTencent, dict[str, str]]:
         "ttl-refuses": ("stop", {"refuses_stop": True}),
         "prepaid": ("keep", {"charge_type": "PREPAID"}),
         "other-stack": ("absent", {}),
+        # An absurd limit tag keeps only its own instance (unknown) until the 14-day cap.
+        "bad-tag": ("keep", {}),
     }
     for name, (want, overrides) in extras.items():
         for _ in range(3):
@@ -75,6 +77,9 @@ def build(now: datetime) -> tuple[FakeTencent, dict[str, str]]:
             tags = {**base, T.TTL_HOURS: "12"}
             if name == "other-stack":
                 tags[T.STACK] = "other"
+            if name == "bad-tag":
+                tags[T.IDLE_MINUTES] = "1e12"
+                del tags[T.TTL_HOURS]  # the tier's 24 h: not reached at 20 h
             fake.instances.append(
                 FakeCvm(iid, tags, cvm_time(now - timedelta(hours=20)), **overrides)  # type: ignore[arg-type]
             )
@@ -172,6 +177,8 @@ def test_dry_run_decides_every_fleet_case_and_stops_nothing() -> None:
     with fake.running() as url:
         report = reap(cloud(url), stack=STACK, apply=False)
     check(report, expected)
+    bad = [d for d in report.decisions if "-bad-tag-" in d.instance_id]
+    assert bad and all(d.unknown and d.action == "keep" for d in bad)
     assert not [a for a, _ in fake.calls if a == "StopInstances"]
     metric_calls = [q for a, q in fake.calls if a == "GetMonitorData"]
     assert metric_calls and all(len(q["Instances"]) <= 50 for q in metric_calls)
