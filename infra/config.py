@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from infra.catalog import PROFILES, Catalog, UnavailableError, load_catalog, provider_names
+from infra.reaper import tags as T
 from infra.suggest import did_you_mean
 
 NAMESPACE = "gpufleet"
@@ -328,7 +329,7 @@ def tag_problem(
     """Why `key: value` may not be an extra tag, or None."""
     text_key = str(key)
     lowered = text_key.strip().lower()
-    if lowered.startswith(RESERVED_TAG_PREFIXES) or lowered == "managed-by":
+    if lowered.startswith(RESERVED_TAG_PREFIXES) or lowered == T.MANAGED_BY:
         return (
             f"the key {text_key!r} is reserved (prefixes {', '.join(RESERVED_TAG_PREFIXES)} in "
             "any letter case, and managed-by, are set by gpufleet or the cloud): rename it"

@@ -14,7 +14,7 @@ import pulumi
 from infra.config import ConfigError, StackConfig
 
 # The metric names are the reaper's contract with the watchdog; one definition, there.
-from infra.reaper.core import (
+from infra.reaper.fleet_names import (
     DIMENSION,
     METRIC_GPU_MEM,
     METRIC_GPU_UTIL,

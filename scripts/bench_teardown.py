@@ -39,13 +39,12 @@ if str(ROOT) not in sys.path:
 
 from infra.reaper import tags as T  # noqa: E402
 from infra.reaper.aws import AwsCloud, CallCounter, parse_instance  # noqa: E402
-from infra.reaper.core import (  # noqa: E402
+from infra.reaper.core import Metrics, reap  # noqa: E402
+from infra.reaper.fleet_names import (  # noqa: E402
     DIMENSION,
     METRIC_GPU_UTIL,
     METRIC_HEARTBEAT,
     NAMESPACE,
-    Metrics,
-    reap,
 )
 from infra.reaper.policy import UTC  # noqa: E402
 

@@ -51,11 +51,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:  # for mypy only; never executed
+    from bootstrap.remote import fleet_names as names
     from bootstrap.remote import watchdog_policy as policy
     from bootstrap.remote import watchdog_sync as sync
 else:
     # Installed side by side in /opt/gpufleet; nothing else is on the node's path. Tests run
-    # these files the same way (tests/bootstrap/test_watchdog_alone.py).
+    # these files the same way (tests/bootstrap/remote/test_watchdog_alone.py).
+    import fleet_names as names  # tag and metric names: the reaper's and the stack's own
     import watchdog_policy as policy
     import watchdog_sync as sync
 
@@ -69,25 +71,7 @@ JOBS_DIR = "/var/lib/gpufleet/jobs"
 LEASE_FILE = "keep-alive-until"
 STATE_FILE = "watchdog-state.json"
 
-# The metric contract the reaper reads (infra/reaper/core.py; tests assert they agree).
-NAMESPACE = "gpufleet"
-METRIC_GPU_UTIL = "GPUUtilization"
-METRIC_GPU_MEM = "GPUMemoryUtilization"
-METRIC_HEARTBEAT = "Heartbeat"
-DIMENSION = "InstanceId"
-
-# Instance tags the watchdog reads (infra/reaper/tags.py holds the same names; a test asserts
-# they agree, and this file may import nothing from the project).
-TAG_PROTECTED = "gpufleet:protected"
-TAG_LEASE = "gpufleet:keep-alive-until"
 LEASE_TAG_ATTEMPTS = 3  # fab keep-alive's CreateTags / TagResources, bounded
-TAG_TIER = "gpufleet:tier"
-TAG_IDLE_MINUTES = "gpufleet:idle-minutes"
-TAG_TTL_HOURS = "gpufleet:ttl-hours"
-PROTECTED_VALUES = {"true", "yes", "1"}  # as infra/reaper/core.py reads it
-# Published with the heartbeat: how many checkpoint files on scratch are not in the bucket
-# (a new name; the reaper's names above are unchanged).
-METRIC_UNSYNCED = "UnsyncedCheckpointFiles"
 
 # ---------------------------------------------------------------------------- config
 
@@ -159,10 +143,10 @@ class Config:
         )
         idle = None if self.idle_minutes is None else str(self.idle_minutes)
         return policy.resolve_limits(
-            tier=tags.get(TAG_TIER) or self.tier or None,
+            tier=tags.get(names.TIER) or self.tier or None,
             instance_type=self.instance_type or None,
-            idle_minutes_tag=tags.get(TAG_IDLE_MINUTES) or idle,
-            ttl_hours_tag=tags.get(TAG_TTL_HOURS) or ttl,
+            idle_minutes_tag=tags.get(names.IDLE_MINUTES) or idle,
+            ttl_hours_tag=tags.get(names.TTL_HOURS) or ttl,
         )
 
     @property
@@ -494,8 +478,9 @@ def system_poweroff() -> None:
 #   write_tag(id, key, value, creds)   set one tag on this instance (the lease); raises on
 #                                 failure (urllib's errors: retry_idempotent retries 5xx/429)
 #   put_metrics(id, metrics, creds)    publish [(name, value, unit)] as custom metrics
-#                                 under fleet_names' namespace, dimension = the instance id,
-#                                 with NO timestamp (the service stamps them); raises
+#                                 in names.NAMESPACE (fleet_names.py), dimension: the
+#                                 instance id, with NO timestamp (the service stamps
+#                                 them); raises
 #   bucket_endpoint()             scheme://host of the bucket's API in region (the store
 #                                 puts the bucket, or Azure's storage account, in front)
 #   object_store                  optional ClassVar: the catalog's object_store kind, a key
@@ -622,7 +607,7 @@ class AwsNode:
         self._query("ec2", params, creds)
 
     def put_metrics(self, instance_id: str, metrics: Sequence[Metric], creds: Credentials) -> None:
-        params = {"Action": "PutMetricData", "Version": "2010-08-01", "Namespace": NAMESPACE}
+        params = {"Action": "PutMetricData", "Version": "2010-08-01", "Namespace": names.NAMESPACE}
         for n, (name, value, unit) in enumerate(metrics, start=1):
             prefix = f"MetricData.member.{n}"
             params.update(
@@ -630,7 +615,7 @@ class AwsNode:
                     f"{prefix}.MetricName": name,
                     f"{prefix}.Value": repr(value),
                     f"{prefix}.Unit": unit,
-                    f"{prefix}.Dimensions.member.1.Name": DIMENSION,
+                    f"{prefix}.Dimensions.member.1.Name": names.DIMENSION,
                     f"{prefix}.Dimensions.member.1.Value": instance_id,
                 }
             )
@@ -765,14 +750,14 @@ class AlicloudNode:
 
     def put_metrics(self, instance_id: str, metrics: Sequence[Metric], creds: Credentials) -> None:
         # CloudMonitor keeps custom metrics under acs_customMetric_<account>; the reaper
-        # reads them there by name and the "instanceId" dimension (infra/reaper/alicloud.py).
+        # reads them there by name and dimension (infra/reaper/alicloud.py).
         params = {"Action": "PutCustomMetric", "Version": "2019-01-01", "RegionId": self.region}
         for n, (name, value, _unit) in enumerate(metrics, start=1):
             params.update(
                 {
                     f"MetricList.{n}.MetricName": name,
-                    f"MetricList.{n}.GroupId": "0",
-                    f"MetricList.{n}.Dimensions": json.dumps({"instanceId": instance_id}),
+                    f"MetricList.{n}.GroupId": names.CMS_GROUP_ID,
+                    f"MetricList.{n}.Dimensions": json.dumps({names.CMS_DIMENSION: instance_id}),
                     f"MetricList.{n}.Type": "0",
                     f"MetricList.{n}.Values": json.dumps({"value": value}),
                 }
@@ -1177,7 +1162,7 @@ class AzureNode:
                 "data": {
                     "baseData": {
                         "metric": name,
-                        "namespace": NAMESPACE,
+                        "namespace": names.NAMESPACE,
                         "dimNames": [],
                         "series": [
                             {"dimValues": [], "min": value, "max": value, "sum": value, "count": 1}
@@ -1277,13 +1262,13 @@ class MetricsPublisher:
         creds = self.credentials()
         if not creds:
             raise RuntimeError("no credentials for metrics (instance role or environment)")
-        values: list[Metric] = [(METRIC_HEARTBEAT, float(int(at.timestamp())), "None")]
+        values: list[Metric] = [(names.METRIC_HEARTBEAT, float(int(at.timestamp())), "None")]
         if gpu_util is not None:
-            values.append((METRIC_GPU_UTIL, gpu_util, "Percent"))
+            values.append((names.METRIC_GPU_UTIL, gpu_util, "Percent"))
         if gpu_mem is not None:
-            values.append((METRIC_GPU_MEM, gpu_mem, "Percent"))
+            values.append((names.METRIC_GPU_MEM, gpu_mem, "Percent"))
         if unsynced is not None:
-            values.append((METRIC_UNSYNCED, float(unsynced), "Count"))
+            values.append((names.METRIC_UNSYNCED, float(unsynced), "Count"))
         self.cloud.put_metrics(self.instance_id, values, creds)
 
 
@@ -1555,7 +1540,9 @@ def merge_leases(leases: Sequence[policy.Lease], now: dt.datetime) -> policy.Lea
 
 
 def is_protected(tags: dict[str, str]) -> bool:
-    return tags.get(TAG_PROTECTED, "").strip().lower() in PROTECTED_VALUES
+    """As the reaper reads it: protected unless the tag clearly says no (an unknown value
+    such as "on" or "maybe" holds the node too)."""
+    return names.is_protected(tags.get(names.PROTECTED, ""))
 
 
 # ---------------------------------------------------------------------------- the run
@@ -1597,10 +1584,10 @@ class Watchdog:
             if same_boot < 120:
                 known = {str(k): str(v) for k, v in dict(state.tags.get("tags") or {}).items()}
         leases = [read_lease(Path(self.config.state_dir))]
-        if known is not None and known.get(TAG_LEASE, "").strip():
-            tag_lease = policy.Lease.parse(known[TAG_LEASE])
+        if known is not None and known.get(names.KEEP_ALIVE_UNTIL, "").strip():
+            tag_lease = policy.Lease.parse(known[names.KEEP_ALIVE_UNTIL])
             if tag_lease.error:
-                tag_lease = policy.Lease(error=f"{TAG_LEASE} tag: {tag_lease.error}")
+                tag_lease = policy.Lease(error=f"{names.KEEP_ALIVE_UNTIL} tag: {tag_lease.error}")
             leases.append(tag_lease)
         if tags is None:
             # Unknown tags count as activity (a lease or protection may be there): the node
@@ -1796,7 +1783,7 @@ def _lease_command(config: Config, dog: Watchdog, hours: float | None, as_json: 
         found = cloud.credentials()
         if not instance_id or not found:
             raise RuntimeError("no instance id or credentials on this node")
-        retry_idempotent(lambda: cloud.write_tag(instance_id, TAG_LEASE, until, found))
+        retry_idempotent(lambda: cloud.write_tag(instance_id, names.KEEP_ALIVE_UNTIL, until, found))
 
     try:
         out = write_lease(config, hours, dog.probe.now(), tag)

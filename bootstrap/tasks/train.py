@@ -59,6 +59,7 @@ REMOTE_FILES = (
     "watchdog.py",
     "watchdog_policy.py",
     "watchdog_sync.py",
+    "fleet_names.py",
 )
 JOBS_ROOT = "/var/lib/gpufleet/jobs"
 DEFAULT_MAX_WORKDIR_MB = 200.0

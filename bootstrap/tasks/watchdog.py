@@ -46,6 +46,8 @@ def node_files(prefix: str = PREFIX, unit_dir: str = UNIT_DIR) -> list[tuple[Pat
         # The link resolves to infra/reaper/policy.py: the node gets the reaper's own rules.
         (REMOTE_DIR / "watchdog_policy.py", f"{prefix}/watchdog_policy.py", "0644"),
         (REMOTE_DIR / "watchdog_sync.py", f"{prefix}/watchdog_sync.py", "0644"),
+        # The link resolves to infra/reaper/fleet_names.py: the tag and metric names.
+        (REMOTE_DIR / "fleet_names.py", f"{prefix}/fleet_names.py", "0644"),
         (REMOTE_DIR / SERVICE, f"{unit_dir}/{SERVICE}", "0644"),
         (REMOTE_DIR / TIMER, f"{unit_dir}/{TIMER}", "0644"),
     ]

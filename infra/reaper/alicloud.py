@@ -31,23 +31,20 @@ from urllib.parse import urlparse
 
 from . import tags as T
 from .core import (
-    METRIC_GPU_UTIL,
-    METRIC_HEARTBEAT,
     Instance,
     Metrics,
     ServiceClock,
     StopResult,
     chunks,
 )
+from .fleet_names import CMS_DIMENSION, CMS_GROUP_ID, METRIC_GPU_UTIL, METRIC_HEARTBEAT
 from .policy import UTC, parse_utc
 
 PAGE = 100  # DescribeInstances MaxResults ceiling
 STOP_BATCH = 100  # StopInstances InstanceId.N ceiling
 METRIC_PAGE = 100  # DescribeCustomMetricList PageSize
 METRIC_MAX_PAGES = 50  # bounded paging; more is reported as unreadable
-CUSTOM_GROUP = "0"  # the watchdog reports with GroupId 0 (no application group)
 TAG_FILTER_LIMIT = 1000
-CMS_DIMENSION = "instanceId"
 
 _RETRYABLE = ("Throttling", "ServiceUnavailable", "InternalError", "UnknownError")
 _ID_ERRORS = ("InvalidInstanceId", "IncorrectInstanceStatus", "InvalidParameter")
@@ -242,7 +239,7 @@ class AlicloudCloud:
         points: list[tuple[datetime, float]] = []
         for page in range(1, METRIC_MAX_PAGES + 1):
             request = cms_models.DescribeCustomMetricListRequest(
-                group_id=CUSTOM_GROUP,
+                group_id=CMS_GROUP_ID,  # the watchdog reports with it
                 metric_name=metric,
                 dimension=f"{CMS_DIMENSION}={iid}",
                 page_number=str(page),

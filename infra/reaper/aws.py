@@ -23,16 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from . import tags as T
 from .core import (
-    DIMENSION,
-    METRIC_GPU_UTIL,
-    METRIC_HEARTBEAT,
-    NAMESPACE,
     Instance,
     Metrics,
     ServiceClock,
     StopResult,
     chunks,
 )
+from .fleet_names import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
 from .policy import UTC
 
 if TYPE_CHECKING:

@@ -30,22 +30,10 @@ from .policy import (
     resolve_limits,
 )
 
-# Custom metrics the node watchdog publishes and the reaper reads (README: "Contract: metrics").
-# Namespace "gpufleet" on CloudWatch; acs_customMetric_<account id> on CloudMonitor.
-NAMESPACE = "gpufleet"
-METRIC_GPU_UTIL = "GPUUtilization"  # percent, the busiest GPU of the node at sample time
-METRIC_GPU_MEM = "GPUMemoryUtilization"  # percent, the fullest GPU memory of the node
-# Value = the node's clock in Unix seconds when it published. The reaper never reads the value
-# (a node's clock can be off): it reads the datapoints' timestamps as the service stores them.
-METRIC_HEARTBEAT = "Heartbeat"
-DIMENSION = "InstanceId"  # CloudWatch; CloudMonitor uses "instanceId"
-
 RUNNING = "running"
 # More than this between the host's clock and the service's is reported (AWS SigV4 refuses
 # requests signed more than 5 minutes off; botocore corrects its own signing clock).
 CLOCK_WARN_MINUTES = 5.0
-_PROTECTED_YES = {"true", "yes", "1", "on"}
-_PROTECTED_NO = {"", "false", "no", "0", "off"}
 
 
 class ServiceClock:
@@ -118,13 +106,12 @@ class Instance:
     @property
     def protected(self) -> bool:
         """Explicitly protected, or a protected tag nobody can read (kept all the same)."""
-        value = self.tags.get(T.PROTECTED, "")
-        return not (isinstance(value, str) and value.strip().lower() in _PROTECTED_NO)
+        return T.is_protected(self.tags.get(T.PROTECTED, ""))
 
     @property
     def protected_reason(self) -> str:
         value = self.tags.get(T.PROTECTED, "")
-        if isinstance(value, str) and value.strip().lower() in _PROTECTED_YES:
+        if isinstance(value, str) and value.strip().lower() in T.PROTECTED_YES:
             return f"protected ({T.PROTECTED}={value.strip()})"
         return f"unknown, {T.PROTECTED} tag {value!r:.40} is neither true nor false: kept"
 

@@ -335,6 +335,7 @@ FUNCTION_MODULES = (
     "azure.py",
     "catalog_data.py",
     "core.py",
+    "fleet_names.py",
     "handler.py",
     "policy.py",
     "tags.py",

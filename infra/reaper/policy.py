@@ -1,8 +1,9 @@
 """The idle decision: pure rules shared by the node watchdog and the cloud reaper.
 
-Standard library only and no project imports: this very file is copied to every node next
-to the watchdog (``bootstrap/remote/watchdog_policy.py`` is a link to it), so both layers
-judge idleness by the same code.
+Standard library only and no project imports but its neighbour ``fleet_names.py`` (the tag
+names, shipped with it everywhere): this very file is copied to every node next to the
+watchdog (``bootstrap/remote/watchdog_policy.py`` is a link to it), so both layers judge
+idleness by the same code.
 
 Two entry points, one per layer, built on the same guards:
 
@@ -41,6 +42,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING or __package__:  # infra.reaper, or the function zip's package
+    from . import fleet_names as names
+else:  # on the node: the file next to this one (/opt/gpufleet/fleet_names.py)
+    import fleet_names as names
 
 STOP = "stop"
 KEEP = "keep"
@@ -275,7 +282,7 @@ def _guards(
 ) -> Decision | None:
     """Rules 1-5 of the module docstring; None when the activity rules must decide."""
     if protected:
-        return Decision(KEEP, "protected (gpufleet:protected=true)")
+        return Decision(KEEP, f"protected ({names.PROTECTED}=true)")
     if lease.until is not None and now < lease.until <= now + timedelta(hours=MAX_LEASE_HOURS):
         return Decision(KEEP, f"lease until {format_utc(lease.until)}")
     up = _minutes(now - started_at)
@@ -546,7 +553,7 @@ def decide_cloud(
     if view.metrics_error is not None:
         return Decision(KEEP, f"unknown, metrics unreadable: {view.metrics_error}", unknown=True)
     if not view.watchdog_expected:
-        return Decision(KEEP, "watchdog opted out (gpufleet:watchdog=off): only the TTL applies")
+        return Decision(KEEP, f"watchdog opted out ({names.WATCHDOG}=off): only the TTL applies")
     lookback = lookback_minutes(limits, policy)
     stale = stale_after_minutes(policy)
     skew = timedelta(minutes=policy.clock_skew_minutes)

@@ -1,15 +1,40 @@
 """Tag names on managed instances: a contract shared by the stack, the watchdog and the reaper.
 
+Written once, in fleet_names.py (the file the nodes receive too); this module re-exports the
+tags under the names the stack and the reaper have always imported (``tags as T``).
 Documented in the README ("Contract: tags"); change only with a migration note.
 """
 
-MANAGED_BY = "managed-by"
-MANAGED_BY_VALUE = "gpufleet"
-STACK = "gpufleet:stack"
-TIER = "gpufleet:tier"
-ROLE = "gpufleet:role"  # head | worker: multi-node stacks stop workers before the head
-IDLE_MINUTES = "gpufleet:idle-minutes"
-TTL_HOURS = "gpufleet:ttl-hours"  # "0" or "off" opts out of the hard TTL explicitly
-KEEP_ALIVE_UNTIL = "gpufleet:keep-alive-until"  # ISO 8601 UTC lease
-WATCHDOG = "gpufleet:watchdog"  # "on" when the node watchdog is expected to run
-PROTECTED = "gpufleet:protected"  # "true": the reaper never touches the instance
+from .fleet_names import (
+    IDLE_MINUTES,
+    KEEP_ALIVE_UNTIL,
+    MANAGED_BY,
+    MANAGED_BY_VALUE,
+    PROTECTED,
+    PROTECTED_NO,
+    PROTECTED_YES,
+    ROLE,
+    STACK,
+    TAG_KEYS,
+    TIER,
+    TTL_HOURS,
+    WATCHDOG,
+    is_protected,
+)
+
+__all__ = [
+    "IDLE_MINUTES",
+    "KEEP_ALIVE_UNTIL",
+    "MANAGED_BY",
+    "MANAGED_BY_VALUE",
+    "PROTECTED",
+    "PROTECTED_NO",
+    "PROTECTED_YES",
+    "ROLE",
+    "STACK",
+    "TAG_KEYS",
+    "TIER",
+    "TTL_HOURS",
+    "WATCHDOG",
+    "is_protected",
+]

@@ -17,7 +17,7 @@ from typing import Any
 import boto3
 
 from infra.reaper import tags as T
-from infra.reaper.core import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
+from infra.reaper.fleet_names import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
 from infra.reaper.policy import UTC, format_utc
 
 ACCOUNT = "123456789012"

@@ -21,7 +21,8 @@ from typing import Any
 
 from infra.reaper import tags as T
 from infra.reaper.aws import AwsCloud
-from infra.reaper.core import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE, reap
+from infra.reaper.core import reap
+from infra.reaper.fleet_names import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
 from infra.reaper.policy import UTC, format_utc
 from tests.reaper.faultproxy import FaultProxy
 from tests.reaper.fleet import AMI, REGION, age, client, states

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -84,6 +85,13 @@ def supervisor(tmp_path: Path) -> Iterator[int]:
     script.parent.mkdir()
     script.write_text("import time\ntime.sleep(300)\n")
     proc = subprocess.Popen([sys.executable, str(script), "supervise"])
+    # Between fork and exec the child still shows the parent's command line: wait (bounded)
+    # until it is the "supervisor", or a loaded machine reads it as some other process.
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    for _ in range(500):
+        if b"job_runner.py" in cmdline.read_bytes():
+            break
+        time.sleep(0.01)
     try:
         yield proc.pid
     finally:

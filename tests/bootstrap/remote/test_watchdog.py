@@ -22,7 +22,7 @@ from typing import Any
 import boto3
 import pytest
 
-from infra.reaper import core
+from infra.reaper import fleet_names
 from infra.reaper import tags as reaper_tags
 from tests.bootstrap.remote.watchdog_fakes import (
     INSTANCE_ID,
@@ -83,25 +83,14 @@ def test_ss_counts_established_connections_to_port_22_only() -> None:
     assert wd.parse_who("ubuntu pts/0 2026-03-01 08:00 (203.0.113.9)\n") == 1
 
 
-def test_metric_names_match_what_the_reaper_reads() -> None:
-    assert (wd.NAMESPACE, wd.METRIC_GPU_UTIL, wd.METRIC_HEARTBEAT, wd.DIMENSION) == (
-        core.NAMESPACE,
-        core.METRIC_GPU_UTIL,
-        core.METRIC_HEARTBEAT,
-        core.DIMENSION,
-    )
-    assert wd.METRIC_GPU_MEM == core.METRIC_GPU_MEM
-
-
-def test_tag_names_match_what_the_reaper_and_the_stack_use() -> None:
-    assert (wd.TAG_PROTECTED, wd.TAG_LEASE, wd.TAG_TIER) == (
+def test_the_names_next_to_the_watchdog_are_the_reapers_names_file() -> None:
+    shipped = REMOTE / "fleet_names.py"
+    assert shipped.read_bytes() == (REMOTE.parents[1] / "infra/reaper/fleet_names.py").read_bytes()
+    assert Path(wd.names.__file__).parent == REMOTE  # the node's copy, not the project's
+    assert (wd.names.PROTECTED, wd.names.KEEP_ALIVE_UNTIL, wd.names.METRIC_HEARTBEAT) == (
         reaper_tags.PROTECTED,
         reaper_tags.KEEP_ALIVE_UNTIL,
-        reaper_tags.TIER,
-    )
-    assert (wd.TAG_IDLE_MINUTES, wd.TAG_TTL_HOURS) == (
-        reaper_tags.IDLE_MINUTES,
-        reaper_tags.TTL_HOURS,
+        fleet_names.METRIC_HEARTBEAT,
     )
 
 
@@ -391,6 +380,23 @@ def test_protected_node_is_never_powered_off_not_even_at_the_ttl(tmp_path: Path)
     assert rec.poweroffs() == []
     assert rec.syncs() == []
     assert "protected" in wd.State.load(dog.state_path).last_decision["reason"]
+
+
+@pytest.mark.parametrize("value", ["on", " YES ", "maybe"])
+def test_watchdog_honours_a_protected_tag_the_reaper_honours(tmp_path: Path, value: str) -> None:
+    # The watchdog once read only true/yes/1, while the reaper keeps "on" and any value that
+    # is not clearly no: both layers now read the tag by the same rule (fleet_names).
+    dog, probe, rec = make_dog(tmp_path, Timeline(), tags=lambda m: {"gpufleet:protected": value})
+    assert run_until_poweroff(dog, probe, rec, 4 * 60) is None
+    assert "protected" in wd.State.load(dog.state_path).last_decision["reason"]
+
+
+@pytest.mark.parametrize("value", ["false", "off", " No ", "0", ""])
+def test_a_protected_tag_that_says_no_leaves_an_idle_node_to_its_limit(
+    tmp_path: Path, value: str
+) -> None:
+    dog, probe, rec = make_dog(tmp_path, Timeline(), tags=lambda m: {"gpufleet:protected": value})
+    assert run_until_poweroff(dog, probe, rec, 4 * 60) is not None
 
 
 def test_protected_node_stays_protected_when_its_tags_become_unreadable(tmp_path: Path) -> None:
@@ -1056,7 +1062,7 @@ def test_lease_writes_the_file_and_tags_the_instance_for_the_reaper(
         config,
         3,
         BOOT,
-        lambda until: wd.cloud_for(config).write_tag(iid, wd.TAG_LEASE, until, creds),
+        lambda until: wd.cloud_for(config).write_tag(iid, wd.names.KEEP_ALIVE_UNTIL, until, creds),
     )
     assert out["tag"] == "set"
     assert out["lease_until"] == "2026-03-01T11:00:00Z"

@@ -19,10 +19,12 @@ from typing import Any
 import boto3
 import pytest
 
+from bootstrap.tasks.watchdog import node_files
 from tests.bootstrap.remote.watchdog_fakes import INSTANCE_ID, FakeIMDS, moto_server, serve
 
 REMOTE = Path(__file__).resolve().parents[3] / "bootstrap" / "remote"
-NODE_FILES = ("watchdog.py", "watchdog_policy.py", "watchdog_sync.py")
+# What `fab install-watchdog` ships to /opt/gpufleet: its own list, not a copy of it.
+NODE_FILES = tuple(src.name for src, _dest, _mode in node_files() if src.suffix == ".py")
 PYTHON310 = Path("/root/.pyenv/versions/3.10.13/bin/python3.10")
 BUCKET = "gpufleet-alone-test"
 
@@ -226,20 +228,47 @@ def test_shipped_check_sync_fails_clearly_for_a_missing_bucket(
     assert "NoSuchBucket" in out["detail"]
 
 
-def test_shipped_watchdog_without_its_policy_file_does_not_run(tmp_path: Path) -> None:
-    node_dir = ship(tmp_path, ("watchdog.py", "watchdog_sync.py"))
+def test_the_install_task_ships_the_watchdog_its_policy_sync_and_names() -> None:
+    assert set(NODE_FILES) == {
+        "watchdog.py",
+        "watchdog_policy.py",
+        "watchdog_sync.py",
+        "fleet_names.py",
+    }
+
+
+@pytest.mark.parametrize("missing", ["watchdog_policy", "watchdog_sync", "fleet_names"])
+def test_shipped_watchdog_without_one_of_its_files_does_not_run(
+    tmp_path: Path, missing: str
+) -> None:
+    node_dir = ship(tmp_path, tuple(f for f in NODE_FILES if f != f"{missing}.py"))
     config = node_config(tmp_path, publish_metrics=False, metadata_url="http://127.0.0.1:9")
     done = run_node(node_dir, "status", "--json", "--config", str(config))
     assert done.returncode != 0
-    assert "No module named 'watchdog_policy'" in done.stderr
+    assert f"No module named '{missing}'" in done.stderr
 
 
-def test_shipped_watchdog_without_its_sync_file_does_not_run(tmp_path: Path) -> None:
-    node_dir = ship(tmp_path, ("watchdog.py", "watchdog_policy.py"))
-    config = node_config(tmp_path, publish_metrics=False, metadata_url="http://127.0.0.1:9")
-    done = run_node(node_dir, "status", "--json", "--config", str(config))
-    assert done.returncode != 0
-    assert "No module named 'watchdog_sync'" in done.stderr
+def test_the_shipped_policy_reads_the_shipped_names_not_the_projects(tmp_path: Path) -> None:
+    node_dir = ship(tmp_path)
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import watchdog_policy as p, fleet_names\n"
+        "assert p.names is fleet_names, p.names\n"
+        "print(fleet_names.__file__, p.decide_node.__module__)\n"
+        "import importlib.util; print(importlib.util.find_spec('infra'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-E", "-I", "-c", code, str(node_dir)],
+        cwd=node_dir.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    shipped, module = done.stdout.split("\n")[0].split()
+    assert Path(shipped).parent == node_dir and module == "watchdog_policy"
+    assert done.stdout.split("\n")[1] == "None"  # nothing of the project is importable
 
 
 @pytest.mark.skipif(not PYTHON310.exists(), reason="no CPython 3.10 here (pyenv 3.10.13)")

@@ -1,0 +1,1 @@
+../../infra/reaper/fleet_names.py
