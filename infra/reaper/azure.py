@@ -63,15 +63,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from . import tags as T
-from .core import (
-    METRIC_GPU_UTIL,
-    METRIC_HEARTBEAT,
-    NAMESPACE,
-    Instance,
-    Metrics,
-    ServiceClock,
-    StopResult,
-)
+from .core import Instance, Metrics, ServiceClock, StopResult
+from .fleet_names import METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
 from .policy import UTC
 
 # The function's settings beyond the common ones (handler.py): the stack declares them.
