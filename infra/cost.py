@@ -439,7 +439,7 @@ def estimate_cost(
     nodes = inputs.nodes
     billing = inputs.billing
     label = f"{inputs.provider} {it.name}"
-    warn.check(f"{label} on-demand", price.date, price.source)
+    warn.check(f"{label} on-demand", price.date, price.source, price.estimate)
     if inputs.region and inputs.region != price.region:
         warn.add(
             f"prices are the catalog's for {price.region}; {inputs.region} may differ: "
@@ -650,7 +650,8 @@ def hourly_estimate(
         "price_date": date.isoformat(),
         "source": source,
         "estimate": (billing == "spot" and est.hourly.spot_estimated)
-        or (billing == "subscription" and est.subscription_estimated),
+        or (billing == "subscription" and est.subscription_estimated)
+        or (billing == "on-demand" and price.estimate),
         "warnings": list(est.warnings),
     }
     if isinstance(selected, tuple):
@@ -778,7 +779,7 @@ def _offers(
         native_node_hour=price.on_demand,
         price_date=price.date,
         source=price.source,
-        estimate=False,
+        estimate=price.estimate,
         stale=stale(price.date),
     )
     out = [on_demand]
@@ -883,9 +884,22 @@ def compare_tier(
             if it.price is None:
                 warn.add(f"{provider} {name} ({profile}) has no price in the catalog: left out")
                 continue
-            if stale_days(it.price.date, today, limit) is not None:
-                warn.check(f"{provider} {name} on-demand", it.price.date, it.price.source)
+            if stale_days(it.price.date, today, limit) is not None or it.price.estimate:
+                warn.check(
+                    f"{provider} {name} on-demand",
+                    it.price.date,
+                    it.price.source,
+                    it.price.estimate,
+                )
             offers.extend(_offers(tier, profile, it, cat, prc, currency, k, today))
+    for provider, info in cat.providers.items():
+        # A cloud without the tier still gets a line: what it has nearest, and where to look.
+        near = [a for a in cat.alternatives(tier, provider) if a.provider == provider]
+        if provider not in t.offers and near:
+            names = "; ".join(f"{a.instance_type} ({a.gpus}x {a.gpu})" for a in near)
+            other = cat.tier_of(provider, near[0].instance_type)
+            see = f" (see --compare {other})" if other else ""
+            warn.add(f"{info.title} offers no {tier}; its nearest: {names}{see}")
     if any(o.billing == "spot" and o.estimate for o in offers):
         lo, hi = prc.spot_band
         warn.add(

@@ -28,6 +28,9 @@ PLACEHOLDER_SSH_KEY = (
     "gpufleet-plan-placeholder"
 )
 ACCOUNT_ID = "123456789012"
+# Tencent's account numbers as the plan shows them: clearly not a real account.
+TENCENT_UIN = "100000000001"
+TENCENT_APPID = "1250000000"
 # Types whose `name` the engine generates when the program does not set one.
 NAMED_BY_ENGINE = (
     "aws:ec2/placementGroup:PlacementGroup",
@@ -160,6 +163,13 @@ class Mocks(pulumi.runtime.Mocks):
         elif typ == "random:index/randomId:RandomId":
             raw = bytes.fromhex(_digest("random", args.name, n=2 * int(inputs["byteLength"])))
             out.update(hex=raw.hex(), dec=str(int.from_bytes(raw, "big")))
+        elif typ == "tencentcloud:Instance/instance:Instance":
+            rid = "ins-" + _digest(typ, args.name, n=8)
+            out["publicIp"], out["privateIp"] = self._ips_for(args.name)
+        elif typ == "tencentcloud:Key/pair:Pair":
+            rid = "skey-" + _digest(typ, args.name, n=8)
+        elif typ == "tencentcloud:Cam/role:Role":
+            out["roleArn"] = f"qcs::cam::uin/{TENCENT_UIN}:roleName/{inputs.get('name')}"
         elif typ == "alicloud:ram/role:Role":
             out["arn"] = f"acs:ram::{ACCOUNT_ID}:role/{inputs.get('roleName', args.name)}"
         out.setdefault("id", rid)
@@ -205,6 +215,44 @@ class Mocks(pulumi.runtime.Mocks):
             return {"id": "images", "ids": [image], "images": [{"id": image, "name": image}]}
         if token == "alicloud:index/getCallerIdentity:getCallerIdentity":
             return {"id": ACCOUNT_ID, "accountId": ACCOUNT_ID, "arn": "", "identityType": "Account"}
+        if token == "tencentcloud:User/getInfo:getInfo":
+            return {
+                "id": TENCENT_UIN,
+                "appId": TENCENT_APPID,
+                "uin": TENCENT_UIN,
+                "ownerUin": TENCENT_UIN,
+                "name": "gpufleet-plan",
+            }
+        if token == "tencentcloud:Instance/getTypes:getTypes":
+            family = inputs["filters"][0]["values"][0]
+            from infra.catalog import load_catalog
+
+            # Tencent type names are <FAMILY>.<size>: the family's catalog types, every zone.
+            names = sorted(n for (_, n) in load_catalog().instances if n.split(".")[0] == family)
+            zones = [f"{self.region}-{n}" for n in (3, 4, 6)]
+            rows = [
+                {
+                    "availabilityZone": z,
+                    "instanceType": n,
+                    "family": family,
+                    "cpuCoreCount": 0,
+                    "gpuCoreCount": 0,
+                    "memorySize": 0,
+                    "instanceChargeType": "POSTPAID_BY_HOUR",
+                    "status": "SELL",
+                    "cbsConfigs": [],
+                }
+                for n in names
+                for z in zones
+            ]
+            return {"id": family, "instanceTypes": rows}
+        if token == "tencentcloud:Images/getInstance:getInstance":
+            image = "img-" + _digest(token, str(inputs.get("instanceType")), n=8)
+            return {
+                "id": "images",
+                "imageId": image,
+                "images": [{"imageId": image, "imageName": "Ubuntu Server 22.04 LTS 64bit"}],
+            }
         raise NotImplementedError(f"no offline answer for invoke {token}: add one in offline.py")
 
 

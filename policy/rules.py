@@ -156,10 +156,23 @@ ALI_BUCKET_ACL = "alicloud:oss/bucketAcl:BucketAcl"
 ALI_FUNCTIONS = ("alicloud:fc/v3Function:V3Function", "alicloud:fc/function:Function")
 ALI_TRIGGERS = ("alicloud:fc/v3Trigger:V3Trigger", "alicloud:fc/trigger:Trigger")
 
-INSTANCES = (AWS_INSTANCE, ALI_INSTANCE)
+TC_INSTANCE = "tencentcloud:Instance/instance:Instance"
+TC_DISK = "tencentcloud:Cbs/storage:Storage"
+TC_SG_RULE_SET = "tencentcloud:Security/groupRuleSet:GroupRuleSet"
+TC_SG_LITE_RULE = "tencentcloud:Security/groupLiteRule:GroupLiteRule"
+TC_BUCKET = "tencentcloud:Cos/bucket:Bucket"
+TC_BUCKET_POLICY = "tencentcloud:Cos/bucketPolicy:BucketPolicy"
+TC_FUNCTIONS = ("tencentcloud:Scf/function:Function",)
+TC_SPOT = "SPOTPAID"
+
+# A type token's package -> the catalog's name for that cloud, where the two differ.
+PACKAGE_PROVIDERS: Mapping[str, str] = {"tencentcloud": "tencent"}
+
+INSTANCES = (AWS_INSTANCE, ALI_INSTANCE, TC_INSTANCE)
 PUBLIC_ACLS = ("public-read", "public-read-write", "authenticated-read")
 S3_SSE_ALGORITHMS = ("AES256", "aws:kms", "aws:kms:dsse")
 OSS_SSE_ALGORITHMS = ("AES256", "KMS", "SM4")
+COS_SSE_ALGORITHMS = ("AES256", "KMS", "cos/kms", "SM4")
 ALI_SPOT = ("SpotAsPriceGo", "SpotWithPriceLimit")
 DEV_TIERS = ("t4x1",)  # "the cheap dev box"; any stack tagged purpose=dev counts too
 
@@ -169,7 +182,8 @@ ENV_APPLY = "GPUFLEET_APPLY"
 
 
 def provider_of(resource: Resource) -> str:
-    return resource.type.split(":", 1)[0]
+    package = resource.type.split(":", 1)[0]
+    return PACKAGE_PROVIDERS.get(package, package)
 
 
 def is_gpu_instance(resource: Resource, gpu_types: Callable[[str, str], bool]) -> bool:
@@ -231,6 +245,22 @@ def _ali_ports(port_range: Any) -> tuple[Any, Any]:
     return low, high
 
 
+def _tc_covers_ssh(protocol: Any, port: Any) -> bool:
+    """Tencent rules: protocol TCP/UDP/ICMP/ALL; port 'all', '22', '20-30' or '22,80'."""
+    proto = str(protocol or "ALL").strip().upper()
+    if proto == "ALL":
+        return True
+    if proto != "TCP":
+        return False
+    for piece in str(port if port is not None else "all").replace(" ", "").split(","):
+        if piece.lower() in ("all", "", "-1"):
+            return True
+        low, _, high = piece.partition("-")
+        if _covers_ssh("tcp", low, high or low):
+            return True
+    return False
+
+
 _SSH_FIX = (
     "list only your own networks (gpufleet:sshCidrs, e.g. 203.0.113.7/32) or reach the node "
     "through a bastion/VPN"
@@ -263,6 +293,29 @@ def check_ssh_not_world(r: Resource) -> list[str]:
                         f"{r.label}: inline ingress[{i}] lets {cidr} reach SSH (port 22): "
                         f"{_SSH_FIX}; prefer separate aws.vpc.SecurityGroupIngressRule resources"
                     )
+    elif r.type == TC_SG_RULE_SET:
+        for i, rule in enumerate(as_list(r.get("ingresses"))):
+            if not isinstance(rule, Mapping):
+                continue
+            if str(rule.get("action") or "").upper() != "ACCEPT":
+                continue
+            if not _tc_covers_ssh(rule.get("protocol"), rule.get("port")):
+                continue
+            for key in ("cidrBlock", "ipv6CidrBlock"):
+                if _world(rule.get(key)):
+                    found.append(
+                        f"{r.label}: ingresses[{i}] lets {rule.get(key)} reach SSH (port 22): "
+                        f"{_SSH_FIX}"
+                    )
+    elif r.type == TC_SG_LITE_RULE:
+        for i, text in enumerate(as_list(r.get("ingresses"))):
+            # ACTION#CIDR#PORT#PROTOCOL, e.g. ACCEPT#10.0.0.0/16#22#TCP
+            parts = str(text).split("#")
+            accept = len(parts) == 4 and parts[0].upper() == "ACCEPT"
+            if accept and _world(parts[1]) and _tc_covers_ssh(parts[3], parts[2]):
+                found.append(
+                    f"{r.label}: ingresses[{i}] lets {parts[1]} reach SSH (port 22): {_SSH_FIX}"
+                )
     elif r.type == ALI_SG_RULE:
         accept = str(r.get("policy") or "accept").lower() == "accept"
         low, high = _ali_ports(r.get("portRange"))
@@ -352,6 +405,17 @@ def check_disks_encrypted(r: Resource) -> list[str]:
                     f"{r.label}: dataDisks[{i}] ({disk.get('name')}) is not encrypted; set "
                     "encrypted=True on the InstanceDataDiskArgs"
                 )
+    elif r.type == TC_INSTANCE:
+        # CVM takes no encryption flag for the system disk (README, SECURITY.md): only the
+        # data disks can be held to it.
+        for i, disk in enumerate(as_list(r.get("dataDisks"))):
+            if isinstance(disk, Mapping) and _unencrypted(disk.get("encrypt")):
+                found.append(
+                    f"{r.label}: dataDisks[{i}] ({disk.get('dataDiskName')}) is not "
+                    "encrypted; set encrypt=True on the InstanceDataDiskArgs"
+                )
+    elif r.type == TC_DISK and _unencrypted(r.get("encrypt")):
+        found.append(f"{r.label}: the CBS disk is not encrypted; set encrypt=True")
     elif r.type in ALI_DISKS and _unencrypted(r.get("encrypted")):
         found.append(f"{r.label}: the disk is not encrypted; set encrypted=True")
     return found
@@ -406,6 +470,16 @@ def check_buckets_encrypted(resources: Sequence[Resource]) -> list[StackFinding]
                         "sse_algorithm 'AES256' or 'aws:kms'",
                     )
                 )
+        elif b.type == TC_BUCKET:
+            algorithm = b.get("encryptionAlgorithm")
+            if known(algorithm) and algorithm not in COS_SSE_ALGORITHMS:
+                found.append(
+                    (
+                        b,
+                        f"{b.label} has no server-side encryption: set "
+                        "encryption_algorithm='AES256' on the tencentcloud.cos.Bucket",
+                    )
+                )
         elif b.type == ALI_BUCKET:
             algorithm = b.get("serverSideEncryptionRule", "sseAlgorithm")
             if known(algorithm) and algorithm not in OSS_SSE_ALGORITHMS:
@@ -433,6 +507,9 @@ def _statements(document: Any) -> list[Mapping[str, Any]] | None:
     return [s for s in as_list(document.get("Statement")) if isinstance(s, Mapping)]
 
 
+ANYONE_QCS = "qcs::cam::anyone:anyone"  # COS bucket policies' "every principal"
+
+
 def _denies_insecure_transport(statements: list[Mapping[str, Any]], kind: _BucketKind) -> bool:
     key, service = kind.tls_key.lower(), kind.service
     for s in statements:
@@ -440,13 +517,17 @@ def _denies_insecure_transport(statements: list[Mapping[str, Any]], kind: _Bucke
             continue
         principal = s.get("Principal")
         if isinstance(principal, Mapping):
-            principal = principal.get("AWS", principal.get("RAM"))
-        if "*" not in as_list(principal):
+            principal = principal.get("AWS", principal.get("RAM", principal.get("qcs")))
+        if not {"*", ANYONE_QCS} & {str(x) for x in as_list(principal)}:
             continue
         if f"{service}:*" not in as_list(s.get("Action")) and "*" not in as_list(s.get("Action")):
             continue
         conditions = s.get("Condition")
-        bool_block = conditions.get("Bool") if isinstance(conditions, Mapping) else None
+        bool_block = (
+            next((v for k, v in conditions.items() if str(k).lower() == "bool"), None)
+            if isinstance(conditions, Mapping)
+            else None
+        )
         if not isinstance(bool_block, Mapping):
             continue
         for k, v in bool_block.items():
@@ -467,6 +548,8 @@ class _BucketKind:
     policy_fix: str
     tls_key: str  # the condition key that is false on plain HTTP
     acl_types: tuple[str, ...]
+    # A cloud with no public-access-block resource (COS): the bucket's own ACL must be this.
+    required_acl: str | None = None
 
 
 _S3 = _BucketKind(
@@ -490,9 +573,21 @@ _OSS = _BucketKind(
     "acs:SecureTransport",
     (ALI_BUCKET_ACL,),
 )
+_COS = _BucketKind(
+    "name/cos",
+    "",
+    (),
+    "",
+    TC_BUCKET_POLICY,
+    "tencentcloud.cos.BucketPolicy",
+    "cos:secure_transport",
+    (),
+    required_acl="private",
+)
 BUCKET_KINDS: Mapping[str, _BucketKind] = {
     **{t: _S3 for t in AWS_BUCKETS},
     ALI_BUCKET: _OSS,
+    TC_BUCKET: _COS,
 }
 
 
@@ -505,7 +600,13 @@ def check_buckets_private_tls(resources: Sequence[Resource]) -> list[StackFindin
         # Public access blocked: some block attached to the bucket with every flag on (a flag
         # not known yet during preview is given the benefit of the doubt).
         blocks = _attached(resources, (kind.block_type,), b)
-        if not any(
+        if kind.required_acl is not None:
+            acl = b.get("acl")
+            if known(acl) and acl != kind.required_acl:
+                found.append(
+                    (b, f"{b.label} may become public: its ACL is {acl!r}; set acl='private'")
+                )
+        elif not any(
             all(is_true(blk.get(f)) or not known(blk.get(f)) for f in kind.block_flags)
             for blk in blocks
         ):
@@ -594,11 +695,12 @@ def check_gpu_tags(r: Resource, gpu_types: Callable[[str, str], bool]) -> list[s
 
 def _env(fn: Resource) -> Mapping[str, Any] | None:
     """The function's environment; None when not known yet."""
-    env = (
-        fn.get("environment", "variables")
-        if fn.type == AWS_FUNCTION
-        else fn.get("environmentVariables")
-    )
+    if fn.type == AWS_FUNCTION:
+        env = fn.get("environment", "variables")
+    elif fn.type in TC_FUNCTIONS:
+        env = fn.get("environment")
+    else:
+        env = fn.get("environmentVariables")
     if not known(env):
         return None
     return env if isinstance(env, Mapping) else {}
@@ -662,6 +764,18 @@ def _ali_schedules(resources: Sequence[Resource], fn: Resource) -> bool:
     return False
 
 
+def _tc_schedules(resources: Sequence[Resource], fn: Resource) -> bool:
+    """An SCF function is scheduled by an inline timer trigger with a cron expression."""
+    for trigger in as_list(fn.get("triggers")):
+        if not isinstance(trigger, Mapping):
+            continue
+        if trigger.get("type") == "timer" and (
+            not known(trigger.get("triggerDesc")) or str(trigger.get("triggerDesc")).strip()
+        ):
+            return True
+    return False
+
+
 GUARD_FIX = {
     "aws": (
         "declare the reaper (aws.lambda_.Function with GPUFLEET_STACK=<stack> and "
@@ -673,6 +787,11 @@ GUARD_FIX = {
         "declare the reaper (ali.fc.V3Function with GPUFLEET_STACK=<stack> and "
         "GPUFLEET_APPLY=true) and an ali.fc.V3Trigger of type 'timer' with a cronExpression "
         "for it: the IdleGuard component does all of this"
+    ),
+    "tencent": (
+        "declare the reaper (tencentcloud.scf.Function with GPUFLEET_STACK=<stack> and "
+        "GPUFLEET_APPLY=true in its environment) with a trigger of type 'timer' and a cron "
+        "trigger_desc: the IdleGuard component does all of this"
     ),
 }
 
@@ -688,6 +807,7 @@ GUARD_FUNCTIONS: Mapping[
 ] = {
     "aws": ((AWS_FUNCTION,), _aws_schedules),
     "alicloud": (ALI_FUNCTIONS, _ali_schedules),
+    "tencent": (TC_FUNCTIONS, _tc_schedules),
 }
 
 
@@ -800,6 +920,15 @@ def instance_bill(r: Resource) -> Bill | None:
             cap = _number(r.get("instanceMarketOptions", "spotOptions", "maxPrice"))
             return Bill("aws", itype, "spot", cap)
         return Bill("aws", itype, "on-demand")
+    if r.type == TC_INSTANCE:
+        charge = r.get("instanceChargeType") or "POSTPAID_BY_HOUR"
+        if charge == "PREPAID":
+            months = r.get("instanceChargeTypePrepaidPeriod")
+            count = int(months) if isinstance(months, int | float) and months > 0 else 1
+            return Bill("tencent", itype, "subscription", None, count)
+        if charge == TC_SPOT:
+            return Bill("tencent", itype, "spot", _number(r.get("spotMaxPrice")))
+        return Bill("tencent", itype, "on-demand")
     if r.get("instanceChargeType") == "PrePaid":
         months = r.get("period")
         unit = r.get("periodUnit") or "Month"

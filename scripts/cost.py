@@ -228,6 +228,16 @@ def live_alicloud_price(instance_type: str, region: str) -> tuple[float, str]:
         raise LiveUnavailable(f"Alibaba Cloud DescribePrice: {exc}") from None
 
 
+def live_tencent_price(instance_type: str, region: str) -> tuple[float, str]:
+    from infra.live_tencent import LivePriceError
+    from infra.live_tencent import live_tencent_price as price
+
+    try:
+        return price(instance_type, region)
+    except LivePriceError as exc:
+        raise LiveUnavailable(str(exc)) from None
+
+
 def _live_aws_price_usd(instance_type: str, region: str) -> tuple[float, str]:
     return live_aws_price(instance_type, region), "USD"  # the Price List API's currency
 
@@ -237,6 +247,7 @@ def _live_aws_price_usd(instance_type: str, region: str) -> tuple[float, str]:
 LIVE_PRICE_SOURCES: Mapping[str, Callable[[str, str], tuple[float, str]]] = {
     "aws": _live_aws_price_usd,
     "alicloud": live_alicloud_price,
+    "tencent": live_tencent_price,
 }
 
 

@@ -126,7 +126,7 @@ def assert_clean(
             assert "\n" not in problem, f"one line per problem: {problem!r}"
     else:
         assert isinstance(outcome, StackConfig)
-        assert outcome.nodes >= 1 and outcome.provider in ("aws", "alicloud")
+        assert outcome.nodes >= 1 and outcome.provider in load_catalog().providers
         assert all(isinstance(c, str) for c in outcome.ssh_cidrs) and outcome.ssh_cidrs
         for number in (outcome.spot_max_price, outcome.max_hourly_cost):
             assert number is None or (math.isfinite(number) and number > 0)

@@ -351,6 +351,10 @@ def test_comparison_is_sorted_cheapest_gpu_hour_first_across_providers_and_modes
         ("alicloud", "spot"),
         ("alicloud", "subscription-month"),
         ("alicloud", "subscription-year"),
+        ("tencent", "on-demand"),
+        ("tencent", "spot"),
+        ("tencent", "subscription-month"),
+        ("tencent", "subscription-year"),
     }
     p4d = next(
         o for o in cmp.offers if o.instance_type == "p4d.24xlarge" and o.billing == "on-demand"

@@ -86,6 +86,8 @@ class Price:
     spot: tuple[float, float] | None = None
     spot_date: dt.date | None = None
     spot_source: str | None = None
+    # no source quoted it (e.g. a price only a signed API could confirm): cost.py says so
+    estimate: bool = False
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,9 @@ class ProviderInfo:
                 f"region's name and a suffix, e.g. {region}{self.zone_suffix}"
             )
         return None
+
+    # the stop API's mode that keeps compute off the bill while stopped ("" = no such mode)
+    stopped_mode: str = ""
 
     def supports(self, feature: Feature) -> bool:
         return feature not in self.unsupported
@@ -391,7 +396,7 @@ _PROVIDER_KEYS = frozenset(
     {"name", "order", "title", "currency", "price_region", "default_region", "ssh_user"}
     | {"billing"}
     | {"object_store", "max_root_disk_gb", "scratch_disk", "default_scratch_class"}
-    | {"reserved_tag_value_prefixes", "unsupported", "scratch_classes"}
+    | {"reserved_tag_value_prefixes", "unsupported", "scratch_classes", "stopped_mode"}
     | {"regions", "regions_source", "zone_names", "zone_suffix"}
 )
 _SCRATCH_KEYS = frozenset({"min_gb", "max_gb", "iops", "iops_per_gb", "max_iops", "throughput_mbs"})
@@ -444,6 +449,7 @@ def _provider(p: dict[str, Any], file: str) -> ProviderInfo:
         regions=tuple(p.get("regions", ())),
         zone_names=tuple(str(z) for z in p.get("zone_names", ())),
         zone_suffix=str(p.get("zone_suffix", "a")),
+        stopped_mode=str(p.get("stopped_mode", "")),
     )
 
 
@@ -475,6 +481,7 @@ def _instances(
                 spot=(float(spot[0]), float(spot[1])) if spot else None,
                 spot_date=_date(p["spot_date"], where) if "spot_date" in p else None,
                 spot_source=p.get("spot_source"),
+                estimate=bool(p.get("estimate", False)),
             )
         out[(provider.name, name)] = InstanceType(
             provider=provider.name, name=name, price=price, **row

@@ -100,6 +100,7 @@ class CloudProvider(Protocol):
 PROGRAM_MODULES: Mapping[str, str] = {
     "aws": "infra.providers.aws",
     "alicloud": "infra.providers.alicloud",
+    "tencent": "infra.providers.tencent",
 }
 _MODULES = PROGRAM_MODULES
 

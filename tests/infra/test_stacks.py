@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+from pathlib import Path
 
 from infra.catalog import load_catalog
 from infra.config import WORLD
@@ -17,16 +18,22 @@ from infra.reaper import tags as T
 CAT = load_catalog()
 
 
+# Python packages whose name is not pulumi_<package> (token package -> module).
+PACKAGES = {"tencentcloud": "tencentcloud_iac_pulumi"}
+TC_INSTANCE = "tencentcloud:Instance/instance:Instance"
+
+
 def _args_class(token: str) -> type | None:
     pkg, mod_path, cls = token.split(":")
     if pkg in ("pulumi", "gpufleet"):
         return None
+    package = PACKAGES.get(pkg, f"pulumi_{pkg}")
     mod = mod_path.split("/")[0]
     if mod == "index":  # top-level resources (random.RandomId) live in the package itself
-        return getattr(importlib.import_module(f"pulumi_{pkg}"), cls + "Args", None)
-    for candidate in (mod, mod + "_"):
+        return getattr(importlib.import_module(package), cls + "Args", None)
+    for candidate in (mod, mod + "_", mod.lower()):
         try:
-            module = importlib.import_module(f"pulumi_{pkg}.{candidate}")
+            module = importlib.import_module(f"{package}.{candidate}")
         except ImportError:
             continue
         return getattr(module, cls + "Args", None)
@@ -39,8 +46,10 @@ def taggable(token: str) -> bool:
 
 
 def instances(result: PlanResult) -> list:
-    return result.of_type("aws:ec2/instance:Instance") + result.of_type(
-        "alicloud:ecs/instance:Instance"
+    return (
+        result.of_type("aws:ec2/instance:Instance")
+        + result.of_type("alicloud:ecs/instance:Instance")
+        + result.of_type(TC_INSTANCE)
     )
 
 
@@ -72,6 +81,8 @@ def test_node_count_and_instance_type_are_what_config_and_catalog_say(stack):
 def test_instance_metadata_requires_tokens_imdsv2(stack):
     _, result = stack
     for n in instances(result):
+        if n.type == TC_INSTANCE:
+            continue  # CVM's instance resource has no token-only option (SECURITY.md)
         tokens = n.inputs.get("metadataOptions", {}).get("httpTokens") or n.inputs.get("httpTokens")
         assert tokens == "required", n.name
 
@@ -83,6 +94,11 @@ def test_every_disk_is_encrypted(stack):
             assert n.inputs["rootBlockDevice"]["encrypted"] is True
             for disk in n.inputs.get("ebsBlockDevices", []):
                 assert disk["encrypted"] is True
+        elif n.type == TC_INSTANCE:
+            # the system disk cannot be encrypted on CVM (README: Tencent Cloud)
+            assert n.inputs["dataDisks"] and all(
+                d["encrypt"] is True for d in n.inputs["dataDisks"]
+            )
         else:
             assert n.inputs["systemDiskEncrypted"] is True
             for disk in n.inputs.get("dataDisks", []):
@@ -110,20 +126,32 @@ def test_ssh_is_never_open_to_the_world(stack):
     for r in result.of_type("alicloud:ecs/securityGroupRule:SecurityGroupRule"):
         if r.inputs.get("portRange") == "22/22":
             ssh_sources.append(r.inputs.get("cidrIp") or r.inputs.get("ipv6CidrIp"))
+    for r in result.of_type("tencentcloud:Security/groupRuleSet:GroupRuleSet"):
+        for rule in r.inputs.get("ingresses", []):
+            if rule.get("port") == "22":
+                ssh_sources.append(rule.get("cidrBlock") or rule.get("ipv6CidrBlock"))
     assert sorted(ssh_sources) == sorted(cfg.ssh_cidrs)
     assert not set(ssh_sources) & set(WORLD)
 
 
 def test_nodes_reach_each_other_on_every_port(stack):
     _, result = stack
-    intra = [
-        r
+    protocols = [
+        r.inputs.get("ipProtocol")
         for r in result.resources
         if ("IngressRule" in r.type or r.inputs.get("type") == "ingress")
         and (r.inputs.get("referencedSecurityGroupId") or r.inputs.get("sourceSecurityGroupId"))
     ]
-    assert len(intra) == 1
-    assert intra[0].inputs.get("ipProtocol") in ("-1", "all")
+    # Tencent: one rule set; its entry naming the group itself is the rule between nodes.
+    for r in result.of_type("tencentcloud:Security/groupRuleSet:GroupRuleSet"):
+        protocols += [
+            rule["protocol"].lower()
+            for rule in r.inputs.get("ingresses", [])
+            if rule.get("sourceSecurityId") == r.inputs["securityGroupId"]
+            and rule.get("action") == "ACCEPT"
+        ]
+    assert len(protocols) == 1
+    assert protocols[0] in ("-1", "all")
 
 
 def test_bucket_is_private_encrypted_versioned_and_tls_only(stack):
@@ -157,6 +185,24 @@ def test_bucket_is_private_encrypted_versioned_and_tls_only(stack):
         assert (
             stmt["Effect"] == "Deny" and stmt["Condition"]["Bool"]["aws:SecureTransport"] == "false"
         )
+    elif cfg.provider == "tencent":
+        (bucket,) = result.of_type("tencentcloud:Cos/bucket:Bucket")
+        assert bucket.inputs["acl"] == "private"
+        assert bucket.inputs["encryptionAlgorithm"] == "AES256"
+        assert bucket.inputs["versioningEnable"] is True
+        assert bucket.inputs["forceClean"] is cfg.destroy_data
+        rule = bucket.inputs["lifecycleRules"][0]
+        classes = [(t["days"], t["storageClass"]) for t in rule["transitions"]]
+        assert classes == [
+            (cfg.bucket_archive_days, "STANDARD_IA"),
+            (cfg.bucket_archive_days + 180, "ARCHIVE"),
+        ]
+        assert rule["abortIncompleteMultipartUpload"]["daysAfterInitiation"] == 7
+        (pol,) = result.of_type("tencentcloud:Cos/bucketPolicy:BucketPolicy")
+        stmt = json.loads(pol.inputs["policy"])["Statement"][0]
+        assert stmt["Effect"] == "Deny"
+        assert stmt["Condition"]["bool"]["cos:secure_transport"] == "false"
+        assert stmt["Principal"]["qcs"] == ["qcs::cam::anyone:anyone"]
     else:
         (bucket,) = result.of_type("alicloud:oss/bucket:Bucket")
         assert bucket.inputs["serverSideEncryptionRule"]["sseAlgorithm"] == "AES256"
@@ -185,6 +231,12 @@ def test_spot_stacks_ask_for_spot_that_stops_on_interruption(stack):
                 assert market["spotOptions"]["spotInstanceType"] == "persistent"
             else:
                 assert market is None
+        elif n.type == TC_INSTANCE:
+            charge = n.inputs["instanceChargeType"]
+            assert (charge == "SPOTPAID") is (cfg.billing == "spot")
+            if charge == "SPOTPAID":  # the SDK requires a cap; a one-time request
+                assert float(n.inputs["spotMaxPrice"]) > 0
+                assert n.inputs["spotInstanceType"] == "ONE-TIME"
         else:
             spot = n.inputs.get("spotStrategy")
             assert (spot != "NoSpot") is (cfg.billing == "spot")
@@ -232,10 +284,8 @@ def test_scratch_is_local_nvme_or_a_fast_data_disk(stack):
         assert scratch["kind"] == "disk" and scratch["size_gb"] == cfg.scratch_gb
         for n in instances(result):
             disks = n.inputs.get("dataDisks") or n.inputs.get("ebsBlockDevices")
-            assert (
-                len(disks) == 1
-                and disks[0].get("size", disks[0].get("volumeSize")) == cfg.scratch_gb
-            )
+            size = disks[0].get("size", disks[0].get("volumeSize", disks[0].get("dataDiskSize")))
+            assert len(disks) == 1 and size == cfg.scratch_gb
 
 
 def test_every_stack_declares_its_idle_guard(stack):
@@ -260,6 +310,30 @@ def test_every_stack_declares_its_idle_guard(stack):
         body = json.loads(dash.inputs["dashboardBody"])
         ids = {n["instance_id"] for n in result.outputs["nodes"]}
         assert {m[3] for m in body["widgets"][0]["properties"]["metrics"]} == ids
+    elif cfg.provider == "tencent":
+        from infra.reaper.tencent import CAM_ACTIONS, FUNCTION_ENV, SCF_HANDLER, SCF_RUNTIME
+
+        (fn,) = result.of_type("tencentcloud:Scf/function:Function")
+        assert set(fn.inputs["environment"]) == set(FUNCTION_ENV)
+        assert fn.inputs["environment"]["GPUFLEET_STACK"] == cfg.stack
+        assert fn.inputs["environment"]["GPUFLEET_APPLY"] == "true"
+        assert (fn.inputs["runtime"], fn.inputs["handler"]) == (SCF_RUNTIME, SCF_HANDLER)
+        assert Path(fn.inputs["zipFile"]).is_file()  # the SDK uploads it from this path
+        (trigger,) = fn.inputs["triggers"]
+        assert trigger["type"] == "timer" and trigger["triggerDesc"] == "0 */5 * * * * *"
+        docs = [
+            json.loads(p.inputs["document"])
+            for p in result.of_type("tencentcloud:Cam/policy:Policy")
+            if p.name.endswith("reaper-policy")
+        ]
+        allowed = [s for d in docs for s in d["statement"] if s["effect"] == "allow"]
+        assert {a for s in allowed for a in s["action"]} == set(CAM_ACTIONS)
+        (stop,) = [s for s in allowed if "cvm:StopInstances" in s["action"]]
+        assert f"{T.STACK}&{cfg.stack}" in json.dumps(stop["condition"])
+        assert "TerminateInstances" not in json.dumps(allowed)
+        for n in instances(result):
+            if cfg.billing != "subscription":
+                assert n.inputs["stoppedMode"] == "STOP_CHARGING"
     else:
         (fn,) = result.of_type("alicloud:fc/v3Function:V3Function")
         assert fn.inputs["environmentVariables"]["GPUFLEET_STACK"] == cfg.stack

@@ -136,6 +136,33 @@ def _cpu_stop_alarm(action: str, key: str = "alarmActions") -> Mutation:
     return mutate
 
 
+def _tc_ingress(index: int, **changes: Any) -> Callable[[dict[str, Any]], None]:
+    def change(inputs: dict[str, Any]) -> None:
+        rule = inputs["ingresses"][index]
+        for key, value in changes.items():
+            if value is DROP:
+                rule.pop(key, None)
+            else:
+                rule[key] = value
+
+    return change
+
+
+def _tc_disk_unencrypted(inputs: dict[str, Any]) -> None:
+    inputs["dataDisks"][0]["encrypt"] = False
+
+
+def _tc_timer_dropped(inputs: dict[str, Any]) -> None:
+    inputs["triggers"] = []
+
+
+def _tc_env(key: str, value: str) -> Callable[[dict[str, Any]], None]:
+    def change(inputs: dict[str, Any]) -> None:
+        inputs["environment"][key] = value
+
+    return change
+
+
 SG_INGRESS = R.AWS_SG_INGRESS
 AWS_SSE = R.AWS_BUCKET_SSE[0]
 CASES = [
@@ -501,6 +528,75 @@ CASES = [
         "tier a100x8",
         R.ADVISORY,
         {"dev-stacks-use-spot": {"devTiers": ["a100x8"]}},
+    ),
+    # --- Tencent Cloud ---------------------------------------------------------------------------
+    Case(
+        "tencent-ssh-rule-from-anywhere",
+        "tencent-a100x4",
+        edit(R.TC_SG_RULE_SET, "-rules", _tc_ingress(0, cidrBlock="0.0.0.0/0")),
+        "ssh-not-open-to-world",
+        "tencent-a100x4-rules",
+        "gpufleet:sshCidrs",
+    ),
+    Case(
+        "tencent-every-port-from-ipv6-anywhere",
+        "tencent-t4x1",
+        edit(
+            R.TC_SG_RULE_SET,
+            "-rules",
+            _tc_ingress(1, sourceSecurityId=DROP, ipv6CidrBlock="::/0"),
+        ),
+        "ssh-not-open-to-world",
+        "tencent-t4x1-rules",
+        "ingresses[1]",
+    ),
+    Case(
+        "tencent-scratch-disk-unencrypted",
+        "tencent-a100x4",
+        edit(R.TC_INSTANCE, "-0", _tc_disk_unencrypted),
+        "disks-encrypted",
+        "tencent-a100x4-0",
+        "encrypt=True",
+    ),
+    Case(
+        "tencent-cos-bucket-without-encryption",
+        "tencent-a100x4",
+        set_input(R.TC_BUCKET, "-bucket", encryptionAlgorithm=""),
+        "buckets-encrypted",
+        "tencent-a100x4-bucket",
+        "encryption_algorithm='AES256'",
+    ),
+    Case(
+        "tencent-cos-bucket-public-read",
+        "tencent-a100x4",
+        set_input(R.TC_BUCKET, "-bucket", acl="public-read"),
+        "buckets-private-tls-only",
+        "tencent-a100x4-bucket",
+        "'private'",
+    ),
+    Case(
+        "tencent-cos-bucket-without-tls-policy",
+        "tencent-t4x1",
+        drop(R.TC_BUCKET_POLICY, "-tls-only"),
+        "buckets-private-tls-only",
+        "tencent-t4x1-bucket",
+        "cos:secure_transport",
+    ),
+    Case(
+        "tencent-reaper-without-timer",
+        "tencent-a100x4",
+        edit(R.TC_FUNCTIONS[0], "-reaper", _tc_timer_dropped),
+        "gpu-instances-idle-guarded",
+        "tencent-a100x4-0",
+        "trigger of type 'timer'",
+    ),
+    Case(
+        "tencent-reaper-dry-run",
+        "tencent-t4x1",
+        edit(R.TC_FUNCTIONS[0], "-reaper", _tc_env("GPUFLEET_APPLY", "false")),
+        "gpu-instances-idle-guarded",
+        "tencent-t4x1-0",
+        "a dry run stops nothing",
     ),
 ]
 

@@ -92,7 +92,30 @@ def fab(*parts: str | Callable[[Path], str]) -> Callable[[Path], list[str]]:
 NOT_UTF8 = b"config:\n  gpufleet:tier: \xff\xfe\n"
 PC = "--policy-config"
 
+TENCENT = {"gpufleet:provider": "tencent", "gpufleet:region": "ap-guangzhou"}
+
 CASES = [
+    # --- Tencent Cloud: refused before any resource, each in one line ---------------------------
+    Case(
+        "plan-tencent-scratch-class-of-another-cloud",
+        plan("--stack-file", stack_file({**TENCENT, "gpufleet:scratchClass": "PL3"})),
+        "'PL3' is not one of CLOUD_PREMIUM, CLOUD_SSD, CLOUD_HSSD",
+    ),
+    Case(
+        "plan-tencent-tier-it-does-not-sell",
+        plan("--stack-file", stack_file({**TENCENT, "gpufleet:tier": "h100x8"})),
+        "tencent does not offer tier 'h100x8'",
+    ),
+    Case(
+        "plan-tencent-zone-of-another-region",
+        plan("--stack-file", stack_file({**TENCENT, "gpufleet:zone": "ap-shanghai-4"})),
+        "is not a zone of region 'ap-guangzhou'",
+    ),
+    Case(
+        "cost-tencent-region-misspelt",
+        cost("--stack-file", stack_file({**TENCENT, "gpufleet:region": "ap-guangzho"})),
+        "did you mean 'ap-guangzhou'?",
+    ),
     # --- plan.py: the stack file ---------------------------------------------------------------
     Case(
         "plan-stack-file-is-a-directory",

@@ -1,0 +1,586 @@
+"""Tencent Cloud: VPC + subnet, COS, CAM roles, CVM GPU nodes, an SCF reaper on a timer.
+
+The SDK is tencentcloud-iac-pulumi (pure Python, pinned). Its provider plugin comes from the
+tencentcloudstack GitHub releases and is needed only by a real `pulumi up`; under Pulumi's
+mocks (tests, `make plan`) the resource classes below run as they are.
+
+Known limits of CVM / the SDK, kept visible here:
+- The system disk cannot be encrypted at creation: CVM's RunInstances (and so the SDK's
+  ``instance.Instance``) takes no encryption flag for it. The scratch data disk is encrypted
+  CBS; keep secrets off the system disk (README, SECURITY.md).
+- COS bucket names carry the account's APPID (``<name>-<appid>``); the program reads it from
+  the ``user.get_info`` data source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_random as random
+import tencentcloud_iac_pulumi as tc
+
+from infra import guard as guard_logic
+from infra.catalog import load_catalog
+from infra.config import ConfigError, StackConfig
+from infra.nodes import NodeSpec, stack_tags
+from infra.providers.base import (
+    AccessParts,
+    Feature,
+    GuardParts,
+    NetworkParts,
+    NodeParts,
+    StorageParts,
+    unsupported_features,
+)
+from infra.reaper import tags as T
+
+NAME = "tencent"
+VPC_CIDR = "10.43.0.0/16"
+SUBNET_CIDR = "10.43.0.0/20"
+# Tencent's public Ubuntu image; the driver comes from `fab setup` (NVIDIA's apt repository).
+UBUNTU_IMAGE_REGEX = "^Ubuntu Server 22.04"
+PUBLIC_BANDWIDTH_MBPS = 100
+ROOT_DISK_TYPE = "CLOUD_PREMIUM"
+# SCF's cron has seconds and a year: "every 5 minutes, at second 0".
+SCF_CRON = "0 */5 * * * * *"
+SCF_TIMEOUT_S = 300
+SCF_MEMORY_MB = 256
+BUCKET_SUFFIX_BYTES = 4
+# Where the reaper's zip is written for the SDK's zip_file (a local path it uploads): content
+# addressed, so the same code gives the same path and no diff.
+BUILD_DIR = Path(__file__).resolve().parents[2] / ".gpufleet-build"
+
+
+def _opts(parent: pulumi.Resource, **kw: object) -> pulumi.ResourceOptions:
+    return pulumi.ResourceOptions(parent=parent, **kw)  # type: ignore[arg-type]
+
+
+def bucket_name_for(stack: str, suffix: str, appid: str) -> str:
+    """gpufleet-<stack>-<suffix>-<appid>: COS allows 50 characters for the name before the
+    APPID; the suffix is always whole, the stack part is cut to fit."""
+    room = 50 - len("gpufleet--") - len(suffix)
+    return f"gpufleet-{stack[:room].rstrip('-')}-{suffix}-{appid}"
+
+
+def stopped_mode() -> str:
+    """The stop mode that keeps compute off the bill (the catalog's provider fact)."""
+    return load_catalog().providers[NAME].stopped_mode
+
+
+def charge_args(cfg: StackConfig) -> dict[str, Any]:
+    """CVM billing arguments: POSTPAID_BY_HOUR, SPOTPAID with a bid cap, or PREPAID monthly."""
+    if cfg.billing == "subscription":
+        return {
+            "instance_charge_type": "PREPAID",
+            "instance_charge_type_prepaid_period": cfg.subscription_months,
+            # A renewal nobody asked for is a surprise bill; expiry stops the node, data stays.
+            "instance_charge_type_prepaid_renew_flag": "NOTIFY_AND_MANUAL_RENEW",
+        }
+    # Stopped pay-as-you-go instances stop billing compute (TCSTOP); disks stay billed.
+    args: dict[str, Any] = {"stopped_mode": stopped_mode()}
+    if cfg.billing == "spot":
+        args.update(
+            instance_charge_type="SPOTPAID",
+            spot_instance_type="ONE-TIME",
+            # The SDK requires a cap with SPOTPAID; without one the on-demand price is the cap
+            # (a spot bid above it buys nothing).
+            spot_max_price=f"{cfg.spot_max_price or _on_demand(cfg):g}",
+        )
+    else:
+        args["instance_charge_type"] = "POSTPAID_BY_HOUR"
+    return args
+
+
+def _on_demand(cfg: StackConfig) -> float:
+    price = load_catalog().instance(NAME, cfg.instance_type).price
+    if price is None:  # the catalog test keeps every Tencent type priced
+        raise ConfigError([f"gpufleet:spotMaxPrice: {cfg.instance_type} has no catalog price"])
+    return price.on_demand
+
+
+def _policy(statements: list[dict[str, Any]]) -> str:
+    return json.dumps({"version": "2.0", "statement": statements}, sort_keys=True)
+
+
+def _tag_condition(stack: str) -> dict[str, Any]:
+    """CAM's resource-tag condition: only resources tagged as this stack's managed ones."""
+    return {
+        "for_all_value:string_equal": {
+            "qcs:resource_tag": [
+                f"{T.MANAGED_BY}&{T.MANAGED_BY_VALUE}",
+                f"{T.STACK}&{stack}",
+            ]
+        }
+    }
+
+
+def cos_resource(region: str, appid: str, bucket: str, objects: bool = False) -> str:
+    return f"qcs::cos:{region}:uid/{appid}:{bucket}" + ("/*" if objects else "")
+
+
+# What the node watchdog calls besides the bucket (bootstrap/remote/watchdog.py TencentNode):
+# its own tags, the account uin for the lease's resource name, the lease, its own power-off.
+NODE_READ_ACTIONS = ("cvm:DescribeInstances", "sts:GetCallerIdentity")
+NODE_STACK_ACTIONS = ("tag:TagResources", "cvm:StopInstances")
+
+
+def node_policy(region: str, appid: str, bucket: str, stack: str) -> str:
+    """The nodes' role: the stack's bucket (list, read, write, delete, multipart); reading
+    instance descriptions (CVM's metadata service serves no tags) and the caller's identity;
+    tagging (the lease) and stopping (the watchdog's power-off with STOP_CHARGING) only
+    instances carrying this stack's managed tags. Never terminate, never untag. Cloud
+    Monitor needs no grant: the node publishes no custom metrics (infra/reaper/tencent.py).
+
+    CAM's resource-tag condition scopes these to the stack, not to the node itself: a node
+    may tag or stop its stack's other nodes (SECURITY.md)."""
+    return _policy(
+        [
+            {
+                "effect": "allow",
+                "action": ["cos:GetBucket", "cos:HeadBucket"],
+                "resource": [cos_resource(region, appid, bucket)],
+            },
+            {
+                "effect": "allow",
+                "action": [
+                    "cos:GetObject",
+                    "cos:HeadObject",
+                    "cos:PutObject",
+                    "cos:DeleteObject",
+                    "cos:InitiateMultipartUpload",
+                    "cos:UploadPart",
+                    "cos:CompleteMultipartUpload",
+                    "cos:AbortMultipartUpload",
+                    "cos:ListMultipart",
+                    "cos:ListParts",
+                ],
+                "resource": [cos_resource(region, appid, bucket, objects=True)],
+            },
+            {"effect": "allow", "action": list(NODE_READ_ACTIONS), "resource": ["*"]},
+            {
+                "effect": "allow",
+                "action": list(NODE_STACK_ACTIONS),
+                "resource": ["*"],
+                "condition": _tag_condition(stack),
+            },
+            {
+                "effect": "deny",
+                "action": ["cvm:TerminateInstances", "tag:UnTagResources", "tag:DeleteTags"],
+                "resource": ["*"],
+            },
+        ]
+    )
+
+
+def reaper_actions() -> tuple[str, ...]:
+    """What the reaper calls: its contract (infra/reaper/tencent.py CAM_ACTIONS)."""
+    from infra.reaper.tencent import CAM_ACTIONS
+
+    return tuple(CAM_ACTIONS)
+
+
+def reaper_policy(stack: str) -> str:
+    """Describe instances and read GPU metrics anywhere; stop only instances carrying this
+    stack's managed tags; never terminate."""
+    stop = [a for a in reaper_actions() if a == "cvm:StopInstances"]
+    reads = [a for a in reaper_actions() if a not in stop]
+    return _policy(
+        [
+            {"effect": "allow", "action": reads, "resource": ["*"]},
+            {
+                "effect": "allow",
+                "action": stop,
+                "resource": ["qcs::cvm::uin/*:instance/*"],
+                "condition": _tag_condition(stack),
+            },
+            {"effect": "deny", "action": ["cvm:TerminateInstances"], "resource": ["*"]},
+        ]
+    )
+
+
+def tls_only_policy(region: str, appid: str, bucket: str) -> str:
+    """COS bucket policy: refuse every request made over plain HTTP."""
+    return json.dumps(
+        {
+            "version": "2.0",
+            "Statement": [
+                {
+                    "Effect": "Deny",
+                    "Principal": {"qcs": ["qcs::cam::anyone:anyone"]},
+                    "Action": ["name/cos:*"],
+                    "Resource": [
+                        cos_resource(region, appid, bucket),
+                        cos_resource(region, appid, bucket, objects=True),
+                    ],
+                    "Condition": {"bool": {"cos:secure_transport": "false"}},
+                }
+            ],
+        },
+        sort_keys=True,
+    )
+
+
+def assume_role(service: str) -> str:
+    return _policy(
+        [
+            {
+                "effect": "allow",
+                "action": ["name/sts:AssumeRole"],
+                "principal": {"service": [service]},
+            }
+        ]
+    )
+
+
+def function_zip_path() -> str:
+    """The reaper package (infra/reaper/handler.py build_function_zip) as a file: the SDK's
+    zip_file is a local path. Named by its content's digest, written once."""
+    data = guard_logic.function_zip(NAME)
+    path = BUILD_DIR / f"tencent-reaper-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+    if not path.exists():
+        BUILD_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    return str(path)
+
+
+def function_env(cfg: StackConfig) -> dict[str, str]:
+    """Exactly the variables the reaper's Tencent contract names (FUNCTION_ENV)."""
+    from infra.reaper.tencent import FUNCTION_ENV
+
+    env = guard_logic.function_env(cfg)
+    missing = [k for k in FUNCTION_ENV if k not in env]
+    if missing:  # the contract grew: the program must learn to set it
+        raise RuntimeError(f"the Tencent reaper needs {missing}; infra/guard.py sets none")
+    return {k: env[k] for k in FUNCTION_ENV}
+
+
+def _first(found: Any, key: str) -> Any:
+    item = found[0]
+    return item[key] if isinstance(item, Mapping) else getattr(item, key)
+
+
+class TencentProvider:
+    name = NAME
+    UNSUPPORTED: Mapping[Feature, str] = unsupported_features(NAME)
+
+    def provider_resource(self, cfg: StackConfig) -> pulumi.ProviderResource:
+        return tc.Provider("tencentcloud", region=cfg.region)
+
+    def _appid(self, parent: pulumi.Resource) -> pulumi.Output[str]:
+        info = tc.user.get_info_output(opts=pulumi.InvokeOutputOptions(parent=parent))
+        return info.app_id
+
+    def _zone(self, parent: pulumi.Resource, cfg: StackConfig) -> pulumi.Output[str]:
+        if cfg.zone:
+            return pulumi.Output.from_input(cfg.zone)
+        # The data source filters by family only (zone, instance-family, charge type).
+        family = cfg.instance_type.split(".", 1)[0]
+        types = tc.instance.get_types_output(
+            filters=[tc.instance.GetTypesFilterArgs(name="instance-family", values=[family])],
+            exclude_sold_out=True,
+            opts=pulumi.InvokeOutputOptions(parent=parent),
+        )
+
+        def first(found: list[Any]) -> str:
+            zones = sorted(
+                {
+                    str(_first([t], "availability_zone"))
+                    for t in found
+                    if _first([t], "instance_type") == cfg.instance_type
+                }
+            )
+            zones = [z for z in zones if z.startswith(cfg.region)]
+            if not zones:
+                raise ConfigError(  # a ValueError; `plan.py` exits 2 on it
+                    [
+                        f"gpufleet:region: no zone in {cfg.region} sells {cfg.instance_type} "
+                        "now: set gpufleet:region or gpufleet:zone, or pick another profile"
+                    ]
+                )
+            return zones[0]
+
+        return types.instance_types.apply(first)
+
+    def network(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> NetworkParts:
+        tags = stack_tags(cfg)
+        zone = self._zone(parent, cfg)
+        vpc = tc.vpc.Instance(
+            f"{name}-vpc",
+            name=f"{name}-vpc"[:60],
+            cidr_block=VPC_CIDR,
+            tags=tags,
+            opts=_opts(parent),
+        )
+        subnet = tc.subnet.Instance(
+            f"{name}-subnet",
+            name=f"{name}-subnet"[:60],
+            vpc_id=vpc.id,
+            cidr_block=SUBNET_CIDR,
+            availability_zone=zone,
+            tags=tags,
+            opts=_opts(parent),
+        )
+        sg = tc.security.Group(
+            f"{name}-sg",
+            name=f"{name}-sg"[:60],
+            description=f"gpufleet {cfg.stack}: SSH from listed networks, all between nodes",
+            tags=tags,
+            opts=_opts(parent),
+        )
+        ssh = [
+            tc.security.GroupRuleSetIngressArgs(
+                action="ACCEPT",
+                protocol="TCP",
+                port="22",
+                cidr_block=None if ":" in cidr else cidr,
+                ipv6_cidr_block=cidr if ":" in cidr else None,
+                description="SSH from an allowed network",
+            )
+            for cidr in cfg.ssh_cidrs
+        ]
+        tc.security.GroupRuleSet(
+            f"{name}-rules",
+            security_group_id=sg.id,
+            ingresses=[
+                *ssh,
+                tc.security.GroupRuleSetIngressArgs(
+                    action="ACCEPT",
+                    protocol="ALL",
+                    port="all",
+                    source_security_id=sg.id,
+                    description="all traffic between the stack's nodes (NCCL, rendezvous)",
+                ),
+            ],
+            egresses=[
+                tc.security.GroupRuleSetEgressArgs(
+                    action="ACCEPT",
+                    protocol="ALL",
+                    port="all",
+                    cidr_block="0.0.0.0/0",
+                    description="packages, the bucket, the cloud APIs",
+                )
+            ],
+            opts=_opts(parent),
+        )
+        return NetworkParts(vpc.id, subnet.id, sg.id, zone, None)
+
+    def storage(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> StorageParts:
+        tags = stack_tags(cfg)
+        keep = not cfg.destroy_data
+        appid = self._appid(parent)
+        # COS names are account-wide and a destroy keeps the bucket: a random suffix held in
+        # the stack's state is stable across updates and new after a destroy.
+        suffix = random.RandomId(
+            f"{name}-bucket-suffix", byte_length=BUCKET_SUFFIX_BYTES, opts=_opts(parent)
+        )
+        bucket_name = pulumi.Output.all(suffix.hex, appid).apply(
+            lambda a: bucket_name_for(cfg.stack, a[0], a[1])
+        )
+        days = cfg.bucket_archive_days
+        bucket = tc.cos.Bucket(
+            f"{name}-bucket",
+            bucket=bucket_name,
+            acl="private",
+            versioning_enable=True,
+            encryption_algorithm="AES256",
+            force_clean=cfg.destroy_data,
+            lifecycle_rules=[
+                tc.cos.BucketLifecycleRuleArgs(
+                    id="archive-old-objects",
+                    filter_prefix="",
+                    transitions=[
+                        tc.cos.BucketLifecycleRuleTransitionArgs(
+                            days=days, storage_class="STANDARD_IA"
+                        ),
+                        tc.cos.BucketLifecycleRuleTransitionArgs(
+                            days=days + 180, storage_class="ARCHIVE"
+                        ),
+                    ],
+                    non_current_transitions=[
+                        tc.cos.BucketLifecycleRuleNonCurrentTransitionArgs(
+                            non_current_days=days, storage_class="STANDARD_IA"
+                        )
+                    ],
+                    abort_incomplete_multipart_upload=(
+                        tc.cos.BucketLifecycleRuleAbortIncompleteMultipartUploadArgs(
+                            days_after_initiation=7
+                        )
+                    ),
+                )
+            ],
+            tags=tags,
+            opts=_opts(parent, retain_on_delete=keep),
+        )
+        tc.cos.BucketPolicy(
+            f"{name}-tls-only",
+            bucket=bucket.bucket,
+            policy=pulumi.Output.all(bucket.bucket, appid).apply(
+                lambda a: tls_only_policy(cfg.region, a[1], a[0])
+            ),
+            opts=_opts(parent, retain_on_delete=keep),
+        )
+        arn = pulumi.Output.all(bucket.bucket, appid).apply(
+            lambda a: cos_resource(cfg.region, a[1], a[0])
+        )
+        return StorageParts(bucket.bucket, arn)
+
+    def access(
+        self, parent: pulumi.Resource, name: str, cfg: StackConfig, storage: StorageParts
+    ) -> AccessParts:
+        tags = stack_tags(cfg)
+        key = tc.key.Pair(
+            f"{name}-key",
+            # CVM key names: letters, digits and underscores, at most 25 characters.
+            key_name=("gpufleet_" + "".join(c if c.isalnum() else "_" for c in cfg.stack))[:25],
+            public_key=cfg.ssh_public_key or "",
+            tags=tags,
+            opts=_opts(parent),
+        )
+        appid = self._appid(parent)
+        document = pulumi.Output.all(storage.bucket, appid).apply(
+            lambda a: node_policy(cfg.region, a[1], a[0], cfg.stack)
+        )
+        role = tc.cam.Role(
+            f"{name}-node-role",
+            name=f"gpufleet-{cfg.stack}-node"[:128],
+            document=assume_role("cvm.qcloud.com"),
+            description=f"gpufleet {cfg.stack} GPU nodes: stack bucket, own tags, lease, stop",
+            console_login=False,
+            tags=tags,
+            opts=_opts(parent),
+        )
+        policy = tc.cam.Policy(
+            f"{name}-node-policy",
+            name=f"gpufleet-{cfg.stack}-node"[:128],
+            document=document,
+            description=f"gpufleet {cfg.stack} GPU nodes: bucket, tags, lease, stop (stack only)",
+            opts=_opts(parent),
+        )
+        tc.cam.RolePolicyAttachment(
+            f"{name}-node-attach",
+            role_id=role.id,
+            policy_id=policy.id,
+            opts=_opts(parent),
+        )
+        return AccessParts(role.name, None, key.id, policy.name)
+
+    def node(
+        self,
+        parent: pulumi.Resource,
+        spec: NodeSpec,
+        cfg: StackConfig,
+        net: NetworkParts,
+        access: AccessParts,
+    ) -> NodeParts:
+        images = tc.images.get_instance_output(
+            image_types=["PUBLIC_IMAGE"],
+            image_name_regex=UBUNTU_IMAGE_REGEX,
+            instance_type=spec.instance_type.name,
+            opts=pulumi.InvokeOutputOptions(parent=parent),
+        )
+        data_disks = None
+        if spec.scratch.kind == "disk":
+            data_disks = [
+                tc.instance.InstanceDataDiskArgs(
+                    data_disk_name=f"{spec.name}-scratch"[:60],
+                    data_disk_type=spec.scratch.volume_class or "CLOUD_HSSD",
+                    data_disk_size=spec.scratch.size_gb,
+                    encrypt=True,
+                    # Kept after the instance unless the stack says data may go.
+                    delete_with_instance=cfg.destroy_data,
+                    delete_with_instance_prepaid=cfg.destroy_data,
+                )
+            ]
+        instance = tc.instance.Instance(
+            spec.name,
+            instance_name=spec.name[:60],
+            hostname=spec.name[:60],
+            instance_type=spec.instance_type.name,
+            image_id=images.image_id,
+            availability_zone=net.zone,
+            vpc_id=net.vpc_id,
+            subnet_id=net.subnet_id,
+            orderly_security_groups=[net.security_group_id],
+            key_ids=[access.key_name],
+            cam_role_name=access.role_name,
+            system_disk_type=ROOT_DISK_TYPE,
+            system_disk_size=cfg.root_disk_gb,
+            data_disks=data_disks,
+            allocate_public_ip=True,
+            internet_charge_type="TRAFFIC_POSTPAID_BY_HOUR",
+            internet_max_bandwidth_out=PUBLIC_BANDWIDTH_MBPS,
+            user_data_raw=spec.user_data,
+            # A stack that keeps its data never loses an instance to a stray destroy.
+            disable_api_termination=not cfg.destroy_data,
+            tags=spec.tags,
+            opts=_opts(parent, ignore_changes=["imageId"]),
+            **charge_args(cfg),
+        )
+        return NodeParts(instance.id, instance.public_ip, instance.private_ip)
+
+    def guard(
+        self,
+        parent: pulumi.Resource,
+        name: str,
+        cfg: StackConfig,
+        nodes: list[tuple[NodeSpec, NodeParts]],
+        storage: StorageParts,
+    ) -> GuardParts:
+        from infra.reaper.tencent import SCF_HANDLER, SCF_RUNTIME
+
+        tags = stack_tags(cfg)
+        role_name = f"gpufleet-{cfg.stack}-reaper"[:128]
+        role = tc.cam.Role(
+            f"{name}-reaper-role",
+            name=role_name,
+            document=assume_role("scf.qcloud.com"),
+            description=f"gpufleet {cfg.stack} idle reaper: stop-only, this stack's tags only",
+            console_login=False,
+            tags=tags,
+            opts=_opts(parent),
+        )
+        policy = tc.cam.Policy(
+            f"{name}-reaper-policy",
+            name=role_name,
+            document=reaper_policy(cfg.stack),
+            description=f"gpufleet {cfg.stack} idle reaper: describe, metrics, stop tagged",
+            opts=_opts(parent),
+        )
+        tc.cam.RolePolicyAttachment(
+            f"{name}-reaper-attach",
+            role_id=role.id,
+            policy_id=policy.id,
+            opts=_opts(parent),
+        )
+        # SCF names: letters, digits, - and _, starting with a letter, 2-60 characters.
+        fn_name = guard_logic.function_name(cfg.stack)[:60].rstrip("-_")
+        fn = tc.scf.Function(
+            f"{name}-reaper",
+            name=fn_name,
+            runtime=SCF_RUNTIME,
+            handler=SCF_HANDLER,
+            zip_file=function_zip_path(),
+            role=role.name,
+            timeout=SCF_TIMEOUT_S,
+            mem_size=SCF_MEMORY_MB,
+            environment=function_env(cfg),
+            description=f"gpufleet {cfg.stack}: stop idle GPU nodes ({stopped_mode()})",
+            triggers=[
+                tc.scf.FunctionTriggerArgs(
+                    name="every_5_minutes", type="timer", trigger_desc=SCF_CRON
+                )
+            ],
+            tags=tags,
+            opts=_opts(parent),
+        )
+        return GuardParts(fn.name, SCF_CRON, None)
+
+
+PROVIDER = TencentProvider()
