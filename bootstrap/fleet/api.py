@@ -11,7 +11,7 @@ Other modules add tasks by writing steps and handing them to ``bootstrap.fleet.c
     from bootstrap.fleet.api import HostContext, StepResult, step
 
     @step("install-watchdog")
-    def install_watchdog(conn, ctx):
+    def install_watchdog_step(conn, ctx):
         if already_there(conn):
             return StepResult.ok("watchdog timer active")
         ...

@@ -42,7 +42,7 @@ from bootstrap.fleet.console_keys import Fetch
 from bootstrap.fleet.hostkeys import KNOWN_HOSTS_ENV, resolve_settings, unmatched_selectors
 from bootstrap.fleet.hosts import Fleet, HostDiscoveryError, discover, parse_stack_outputs
 from bootstrap.fleet.runner import HOST_KEY_SETTINGS_KEY, FleetReport, emit, run_fleet
-from bootstrap.fleet.system import preflight, probe_step
+from bootstrap.fleet.system import preflight_step, probe_step
 from infra.catalog import Feature, load_catalog
 from infra.render import literal_console
 
@@ -271,7 +271,7 @@ def fleet_run(
             outputs=fleet.outputs,
         )
 
-    first: Step = probe_step if readonly else preflight
+    first: Step = probe_step if readonly else preflight_step
     quiet = as_json or os.environ.get("GPUFLEET_QUIET") == "1"
     report = run_fleet(
         task_name,

@@ -1,8 +1,8 @@
 """Node facts and the remote-command helpers every step uses.
 
-The ``preflight`` step runs first in every task: in one SSH round trip it reads the OS, the
-user's sudo rights, the NVIDIA devices on the PCI bus and the driver state, and stores them in
-``ctx.facts`` for later steps. Parsing is pure and unit-tested.
+The ``preflight`` step (:func:`preflight_step`) runs first in every task: in one SSH round
+trip it reads the OS, the user's sudo rights, the NVIDIA devices on the PCI bus and the driver
+state, and stores them in ``ctx.facts`` for later steps. Parsing is pure and unit-tested.
 """
 
 from __future__ import annotations
@@ -349,7 +349,7 @@ def preflight_verdict(facts: Mapping[str, Any], user: str | None) -> StepResult:
 
 
 @step("preflight")
-def preflight(conn: Connection, ctx: HostContext) -> StepResult:
+def preflight_step(conn: Connection, ctx: HostContext) -> StepResult:
     """Facts for later steps, and the conditions every changing task needs: sudo, an OS we
     know how to install drivers on."""
     return preflight_verdict(probe(conn, ctx), conn.user)

@@ -9,11 +9,11 @@ from bootstrap.fleet.cli import COMMON_HELP, fleet_run, fleet_task
 from bootstrap.tasks.driver import install_driver_step
 from bootstrap.tasks.pytorch import DEFAULT_TORCH, DEFAULT_VENV, install_pytorch_step
 from bootstrap.tasks.scratch import mount_scratch_step
-from bootstrap.tasks.watchdog import install_watchdog
+from bootstrap.tasks.watchdog import install_watchdog_step
 
 
 def setup_steps() -> list[Step]:
-    return [install_driver_step, install_pytorch_step, mount_scratch_step, install_watchdog]
+    return [install_driver_step, install_pytorch_step, mount_scratch_step, install_watchdog_step]
 
 
 @fleet_task(

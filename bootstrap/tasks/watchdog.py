@@ -1,6 +1,6 @@
 """The idle watchdog on the nodes: `fab install-watchdog`, `fab keep-alive`, `fab idle-status`.
 
-``install_watchdog`` is also the last step of ``fab setup``. The node side is
+``install_watchdog_step`` is also the last step of ``fab setup``. The node side is
 ``bootstrap/remote/watchdog.py`` plus the shared policy (``watchdog_policy.py``, the reaper's
 own file), its bucket sync (``watchdog_sync.py``, stdlib only: nothing else to install on the
 node, so the sync path cannot be missing) and two systemd units; everything the steps do on
@@ -117,7 +117,7 @@ def _paths(ctx: HostContext) -> tuple[str, str, str, str]:
 
 
 @step("install-watchdog")
-def install_watchdog(conn: Connection, ctx: HostContext) -> StepResult:
+def install_watchdog_step(conn: Connection, ctx: HostContext) -> StepResult:
     """Copy the watchdog and its units, write its config, enable the timer (idempotent)."""
     prefix, etc, unit_dir, _state = _paths(ctx)
     extra = ctx.options.extra
@@ -279,7 +279,6 @@ def _extra(**values: Any) -> Options:
 
 
 @fleet_task(
-    name="install-watchdog",
     help={
         **COMMON_HELP,
         "bucket": "bucket that scratch checkpoints are saved to (default: the stack's)",
@@ -295,7 +294,7 @@ def _extra(**values: Any) -> Options:
         "api_endpoint": "metrics and tagging API URL instead of the cloud's own (tests)",
     },
 )
-def install_watchdog_task(
+def install_watchdog(
     c: Context,
     stack: str = "",
     inventory: str = "",
@@ -329,7 +328,7 @@ def install_watchdog_task(
     fleet_run(
         c,
         "install-watchdog",
-        [install_watchdog],
+        [install_watchdog_step],
         stack=stack,
         inventory=inventory,
         as_json=json,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bootstrap import build_collection, ns, task_modules
+from bootstrap.fleet import system
 
 # A CLI contract: scripts, docs and people's shell history type these names.
 TASK_NAMES = {
@@ -53,6 +54,24 @@ def test_every_task_that_reaches_nodes_takes_the_shared_fleet_options() -> None:
         # `logs` streams a job's output: there is no JSON document to print instead.
         wanted = FLEET_OPTIONS - {"json"} if name == "logs" else FLEET_OPTIONS
         assert wanted <= flags, (name, wanted - flags)
+
+
+def test_each_step_function_is_named_after_its_step() -> None:
+    steps = {
+        value
+        for module in [system, *task_modules()]
+        for value in vars(module).values()
+        if callable(value) and isinstance(getattr(value, "step_name", None), str)
+    }
+    assert len(steps) >= 15
+    for st in steps:
+        assert st.__name__ == st.step_name.replace("-", "_") + "_step", st.__name__
+
+
+def test_each_task_function_is_named_after_its_task() -> None:
+    for name in TASK_NAMES:
+        body = ns[name].body
+        assert body.__name__.replace("_", "-") == name, body.__name__
 
 
 @pytest.fixture

@@ -195,4 +195,4 @@ def test_idle_status_line_names_a_refused_power_off_and_unreadable_signals() -> 
 def test_setup_uses_this_install_step() -> None:
     from bootstrap.tasks.setup import setup_steps
 
-    assert fabdog.install_watchdog in setup_steps()
+    assert fabdog.install_watchdog_step in setup_steps()
