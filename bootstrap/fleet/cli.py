@@ -8,15 +8,16 @@ importing these tasks) the tasks still work, one host per call.
 
 A new task is a few lines::
 
-    @fleet_task(help={**COMMON_HELP})
-    def keep_alive(c, hours=2, stack="", inventory="", json=False):
+    @fleet_task(help={"hours": "how long to lease the nodes"})
+    def keep_alive(c, fleet_args, hours=2):
         \"\"\"Extend the idle lease on every node.\"\"\"
-        fleet_run(c, "keep-alive", [my_step], stack=stack, inventory=inventory, as_json=json,
-                  options=Options(extra={"hours": hours}))
+        fleet_run(c, "keep-alive", [my_step], fleet_args, options=Options(extra={"hours": hours}))
 
-Every fleet task also gets ``--known-hosts FILE`` and ``--accept-new-host-key HOST[,HOST]``
-(added by :func:`fleet_task`; see ``bootstrap.fleet.hostkeys``), so no task can connect without
-checking host keys.
+:func:`fleet_task` declares the options every fleet task shares once (``--stack``,
+``--inventory``, ``--json``, ``--connect-timeout``: :class:`FleetArgs`, handed to the body as
+``fleet_args``) and gives every fleet task ``--known-hosts FILE`` and
+``--accept-new-host-key HOST[,HOST]`` (see ``bootstrap.fleet.hostkeys``), so no task can
+connect without checking host keys.
 """
 
 from __future__ import annotations
@@ -50,7 +51,20 @@ CLI_HOSTS_KEY = "gpufleet_cli_hosts"
 # (known_hosts, accept_new_host_key) as given on the task's command line.
 HOST_KEY_OPTIONS_KEY = "gpufleet_host_key_options"
 
-COMMON_HELP = {
+
+@dataclasses.dataclass(frozen=True)
+class FleetArgs:
+    """The options every fleet task shares: which hosts, how to report, how long to wait."""
+
+    stack: str = ""
+    inventory: str = ""
+    json: bool = False
+    connect_timeout: float = 10.0
+
+
+FLEET_OPTIONS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(FleetArgs))
+
+FLEET_HELP = {
     "stack": "Pulumi stack to read hosts from (default: PULUMI_STACK, then the selected stack)",
     "inventory": "JSON file shaped like the stack outputs (default: $GPUFLEET_INVENTORY)",
     "json": "print one JSON document instead of progress and tables",
@@ -92,23 +106,33 @@ class FleetExecutor(fabric.Executor):
 
 
 def fleet_task(
-    *args: Any, host_key_options: bool = True, **kwargs: Any
+    *args: Any,
+    shared: Sequence[str] = FLEET_OPTIONS,
+    host_key_options: bool = True,
+    **kwargs: Any,
 ) -> Callable[[Callable[..., Any]], Task[Any]]:
     """``@task`` that marks the task as running on the whole fleet in parallel.
 
-    With ``host_key_options`` (the default) the task also takes ``--known-hosts`` and
-    ``--accept-new-host-key``; they reach the runner through the config, so task bodies need
-    not pass them on.
+    The task takes the ``shared`` options of :class:`FleetArgs` (all of them by default; a
+    task that has no JSON document to print leaves ``json`` out), with their help text, and
+    its body receives them as one ``fleet_args`` argument. With ``host_key_options`` (the
+    default) it also takes ``--known-hosts`` and ``--accept-new-host-key``; they reach the
+    runner through the config, so task bodies need not pass them on.
     """
-
+    unknown = [name for name in shared if name not in FLEET_OPTIONS]
+    if unknown:
+        raise TypeError(f"fleet_task: no shared option {', '.join(unknown)}")
     # No auto short flags: `-i` would mean the key before the task name and the inventory
     # after it. Long options only, spelled the same on every task.
     kwargs.setdefault("auto_shortflags", False)
-    if host_key_options:
-        kwargs["help"] = {**HOST_KEY_HELP, **(kwargs.get("help") or {})}
+    kwargs["help"] = {
+        **{name: FLEET_HELP[name] for name in shared},
+        **(HOST_KEY_HELP if host_key_options else {}),
+        **(kwargs.get("help") or {}),
+    }
 
     def wrap(fn: Callable[..., Any]) -> Task[Any]:
-        body = with_host_key_options(fn) if host_key_options else fn
+        body = with_fleet_options(fn, tuple(shared), host_key_options=host_key_options)
         t: Task[Any] = task(*args, **kwargs)(body)
         t.gpufleet_fleet = True  # type: ignore[attr-defined]
         return t
@@ -116,28 +140,46 @@ def fleet_task(
     return wrap
 
 
-def with_host_key_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` with two more keyword options, stored in ``c.config`` for :func:`resolve_fleet`."""
+def with_fleet_options(
+    fn: Callable[..., Any], shared: Sequence[str], *, host_key_options: bool
+) -> Callable[..., Any]:
+    """``fn(c, fleet_args, ...)`` as a task body that takes the ``shared`` options (and the
+    host-key options) as keywords: the first become ``fleet_args``, the others are stored in
+    ``c.config`` for :func:`resolve_fleet`."""
     sig = inspect.signature(fn)
-    clash = [name for name in _HOST_KEY_PARAMS if name in sig.parameters]
+    if list(sig.parameters)[1:2] != ["fleet_args"]:
+        raise TypeError(f"{fn.__qualname__}: a fleet task's second parameter is fleet_args")
+    added = (*shared, *(_HOST_KEY_PARAMS if host_key_options else ()))
+    clash = [name for name in added if name in sig.parameters]
     if clash:
         raise TypeError(f"{fn.__qualname__}: fleet_task adds {', '.join(clash)} itself")
 
     @functools.wraps(fn)
-    def body(
-        c: Context, *args: Any, known_hosts: str = "", accept_new_host_key: str = "", **kw: Any
-    ) -> Any:
-        c.config[HOST_KEY_OPTIONS_KEY] = (known_hosts, accept_new_host_key)  # type: ignore[assignment]
-        return fn(c, *args, **kw)
+    def body(c: Context, *args: Any, **kw: Any) -> Any:
+        fleet_args = FleetArgs(**{name: kw.pop(name) for name in shared if name in kw})
+        if host_key_options:
+            keys = tuple(str(kw.pop(name, "")) for name in _HOST_KEY_PARAMS)
+            c.config[HOST_KEY_OPTIONS_KEY] = keys  # type: ignore[assignment]
+        # Positional arguments follow fleet_args, as in the signature invoke sees without it.
+        return fn(c, fleet_args, *args, **kw)
 
+    defaults = FleetArgs()
     extra = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default="", annotation=str)
-        for name in _HOST_KEY_PARAMS
+        inspect.Parameter(
+            name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=getattr(defaults, name),
+            annotation=type(getattr(defaults, name)),
+        )
+        for name in shared
     ]
-    # invoke builds the task's flags from this signature (the body's own plus the two above).
-    body.__signature__ = sig.replace(  # type: ignore[attr-defined]
-        parameters=[*sig.parameters.values(), *extra]
-    )
+    extra += [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default="", annotation=str)
+        for name in (_HOST_KEY_PARAMS if host_key_options else ())
+    ]
+    own = [p for name, p in sig.parameters.items() if name != "fleet_args"]
+    # invoke builds the task's flags from this signature (the body's own plus the above).
+    body.__signature__ = sig.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]
     return body
 
 
@@ -157,18 +199,17 @@ def _cli_key(c: Context) -> str | None:
     return str(keys) if keys else None
 
 
-def resolve_fleet(
-    c: Context, *, stack: str = "", inventory: str = "", known_hosts: str = ""
-) -> Fleet:
+def resolve_fleet(c: Context, fleet_args: FleetArgs, *, known_hosts: str = "") -> Fleet:
     """The hosts for this run, or an Exit with a message saying how to give them.
 
     Also settles the run's host-key settings (file, hosts to re-pin, keys from the stack
     outputs) and leaves them in ``c.config`` for :func:`bootstrap.fleet.runner.run_fleet`.
     """
+    stack = fleet_args.stack
     try:
         fleet = discover(
             cli_hosts=_cli_hosts(c),
-            inventory=inventory or None,
+            inventory=fleet_args.inventory or None,
             stack=stack or None,
             key_filename=_cli_key(c),
             default_user=c.config.get("user") if _cli_hosts(c) else None,
@@ -238,13 +279,10 @@ def fleet_run(
     c: Context,
     task_name: str,
     steps: Sequence[Step],
+    fleet_args: FleetArgs,
     *,
-    stack: str = "",
-    inventory: str = "",
-    as_json: bool = False,
     options: Options | None = None,
     readonly: bool = False,
-    connect_timeout: float = 10.0,
     render: Callable[[FleetReport], Iterable[Any]] | None = None,
 ) -> FleetReport:
     """Resolve hosts, run ``steps`` on all of them in parallel, print the summary.
@@ -253,7 +291,8 @@ def fleet_run(
     for tasks that change the node, the read-only ``probe`` when ``readonly``. Exits non-zero
     when any host failed.
     """
-    fleet = resolve_fleet(c, stack=stack, inventory=inventory)
+    fleet = resolve_fleet(c, fleet_args)
+    as_json = fleet_args.json
     opts = options or Options()
     console = _console(as_json)
 
@@ -280,7 +319,7 @@ def fleet_run(
         make_context,
         config=c.config,
         console=None if quiet else console,
-        connect_timeout_s=connect_timeout,
+        connect_timeout_s=fleet_args.connect_timeout,
     )
     emit(report, as_json=as_json, console=console, render=render, read_only=readonly)
     sys.stdout.flush()

@@ -25,7 +25,7 @@ from fabric import Connection
 from invoke import Context
 
 from bootstrap.fleet.api import HostContext, Options, StepFailed, StepResult, step
-from bootstrap.fleet.cli import COMMON_HELP, fleet_run, fleet_task
+from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.fleet.system import OsInfo, apt_get, check, root_sh, sh
 
 DEFAULT_BRANCH = "580"
@@ -278,7 +278,6 @@ def _start_service(conn: Connection, ctx: HostContext, service: str, driver: str
 
 @fleet_task(
     help={
-        **COMMON_HELP,
         "allow_no_gpu": "report GPU steps as skipped on nodes without an NVIDIA GPU",
         "driver_branch": "driver branch, e.g. 580 (default: R580, the last with Volta support)",
         "apt_lock_timeout": "seconds to wait for the apt lock held by unattended upgrades",
@@ -286,13 +285,10 @@ def _start_service(conn: Connection, ctx: HostContext, service: str, driver: str
 )
 def install_driver(
     c: Context,
-    stack: str = "",
-    inventory: str = "",
-    json: bool = False,
+    fleet_args: FleetArgs,
     allow_no_gpu: bool = False,
     driver_branch: str = "",
     apt_lock_timeout: int = 300,
-    connect_timeout: float = 10.0,
 ) -> None:
     """Install the NVIDIA driver + CUDA from NVIDIA's apt repo (skipped when one works)."""
     options = Options(
@@ -304,9 +300,6 @@ def install_driver(
         c,
         "install-driver",
         [install_driver_step],
-        stack=stack,
-        inventory=inventory,
-        as_json=json,
+        fleet_args,
         options=options,
-        connect_timeout=connect_timeout,
     )

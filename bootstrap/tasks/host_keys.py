@@ -13,7 +13,7 @@ from invoke import Context
 from invoke.exceptions import Exit
 from rich.table import Table
 
-from bootstrap.fleet.cli import COMMON_HELP, HOST_KEY_HELP, fleet_task, resolve_fleet
+from bootstrap.fleet.cli import HOST_KEY_HELP, FleetArgs, fleet_task, resolve_fleet
 from bootstrap.fleet.hostkeys import (
     Entry,
     HostKeyError,
@@ -27,15 +27,14 @@ from bootstrap.fleet.hosts import Fleet
 from bootstrap.fleet.runner import host_key_settings
 from infra.render import literal_console
 
-_HELP = {
-    "stack": COMMON_HELP["stack"],
-    "inventory": COMMON_HELP["inventory"],
-    "known_hosts": HOST_KEY_HELP["known_hosts"],
-}
+_HELP = {"known_hosts": HOST_KEY_HELP["known_hosts"]}
+# These tasks read and write this machine's known_hosts file only: they never connect, so
+# they take neither --json nor --connect-timeout (nor the host-key options of connecting tasks).
+_SHARED = ("stack", "inventory")
 
 
-def _file(c: Context, stack: str, inventory: str, known_hosts: str) -> tuple[Fleet, KnownHostsFile]:
-    fleet = resolve_fleet(c, stack=stack, inventory=inventory, known_hosts=known_hosts)
+def _file(c: Context, fleet_args: FleetArgs, known_hosts: str) -> tuple[Fleet, KnownHostsFile]:
+    fleet = resolve_fleet(c, fleet_args, known_hosts=known_hosts)
     return fleet, KnownHostsFile(host_key_settings(c.config).path)
 
 
@@ -47,12 +46,10 @@ def _forget(alias: str) -> Callable[[list[Entry]], tuple[list[Entry], list[Publi
 FINGERPRINT_WIDTH = 50
 
 
-@fleet_task(host_key_options=False, help=_HELP)
-def forget_host_key(
-    c: Context, stack: str = "", inventory: str = "", known_hosts: str = ""
-) -> None:
+@fleet_task(shared=_SHARED, host_key_options=False, help=_HELP)
+def forget_host_key(c: Context, fleet_args: FleetArgs, known_hosts: str = "") -> None:
     """Forget the pinned SSH host key of each host, so the next connection records a new one."""
-    fleet, store = _file(c, stack, inventory, known_hosts)
+    fleet, store = _file(c, fleet_args, known_hosts)
     console = literal_console(soft_wrap=True)
     for host in fleet.hosts:
         alias = host_alias(host.address, host.port)
@@ -70,10 +67,10 @@ def forget_host_key(
             console.print(f"{alias}: no key pinned in {store.path}")
 
 
-@fleet_task(host_key_options=False, help=_HELP)
-def host_keys(c: Context, stack: str = "", inventory: str = "", known_hosts: str = "") -> None:
+@fleet_task(shared=_SHARED, host_key_options=False, help=_HELP)
+def host_keys(c: Context, fleet_args: FleetArgs, known_hosts: str = "") -> None:
     """Show the pinned SSH host key fingerprints of each host (to compare out of band)."""
-    fleet, store = _file(c, stack, inventory, known_hosts)
+    fleet, store = _file(c, fleet_args, known_hosts)
     try:
         entries = store.read()
     except HostKeyError as exc:

@@ -16,7 +16,7 @@ from fabric import Connection
 from invoke import Context
 
 from bootstrap.fleet.api import HostContext, Options, StepFailed, StepResult, step
-from bootstrap.fleet.cli import COMMON_HELP, fleet_run, fleet_task
+from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.fleet.system import ProgressStream, apt_get, check, root_sh, sh
 from bootstrap.tasks.driver import gpu_architecture
 
@@ -210,7 +210,6 @@ def install_pytorch_step(conn: Connection, ctx: HostContext) -> StepResult:
 
 @fleet_task(
     help={
-        **COMMON_HELP,
         "venv": f"virtualenv on the node (default {DEFAULT_VENV})",
         "torch_version": f"torch version to pin (default {DEFAULT_TORCH})",
         "torch_index": "auto (CUDA-matched download.pytorch.org index), default (the node's "
@@ -220,14 +219,11 @@ def install_pytorch_step(conn: Connection, ctx: HostContext) -> StepResult:
 )
 def install_pytorch(
     c: Context,
-    stack: str = "",
-    inventory: str = "",
-    json: bool = False,
+    fleet_args: FleetArgs,
     venv: str = DEFAULT_VENV,
     torch_version: str = DEFAULT_TORCH,
     torch_index: str = "auto",
     allow_no_gpu: bool = False,
-    connect_timeout: float = 10.0,
 ) -> None:
     """Create the node's PyTorch virtualenv with a CUDA-matched torch build."""
     options = Options(
@@ -237,9 +233,6 @@ def install_pytorch(
         c,
         "install-pytorch",
         [install_pytorch_step],
-        stack=stack,
-        inventory=inventory,
-        as_json=json,
+        fleet_args,
         options=options,
-        connect_timeout=connect_timeout,
     )

@@ -29,7 +29,7 @@ from fabric import Connection
 from invoke import Context
 
 from bootstrap.fleet.api import HostContext, Options, ScratchSpec, StepFailed, StepResult, step
-from bootstrap.fleet.cli import COMMON_HELP, fleet_run, fleet_task
+from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.fleet.system import apt_get, check, root_sh, sh
 
 LABEL = "gpufleet-scratch"
@@ -470,7 +470,6 @@ def mount_scratch_step(conn: Connection, ctx: HostContext) -> StepResult:
 
 @fleet_task(
     help={
-        **COMMON_HELP,
         "force": "ERASE devices that hold a filesystem or are mounted (lists them first)",
         "devices": "comma-separated devices to use instead of discovery (e.g. /dev/nvme1n1)",
         "path": "mount point (default: the stack's scratch.path, else /scratch)",
@@ -479,14 +478,11 @@ def mount_scratch_step(conn: Connection, ctx: HostContext) -> StepResult:
 )
 def mount_scratch(
     c: Context,
-    stack: str = "",
-    inventory: str = "",
-    json: bool = False,
+    fleet_args: FleetArgs,
     force: bool = False,
     devices: str = "",
     path: str = "",
     fstab: str = "/etc/fstab",
-    connect_timeout: float = 10.0,
 ) -> None:
     """RAID 0 + ext4 over the instance-store NVMe (or data disk), mounted with nofail."""
     options = Options(
@@ -499,9 +495,6 @@ def mount_scratch(
         c,
         "mount-scratch",
         [mount_scratch_step],
-        stack=stack,
-        inventory=inventory,
-        as_json=json,
+        fleet_args,
         options=options,
-        connect_timeout=connect_timeout,
     )

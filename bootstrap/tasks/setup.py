@@ -5,7 +5,7 @@ from __future__ import annotations
 from invoke import Context
 
 from bootstrap.fleet.api import Options, Step
-from bootstrap.fleet.cli import COMMON_HELP, fleet_run, fleet_task
+from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.tasks.driver import install_driver_step
 from bootstrap.tasks.pytorch import DEFAULT_TORCH, DEFAULT_VENV, install_pytorch_step
 from bootstrap.tasks.scratch import mount_scratch_step
@@ -18,7 +18,6 @@ def setup_steps() -> list[Step]:
 
 @fleet_task(
     help={
-        **COMMON_HELP,
         "allow_no_gpu": "bootstrap nodes without an NVIDIA GPU; GPU steps are reported skipped",
         "venv": f"virtualenv on the node (default {DEFAULT_VENV})",
         "torch_version": f"torch version (default {DEFAULT_TORCH})",
@@ -35,9 +34,7 @@ def setup_steps() -> list[Step]:
 )
 def setup(
     c: Context,
-    stack: str = "",
-    inventory: str = "",
-    json: bool = False,
+    fleet_args: FleetArgs,
     allow_no_gpu: bool = False,
     venv: str = DEFAULT_VENV,
     torch_version: str = DEFAULT_TORCH,
@@ -49,7 +46,6 @@ def setup(
     fstab: str = "/etc/fstab",
     apt_lock_timeout: int = 300,
     watchdog_timer: bool = True,
-    connect_timeout: float = 10.0,
 ) -> None:
     """Driver + CUDA, PyTorch venv, NVMe scratch, idle watchdog: the whole bootstrap."""
     options = Options(
@@ -69,9 +65,6 @@ def setup(
         c,
         "setup",
         setup_steps(),
-        stack=stack,
-        inventory=inventory,
-        as_json=json,
+        fleet_args,
         options=options,
-        connect_timeout=connect_timeout,
     )

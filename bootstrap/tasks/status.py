@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bootstrap.fleet.api import HostContext, Options, StepResult, step
-from bootstrap.fleet.cli import COMMON_HELP, fleet_run, fleet_task
+from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.fleet.runner import FleetReport, summary_table
 from bootstrap.fleet.system import sh, split_sections
 from bootstrap.tasks.pytorch import DEFAULT_VENV
@@ -141,25 +141,19 @@ def render_status(report: FleetReport) -> Iterable[Any]:
             yield summary_table(dataclasses.replace(report, hosts=failed_steps))
 
 
-@fleet_task(help={**COMMON_HELP, "venv": f"node virtualenv to read torch from ({DEFAULT_VENV})"})
+@fleet_task(help={"venv": f"node virtualenv to read torch from ({DEFAULT_VENV})"})
 def status(
     c: Context,
-    stack: str = "",
-    inventory: str = "",
-    json: bool = False,
+    fleet_args: FleetArgs,
     venv: str = DEFAULT_VENV,
-    connect_timeout: float = 10.0,
 ) -> None:
     """Per node: GPU model/count, driver, CUDA, torch, scratch space, uptime."""
     fleet_run(
         c,
         "status",
         [status_step],
-        stack=stack,
-        inventory=inventory,
-        as_json=json,
+        fleet_args,
         options=Options(venv=venv),
         readonly=True,
-        connect_timeout=connect_timeout,
         render=render_status,
     )

@@ -41,7 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bootstrap.fleet.api import Host, HostContext, Options, StepFailed, StepResult, step
-from bootstrap.fleet.cli import COMMON_HELP, fleet_task, resolve_fleet
+from bootstrap.fleet.cli import FleetArgs, fleet_task, resolve_fleet
 from bootstrap.fleet.hosts import Fleet
 from bootstrap.fleet.runner import FleetReport, run_fleet, summary_table
 from bootstrap.fleet.system import probe_step, sh
@@ -580,6 +580,31 @@ def _runner(conn: Connection, jobs_dir: str) -> str:
     return runner_path(jobs_dir, sha)
 
 
+def job_dir(spec: Mapping[str, Any]) -> str:
+    """The job's folder on its nodes."""
+    return f"{str(spec['jobs_dir']).rstrip('/')}/{spec['job']}"
+
+
+@dataclass(frozen=True)
+class NodeJob:
+    """A recorded job as one of its nodes runs it."""
+
+    spec: Mapping[str, Any]
+    rank: int  # this node's node rank
+    runner: str  # the job runner's path on the node
+    job_dir: str
+
+
+def node_job(conn: Connection, ctx: HostContext) -> NodeJob | None:
+    """The job of ``ctx.options.extra["spec"]`` on this node, with its runner shipped; None
+    when this host is not a node of the job (the runner is then not shipped)."""
+    spec = ctx.options.extra["spec"]
+    rank = rank_of(spec, ctx.host)
+    if rank is None:
+        return None
+    return NodeJob(spec, rank, _runner(conn, spec["jobs_dir"]), job_dir(spec))
+
+
 def _json_out(done: Any, what: str) -> dict[str, Any]:
     text = str(done.stdout).strip().splitlines()
     try:
@@ -657,12 +682,12 @@ def train_start_step(conn: Connection, ctx: HostContext) -> StepResult:
     notes = []
     if x.get("manifest") is not None:
         notes.append(sync_workdir(conn, ctx, runner))
-    job_dir = f"{spec['jobs_dir'].rstrip('/')}/{spec['job']}"
+    folder = job_dir(spec)
     prep = " && ".join(
         [
             ensure_dir_command(str(Path(spec["checkpoint_dir"]).parent)),
             ensure_dir_command(spec["checkpoint_dir"]),
-            write_file_command(f"{job_dir}/job.json", jsonlib.dumps(spec, indent=1)),
+            write_file_command(f"{folder}/job.json", jsonlib.dumps(spec, indent=1)),
         ]
     )
     made = sh(conn, prep, timeout=60)
@@ -671,7 +696,7 @@ def train_start_step(conn: Connection, ctx: HostContext) -> StepResult:
     out = _json_out(
         sh(
             conn,
-            f"python3 {shlex.quote(runner)} start --job-dir {shlex.quote(job_dir)} "
+            f"python3 {shlex.quote(runner)} start --job-dir {shlex.quote(folder)} "
             f"--node-rank {rank} --detach {spec.get('detach', 'auto')} --wait 120",
             timeout=180,
         ),
@@ -725,14 +750,12 @@ class LineWriter:
 def logs_step(conn: Connection, ctx: HostContext) -> StepResult:
     """Print (or follow) this node's rank logs of one job."""
     x = ctx.options.extra
-    spec = x["spec"]
-    rank = rank_of(spec, ctx.host)
-    if rank is None:
+    job = node_job(conn, ctx)
+    if job is None:
         return StepResult.skipped("not a node of this job")
-    runner = _runner(conn, spec["jobs_dir"])
-    job_dir = f"{spec['jobs_dir'].rstrip('/')}/{spec['job']}"
     cmd = (
-        f"python3 {shlex.quote(runner)} follow --job-dir {shlex.quote(job_dir)} --node-rank {rank}"
+        f"python3 {shlex.quote(job.runner)} follow --job-dir {shlex.quote(job.job_dir)} "
+        f"--node-rank {job.rank}"
     )
     if x.get("rank") is not None:
         cmd += f" --rank {int(x['rank'])}"
@@ -746,30 +769,26 @@ def logs_step(conn: Connection, ctx: HostContext) -> StepResult:
     except Exception as exc:  # a dropped connection: the job is detached and goes on
         return StepResult.failed(
             f"connection lost ({exc.__class__.__name__}); the job keeps running on the node: "
-            f"`fab logs {spec['job']} --follow` to watch again"
+            f"`fab logs {job.spec['job']} --follow` to watch again"
         )
     writer.write("\n" if writer.buffer else "")
     if not done.ok:
         return StepResult.failed(f"log reader exited {done.exited}")
-    return StepResult.ok(f"node rank {rank} logs")
+    return StepResult.ok(f"node rank {job.rank} logs")
 
 
 @step("cancel")
 def cancel_step(conn: Connection, ctx: HostContext) -> StepResult:
     """SIGTERM the node's ranks, wait, SIGKILL what is left, upload the last checkpoint."""
-    x = ctx.options.extra
-    spec = x["spec"]
-    rank = rank_of(spec, ctx.host)
-    if rank is None:
+    job = node_job(conn, ctx)
+    if job is None:
         return StepResult.skipped("not a node of this job")
-    runner = _runner(conn, spec["jobs_dir"])
-    job_dir = f"{spec['jobs_dir'].rstrip('/')}/{spec['job']}"
-    wait = float(x.get("wait", 120.0))
+    wait = float(ctx.options.extra.get("wait", 120.0))
     out = _json_out(
         sh(
             conn,
-            f"python3 {shlex.quote(runner)} cancel --job-dir {shlex.quote(job_dir)} "
-            f"--node-rank {rank} --wait {wait:g}",
+            f"python3 {shlex.quote(job.runner)} cancel --job-dir {shlex.quote(job.job_dir)} "
+            f"--node-rank {job.rank} --wait {wait:g}",
             timeout=wait + 700,
         ),
         "cancel",
@@ -781,7 +800,7 @@ def cancel_step(conn: Connection, ctx: HostContext) -> StepResult:
     sync = f"; last checkpoint: {final.get('detail')}" if final else ""
     note = f" ({out['note']})" if out.get("note") else ""
     return StepResult.changed(
-        f"node rank {rank}: {state.get('effective')}{note}{sync}", state=state
+        f"node rank {job.rank}: {state.get('effective')}{note}{sync}", state=state
     )
 
 
@@ -1047,7 +1066,6 @@ def _job_hosts(fleet: Fleet, spec: Mapping[str, Any]) -> Fleet:
 # ---------------------------------------------------------------------------- tasks
 
 TRAIN_HELP = {
-    **COMMON_HELP,
     "script": "the training script, run by torchrun on every node (path on this machine)",
     "args": "arguments for the script, as one quoted string",
     "workdir": "folder copied to the nodes (default: the script's folder); .gitignore is "
@@ -1073,6 +1091,7 @@ TRAIN_HELP = {
 @fleet_task(help=TRAIN_HELP)
 def train(
     c: Context,
+    fleet_args: FleetArgs,
     script: str = "",
     args: str = "",
     workdir: str = "",
@@ -1090,12 +1109,9 @@ def train(
     s3_endpoint: str = "",
     master_port: int = 0,
     detach: str = "auto",
-    stack: str = "",
-    inventory: str = "",
-    json: bool = False,
-    connect_timeout: float = 10.0,
 ) -> None:
     """Run a PyTorch script with torchrun on every node, detached; checkpoints to the bucket."""
+    json, connect_timeout = fleet_args.json, fleet_args.connect_timeout
     console = literal_console(stderr=bool(json or _quiet()))
     if resume and script:
         raise _fail("--resume reruns the recorded script: drop --script (or start a new job)")
@@ -1126,7 +1142,7 @@ def train(
             )
         except TrainError as exc:
             raise _fail(str(exc)) from None
-    fleet = resolve_fleet(c, stack=stack, inventory=inventory)
+    fleet = resolve_fleet(c, fleet_args)
     if len({(h.address, h.port) for h in fleet.hosts}) != len(fleet.hosts):
         raise _fail("the same host is listed twice: each node takes one node rank")
 
@@ -1255,20 +1271,13 @@ def train(
             raise Exit(code=1)
 
 
-@fleet_task(help={**COMMON_HELP, "jobs_dir": TRAIN_HELP["jobs_dir"]})
-def jobs(
-    c: Context,
-    jobs_dir: str = "",
-    stack: str = "",
-    inventory: str = "",
-    json: bool = False,
-    connect_timeout: float = 10.0,
-) -> None:
+@fleet_task(help={"jobs_dir": TRAIN_HELP["jobs_dir"]})
+def jobs(c: Context, fleet_args: FleetArgs, jobs_dir: str = "") -> None:
     """Every job on the fleet: state, start, runtime, cost so far, last log line."""
-    fleet = resolve_fleet(c, stack=stack, inventory=inventory)
-    rows, report = collect_jobs(c, fleet, jobs_dir or JOBS_ROOT, connect_timeout)
+    fleet = resolve_fleet(c, fleet_args)
+    rows, report = collect_jobs(c, fleet, jobs_dir or JOBS_ROOT, fleet_args.connect_timeout)
     _warn_unreachable(report)
-    if json:
+    if fleet_args.json:
         doc = {
             "jobs": [r.to_json() for r in rows],
             "unreachable": _problems(report),
@@ -1281,12 +1290,12 @@ def jobs(
 
 
 def _resolve(
-    c: Context, ref: str | None, jobs_dir: str, stack: str, inventory: str, connect_timeout: float
+    c: Context, fleet_args: FleetArgs, ref: str | None, jobs_dir: str
 ) -> tuple[Fleet, JobRow]:
     if not ref:
         raise _fail("name the job: its id or --name (`fab jobs` lists them)")
-    fleet = resolve_fleet(c, stack=stack, inventory=inventory)
-    rows, report = collect_jobs(c, fleet, jobs_dir or JOBS_ROOT, connect_timeout)
+    fleet = resolve_fleet(c, fleet_args)
+    rows, report = collect_jobs(c, fleet, jobs_dir or JOBS_ROOT, fleet_args.connect_timeout)
     _warn_unreachable(report)
     try:
         row = find_job(rows, ref)
@@ -1297,8 +1306,9 @@ def _resolve(
 
 @fleet_task(
     positional=["job"],
+    # The output is the job's own lines, streamed: there is no JSON document to print.
+    shared=("stack", "inventory", "connect_timeout"),
     help={
-        **{k: v for k, v in COMMON_HELP.items() if k != "json"},
         "job": "the job's id or name",
         "follow": "keep printing until the job ends (a dropped connection leaves it running)",
         "rank": "only this global rank",
@@ -1307,16 +1317,14 @@ def _resolve(
 )
 def logs(
     c: Context,
+    fleet_args: FleetArgs,
     job: str | None = None,
     follow: bool = False,
     rank: int = -1,
     jobs_dir: str = "",
-    stack: str = "",
-    inventory: str = "",
-    connect_timeout: float = 10.0,
 ) -> None:
     """A job's output, every rank (prefixed) or one; --follow tails it."""
-    fleet, row = _resolve(c, job, jobs_dir, stack, inventory, connect_timeout)
+    fleet, row = _resolve(c, fleet_args, job, jobs_dir)
     world = row.nnodes * int(row.spec.get("nproc_per_node") or 1)
     if rank >= world:
         raise _fail(f"--rank {rank}: job {row.job} has ranks 0-{world - 1}")
@@ -1326,7 +1334,7 @@ def logs(
         row.spec,
         rank=None if rank < 0 else rank,
         follow=follow,
-        connect_timeout=connect_timeout,
+        connect_timeout=fleet_args.connect_timeout,
     )
     if report.failed_hosts:
         _warn_unreachable(report)
@@ -1336,7 +1344,6 @@ def logs(
 @fleet_task(
     positional=["job"],
     help={
-        **COMMON_HELP,
         "job": "the job's id or name",
         "wait": "seconds to wait after SIGTERM before SIGKILL (default 60)",
         "jobs_dir": TRAIN_HELP["jobs_dir"],
@@ -1344,16 +1351,14 @@ def logs(
 )
 def cancel(
     c: Context,
+    fleet_args: FleetArgs,
     job: str | None = None,
     wait: float = 60.0,
     jobs_dir: str = "",
-    stack: str = "",
-    inventory: str = "",
-    json: bool = False,
-    connect_timeout: float = 10.0,
 ) -> None:
     """Stop a job gracefully (SIGTERM, bounded wait, SIGKILL); its last checkpoint is saved."""
-    fleet, row = _resolve(c, job, jobs_dir, stack, inventory, connect_timeout)
+    fleet, row = _resolve(c, fleet_args, job, jobs_dir)
+    json = fleet_args.json
     console = literal_console(stderr=bool(json))
     report = _run(
         c,
@@ -1362,7 +1367,7 @@ def cancel(
         [cancel_step],
         {"spec": row.spec, "wait": wait},
         console=None if (json or _quiet()) else console,
-        connect_timeout=connect_timeout,
+        connect_timeout=fleet_args.connect_timeout,
     )
     if json:
         sys.stdout.write(jsonlib.dumps(report.to_json(), indent=2, default=str) + "\n")

@@ -23,7 +23,7 @@ from invoke.exceptions import Exit
 from rich.console import Console
 
 from bootstrap.fleet.api import Host, HostContext, Options, StepResult, step
-from bootstrap.fleet.cli import COMMON_HELP, fleet_task, resolve_fleet
+from bootstrap.fleet.cli import FleetArgs, fleet_task, resolve_fleet
 from bootstrap.fleet.hosts import Fleet
 from bootstrap.fleet.runner import FleetReport, run_fleet
 from bootstrap.fleet.system import probe_step
@@ -174,7 +174,6 @@ def verify_fleet(
 
 @fleet_task(
     help={
-        **COMMON_HELP,
         "quick": "inventory, health and GEMM only: skip training, bandwidth and scratch tests",
         "cpu": "no GPU needed: run the training step on CPU (gloo, --nproc processes); "
         "reported as a CPU run, never a PASS for a GPU tier",
@@ -196,9 +195,7 @@ def verify_fleet(
 )
 def verify_gpu(
     c: Context,
-    stack: str = "",
-    inventory: str = "",
-    json: bool = False,
+    fleet_args: FleetArgs,
     quick: bool = False,
     cpu: bool = False,
     python: str = "",
@@ -214,11 +211,11 @@ def verify_gpu(
     timeout: float = 600.0,
     reports: str = "reports",
     upload: bool = True,
-    connect_timeout: float = 10.0,
 ) -> None:
     """Prove each node trains at the speed it is paid for: health, GEMM, bandwidth, a DDP step."""
+    json = fleet_args.json
     console = Console(stderr=json, highlight=False, soft_wrap=False)
-    fleet = resolve_fleet(c, stack=stack, inventory=inventory)
+    fleet = resolve_fleet(c, fleet_args)
     outputs = dict(fleet.outputs) or None
     try:
         env = parse_node_env(node_env)
@@ -255,7 +252,7 @@ def verify_gpu(
         outputs=outputs,
         config=c.config,
         console=None if quiet else console,
-        connect_timeout_s=connect_timeout,
+        connect_timeout_s=fleet_args.connect_timeout,
     )
     path = save_report(run, Path(reports))
     uploaded = (

@@ -23,7 +23,7 @@ from invoke.exceptions import Exit
 from rich.table import Table
 
 from bootstrap.fleet.api import HostContext, Options, StepResult, step
-from bootstrap.fleet.cli import COMMON_HELP, fleet_run, fleet_task
+from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.fleet.runner import FleetReport
 from bootstrap.fleet.system import root_sh, sh
 from infra.nodes import NODE_INFO_PATH as NODE_INFO  # the stack's first-boot facts
@@ -280,7 +280,6 @@ def _extra(**values: Any) -> Options:
 
 @fleet_task(
     help={
-        **COMMON_HELP,
         "bucket": "bucket that scratch checkpoints are saved to (default: the stack's)",
         "dry_run": "the watchdog decides and logs but never powers off",
         "watchdog_timer": "arm the systemd timer (--no-watchdog-timer: install the files only, "
@@ -296,9 +295,7 @@ def _extra(**values: Any) -> Options:
 )
 def install_watchdog(
     c: Context,
-    stack: str = "",
-    inventory: str = "",
-    json: bool = False,
+    fleet_args: FleetArgs,
     bucket: str = "",
     dry_run: bool = False,
     watchdog_timer: bool = True,
@@ -309,7 +306,6 @@ def install_watchdog(
     storage_endpoint: str = "",
     metadata_url: str = "",
     api_endpoint: str = "",
-    connect_timeout: float = 10.0,
 ) -> None:
     """Install (or update) the idle watchdog, prove it can save scratch to the bucket, and
     arm its systemd timer on every node."""
@@ -329,17 +325,13 @@ def install_watchdog(
         c,
         "install-watchdog",
         [install_watchdog_step],
-        stack=stack,
-        inventory=inventory,
-        as_json=json,
+        fleet_args,
         options=options,
-        connect_timeout=connect_timeout,
     )
 
 
 @fleet_task(
     help={
-        **COMMON_HELP,
         "hours": "keep every node alive this many hours from now (at most 336)",
         "prefix": f"where the watchdog is on the node (default {PREFIX})",
         "etc": f"its config directory (default {ETC})",
@@ -347,13 +339,10 @@ def install_watchdog(
 )
 def keep_alive(
     c: Context,
+    fleet_args: FleetArgs,
     hours: float = 2.0,
-    stack: str = "",
-    inventory: str = "",
-    json: bool = False,
     prefix: str = "",
     etc: str = "",
-    connect_timeout: float = 10.0,
 ) -> None:
     """Lease the nodes for N hours: the watchdog and the reaper leave them running."""
     if not 0 < hours <= MAX_LEASE_HOURS:  # said here, before any connection
@@ -366,11 +355,8 @@ def keep_alive(
         c,
         "keep-alive",
         [keep_alive_step],
-        stack=stack,
-        inventory=inventory,
-        as_json=json,
+        fleet_args,
         options=_extra(hours=float(hours), watchdog_prefix=prefix, watchdog_etc=etc),
-        connect_timeout=connect_timeout,
     )
 
 
@@ -399,30 +385,23 @@ def idle_table(report: FleetReport) -> list[Table]:
 
 @fleet_task(
     help={
-        **COMMON_HELP,
         "prefix": f"where the watchdog is on the node (default {PREFIX})",
         "etc": f"its config directory (default {ETC})",
     }
 )
 def idle_status(
     c: Context,
-    stack: str = "",
-    inventory: str = "",
-    json: bool = False,
+    fleet_args: FleetArgs,
     prefix: str = "",
     etc: str = "",
-    connect_timeout: float = 10.0,
 ) -> None:
     """Each node's idle clock and what keeps it alive (SSH, GPU use, job, lease, boot grace)."""
     fleet_run(
         c,
         "idle-status",
         [idle_status_step],
-        stack=stack,
-        inventory=inventory,
-        as_json=json,
+        fleet_args,
         options=_extra(watchdog_prefix=prefix, watchdog_etc=etc),
         readonly=True,
-        connect_timeout=connect_timeout,
         render=idle_table,
     )

@@ -349,8 +349,8 @@ def test_every_fleet_task_that_connects_takes_the_host_key_options() -> None:
 def test_a_task_cannot_declare_the_host_key_options_twice() -> None:
     from bootstrap.fleet.cli import fleet_task
 
-    def clashing(c: object, known_hosts: str = "") -> None:
-        del c, known_hosts
+    def clashing(c: object, fleet_args: object, known_hosts: str = "") -> None:
+        del c, fleet_args, known_hosts
 
     with pytest.raises(TypeError, match="adds known_hosts itself"):
         fleet_task()(clashing)
