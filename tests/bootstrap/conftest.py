@@ -58,6 +58,20 @@ def run_fab(*args: str, timeout: float = 600, env: dict[str, str] | None = None)
     return FabResult(proc.returncode, proc.stdout, proc.stderr)
 
 
+def install_pytorch_args(server: SshServer, venv: Path, *extra: str) -> list[str]:
+    """``fab`` arguments of install-pytorch on the test node, from the node's pip config."""
+    return [
+        *server.fab_args(),
+        "install-pytorch",
+        "--allow-no-gpu",
+        "--torch-index",
+        "default",
+        "--venv",
+        str(venv),
+        *extra,
+    ]
+
+
 def node_dir(prefix: str) -> Path:
     """A directory the SSH test user can reach (pytest's tmp dirs are private to root)."""
     path = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
@@ -74,16 +88,7 @@ def node_venv(sshd_server: SshServer) -> Iterator[tuple[Path, FabResult]]:
     """
     base = node_dir("gpufleet-node-")
     venv = base / "venv"
-    result = run_fab(
-        *sshd_server.fab_args(),
-        "install-pytorch",
-        "--allow-no-gpu",
-        "--torch-index",
-        "default",
-        "--venv",
-        str(venv),
-        "--json",
-    )
+    result = run_fab(*install_pytorch_args(sshd_server, venv, "--json"))
     try:
         yield venv, result
     finally:

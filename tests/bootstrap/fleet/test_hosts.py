@@ -15,48 +15,23 @@ from bootstrap.fleet.hosts import (
     parse_host_string,
     parse_stack_outputs,
 )
+from tests.bootstrap.stack_outputs import HEAD, p4d_outputs
 
 
 def outputs(**overrides: Any) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "stack": "a100x8",
-        "provider": "aws",
-        "region": "us-east-1",
-        "zone": "us-east-1a",
-        "tier": {
-            "name": "a100x8",
-            "gpu_model": "A100-40GB",
-            "gpu_count": 8,
-            "gpu_memory_gb": 40,
-            "instance_type": "p4d.24xlarge",
-            "nvlink": True,
-            "nvswitch": True,
-            "efa": True,
-        },
-        "nodes": [
-            {
-                "name": "a100x8-1",
-                "role": "worker",
-                "instance_id": "i-0b",
-                "public_ip": "3.4.5.6",
-                "private_ip": "10.0.1.6",
-            },
-            {
-                "name": "a100x8-0",
-                "role": "head",
-                "instance_id": "i-0a",
-                "public_ip": "1.2.3.4",
-                "private_ip": "10.0.1.5",
-            },
-        ],
-        "ssh_user": "ubuntu",
-        "bucket": "gpufleet-a100x8-ab12cd",
-        "scratch": {"path": "/scratch", "kind": "nvme", "devices": 8, "size_gb": 8000},
+    worker = {
+        "name": "a100x8-1",
+        "role": "worker",
+        "instance_id": "i-0b",
+        "public_ip": "3.4.5.6",
+        "private_ip": "10.0.1.6",
+    }
+    defaults: dict[str, Any] = {
+        "nodes": [worker, dict(HEAD)],
         "idle": {"idle_minutes": 15, "ttl_hours": 12},
         "hourly_cost": {"currency": "USD", "billing": "on-demand", "amount": 21.958},
     }
-    data.update(overrides)
-    return data
+    return p4d_outputs(**{**defaults, **overrides})
 
 
 def test_stack_outputs_give_hosts_user_tier_and_scratch_head_first() -> None:

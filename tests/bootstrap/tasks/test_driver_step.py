@@ -71,14 +71,27 @@ INSTALL = ("linux-headers-6.8.0-1015-aws", "nvidia-open-580", "cuda-toolkit-12-8
 INSTALL_FM = (*INSTALL, "nvidia-fabricmanager-580")
 
 
+def until_keyring() -> list[Command]:
+    """No fabric manager running; NVIDIA's apt keyring already there."""
+    return [Command(FM_ACTIVE, exit=3), Command(KEYRING, out=b"install ok installed")]
+
+
 def fresh_install_until_modprobe() -> list[Command]:
     return [
-        Command(FM_ACTIVE, exit=3),
-        Command(KEYRING, out=b"install ok installed"),
+        *until_keyring(),
         Command(apt_install(*INSTALL_FM), out=b"Setting up nvidia-open-580 ...\n"),
         Command(sudo("systemctl enable nvidia-persistenced")),
         Command(sudo("systemctl enable nvidia-fabricmanager")),
         Command(sudo("modprobe nvidia")),
+    ]
+
+
+def fresh_install_until_fabric_manager_start() -> list[Command]:
+    """The driver loaded (580.95.05) and the persistence daemon started."""
+    return [
+        *fresh_install_until_modprobe(),
+        Command(SMI, out=b"580.95.05\n"),
+        Command(sudo("systemctl start nvidia-persistenced")),
     ]
 
 
@@ -88,9 +101,7 @@ def test_a_fresh_nvswitch_install_enables_and_starts_both_services(
     result, ctx = run_driver_step(
         remote,
         [
-            *fresh_install_until_modprobe(),
-            Command(SMI, out=b"580.95.05\n"),
-            Command(sudo("systemctl start nvidia-persistenced")),
+            *fresh_install_until_fabric_manager_start(),
             Command(sudo("systemctl start nvidia-fabricmanager")),
         ],
     )
@@ -105,9 +116,7 @@ def test_a_fabric_manager_that_does_not_start_fails_the_step_with_the_reason(
     result, _ = run_driver_step(
         remote,
         [
-            *fresh_install_until_modprobe(),
-            Command(SMI, out=b"580.95.05\n"),
-            Command(sudo("systemctl start nvidia-persistenced")),
+            *fresh_install_until_fabric_manager_start(),
             Command(
                 sudo("systemctl start nvidia-fabricmanager"),
                 err=b"Job for nvidia-fabricmanager.service failed because the control "
@@ -130,8 +139,7 @@ def test_a_service_that_cannot_be_enabled_fails_the_step_before_modprobe(
     result, _ = run_driver_step(
         remote,
         [
-            Command(FM_ACTIVE, exit=3),
-            Command(KEYRING, out=b"install ok installed"),
+            *until_keyring(),
             Command(apt_install(*INSTALL_FM)),
             Command(sudo("systemctl enable nvidia-persistenced")),
             Command(
@@ -178,8 +186,7 @@ def test_a_loaded_driver_without_fabric_manager_gets_only_the_matching_one(
     result, _ = run_driver_step(
         remote,
         [
-            Command(FM_ACTIVE, exit=3),
-            Command(KEYRING, out=b"install ok installed"),
+            *until_keyring(),
             Command(apt_install("nvidia-fabricmanager-570")),
             Command(sudo("systemctl enable nvidia-fabricmanager")),
             Command(sudo("modprobe nvidia")),

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,28 @@ def train_args(inv: Path, venv: Path, jobs: Path, moto: str, steps_args: str) ->
     ]  # fmt: skip
 
 
+@dataclass(frozen=True)
+class TrainFleet:
+    """The two local nodes, the session's torch venv, a jobs folder and the moto bucket."""
+
+    inventory: Path
+    venv: Path
+    jobs: Path
+    moto_url: str
+
+    def train(self, script_args: str) -> list[str]:
+        return train_args(self.inventory, self.venv, self.jobs, self.moto_url, script_args)
+
+
+@pytest.fixture
+def fleet(
+    two_nodes: Path, node_venv: tuple[Path, FabResult], place: dict[str, Path], moto_url: str
+) -> TrainFleet:
+    venv, installed = node_venv
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    return TrainFleet(two_nodes, venv, place["jobs"], moto_url)
+
+
 def fab_jobs(inv: Path, jobs: Path) -> dict[str, Any]:
     done = run_fab("jobs", "--inventory", str(inv), "--jobs-dir", str(jobs), "--json")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -208,16 +231,10 @@ def losses(log: str) -> list[float]:
 
 @pytest.mark.slow
 def test_two_nodes_of_two_processes_train_to_the_end_even_when_the_follow_drops(
-    two_nodes: Path,
-    node_venv: tuple[Path, FabResult],
-    place: dict[str, Path],
-    moto_url: str,
+    fleet: TrainFleet, place: dict[str, Path]
 ) -> None:
-    venv, installed = node_venv
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    argv = train_args(
-        two_nodes, venv, place["jobs"], moto_url, "--steps 40 --step-sleep 0.05 --log-every 5"
-    )
+    two_nodes, moto_url = fleet.inventory, fleet.moto_url
+    argv = fleet.train("--steps 40 --step-sleep 0.05 --log-every 5")
     follow = subprocess.Popen(
         [sys.executable, "-m", "fabric", *argv, "--follow"],
         cwd=REPO,
@@ -273,14 +290,10 @@ def test_two_nodes_of_two_processes_train_to_the_end_even_when_the_follow_drops(
 
 @pytest.mark.slow
 def test_a_killed_job_resumes_from_its_last_checkpoint_in_the_bucket_not_step_zero(
-    two_nodes: Path,
-    node_venv: tuple[Path, FabResult],
-    place: dict[str, Path],
-    moto_url: str,
+    fleet: TrainFleet, place: dict[str, Path]
 ) -> None:
-    venv, _ = node_venv
-    jobs = place["jobs"]
-    argv = train_args(two_nodes, venv, jobs, moto_url, "--steps 40 --step-sleep 0.3 --ckpt-every 5")
+    two_nodes, jobs, moto_url = fleet.inventory, fleet.jobs, fleet.moto_url
+    argv = fleet.train("--steps 40 --step-sleep 0.3 --ckpt-every 5")
     job = started_job(run_fab(*argv))
     wait_for("a checkpoint in the bucket", lambda: bucket_steps(moto_url, job))
     kill_job(jobs, job)
@@ -318,16 +331,10 @@ def test_a_killed_job_resumes_from_its_last_checkpoint_in_the_bucket_not_step_ze
 
 @pytest.mark.slow
 def test_cancel_stops_every_rank_gracefully_and_saves_the_last_checkpoint(
-    two_nodes: Path,
-    node_venv: tuple[Path, FabResult],
-    place: dict[str, Path],
-    moto_url: str,
+    fleet: TrainFleet,
 ) -> None:
-    venv, _ = node_venv
-    jobs = place["jobs"]
-    argv = train_args(
-        two_nodes, venv, jobs, moto_url, "--steps 400 --step-sleep 0.2 --ckpt-every 1000"
-    )
+    two_nodes, jobs, moto_url = fleet.inventory, fleet.jobs, fleet.moto_url
+    argv = fleet.train("--steps 400 --step-sleep 0.2 --ckpt-every 1000")
     job = started_job(run_fab(*argv, "--name", "cancel-me"))
     log0 = jobs / job / "logs" / "rank-0.log"
     wait_for("a few steps", lambda: log0.exists() and "step 10 loss" in log0.read_text())

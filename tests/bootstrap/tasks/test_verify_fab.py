@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.bootstrap.conftest import FabResult, node_dir, run_fab
+from tests.bootstrap.stack_outputs import p4d_tier
 from tests.support.sshd import SshServer
 
 pytestmark = pytest.mark.integration
@@ -49,18 +50,7 @@ def node_scratch() -> Iterator[Path]:
 def write_inventory(
     server: SshServer, folder: Path, scratch: Path, *, nodes: int = 1, tier: str = "a100x8"
 ) -> Path:
-    tiers = {
-        "a100x8": {
-            "name": "a100x8",
-            "gpu_model": "A100-40GB",
-            "gpu_count": 8,
-            "gpu_memory_gb": 40,
-            "instance_type": "p4d.24xlarge",
-            "nvlink": True,
-            "nvswitch": True,
-            "efa": True,
-        },
-    }
+    tiers = {"a100x8": p4d_tier()}
     data = server.inventory(
         stack="verify-test",
         tier=tiers[tier],

@@ -12,37 +12,13 @@ from typing import Any
 from bootstrap.remote import verify_node, verify_smi
 from bootstrap.verify import judge as j
 from infra.catalog import load_catalog
+from tests.bootstrap.stack_outputs import HEAD, p4d_outputs
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "verify"
 
-P4D_OUTPUTS: dict[str, Any] = {
-    "stack": "a100x8",
-    "provider": "aws",
-    "region": "us-east-1",
-    "zone": "us-east-1a",
-    "tier": {
-        "name": "a100x8",
-        "gpu_model": "A100-40GB",
-        "gpu_count": 8,
-        "gpu_memory_gb": 40,
-        "instance_type": "p4d.24xlarge",
-        "nvlink": True,
-        "nvswitch": True,
-        "efa": True,
-    },
-    "nodes": [
-        {
-            "name": "a100x8-0",
-            "role": "head",
-            "instance_id": "i-0a1",
-            "public_ip": "3.80.1.2",
-            "private_ip": "10.0.1.5",
-        },
-    ],
-    "ssh_user": "ubuntu",
-    "bucket": "gpufleet-a100x8-ab12cd",
-    "scratch": {"path": "/scratch", "kind": "nvme", "devices": 8, "size_gb": 8000},
-}
+P4D_OUTPUTS: dict[str, Any] = p4d_outputs(
+    nodes=[{**HEAD, "instance_id": "i-0a1", "public_ip": "3.80.1.2"}]
+)
 
 
 def read(name: str) -> str:
