@@ -132,10 +132,16 @@ class Options:
 
 
 ProgressFn = Callable[[str], None]
+# A live line: the message, and how far along it is (0-1) when that is known.
+TickFn = Callable[[str, float | None], None]
 
 
 def _no_progress(message: str) -> None:
     del message
+
+
+def _no_tick(message: str, fraction: float | None) -> None:
+    del message, fraction
 
 
 @dataclass
@@ -145,6 +151,10 @@ class HostContext:
     ``facts`` is shared by the steps of one run on one host (e.g. the preflight step stores
     the OS and the GPU inventory there so later steps need not probe again); it is never
     shared between hosts.
+
+    ``progress(message)`` prints a line of the host's progress; ``tick(message, fraction)``
+    sets the host's live line for a long wait (a download), which a terminal shows updated
+    in place and a pipe every 10 s or 10 %; it ends with the step.
     """
 
     host: Host
@@ -155,6 +165,7 @@ class HostContext:
     outputs: Mapping[str, Any] = field(default_factory=dict)  # the stack outputs, if known
     facts: dict[str, Any] = field(default_factory=dict)
     progress: ProgressFn = _no_progress
+    tick: TickFn = _no_tick
     cancel: threading.Event = field(default_factory=threading.Event)
 
 

@@ -13,6 +13,7 @@ rich summary table or one JSON document on stdout. Tasks call :func:`fleet_run`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -28,7 +29,8 @@ import paramiko
 from fabric import Connection
 from invoke.config import Config
 from invoke.exceptions import Exit
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
@@ -279,19 +281,96 @@ def connect(
     return conn
 
 
-class _Printer:
-    """Serialises progress lines from the host threads."""
+# A live line piped to a file (no terminal to update it in place) is printed this often,
+# or whenever it has moved on by a tenth.
+PIPED_TICK_SECONDS = 10.0
 
-    def __init__(self, console: Console | None) -> None:
+
+def tick_due(
+    last: tuple[float, float | None] | None,
+    now: float,
+    fraction: float | None,
+    interval_s: float = PIPED_TICK_SECONDS,
+) -> bool:
+    """Should a piped live line be printed? ``last`` is (when, fraction) of the last one."""
+    if last is None:
+        return True
+    at, was = last
+    if now - at >= interval_s:
+        return True
+    return fraction is not None and was is not None and int(fraction * 10) > int(was * 10)
+
+
+class _Printer:
+    """Serialises progress lines from the host threads, and keeps each host's live line
+    (:attr:`HostContext.tick`): on a terminal one line per host under the progress lines,
+    redrawn in place; piped, a plain line now and then (:func:`tick_due`)."""
+
+    def __init__(
+        self,
+        console: Console | None,
+        *,
+        interval_s: float = PIPED_TICK_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.console = console
         self.lock = threading.Lock()
+        self.interval_s, self.clock = interval_s, clock
+        self.live: Live | None = None
+        self.ticks: dict[Host, Text] = {}
+        self.last_tick: dict[Host, tuple[float, float | None]] = {}
+
+    @staticmethod
+    def _text(host: Host, message: str, style: str | None) -> Text:
+        return Text.assemble((f"[{host.label}] ", "bold"), (message, style or ""))
 
     def line(self, host: Host, message: str, style: str | None = None) -> None:
         if self.console is None:
             return
-        text = Text.assemble((f"[{host.label}] ", "bold"), (message, style or ""))
         with self.lock:
-            self.console.print(text, highlight=False, soft_wrap=True)
+            # While live lines show, rich prints this above them.
+            self.console.print(self._text(host, message, style), highlight=False, soft_wrap=True)
+
+    def tick(self, host: Host, message: str, fraction: float | None = None) -> None:
+        if self.console is None:
+            return
+        with self.lock:
+            if not self.console.is_terminal:
+                now = self.clock()
+                if tick_due(self.last_tick.get(host), now, fraction, self.interval_s):
+                    self.last_tick[host] = (now, fraction)
+                    text = self._text(host, message, "dim")
+                    self.console.print(text, highlight=False, soft_wrap=True)
+                return
+            text = self._text(host, message, "dim")
+            text.no_wrap, text.overflow = True, "ellipsis"  # one screen line per host
+            self.ticks[host] = text
+            if self.live is None:
+                self.live = Live(
+                    console=self.console,
+                    auto_refresh=False,
+                    transient=True,
+                    redirect_stdout=False,
+                    redirect_stderr=False,
+                )
+                self.live.start()
+            self.live.update(Group(*self.ticks.values()), refresh=True)
+
+    def end_tick(self, host: Host) -> None:
+        """The host's live line is over (its step ended)."""
+        with self.lock:
+            self.last_tick.pop(host, None)
+            if self.ticks.pop(host, None) is None or self.live is None:
+                return
+            if self.ticks:
+                self.live.update(Group(*self.ticks.values()), refresh=True)
+            else:
+                self.close_live()
+
+    def close_live(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
 
 
 def run_host(
@@ -327,6 +406,7 @@ def run_host(
     try:
         ctx = make_context(host)
         ctx.progress = lambda message: printer.line(host, message, "dim")
+        ctx.tick = functools.partial(printer.tick, host)
         failed_step: str | None = None
         for st in steps:
             name = st.step_name
@@ -336,7 +416,10 @@ def run_host(
                 continue
             printer.line(host, f"{name} ...")
             t0 = time.monotonic()
-            result = run_step(st, conn, ctx)
+            try:
+                result = run_step(st, conn, ctx)
+            finally:
+                printer.end_tick(host)
             record = StepRecord(name, result, time.monotonic() - t0)
             report.steps.append(record)
             printer.line(
@@ -398,14 +481,17 @@ def run_fleet(
     started = time.monotonic()
     verifier = HostKeyVerifier(host_keys or host_key_settings(config))
     verifier.prepare(hosts)
-    with ThreadPoolExecutor(max_workers=max(1, min(len(hosts), 64))) as pool:
-        futures = [
-            pool.submit(
-                run_host, h, steps, make_context, config, printer, connect_timeout_s, verifier
-            )
-            for h in hosts
-        ]
-        reports = [f.result() for f in futures]
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(len(hosts), 64))) as pool:
+            futures = [
+                pool.submit(
+                    run_host, h, steps, make_context, config, printer, connect_timeout_s, verifier
+                )
+                for h in hosts
+            ]
+            reports = [f.result() for f in futures]
+    finally:
+        printer.close_live()
     return FleetReport(task, reports, time.monotonic() - started)
 
 

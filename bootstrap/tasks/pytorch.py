@@ -4,13 +4,23 @@ The wheel index is chosen by :func:`torch_index_url` (pure): the newest CUDA bui
 driver can run, never newer than the GPU allows (Volta stops at cu126: CUDA 13 dropped it),
 the CPU build on nodes without a GPU. ``--torch-index default`` uses whatever pip is
 configured with on the node (a mirror, a local wheelhouse), ``--torch-index URL`` any index.
+
+The torch download (0.2-0.9 GB, a minute or more) shows its progress: pip runs with a temp
+dir of its own that the node polls (:func:`pip_with_download_poll`), and
+:func:`read_pip_line` / :func:`download_text` (pure) turn pip's lines and the polls into one
+line per host: the wheel, bytes received of its size, elapsed time.
 """
 
 from __future__ import annotations
 
 import json as jsonlib
+import posixpath
+import re
 import shlex
-from collections.abc import Sequence
+import time
+import urllib.parse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from fabric import Connection
 from invoke import Context
@@ -143,6 +153,137 @@ def pip_install_command(venv: str, version: str, index_url: str | None) -> Seque
     return cmd
 
 
+# ------------------------------------------------------------------ download progress
+
+# pip (23 and 24 alike) writes each file it downloads to $TMPDIR/pip-unpack-*/<file name>
+# as the bytes arrive, whatever its --progress-bar setting; it prints the file's size first
+# ("Downloading <url or name> (191.8 MB)"). With TMPDIR a folder of its own, the sizes of
+# the files there are the bytes received so far.
+DOWNLOAD_MARK = "gpufleet-download"
+POLL_SECONDS = 2
+# pip's lines worth a line of their own (the download itself is the live line).
+PIP_MILESTONES = r"^(Collecting|Downloading|Installing|Successfully|Using cached|Processing)"
+
+
+def pip_with_download_poll(pip_cmd: str, poll_s: int = POLL_SECONDS) -> str:
+    """``pip_cmd`` (a shell command) with its own TMPDIR, whose pip download files are
+    listed as ``gpufleet-download BYTES NAME`` lines every ``poll_s`` seconds while it runs.
+    The exit status is pip's; the folder is removed however the command ends."""
+    listing = f"find \"$d\" -path '*/pip-unpack-*' -type f -printf '{DOWNLOAD_MARK} %s %f\\n'"
+    return (
+        'd=$(mktemp -d "${TMPDIR:-/tmp}/gpufleet-pip.XXXXXX") || exit 1; '
+        "trap 'rm -rf \"$d\"' EXIT; "
+        f'TMPDIR="$d" {pip_cmd} & p=$!; '
+        f'while kill -0 "$p" 2>/dev/null; do sleep {int(poll_s)}; {listing} 2>/dev/null; done; '
+        'wait "$p"'
+    )
+
+
+@dataclass(frozen=True)
+class PipDownload:
+    """What pip's output and the node's polls have said so far about the current download."""
+
+    file: str | None = None  # the file pip said it downloads (URL-decoded base name)
+    total: int | None = None  # its size as pip printed it, in bytes
+    received: int = 0  # bytes of it on the node's disk at the last poll
+    polled: bool = False  # a poll has seen it
+
+    @property
+    def fraction(self) -> float | None:
+        if not self.total:
+            return None
+        return min(1.0, self.received / self.total)
+
+
+_SIZE_UNITS = {"bytes": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3}
+_DOWNLOADING = re.compile(r"^\s*Downloading\s+(\S+)(?:\s+\(([\d.]+)\s*(bytes|kB|MB|GB)\))?")
+
+
+def parse_pip_size(number: str, unit: str) -> int:
+    """pip's printed size (``191.8 MB``: decimal units, as pip's format_size) in bytes."""
+    return int(float(number) * _SIZE_UNITS[unit.lower()])
+
+
+def read_pip_line(state: PipDownload, line: str) -> PipDownload:
+    """The download state after one line of the node's output (pip's or a poll's)."""
+    if line.startswith(DOWNLOAD_MARK + " "):
+        parts = line.split(" ", 2)
+        if len(parts) != 3 or not parts[1].isdigit():
+            return state
+        size, name = int(parts[1]), parts[2].strip()
+        if state.file is None:
+            return replace(state, file=name, received=size, polled=True)
+        if name == state.file:
+            return replace(state, received=size, polled=True)
+        return state
+    m = _DOWNLOADING.match(line)
+    if m is None:
+        return state
+    name = urllib.parse.unquote(posixpath.basename(urllib.parse.urlsplit(m.group(1)).path))
+    total = parse_pip_size(m.group(2), m.group(3)) if m.group(2) else None
+    return PipDownload(file=name, total=total)
+
+
+def wheel_label(file: str) -> str:
+    """``torch 2.13.0+cu128`` for ``torch-2.13.0+cu128-cp312-cp312-manylinux_2_28_x86_64.whl``."""
+    if file.endswith(".whl"):
+        name, _, rest = file.partition("-")
+        return f"{name} {rest.partition('-')[0]}".strip()
+    for ext in (".tar.gz", ".zip"):
+        if file.endswith(ext):
+            return file[: -len(ext)]
+    return file
+
+
+def _megabytes(n: int, scale: int) -> str:
+    """``n`` bytes in MB, with a decimal only where ``scale`` (the total) is under 10 MB."""
+    return f"{n / 1e6:.1f}" if scale < 10e6 else f"{n / 1e6:.0f}"
+
+
+def _elapsed(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s} s" if s < 60 else f"{s // 60}m{s % 60:02d}s"
+
+
+def download_text(state: PipDownload, elapsed_s: float) -> str | None:
+    """One short line (at most 51 characters for torch's wheels), or None before a poll."""
+    if not state.polled or state.file is None:
+        return None
+    label, when = wheel_label(state.file), _elapsed(elapsed_s)
+    if state.total is None or state.fraction is None:
+        return f"{label}: {_megabytes(state.received, state.received)} MB, {when}"
+    got, total = (_megabytes(n, state.total) for n in (state.received, state.total))
+    return f"{label}: {got} of {total} MB ({state.fraction * 100:.0f} %), {when}"
+
+
+class PipProgress:
+    """pip's stdout on its way from the node: polls become the host's live download line
+    (``ctx.tick``), pip's milestones stay progress lines."""
+
+    def __init__(self, ctx: HostContext, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ctx, self.clock = ctx, clock
+        self.started = clock()
+        self.state = PipDownload()
+        self.milestones = ProgressStream(ctx, PIP_MILESTONES)
+        self.buffer = ""
+
+    def write(self, data: str) -> int:
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split("\n")
+        for line in lines:
+            self.state = read_pip_line(self.state, line)
+            if not line.startswith(DOWNLOAD_MARK):
+                self.milestones.write(line + "\n")
+                continue
+            text = download_text(self.state, self.clock() - self.started)
+            if text:
+                self.ctx.tick(text, self.state.fraction)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
 @step("install-pytorch")
 def install_pytorch_step(conn: Connection, ctx: HostContext) -> StepResult:
     f = ctx.facts
@@ -177,8 +318,10 @@ def install_pytorch_step(conn: Connection, ctx: HostContext) -> StepResult:
         )
         was = f" (replacing {installed})" if installed else ""
         ctx.progress(f"pip install torch=={opts.torch_version}{was} from {details['index_url']}")
-        stream = ProgressStream(ctx, r"^(Collecting|Downloading|Installing|Successfully)")
-        check(root_sh(conn, ctx, cmd, timeout=3600, out_stream=stream), "pip install torch")
+        pip = root_sh(
+            conn, ctx, pip_with_download_poll(cmd), timeout=3600, out_stream=PipProgress(ctx)
+        )
+        check(pip, "pip install torch")
         installed = _installed_torch(conn, opts.venv)
         if not installed_matches(installed, opts.torch_version, index_url):
             raise StepFailed(
