@@ -435,7 +435,12 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
             f"its regions are {', '.join(info.regions)}",
         )
         region = ""  # a zone cannot be judged against a region that does not exist
-    elif region and not re.fullmatch(r"[a-z]{2}(-[a-z0-9]+)+", region):
+    elif (
+        region
+        and not (info and info.regions)
+        and not re.fullmatch(r"[a-z]{2}(-[a-z0-9]+)+", region)
+    ):
+        # the shape rule is for clouds that list no regions (Azure's names have no hyphen)
         r.problem("region", f"{region!r} does not look like a region name (e.g. us-east-1)")
     zone = r.text("zone")
     if zone and region and info:

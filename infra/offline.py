@@ -31,6 +31,20 @@ ACCOUNT_ID = "123456789012"
 # Tencent's account numbers as the plan shows them: clearly not a real account.
 TENCENT_UIN = "100000000001"
 TENCENT_APPID = "1250000000"
+AZURE_SUBSCRIPTION = "00000000-0000-4000-8000-000000000000"  # a placeholder, never a real one
+# Azure resources: the input that names each type (the rest take the Pulumi name), and the
+# ARM provider segment of its id.
+AZURE_NAMED_BY = {
+    "azure-native:resources:ResourceGroup": "resourceGroupName",
+    "azure-native:compute:VirtualMachine": "vmName",
+    "azure-native:storage:StorageAccount": "accountName",
+    "azure-native:storage:BlobContainer": "containerName",
+    "azure-native:storage:Blob": "blobName",
+    "azure-native:managedidentity:UserAssignedIdentity": "resourceName",
+    "azure-native:applicationinsights:Workbook": "resourceName",
+    "azure-native:web:WebApp": "name",
+    "azure-native:web:AppServicePlan": "name",
+}
 # Types whose `name` the engine generates when the program does not set one.
 NAMED_BY_ENGINE = (
     "aws:ec2/placementGroup:PlacementGroup",
@@ -172,9 +186,42 @@ class Mocks(pulumi.runtime.Mocks):
             out["roleArn"] = f"qcs::cam::uin/{TENCENT_UIN}:roleName/{inputs.get('name')}"
         elif typ == "alicloud:ram/role:Role":
             out["arn"] = f"acs:ram::{ACCOUNT_ID}:role/{inputs.get('roleName', args.name)}"
+        elif typ.startswith("azure-native:"):
+            rid = self._azure(typ, args.name, inputs, out)
         out.setdefault("id", rid)
         record.id, record.outputs = rid, out
         return rid, out
+
+    def _azure(self, typ: str, name: str, inputs: dict[str, Any], out: dict[str, Any]) -> str:
+        """Azure outputs the program reads: names, ARM ids, addresses, identities, URLs."""
+        own = str(inputs.get(AZURE_NAMED_BY.get(typ, ""), "") or name)
+        out.setdefault("name", own)
+        _, namespace, kind = typ.split(":")
+        group = inputs.get("resourceGroupName", own)
+        rid = f"/subscriptions/{AZURE_SUBSCRIPTION}/resourceGroups/{group}"
+        if kind != "ResourceGroup":
+            rid += f"/providers/Microsoft.{namespace}/{kind[0].lower() + kind[1:]}s/{own}"
+        identity = inputs.get("identity")
+        if isinstance(identity, dict) and isinstance(identity.get("userAssignedIdentities"), list):
+            # an input list of identity ids comes back from ARM as a map keyed by id
+            ids = identity["userAssignedIdentities"]
+            out["identity"] = {**identity, "userAssignedIdentities": {i: {} for i in ids}}
+        if kind == "PublicIPAddress":
+            out["ipAddress"], _ = self._ips_for(name)
+        elif kind == "NetworkInterface":
+            _, private = self._ips_for(name)
+            configs = [dict(c) for c in inputs.get("ipConfigurations", [])]
+            if configs:
+                configs[0]["privateIPAddress"] = private
+            out["ipConfigurations"] = configs
+        elif kind == "UserAssignedIdentity":
+            out["principalId"] = "p-" + _digest("principal", name, n=12)
+            out["clientId"] = "c-" + _digest("client", name, n=12)
+        elif kind == "Blob":
+            out["url"] = f"https://{inputs.get('accountName')}.blob.core.windows.net/" + (
+                f"{inputs.get('containerName')}/{own}"
+            )
+        return rid
 
     def call(
         self, args: pulumi.runtime.MockCallArgs
@@ -252,6 +299,13 @@ class Mocks(pulumi.runtime.Mocks):
                 "id": "images",
                 "imageId": image,
                 "images": [{"imageId": image, "imageName": "Ubuntu Server 22.04 LTS 64bit"}],
+            }
+        if token == "azure-native:authorization:getClientConfig":
+            return {
+                "clientId": "c-plan",
+                "objectId": "o-plan",
+                "subscriptionId": AZURE_SUBSCRIPTION,
+                "tenantId": AZURE_SUBSCRIPTION,
             }
         raise NotImplementedError(f"no offline answer for invoke {token}: add one in offline.py")
 

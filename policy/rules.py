@@ -165,10 +165,19 @@ TC_BUCKET_POLICY = "tencentcloud:Cos/bucketPolicy:BucketPolicy"
 TC_FUNCTIONS = ("tencentcloud:Scf/function:Function",)
 TC_SPOT = "SPOTPAID"
 
-# A type token's package -> the catalog's name for that cloud, where the two differ.
-PACKAGE_PROVIDERS: Mapping[str, str] = {"tencentcloud": "tencent"}
+AZ_VM = "azure-native:compute:VirtualMachine"
+AZ_FUNCTION_APP = "azure-native:web:WebApp"
+AZ_NSG = "azure-native:network:NetworkSecurityGroup"
+AZ_NSG_RULE = "azure-native:network:SecurityRule"
+AZ_STORAGE_ACCOUNT = "azure-native:storage:StorageAccount"
+AZ_CONTAINER = "azure-native:storage:BlobContainer"
 
-INSTANCES = (AWS_INSTANCE, ALI_INSTANCE, TC_INSTANCE)
+# A type token's package -> the catalog's name for that cloud, where the two differ.
+PACKAGE_PROVIDERS: Mapping[str, str] = {"tencentcloud": "tencent", "azure-native": "azure"}
+
+INSTANCES = (AWS_INSTANCE, ALI_INSTANCE, TC_INSTANCE, AZ_VM)
+# Where each instance type keeps its size (Azure nests it in the hardware profile).
+INSTANCE_SIZE_PATH: Mapping[str, tuple[str, ...]] = {AZ_VM: ("hardwareProfile", "vmSize")}
 PUBLIC_ACLS = ("public-read", "public-read-write", "authenticated-read")
 S3_SSE_ALGORITHMS = ("AES256", "aws:kms", "aws:kms:dsse")
 OSS_SSE_ALGORITHMS = ("AES256", "KMS", "SM4")
@@ -186,10 +195,15 @@ def provider_of(resource: Resource) -> str:
     return PACKAGE_PROVIDERS.get(package, package)
 
 
+def instance_size(resource: Resource) -> Any:
+    """The instance's type/size input (None when the resource has none)."""
+    return resource.get(*INSTANCE_SIZE_PATH.get(resource.type, ("instanceType",)))
+
+
 def is_gpu_instance(resource: Resource, gpu_types: Callable[[str, str], bool]) -> bool:
     if resource.type not in INSTANCES:
         return False
-    itype = resource.inputs.get("instanceType")
+    itype = instance_size(resource)
     return isinstance(itype, str) and gpu_types(provider_of(resource), itype)
 
 
@@ -267,6 +281,22 @@ _SSH_FIX = (
 )
 
 
+def _azure_rule_opens_ssh(rule: Mapping[str, Any]) -> bool:
+    """An inbound Allow rule whose destination ports include 22 (a range, a list or '*')."""
+    if str(rule.get("direction")) != "Inbound" or str(rule.get("access")) != "Allow":
+        return False
+    if str(rule.get("protocol") or "*").lower() not in ("tcp", "*"):
+        return False
+    for ports in [rule.get("destinationPortRange"), *as_list(rule.get("destinationPortRanges"))]:
+        text = str(ports or "")
+        if text == "*":
+            return True
+        low, _, high = text.partition("-")
+        if low.isdigit() and int(low) <= 22 <= int(high or low):
+            return True
+    return False
+
+
 def check_ssh_not_world(r: Resource) -> list[str]:
     found: list[str] = []
     if r.type == AWS_SG_INGRESS:
@@ -316,6 +346,18 @@ def check_ssh_not_world(r: Resource) -> list[str]:
                 found.append(
                     f"{r.label}: ingresses[{i}] lets {parts[1]} reach SSH (port 22): {_SSH_FIX}"
                 )
+    elif r.type in (AZ_NSG, AZ_NSG_RULE):
+        rules = as_list(r.get("securityRules")) if r.type == AZ_NSG else [r.inputs]
+        for rule in rules:
+            if not isinstance(rule, Mapping) or not _azure_rule_opens_ssh(rule):
+                continue
+            sources = [rule.get("sourceAddressPrefix"), *as_list(rule.get("sourceAddressPrefixes"))]
+            for cidr in sources:
+                if _world(cidr) or str(cidr).lower() in ("*", "internet", "any"):
+                    found.append(
+                        f"{r.label}: rule {rule.get('name')} lets {cidr} reach SSH (port 22): "
+                        f"{_SSH_FIX}"
+                    )
     elif r.type == ALI_SG_RULE:
         accept = str(r.get("policy") or "accept").lower() == "accept"
         low, high = _ali_ports(r.get("portRange"))
@@ -370,6 +412,16 @@ def _unencrypted(value: Any) -> bool:
 
 def check_disks_encrypted(r: Resource) -> list[str]:
     found: list[str] = []
+    if r.type == AZ_VM:
+        # managed disks are always encrypted at rest with platform keys; encryption at host
+        # adds the temp disk, the disk caches and local NVMe, which hold scratch
+        at_host = r.get("securityProfile", "encryptionAtHost")
+        if known(at_host) and at_host is not True:
+            found.append(
+                f"{r.label}: encryption at host is off, so the temp disk, caches and local NVMe "
+                "are not encrypted; set security_profile=SecurityProfileArgs("
+                "encryption_at_host=True)"
+            )
     if r.type == AWS_INSTANCE:
         root = r.get("rootBlockDevice")
         if root is None or (isinstance(root, Mapping) and _unencrypted(root.get("encrypted"))):
@@ -591,8 +643,46 @@ BUCKET_KINDS: Mapping[str, _BucketKind] = {
 }
 
 
-def check_buckets_private_tls(resources: Sequence[Resource]) -> list[StackFinding]:
+def _azure_storage_problems(resources: Sequence[Resource]) -> list[StackFinding]:
+    """A storage account is private and TLS-only by its own properties; a container must not
+    allow anonymous reads."""
     found: list[StackFinding] = []
+    for a in resources:
+        if a.type == AZ_STORAGE_ACCOUNT:
+            public = a.get("allowBlobPublicAccess")
+            if known(public) and public is not False:
+                found.append(
+                    (
+                        a,
+                        f"{a.label} may serve blobs anonymously: set "
+                        "allow_blob_public_access=False",
+                    )
+                )
+            https = a.get("enableHttpsTrafficOnly")
+            if known(https) and https is False:
+                found.append(
+                    (a, f"{a.label} accepts plain HTTP: set enable_https_traffic_only=True")
+                )
+            tls = a.get("minimumTlsVersion")
+            if known(tls) and tls not in ("TLS1_2", "TLS1_3"):
+                found.append(
+                    (
+                        a,
+                        f"{a.label} accepts TLS below 1.2 ({tls}): set "
+                        "minimum_tls_version='TLS1_2'",
+                    )
+                )
+        elif a.type == AZ_CONTAINER:
+            access = a.get("publicAccess")
+            if known(access) and access not in (None, "None"):
+                found.append(
+                    (a, f"{a.label} allows anonymous {access} reads: set public_access='None'")
+                )
+    return found
+
+
+def check_buckets_private_tls(resources: Sequence[Resource]) -> list[StackFinding]:
+    found: list[StackFinding] = _azure_storage_problems(resources)
     for b in resources:
         kind = BUCKET_KINDS.get(b.type)
         if kind is None:
@@ -684,7 +774,7 @@ def check_gpu_tags(r: Resource, gpu_types: Callable[[str, str], bool]) -> list[s
     if not problems:
         return []
     return [
-        f"{r.label} ({r.inputs.get('instanceType')}) lacks the gpufleet tags the watchdog and "
+        f"{r.label} ({instance_size(r)}) lacks the gpufleet tags the watchdog and "
         f"the reaper read: {', '.join(problems)}; declare it with infra.nodes.node_tags(...) "
         "as its tags"
     ]
@@ -695,12 +785,20 @@ def check_gpu_tags(r: Resource, gpu_types: Callable[[str, str], bool]) -> list[s
 
 def _env(fn: Resource) -> Mapping[str, Any] | None:
     """The function's environment; None when not known yet."""
+    if fn.type == AZ_FUNCTION_APP:
+        settings = fn.get("siteConfig", "appSettings")
+        if not known(settings):
+            return None
+        return {
+            str(s.get("name")): s.get("value") for s in as_list(settings) if isinstance(s, Mapping)
+        }
     if fn.type == AWS_FUNCTION:
         env = fn.get("environment", "variables")
     elif fn.type in TC_FUNCTIONS:
         env = fn.get("environment")
     else:
         env = fn.get("environmentVariables")
+
     if not known(env):
         return None
     return env if isinstance(env, Mapping) else {}
@@ -776,6 +874,21 @@ def _tc_schedules(resources: Sequence[Resource], fn: Resource) -> bool:
     return False
 
 
+def _azure_schedules(resources: Sequence[Resource], fn: Resource) -> bool:
+    """An Azure Functions app runs the reaper on its package's timer trigger, which reads
+    its NCRONTAB from the GPUFLEET_SCHEDULE setting: a Linux function app with a package and
+    a schedule set is scheduled (the trigger itself lives in the package, not the program)."""
+    kind = fn.get("kind")
+    if known(kind) and "functionapp" not in str(kind):
+        return False
+    if fn.get("enabled") is False:
+        return False
+    env = _env(fn)
+    if env is None:
+        return True
+    return bool(env.get("GPUFLEET_SCHEDULE")) and bool(env.get("WEBSITE_RUN_FROM_PACKAGE"))
+
+
 GUARD_FIX = {
     "aws": (
         "declare the reaper (aws.lambda_.Function with GPUFLEET_STACK=<stack> and "
@@ -793,6 +906,11 @@ GUARD_FIX = {
         "GPUFLEET_APPLY=true in its environment) with a trigger of type 'timer' and a cron "
         "trigger_desc: the IdleGuard component does all of this"
     ),
+    "azure": (
+        "declare the reaper (an azure-native web.WebApp of kind functionapp,linux with "
+        "GPUFLEET_STACK=<stack>, GPUFLEET_APPLY=true, GPUFLEET_SCHEDULE and "
+        "WEBSITE_RUN_FROM_PACKAGE in its app settings): the IdleGuard component does all of this"
+    ),
 }
 
 
@@ -808,6 +926,7 @@ GUARD_FUNCTIONS: Mapping[
     "aws": ((AWS_FUNCTION,), _aws_schedules),
     "alicloud": (ALI_FUNCTIONS, _ali_schedules),
     "tencent": (TC_FUNCTIONS, _tc_schedules),
+    "azure": ((AZ_FUNCTION_APP,), _azure_schedules),
 }
 
 
@@ -911,9 +1030,14 @@ def _number(value: Any) -> float | None:
 
 
 def instance_bill(r: Resource) -> Bill | None:
-    itype = r.inputs.get("instanceType")
+    itype = instance_size(r)
     if r.type not in INSTANCES or not isinstance(itype, str):
         return None
+    if r.type == AZ_VM:
+        if r.get("priority") == "Spot":
+            cap = _number(r.get("billingProfile", "maxPrice"))  # -1: up to on-demand
+            return Bill("azure", itype, "spot", cap)
+        return Bill("azure", itype, "on-demand")
     if r.type == AWS_INSTANCE:
         market = r.get("instanceMarketOptions", "marketType")
         if market == "spot":

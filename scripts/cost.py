@@ -244,10 +244,20 @@ def _live_aws_price_usd(instance_type: str, region: str) -> tuple[float, str]:
 
 # The live-price registry: provider name -> (instance type, region) -> (price per hour,
 # currency). A cloud without an entry has its catalog price only (--live says so).
+def _live_azure_price(instance_type: str, region: str) -> tuple[float, str]:
+    from infra.azure_prices import RetailPricesError, live_azure_price
+
+    try:
+        return live_azure_price(instance_type, region)
+    except RetailPricesError as exc:
+        raise LiveUnavailable(f"{exc} for {instance_type} in {region}") from None
+
+
 LIVE_PRICE_SOURCES: Mapping[str, Callable[[str, str], tuple[float, str]]] = {
     "aws": _live_aws_price_usd,
     "alicloud": live_alicloud_price,
     "tencent": live_tencent_price,
+    "azure": _live_azure_price,
 }
 
 

@@ -53,4 +53,7 @@ def isolated_home(
     # fab would otherwise ask EC2 for each aws node's console output (host keys): tests that
     # want it turn it on against their own moto server.
     monkeypatch.setenv("GPUFLEET_CONSOLE_HOST_KEYS", "0")
+    # Azure's Retail Prices API needs no account, so only the URL keeps a test off it: a
+    # closed port on loopback unless a test points it at its own fake.
+    monkeypatch.setenv("GPUFLEET_AZURE_PRICES_URL", "http://127.0.0.1:9/api/retail/prices")
     yield home

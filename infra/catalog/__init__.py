@@ -103,6 +103,8 @@ class InstanceType:
     efa: bool = False
     efa_interfaces: int = 0
     efa_rdma: bool = False  # GPUDirect RDMA over EFA (fab train sets FI_EFA_USE_DEVICE_RDMA=1)
+    infiniband: bool = False  # InfiniBand HCAs between nodes (Azure ND sizes), GPUDirect RDMA
+    infiniband_gbps: int = 0
     nvme_count: int = 0
     nvme_gb: int = 0
     nvlink: bool = False
@@ -145,6 +147,7 @@ class Feature(enum.Enum):
     LOCAL_NVME = "instance-local NVMe scratch"
     STOP_CHARGING = "no compute charge while stopped"
     CONSOLE_HOST_KEYS = "SSH host keys read from the console output before the first connection"
+    INFINIBAND = "InfiniBand RDMA between nodes"
 
 
 @dataclass(frozen=True)

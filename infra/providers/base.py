@@ -101,6 +101,7 @@ PROGRAM_MODULES: Mapping[str, str] = {
     "aws": "infra.providers.aws",
     "alicloud": "infra.providers.alicloud",
     "tencent": "infra.providers.tencent",
+    "azure": "infra.providers.azure",
 }
 _MODULES = PROGRAM_MODULES
 

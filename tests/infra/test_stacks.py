@@ -16,6 +16,8 @@ from infra.offline import PlanResult
 from infra.reaper import tags as T
 
 CAT = load_catalog()
+AZ_VM = "azure-native:compute:VirtualMachine"
+AZ_NSG = "azure-native:network:NetworkSecurityGroup"
 
 
 # Python packages whose name is not pulumi_<package> (token package -> module).
@@ -27,7 +29,8 @@ def _args_class(token: str) -> type | None:
     pkg, mod_path, cls = token.split(":")
     if pkg in ("pulumi", "gpufleet"):
         return None
-    package = PACKAGES.get(pkg, f"pulumi_{pkg}")
+    # azure-native -> pulumi_azure_native
+    package = PACKAGES.get(pkg, f"pulumi_{pkg.replace('-', '_')}")
     mod = mod_path.split("/")[0]
     if mod == "index":  # top-level resources (random.RandomId) live in the package itself
         return getattr(importlib.import_module(package), cls + "Args", None)
@@ -50,7 +53,14 @@ def instances(result: PlanResult) -> list:
         result.of_type("aws:ec2/instance:Instance")
         + result.of_type("alicloud:ecs/instance:Instance")
         + result.of_type(TC_INSTANCE)
+        + result.of_type(AZ_VM)
     )
+
+
+def size_of(node) -> str:
+    if node.type == AZ_VM:
+        return str(node.inputs["hardwareProfile"]["vmSize"])
+    return str(node.inputs["instanceType"])
 
 
 def test_every_taggable_resource_carries_the_stack_tags(stack):
@@ -70,7 +80,7 @@ def test_node_count_and_instance_type_are_what_config_and_catalog_say(stack):
     nodes = instances(result)
     assert len(nodes) == cfg.nodes
     expected = CAT.resolve(cfg.tier, cfg.provider, cfg.profile).name
-    assert {n.inputs["instanceType"] for n in nodes} == {expected}
+    assert {size_of(n) for n in nodes} == {expected}
     roles = sorted(n.inputs["tags"][T.ROLE] for n in nodes)
     assert roles == ["head"] + ["worker"] * (cfg.nodes - 1)
     assert [n["name"] for n in result.outputs["nodes"]] == [
@@ -83,6 +93,8 @@ def test_instance_metadata_requires_tokens_imdsv2(stack):
     for n in instances(result):
         if n.type == TC_INSTANCE:
             continue  # CVM's instance resource has no token-only option (SECURITY.md)
+        if n.type == AZ_VM:
+            continue  # Azure's IMDS has no tokens (Metadata: true header, no hop past the host)
         tokens = n.inputs.get("metadataOptions", {}).get("httpTokens") or n.inputs.get("httpTokens")
         assert tokens == "required", n.name
 
@@ -90,7 +102,10 @@ def test_instance_metadata_requires_tokens_imdsv2(stack):
 def test_every_disk_is_encrypted(stack):
     _, result = stack
     for n in instances(result):
-        if n.type.startswith("aws:"):
+        if n.type == AZ_VM:
+            # platform-managed keys are always on; encryption at host covers temp disk + cache
+            assert n.inputs["securityProfile"]["encryptionAtHost"] is True
+        elif n.type.startswith("aws:"):
             assert n.inputs["rootBlockDevice"]["encrypted"] is True
             for disk in n.inputs.get("ebsBlockDevices", []):
                 assert disk["encrypted"] is True
@@ -108,7 +123,10 @@ def test_every_disk_is_encrypted(stack):
 def test_nodes_stop_rather_than_terminate_and_keep_scratch_disks(stack):
     cfg, result = stack
     for n in instances(result):
-        if n.type.startswith("aws:"):
+        if n.type == AZ_VM:
+            for disk in n.inputs["storageProfile"].get("dataDisks") or []:
+                assert disk["deleteOption"] == ("Delete" if cfg.destroy_data else "Detach")
+        elif n.type.startswith("aws:"):
             assert n.inputs["instanceInitiatedShutdownBehavior"] == "stop"
             for disk in n.inputs.get("ebsBlockDevices", []):
                 assert disk["deleteOnTermination"] is cfg.destroy_data
@@ -130,12 +148,25 @@ def test_ssh_is_never_open_to_the_world(stack):
         for rule in r.inputs.get("ingresses", []):
             if rule.get("port") == "22":
                 ssh_sources.append(rule.get("cidrBlock") or rule.get("ipv6CidrBlock"))
+    for nsg in result.of_type(AZ_NSG):
+        for rule in nsg.inputs["securityRules"]:
+            allowed = rule["direction"] == "Inbound" and rule["access"] == "Allow"
+            ssh = rule["destinationPortRange"] in ("22", "*") and rule["name"] != "intra-stack"
+            if allowed and ssh:
+                ssh_sources.append(rule["sourceAddressPrefix"])
+            assert rule["sourceAddressPrefix"] not in ("*", "Internet", "Any"), rule
     assert sorted(ssh_sources) == sorted(cfg.ssh_cidrs)
     assert not set(ssh_sources) & set(WORLD)
 
 
 def test_nodes_reach_each_other_on_every_port(stack):
-    _, result = stack
+    cfg, result = stack
+    if cfg.provider == "azure":
+        (nsg,) = result.of_type(AZ_NSG)
+        (rule,) = [r for r in nsg.inputs["securityRules"] if r["name"] == "intra-stack"]
+        assert rule["protocol"] == "*" and rule["destinationPortRange"] == "*"
+        assert rule["sourceAddressPrefix"] == rule["destinationAddressPrefix"]  # the subnet
+        return
     protocols = [
         r.inputs.get("ipProtocol")
         for r in result.resources
@@ -203,6 +234,29 @@ def test_bucket_is_private_encrypted_versioned_and_tls_only(stack):
         assert stmt["Effect"] == "Deny"
         assert stmt["Condition"]["bool"]["cos:secure_transport"] == "false"
         assert stmt["Principal"]["qcs"] == ["qcs::cam::anyone:anyone"]
+    elif cfg.provider == "azure":
+        (account,) = [
+            a
+            for a in result.of_type("azure-native:storage:StorageAccount")
+            if a.name == f"{cfg.stack}-account"
+        ]
+        assert account.inputs["allowBlobPublicAccess"] is False
+        assert account.inputs["allowSharedKeyAccess"] is False
+        assert account.inputs["enableHttpsTrafficOnly"] is True
+        assert account.inputs["minimumTlsVersion"] == "TLS1_2"
+        assert account.inputs["encryption"]["services"]["blob"]["enabled"] is True
+        (container,) = [
+            c
+            for c in result.of_type("azure-native:storage:BlobContainer")
+            if c.inputs["containerName"] == "gpufleet"
+        ]
+        assert container.inputs["publicAccess"] == "None"
+        (svc,) = result.of_type("azure-native:storage:BlobServiceProperties")
+        assert svc.inputs["isVersioningEnabled"] is True
+        (lc,) = result.of_type("azure-native:storage:ManagementPolicy")
+        base = lc.inputs["policy"]["rules"][0]["definition"]["actions"]["baseBlob"]
+        days = base["tierToCool"]["daysAfterModificationGreaterThan"]
+        assert days == cfg.bucket_archive_days
     else:
         (bucket,) = result.of_type("alicloud:oss/bucket:Bucket")
         assert bucket.inputs["serverSideEncryptionRule"]["sseAlgorithm"] == "AES256"
@@ -223,7 +277,11 @@ def test_bucket_is_private_encrypted_versioned_and_tls_only(stack):
 def test_spot_stacks_ask_for_spot_that_stops_on_interruption(stack):
     cfg, result = stack
     for n in instances(result):
-        if n.type.startswith("aws:"):
+        if n.type == AZ_VM:
+            assert (n.inputs["priority"] == "Spot") is (cfg.billing == "spot")
+            if cfg.billing == "spot":
+                assert n.inputs["evictionPolicy"] == "Deallocate"  # never Delete
+        elif n.type.startswith("aws:"):
             market = n.inputs.get("instanceMarketOptions")
             if cfg.billing == "spot":
                 assert market["marketType"] == "spot"
@@ -283,8 +341,13 @@ def test_scratch_is_local_nvme_or_a_fast_data_disk(stack):
     else:
         assert scratch["kind"] == "disk" and scratch["size_gb"] == cfg.scratch_gb
         for n in instances(result):
-            disks = n.inputs.get("dataDisks") or n.inputs.get("ebsBlockDevices")
-            size = disks[0].get("size", disks[0].get("volumeSize", disks[0].get("dataDiskSize")))
+            disks = (
+                n.inputs.get("dataDisks")
+                or n.inputs.get("ebsBlockDevices")
+                or n.inputs.get("storageProfile", {}).get("dataDisks")
+            )
+            d = disks[0]
+            size = d.get("size", d.get("volumeSize", d.get("dataDiskSize", d.get("diskSizeGB"))))
             assert len(disks) == 1 and size == cfg.scratch_gb
 
 
@@ -334,6 +397,23 @@ def test_every_stack_declares_its_idle_guard(stack):
         for n in instances(result):
             if cfg.billing != "subscription":
                 assert n.inputs["stoppedMode"] == "STOP_CHARGING"
+    elif cfg.provider == "azure":
+        from infra.providers.azure import AZURE_SCHEDULE, reaper_contract
+
+        (app,) = result.of_type("azure-native:web:WebApp")
+        settings = {s["name"]: s["value"] for s in app.inputs["siteConfig"]["appSettings"]}
+        assert settings["GPUFLEET_STACK"] == cfg.stack
+        assert settings["GPUFLEET_SCHEDULE"] == AZURE_SCHEDULE == "0 */5 * * * *"
+        required, actions = reaper_contract()
+        assert all(settings.get(k) for k in required)
+        (role,) = [
+            r
+            for r in result.of_type("azure-native:authorization:RoleDefinition")
+            if r.name == f"{cfg.stack}-reaper-role"
+        ]
+        assert sorted(role.inputs["permissions"][0]["actions"]) == sorted(actions)
+        assert "delete" not in json.dumps(role.inputs["permissions"]).lower()
+        assert result.of_type("azure-native:applicationinsights:Workbook")
     else:
         (fn,) = result.of_type("alicloud:fc/v3Function:V3Function")
         assert fn.inputs["environmentVariables"]["GPUFLEET_STACK"] == cfg.stack
@@ -368,7 +448,8 @@ def test_outputs_keep_the_documented_contract(stack):
 
     assert set(result.outputs) == set(OUTPUT_DOCS)
     assert result.outputs["ssh_user"] == CAT.providers[cfg.provider].ssh_user
-    assert result.outputs["zone"].startswith(cfg.region)
+    zone = result.outputs["zone"]
+    assert zone.startswith(cfg.region) or zone in CAT.providers[cfg.provider].zone_names
     for node in result.outputs["nodes"]:
         assert set(node) == {"name", "role", "instance_id", "public_ip", "private_ip"}
         assert node["private_ip"].startswith("10.42.")

@@ -38,6 +38,14 @@ def test_the_policies_had_something_to_judge_on_every_stack(shipped: Planned) ->
     nodes = [r for r in res if R.is_gpu_instance(r, R.catalog_gpu_types)]
     assert len(nodes) == shipped.cfg.nodes
     assert all(n.tags[T.STACK] == shipped.cfg.stack for n in nodes)
+    if shipped.cfg.provider == "azure":
+        # Azure's account is private and TLS-only by its own properties, the NSG inline
+        accounts = [r for r in res if r.type == R.AZ_STORAGE_ACCOUNT]
+        assert len(accounts) == 2  # the data account and the Functions host's
+        (nsg,) = [r for r in res if r.type == R.AZ_NSG]
+        rules = nsg.get("securityRules")
+        assert len(rules) >= len(shipped.cfg.ssh_cidrs) + 1
+        return
     buckets = [r for r in res if r.type in R.BUCKET_KINDS]
     assert len(buckets) == 1
     kind = R.BUCKET_KINDS[buckets[0].type]

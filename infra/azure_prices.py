@@ -1,0 +1,85 @@
+"""Azure's public Retail Prices API (no account, no key): one instance size's pay-as-you-go
+Linux price per hour in a region.
+
+https://prices.azure.com/api/retail/prices takes an OData ``$filter`` and answers pages of
+``Items`` with a ``NextPageLink`` to the next page. GPUFLEET_AZURE_PRICES_URL points the
+client elsewhere (the tests: a local fake on 127.0.0.1); pages are bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+DEFAULT_URL = "https://prices.azure.com/api/retail/prices"
+URL_ENV = "GPUFLEET_AZURE_PRICES_URL"
+MAX_PAGES = 10  # one size in one region is a handful of rows: more means a bad filter
+TIMEOUT_S = 15.0
+
+
+class RetailPricesError(LookupError):
+    """The API could not answer (transport, format) or had no matching price."""
+
+
+def retail_filter(size: str, region: str) -> str:
+    """Virtual Machines, this ARM size, this region, hourly consumption prices."""
+    return (
+        "serviceName eq 'Virtual Machines' "
+        f"and armSkuName eq '{size}' "
+        f"and armRegionName eq '{region}' "
+        "and priceType eq 'Consumption'"
+    )
+
+
+def first_page_url(size: str, region: str, base: str | None = None) -> str:
+    query = urllib.parse.urlencode({"$filter": retail_filter(size, region)})
+    return f"{base or os.environ.get(URL_ENV) or DEFAULT_URL}?{query}"
+
+
+def pick_linux_on_demand(items: Sequence[Mapping[str, Any]]) -> tuple[float, str]:
+    """The pay-as-you-go Linux row: not Spot, not Low Priority, not Windows, per hour."""
+    for item in items:
+        product = str(item.get("productName", ""))
+        sku = str(item.get("skuName", ""))
+        if "Windows" in product or "Spot" in sku or "Low Priority" in sku:
+            continue
+        if str(item.get("unitOfMeasure", "")) != "1 Hour":
+            continue
+        price = item.get("retailPrice", item.get("unitPrice"))
+        if isinstance(price, int | float) and price > 0:
+            return float(price), str(item.get("currencyCode") or "USD")
+    raise RetailPricesError("no pay-as-you-go Linux hourly price in the answer")
+
+
+def fetch_items(url: str, max_pages: int = MAX_PAGES) -> list[Mapping[str, Any]]:
+    items: list[Mapping[str, Any]] = []
+    next_url: str | None = url
+    for _ in range(max_pages):
+        if not next_url:
+            return items
+        try:
+            with urllib.request.urlopen(next_url, timeout=TIMEOUT_S) as response:
+                page = json.load(response)
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            raise RetailPricesError(f"Azure Retail Prices API: {exc}") from None
+        except json.JSONDecodeError:
+            raise RetailPricesError("Azure Retail Prices API: the answer is not JSON") from None
+        if not isinstance(page, Mapping) or not isinstance(page.get("Items"), list):
+            raise RetailPricesError("Azure Retail Prices API: no Items in the answer")
+        items.extend(i for i in page["Items"] if isinstance(i, Mapping))
+        link = page.get("NextPageLink")
+        next_url = str(link) if link else None
+    if next_url:
+        raise RetailPricesError(
+            f"Azure Retail Prices API: still more pages after {max_pages}: the filter is too wide"
+        )
+    return items
+
+
+def live_azure_price(size: str, region: str) -> tuple[float, str]:
+    return pick_linux_on_demand(fetch_items(first_page_url(size, region)))
