@@ -17,7 +17,8 @@ from infra.render import jsonable
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "scripts" / "plan.py"
-STACKS = ("a100x4", "a100x8", "h100x8x2", "tencent-a100x4")  # Alicloud, AWS EFA, 2 nodes, Tencent
+# Alicloud, AWS with EFA, AWS two nodes, Tencent, Azure
+STACKS = ("a100x4", "a100x8", "h100x8x2", "tencent-a100x4", "azure-h100x8")
 WIDTHS = (80, 200, None)  # None: piped to a file, no COLUMNS
 ROW = re.compile(r"^ \+  (?P<branch>(?:[│ ]  )*(?:├─ |└─ )?)(?P<type>\S+)(?:\s+(?P<name>\S+))?$")
 

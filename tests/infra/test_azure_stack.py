@@ -1,0 +1,264 @@
+"""The Azure program under Pulumi's mocks: what each shipped Azure stack declares, and the
+bad Azure inputs refused before any resource exists."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.catalog import load_catalog
+from infra.config import ConfigError, load_stack_file, parse_config
+from infra.offline import PLACEHOLDER_SSH_KEY, PlanResult, evaluate
+from infra.providers import azure
+from infra.reaper import tags as T
+
+STACKS = Path(__file__).resolve().parents[2] / "stacks"
+VM = "azure-native:compute:VirtualMachine"
+NSG = "azure-native:network:NetworkSecurityGroup"
+ACCOUNT = "azure-native:storage:StorageAccount"
+CONTAINER = "azure-native:storage:BlobContainer"
+ROLE = "azure-native:authorization:RoleDefinition"
+ASSIGNMENT = "azure-native:authorization:RoleAssignment"
+APP = "azure-native:web:WebApp"
+PPG = "azure-native:compute:ProximityPlacementGroup"
+AVSET = "azure-native:compute:AvailabilitySet"
+
+
+def stack(name: str, **overrides: Any) -> PlanResult:
+    cfg = load_stack_file(STACKS / f"Pulumi.{name}.yaml", {"sshPublicKey": PLACEHOLDER_SSH_KEY})
+    if overrides:
+        raw = {
+            "provider": cfg.provider,
+            "tier": cfg.tier,
+            "region": cfg.region,
+            "sshCidrs": list(cfg.ssh_cidrs),
+            "billing": cfg.billing,
+            "sshPublicKey": PLACEHOLDER_SSH_KEY,
+            **overrides,
+        }
+        cfg = parse_config(raw, name)
+    return evaluate(cfg)
+
+
+@pytest.fixture(scope="module")
+def t4() -> PlanResult:
+    return stack("azure-t4x1")
+
+
+@pytest.fixture(scope="module")
+def h100_pair() -> PlanResult:
+    return stack("azure-h100x8", nodes=2, maxHourlyCost=250)
+
+
+def test_the_spot_dev_box_deallocates_on_eviction_and_never_deletes(t4: PlanResult):
+    (vm,) = t4.of_type(VM)
+    assert vm.inputs["priority"] == "Spot"
+    assert vm.inputs["evictionPolicy"] == "Deallocate"
+    assert vm.inputs["billingProfile"]["maxPrice"] == -1  # up to on-demand, never above
+
+
+def test_a_spot_max_price_from_config_becomes_the_vm_max_price():
+    result = stack("azure-t4x1", spotMaxPrice="0.3")
+    (vm,) = result.of_type(VM)
+    assert vm.inputs["billingProfile"]["maxPrice"] == pytest.approx(0.3)
+
+
+def test_the_vm_size_is_the_catalog_offer_for_the_tier(t4: PlanResult):
+    (vm,) = t4.of_type(VM)
+    want = load_catalog().resolve("t4x1", "azure").name
+    assert vm.inputs["hardwareProfile"]["vmSize"] == want == "Standard_NC4as_T4_v3"
+
+
+def test_a_vm_logs_in_with_the_ssh_key_only(t4: PlanResult):
+    (vm,) = t4.of_type(VM)
+    linux = vm.inputs["osProfile"]["linuxConfiguration"]
+    assert linux["disablePasswordAuthentication"] is True
+    (key,) = linux["ssh"]["publicKeys"]
+    assert key["keyData"] == PLACEHOLDER_SSH_KEY
+    assert "adminPassword" not in vm.inputs["osProfile"]
+
+
+def test_disks_are_encrypted_at_host_and_networking_is_accelerated(t4: PlanResult):
+    (vm,) = t4.of_type(VM)
+    assert vm.inputs["securityProfile"]["encryptionAtHost"] is True
+    (nic,) = t4.of_type("azure-native:network:NetworkInterface")
+    assert nic.inputs["enableAcceleratedNetworking"] is True
+
+
+def test_ssh_is_open_only_to_the_configured_networks(t4: PlanResult):
+    (nsg,) = t4.of_type(NSG)
+    rules = nsg.inputs["securityRules"]
+    ssh = [r for r in rules if r.get("destinationPortRange") == "22"]
+    assert [r["sourceAddressPrefix"] for r in ssh] == ["203.0.113.0/24"]
+    for rule in rules:
+        assert rule["sourceAddressPrefix"] not in ("*", "0.0.0.0/0", "Internet", "Any")
+    (intra,) = [r for r in rules if r["name"] == "intra-stack"]
+    assert intra["sourceAddressPrefix"] == intra["destinationAddressPrefix"] == azure.SUBNET_CIDR
+
+
+def test_the_storage_account_is_private_tls12_and_keyless(t4: PlanResult):
+    data = [a for a in t4.of_type(ACCOUNT) if a.name == "azure-t4x1-account"]
+    (account,) = data
+    assert account.inputs["allowBlobPublicAccess"] is False
+    assert account.inputs["allowSharedKeyAccess"] is False
+    assert account.inputs["minimumTlsVersion"] == "TLS1_2"
+    assert account.inputs["enableHttpsTrafficOnly"] is True
+    assert len(account.inputs["accountName"]) <= 24
+    containers = [c for c in t4.of_type(CONTAINER) if c.inputs["containerName"] == "gpufleet"]
+    assert [c.inputs["publicAccess"] for c in containers] == ["None"]
+    (blob,) = t4.of_type("azure-native:storage:BlobServiceProperties")
+    assert blob.inputs["isVersioningEnabled"] is True
+
+
+def test_old_blobs_go_to_cool_then_archive(t4: PlanResult):
+    (policy,) = t4.of_type("azure-native:storage:ManagementPolicy")
+    (rule,) = policy.inputs["policy"]["rules"]
+    base = rule["definition"]["actions"]["baseBlob"]
+    cool = base["tierToCool"]["daysAfterModificationGreaterThan"]
+    archive = base["tierToArchive"]["daysAfterModificationGreaterThan"]
+    assert 0 < cool < archive
+
+
+def test_the_node_identity_reaches_only_the_stack_container(t4: PlanResult):
+    (container,) = [c for c in t4.of_type(CONTAINER) if c.inputs["containerName"] == "gpufleet"]
+    blob_roles = [
+        a
+        for a in t4.of_type(ASSIGNMENT)
+        if azure.BLOB_DATA_CONTRIBUTOR in str(a.inputs["roleDefinitionId"])
+    ]
+    assert [a.inputs["scope"] for a in blob_roles] == [container.id]
+
+
+def test_the_reaper_role_holds_exactly_the_contract_actions_on_the_stack_group(t4: PlanResult):
+    _, actions = azure.reaper_contract()
+    (role,) = [r for r in t4.of_type(ROLE) if r.name.endswith("-reaper-role")]
+    (perm,) = role.inputs["permissions"]
+    assert sorted(perm["actions"]) == sorted(actions)
+    assert not any("delete" in a.lower() or a.endswith("/write") for a in perm["actions"])
+    (rg,) = [
+        g
+        for g in t4.of_type("azure-native:resources:ResourceGroup")
+        if g.name.endswith("-rg") and not g.name.endswith("-data-rg")
+    ]
+    assert role.inputs["assignableScopes"] == [rg.id]
+    (assignment,) = [a for a in t4.of_type(ASSIGNMENT) if a.name.endswith("-reaper-assignment")]
+    assert assignment.inputs["scope"] == rg.id and assignment.inputs["roleDefinitionId"] == role.id
+
+
+def test_the_function_app_carries_every_setting_the_reaper_requires(t4: PlanResult):
+    required, _ = azure.reaper_contract()
+    (app,) = t4.of_type(APP)
+    settings = {s["name"]: s["value"] for s in app.inputs["siteConfig"]["appSettings"]}
+    for name in required:
+        assert settings[name], name
+    assert settings["GPUFLEET_STACK"] == "azure-t4x1"
+    assert settings["GPUFLEET_APPLY"] == "true"
+    assert settings["GPUFLEET_PROVIDER"] == "azure"
+    assert settings["GPUFLEET_SCHEDULE"] == azure.AZURE_SCHEDULE
+    assert "AzureWebJobsStorage" not in settings  # identity, not a connection string
+    assert app.inputs["kind"] == "functionapp,linux"
+
+
+def test_the_workbook_charts_gpu_memory_and_heartbeat_of_every_node(h100_pair: PlanResult):
+    (book,) = h100_pair.of_type("azure-native:applicationinsights:Workbook")
+    body = json.loads(book.inputs["serializedData"])
+    charts = [i for i in body["items"] if i["type"] == 10]
+    assert len(charts) == 3
+    for chart in charts:
+        assert len(chart["content"]["resourceIds"]) == 2
+
+
+def test_a_multi_node_nd_stack_shares_one_placement_group_and_one_infiniband_set(
+    h100_pair: PlanResult,
+):
+    (ppg,) = h100_pair.of_type(PPG)
+    (avset,) = h100_pair.of_type(AVSET)
+    vms = h100_pair.of_type(VM)
+    assert len(vms) == 2
+    for vm in vms:
+        assert vm.inputs["proximityPlacementGroup"]["id"] == ppg.id
+        assert vm.inputs["availabilitySet"]["id"] == avset.id
+        assert vm.inputs["storageProfile"]["imageReference"]["offer"] == "ubuntu-hpc"
+    roles = sorted(vm.inputs["tags"][T.ROLE] for vm in vms)
+    assert roles == ["head", "worker"]
+
+
+def test_a_single_node_stack_has_no_placement_group(t4: PlanResult):
+    assert t4.of_type(PPG) == [] and t4.of_type(AVSET) == []
+
+
+def test_local_nvme_is_the_scratch_where_the_size_has_it():
+    result = stack("azure-a100x1")
+    (vm,) = result.of_type(VM)
+    assert not vm.inputs["storageProfile"].get("dataDisks")
+    assert result.outputs["scratch"]["kind"] == "nvme"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"region": "east-us"}, "Azure has no region 'east-us' (did you mean 'eastus'?)"),
+        ({"zone": "eastus-1"}, "Azure has no zone 'eastus-1'"),
+        ({"billing": "spot", "spotMaxPrice": "-1"}, "spotMaxPrice"),
+        ({"billing": "subscription"}, "azure has no subscription billing"),
+        ({"tier": "v100x1"}, "azure does not offer tier 'v100x1'"),
+    ],
+)
+def test_bad_azure_inputs_are_refused_before_any_resource(overrides: dict[str, Any], message: str):
+    raw = {
+        "provider": "azure",
+        "tier": "t4x1",
+        "sshCidrs": ["203.0.113.0/24"],
+        "sshPublicKey": PLACEHOLDER_SSH_KEY,
+        **overrides,
+    }
+    with pytest.raises(ConfigError) as exc:
+        parse_config(raw, "azure-bad")
+    assert message in str(exc.value)
+
+
+def test_a_storage_account_name_is_short_lower_case_and_keeps_its_suffix():
+    name = azure.storage_account_name("a-very-long-stack-name-indeed", "abc123")
+    assert len(name) <= 24 and name.endswith("abc123") and name.isalnum() and name.islower()
+
+
+def test_each_node_runs_as_its_own_identity_with_roles_on_its_own_vm(h100_pair: PlanResult):
+    identities = {
+        i.name: i
+        for i in h100_pair.of_type("azure-native:managedidentity:UserAssignedIdentity")
+        if not i.name.endswith("-reaper-identity")
+    }
+    vms = {vm.name: vm for vm in h100_pair.of_type(VM)}
+    assert set(identities) == {f"{n}-identity" for n in vms}
+    for name, vm in vms.items():
+        ident = identities[f"{name}-identity"]
+        assert vm.inputs["identity"]["userAssignedIdentities"] == [ident.id]
+        principal = ident.outputs["principalId"]
+        held = [a for a in h100_pair.of_type(ASSIGNMENT) if a.inputs["principalId"] == principal]
+        scopes = sorted(str(a.inputs["scope"]) for a in held)
+        container = [a for a in held if azure.BLOB_DATA_CONTRIBUTOR in a.inputs["roleDefinitionId"]]
+        assert len(held) == 3 and len(container) == 1
+        assert scopes.count(vm.id) == 2  # its self-deallocate role and the metrics publisher
+    (role,) = [r for r in h100_pair.of_type(ROLE) if r.name == "azure-h100x8-0-self-role"]
+    assert role.inputs["assignableScopes"] == [vms["azure-h100x8-0"].id]
+    assert (
+        "Microsoft.Compute/virtualMachines/delete" not in role.inputs["permissions"][0]["actions"]
+    )
+
+
+def test_the_schedule_setting_is_the_one_the_package_timer_runs_on():
+    # function_app.py imports azure.functions (the Functions host's): read its constant as text
+    import ast
+
+    source = (Path(__file__).resolve().parents[2] / "infra/reaper/function_app.py").read_text()
+    (value,) = [
+        node.value.value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Assign)
+        and [getattr(t, "id", None) for t in node.targets] == ["SCHEDULE"]
+        and isinstance(node.value, ast.Constant)
+    ]
+    assert value == azure.AZURE_SCHEDULE
