@@ -355,6 +355,8 @@ def test_comparison_is_sorted_cheapest_gpu_hour_first_across_providers_and_modes
         ("tencent", "spot"),
         ("tencent", "subscription-month"),
         ("tencent", "subscription-year"),
+        ("azure", "on-demand"),
+        ("azure", "spot"),
     }
     p4d = next(
         o for o in cmp.offers if o.instance_type == "p4d.24xlarge" and o.billing == "on-demand"
@@ -378,9 +380,12 @@ def test_sorting_by_tflop_hour_can_reverse_the_gpu_hour_order():
 
 def test_comparison_in_cny_keeps_cny_prices_unconverted():
     cmp = compare_tier("a100x4", currency="CNY", today=TODAY)
-    od = next(o for o in cmp.offers if o.billing == "on-demand")
+    od = next(o for o in cmp.offers if o.billing == "on-demand" and o.provider == "alicloud")
     assert od.per_gpu_hour == pytest.approx(126.33 / 4)
-    assert cmp.fx == ()
+    # only the USD rows (Azure's NC96ads_A100_v4) went through an exchange rate
+    (rate,) = cmp.fx
+    azure = next(o for o in cmp.offers if o.billing == "on-demand" and o.provider == "azure")
+    assert azure.per_gpu_hour == pytest.approx(14.692 * rate.amount / 4)
 
 
 def test_unknown_tier_and_currency_in_a_comparison_are_clear_errors():

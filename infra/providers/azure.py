@@ -62,8 +62,7 @@ METRICS_PUBLISHER = "3913510d-42f4-4e42-8a64-420c390055eb"
 # A node may read and deallocate itself (the watchdog's power-off path: a shutdown from
 # inside the OS leaves the VM "Stopped" and billed) and write its own tags (the lease, through
 # Tags - Update At Scope); scoped to its own VM. Azure RBAC cannot limit a tag write to one
-# key, so a process on the node could also change its own guard tags (SECURITY.md): the
-# reaper's TTL counts from the VM's own operations, not from a tag the node writes.
+# key, so a process on the node could also change its own guard tags (SECURITY.md).
 NODE_ACTIONS = (
     "Microsoft.Compute/virtualMachines/read",
     "Microsoft.Compute/virtualMachines/instanceView/read",
