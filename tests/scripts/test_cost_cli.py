@@ -186,7 +186,7 @@ def test_compare_json_is_sorted_and_spans_providers_and_billing_modes():
     doc = run_json("--compare", "a100x8")
     offers = doc["offers"]
     assert [o["per_gpu_hour"] for o in offers] == sorted(o["per_gpu_hour"] for o in offers)
-    assert {o["provider"] for o in offers} == {"aws", "alicloud", "tencent"}
+    assert {o["provider"] for o in offers} == {"aws", "alicloud", "tencent", "azure"}
     assert {o["billing"] for o in offers} >= {"on-demand", "spot", "subscription-month"}
     assert doc["currency"] == "USD"
 
