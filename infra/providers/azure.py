@@ -35,7 +35,7 @@ from infra.providers.base import (
     StorageParts,
     unsupported_features,
 )
-from infra.reaper.core import METRIC_GPU_MEM, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
+from infra.reaper.fleet_names import METRIC_GPU_MEM, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
 
 VNET_CIDR = "10.42.0.0/16"
 SUBNET_CIDR = "10.42.0.0/20"
