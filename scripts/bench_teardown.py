@@ -46,7 +46,7 @@ from infra.reaper.fleet_names import (  # noqa: E402
     METRIC_HEARTBEAT,
     NAMESPACE,
 )
-from infra.reaper.policy import UTC  # noqa: E402
+from infra.reaper.idle_rules import UTC  # noqa: E402
 
 
 class NaiveAws(AwsCloud):

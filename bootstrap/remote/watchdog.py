@@ -3,8 +3,8 @@
 
 Runs on the node from a systemd timer (gpufleet-watchdog.timer, every ~minute), as root, with
 the system Python (3.10+) and nothing but the standard library and the node's own tools
-(nvidia-smi, ss, who). Next to it: ``watchdog_policy.py``, the idle rules (the same file the
-cloud reaper runs, infra/reaper/policy.py), and ``watchdog_sync.py``, its bucket sync. What
+(nvidia-smi, ss, who). Next to it: ``idle_rules.py``, the idle rules (the same file the
+cloud reaper runs, infra/reaper/idle_rules.py), and ``watchdog_sync.py``, its bucket sync. What
 differs per cloud is one class per cloud (section "clouds", registry ``CLOUDS``).
 
 One run:
@@ -52,13 +52,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:  # for mypy only; never executed
     from bootstrap.remote import fleet_names as names
-    from bootstrap.remote import watchdog_policy as policy
+    from bootstrap.remote import idle_rules as policy
     from bootstrap.remote import watchdog_sync as sync
 else:
     # Installed side by side in /opt/gpufleet; nothing else is on the node's path. Tests run
     # these files the same way (tests/bootstrap/remote/test_watchdog_alone.py).
     import fleet_names as names  # tag and metric names: the reaper's and the stack's own
-    import watchdog_policy as policy
+    import idle_rules as policy
     import watchdog_sync as sync
 
 UTC = policy.UTC

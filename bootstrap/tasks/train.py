@@ -57,7 +57,7 @@ REMOTE_FILES = (
     "job_launch.py",
     "job_sync.py",
     "watchdog.py",
-    "watchdog_policy.py",
+    "idle_rules.py",
     "watchdog_sync.py",
     "fleet_names.py",
 )

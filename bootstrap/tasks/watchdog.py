@@ -1,7 +1,7 @@
 """The idle watchdog on the nodes: `fab install-watchdog`, `fab keep-alive`, `fab idle-status`.
 
 ``install_watchdog_step`` is also the last step of ``fab setup``. The node side is
-``bootstrap/remote/watchdog.py`` plus the shared policy (``watchdog_policy.py``, the reaper's
+``bootstrap/remote/watchdog.py`` plus the shared idle rules (``idle_rules.py``, the reaper's
 own file), its bucket sync (``watchdog_sync.py``, stdlib only: nothing else to install on the
 node, so the sync path cannot be missing) and two systemd units; everything the steps do on
 the node is a command built by a pure function below, so the plan is tested without a node.
@@ -27,7 +27,7 @@ from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.fleet.runner import FleetReport
 from bootstrap.fleet.system import root_sh, sh
 from infra.nodes import NODE_INFO_PATH as NODE_INFO  # the stack's first-boot facts
-from infra.reaper.policy import MAX_LEASE_HOURS
+from infra.reaper.idle_rules import MAX_LEASE_HOURS
 from infra.render import number
 
 REMOTE_DIR = Path(__file__).resolve().parents[1] / "remote"
@@ -43,8 +43,8 @@ SERVICE = "gpufleet-watchdog.service"
 def node_files(prefix: str = PREFIX, unit_dir: str = UNIT_DIR) -> list[tuple[Path, str, str]]:
     return [
         (REMOTE_DIR / "watchdog.py", f"{prefix}/watchdog.py", "0755"),
-        # The link resolves to infra/reaper/policy.py: the node gets the reaper's own rules.
-        (REMOTE_DIR / "watchdog_policy.py", f"{prefix}/watchdog_policy.py", "0644"),
+        # The link resolves to infra/reaper/idle_rules.py: the node gets the reaper's own rules.
+        (REMOTE_DIR / "idle_rules.py", f"{prefix}/idle_rules.py", "0644"),
         (REMOTE_DIR / "watchdog_sync.py", f"{prefix}/watchdog_sync.py", "0644"),
         # The link resolves to infra/reaper/fleet_names.py: the tag and metric names.
         (REMOTE_DIR / "fleet_names.py", f"{prefix}/fleet_names.py", "0644"),

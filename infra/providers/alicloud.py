@@ -11,7 +11,7 @@ import pulumi
 import pulumi_alicloud as ali
 import pulumi_random as random
 
-from infra import guard as guard_logic
+from infra import reaper_deploy as guard_logic
 from infra.config import ConfigError, StackConfig
 from infra.nodes import NodeSpec, stack_tags
 from infra.providers.base import (

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import pulumi
 import pulumi_aws as aws
 
-from infra import guard as guard_logic
+from infra import reaper_deploy as guard_logic
 from infra.config import ConfigError, StackConfig
 from infra.nodes import NodeSpec, efa_layout, needs_placement_group, stack_tags
 from infra.providers.base import (

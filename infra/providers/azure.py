@@ -22,7 +22,7 @@ import pulumi
 import pulumi_azure_native as az
 import pulumi_random as random
 
-from infra import guard as guard_logic
+from infra import reaper_deploy as guard_logic
 from infra.catalog import InstanceType, load_catalog
 from infra.config import StackConfig
 from infra.nodes import NodeSpec, needs_placement_group, stack_tags

@@ -24,7 +24,7 @@ import pulumi
 import pulumi_random as random
 import tencentcloud_iac_pulumi as tc
 
-from infra import guard as guard_logic
+from infra import reaper_deploy as guard_logic
 from infra.catalog import load_catalog
 from infra.config import ConfigError, StackConfig
 from infra.nodes import NodeSpec, stack_tags
@@ -257,7 +257,7 @@ def function_env(cfg: StackConfig) -> dict[str, str]:
     env = guard_logic.function_env(cfg)
     missing = [k for k in FUNCTION_ENV if k not in env]
     if missing:  # the contract grew: the program must learn to set it
-        raise RuntimeError(f"the Tencent reaper needs {missing}; infra/guard.py sets none")
+        raise RuntimeError(f"the Tencent reaper needs {missing}; infra/reaper_deploy.py sets none")
     return {k: env[k] for k in FUNCTION_ENV}
 
 

@@ -38,7 +38,7 @@ from .core import (
     chunks,
 )
 from .fleet_names import CMS_DIMENSION, CMS_GROUP_ID, METRIC_GPU_UTIL, METRIC_HEARTBEAT
-from .policy import UTC, parse_utc
+from .idle_rules import UTC, parse_utc
 
 PAGE = 100  # DescribeInstances MaxResults ceiling
 STOP_BATCH = 100  # StopInstances InstanceId.N ceiling

@@ -30,7 +30,7 @@ from .core import (
     chunks,
 )
 from .fleet_names import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
-from .policy import UTC
+from .idle_rules import UTC
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient

@@ -65,7 +65,7 @@ from typing import Any
 from . import tags as T
 from .core import Instance, Metrics, ServiceClock, StopResult
 from .fleet_names import METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
-from .policy import UTC
+from .idle_rules import UTC
 
 # The function's settings beyond the common ones (handler.py): the stack declares them.
 REQUIRED_ENV = ("GPUFLEET_AZURE_SUBSCRIPTION_ID", "GPUFLEET_AZURE_RESOURCE_GROUP")

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from . import tags as T
 from .catalog_data import load_table
-from .policy import (
+from .idle_rules import (
     KEEP,
     STOP,
     UTC,

@@ -337,7 +337,7 @@ FUNCTION_MODULES = (
     "core.py",
     "fleet_names.py",
     "handler.py",
-    "policy.py",
+    "idle_rules.py",
     "tags.py",
     "tencent.py",
 )

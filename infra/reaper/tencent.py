@@ -35,7 +35,7 @@ https://www.tencentcloud.com/document/api/248/35974) and is gone from the SDK; t
 successor for custom metrics is the managed Prometheus service (remote write or Pushgateway
 with a bearer token, https://www.tencentcloud.com/document/product/248/63056), which is not
 a TC3-signed API. So on Tencent the reaper sees no heartbeat, and by the evidence rule
-(infra/reaper/policy.py ``decide_cloud``) it never stops a node for being silent: it stops
+(infra/reaper/idle_rules.py ``decide_cloud``) it never stops a node for being silent: it stops
 only on the hard TTL and the lease cap, and keeps protected, leased, prepaid and unreadable
 instances. The idle stop is the node watchdog's own. A GpuUtil answer that is missing,
 partial or failed keeps the instance and fails the run, like every cloud.
@@ -62,7 +62,7 @@ from urllib.parse import urlparse
 
 from . import tags as T
 from .core import Instance, Metrics, ServiceClock, StopResult, chunks
-from .policy import UTC, parse_utc
+from .idle_rules import UTC, parse_utc
 
 # The SCF function's settings (tencent-infra declares exactly these) and its runtime.
 FUNCTION_ENV = ("GPUFLEET_PROVIDER", "GPUFLEET_STACK", "GPUFLEET_REGION", "GPUFLEET_APPLY")

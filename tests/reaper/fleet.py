@@ -18,7 +18,7 @@ import boto3
 
 from infra.reaper import tags as T
 from infra.reaper.fleet_names import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
-from infra.reaper.policy import UTC, format_utc
+from infra.reaper.idle_rules import UTC, format_utc
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"

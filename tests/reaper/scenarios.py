@@ -23,7 +23,7 @@ from infra.reaper import tags as T
 from infra.reaper.aws import AwsCloud
 from infra.reaper.core import reap
 from infra.reaper.fleet_names import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
-from infra.reaper.policy import UTC, format_utc
+from infra.reaper.idle_rules import UTC, format_utc
 from tests.reaper.faultproxy import FaultProxy
 from tests.reaper.fleet import AMI, REGION, age, client, states
 

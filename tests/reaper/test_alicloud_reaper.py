@@ -11,7 +11,7 @@ from infra.reaper import tags as T
 from infra.reaper.alicloud import AlicloudCloud
 from infra.reaper.core import Report, reap
 from infra.reaper.handler import fc_handler
-from infra.reaper.policy import UTC
+from infra.reaper.idle_rules import UTC
 from scripts import teardown
 from tests.reaper.alicloud_fake import FakeAlicloud, FakeInstance
 

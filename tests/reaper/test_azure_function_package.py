@@ -16,7 +16,7 @@ import pytest
 
 from infra.reaper.azure_package import ENTRY, SITE, PackageError, site_files
 from infra.reaper.handler import FUNCTION_MODULES, PACKAGE, build_function_zip
-from infra.reaper.policy import UTC
+from infra.reaper.idle_rules import UTC
 from tests.reaper.azure_fake import RESOURCE_GROUP, SUBSCRIPTION, make_tls
 from tests.reaper.azure_identity_fake import identity_endpoint
 from tests.reaper.test_azure_reaper import AzScenario, build_scenario

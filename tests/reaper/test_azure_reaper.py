@@ -26,7 +26,7 @@ from infra.reaper.azure import (
 )
 from infra.reaper.core import Report, reap
 from infra.reaper.handler import CLOUDS, ConfigError, make_cloud, run
-from infra.reaper.policy import UTC, format_utc
+from infra.reaper.idle_rules import UTC, format_utc
 from scripts import teardown
 from tests.reaper.azure_fake import (
     RESOURCE_GROUP,

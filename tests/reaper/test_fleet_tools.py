@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 from moto.cloudwatch.models import CloudWatchBackend
 
-from infra.reaper.policy import UTC
+from infra.reaper.idle_rules import UTC
 from tests.reaper.fleet import client, moto_get_metric_data, speed_up_moto_metrics
 
 

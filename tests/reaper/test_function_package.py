@@ -26,7 +26,7 @@ from infra.reaper import tags as T
 from infra.reaper import wheelhouse as wh
 from infra.reaper.catalog_data import TABLE_FILE, build_table, family_of, parse_table
 from infra.reaper.handler import FUNCTION_MODULES, PACKAGE, build_function_zip
-from infra.reaper.policy import UTC
+from infra.reaper.idle_rules import UTC
 from tests.reaper.alicloud_fake import FakeAlicloud, FakeInstance
 from tests.support.real import missing_real_part
 

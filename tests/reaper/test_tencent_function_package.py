@@ -16,7 +16,7 @@ import pytest
 
 from infra.reaper import tags as T
 from infra.reaper.handler import build_function_zip
-from infra.reaper.policy import UTC
+from infra.reaper.idle_rules import UTC
 from infra.reaper.tencent import SCF_HANDLER, SCF_RUNTIME
 from tests.reaper.tencent_fake import SECRET_ID, SECRET_KEY, FakeCvm, FakeTencent
 from tests.reaper.test_function_package import PY310, clean_run, unzip

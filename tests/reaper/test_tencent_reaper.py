@@ -12,7 +12,7 @@ import pytest
 from infra.reaper import tags as T
 from infra.reaper.core import Report, reap
 from infra.reaper.handler import CLOUDS, main_handler
-from infra.reaper.policy import UTC
+from infra.reaper.idle_rules import UTC
 from infra.reaper.tencent import TencentCloud, parse_instance
 from scripts import teardown
 from tests.reaper.fleet import Case, cases

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from infra.reaper import policy
+from infra.reaper import idle_rules as policy
 from tests.bootstrap.remote.test_watchdog import BOOT, Timeline, make_dog, wd
 
 LIMITS = policy.Limits(idle_minutes=15, ttl_hours=24)

@@ -4,7 +4,7 @@ credentials from fake metadata services, metrics into moto CloudWatch, and the s
 checked against botocore and the official Alibaba Cloud SDK.
 
 The node files are imported the way the node runs them: from ``bootstrap/remote`` on the
-path, as top-level modules (``watchdog``, ``watchdog_policy``, ``watchdog_sync``), never
+path, as top-level modules (``watchdog``, ``idle_rules``, ``watchdog_sync``), never
 through the project's packages."""
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ BUCKET = "gpufleet-a100x8-test"
 
 def test_the_watchdog_is_loaded_from_the_node_files_not_the_project() -> None:
     assert Path(wd.__file__).resolve().parent == REMOTE
-    assert Path(wd.policy.__file__).name == "watchdog_policy.py"
+    assert Path(wd.policy.__file__).name == "idle_rules.py"
     assert wd.sync is wsync
-    assert "bootstrap.remote.watchdog_policy" not in sys.modules
+    assert "bootstrap.remote.idle_rules" not in sys.modules
 
 
 # ---------------------------------------------------------------- parsers (recorded outputs)
@@ -95,8 +95,8 @@ def test_the_names_next_to_the_watchdog_are_the_reapers_names_file() -> None:
 
 
 def test_the_policy_next_to_the_watchdog_is_the_reapers_policy() -> None:
-    shipped = (REMOTE / "watchdog_policy.py").read_bytes()
-    assert shipped == (REMOTE.parents[1] / "infra" / "reaper" / "policy.py").read_bytes()
+    shipped = (REMOTE / "idle_rules.py").read_bytes()
+    assert shipped == (REMOTE.parents[1] / "infra" / "reaper" / "idle_rules.py").read_bytes()
 
 
 # ---------------------------------------------------------------- simulated node

@@ -231,13 +231,13 @@ def test_shipped_check_sync_fails_clearly_for_a_missing_bucket(
 def test_the_install_task_ships_the_watchdog_its_policy_sync_and_names() -> None:
     assert set(NODE_FILES) == {
         "watchdog.py",
-        "watchdog_policy.py",
+        "idle_rules.py",
         "watchdog_sync.py",
         "fleet_names.py",
     }
 
 
-@pytest.mark.parametrize("missing", ["watchdog_policy", "watchdog_sync", "fleet_names"])
+@pytest.mark.parametrize("missing", ["idle_rules", "watchdog_sync", "fleet_names"])
 def test_shipped_watchdog_without_one_of_its_files_does_not_run(
     tmp_path: Path, missing: str
 ) -> None:
@@ -251,7 +251,7 @@ def test_shipped_watchdog_without_one_of_its_files_does_not_run(
 def test_the_shipped_policy_reads_the_shipped_names_not_the_projects(tmp_path: Path) -> None:
     node_dir = ship(tmp_path)
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import watchdog_policy as p, fleet_names\n"
+        "import sys; sys.path.insert(0, sys.argv[1]); import idle_rules as p, fleet_names\n"
         "assert p.names is fleet_names, p.names\n"
         "print(fleet_names.__file__, p.decide_node.__module__)\n"
         "import importlib.util; print(importlib.util.find_spec('infra'))\n"
@@ -267,7 +267,7 @@ def test_the_shipped_policy_reads_the_shipped_names_not_the_projects(tmp_path: P
     )
     assert done.returncode == 0, done.stderr
     shipped, module = done.stdout.split("\n")[0].split()
-    assert Path(shipped).parent == node_dir and module == "watchdog_policy"
+    assert Path(shipped).parent == node_dir and module == "idle_rules"
     assert done.stdout.split("\n")[1] == "None"  # nothing of the project is importable
 
 

@@ -2,7 +2,7 @@
 
 Standard library only and no project imports but its neighbour ``fleet_names.py`` (the tag
 names, shipped with it everywhere): this very file is copied to every node next to the
-watchdog (``bootstrap/remote/watchdog_policy.py`` is a link to it), so both layers judge
+watchdog (``bootstrap/remote/idle_rules.py`` is a link to it), so both layers judge
 idleness by the same code.
 
 Two entry points, one per layer, built on the same guards:

@@ -1,0 +1,1 @@
+../../infra/reaper/idle_rules.py

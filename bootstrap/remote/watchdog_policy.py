@@ -1,1 +1,0 @@
-../../infra/reaper/policy.py
