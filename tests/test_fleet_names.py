@@ -141,7 +141,7 @@ def test_the_function_zip_packs_fleet_names_and_imports_it_in_a_clean_interprete
     archive.extractall(tmp_path / "fn")
     code = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
-        f"import {PACKAGE}.tags as t, {PACKAGE}.policy as p, {PACKAGE}.fleet_names as n\n"
+        f"import {PACKAGE}.tags as t, {PACKAGE}.idle_rules as p, {PACKAGE}.fleet_names as n\n"
         "assert t.PROTECTED is n.PROTECTED and p.names is n\n"
         "import importlib.util; assert importlib.util.find_spec('infra') is None\n"
         "print(n.__file__)\n"
