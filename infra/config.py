@@ -18,7 +18,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from infra.catalog import PROFILES, Catalog, UnavailableError, load_catalog, provider_names
+from infra.catalog import (
+    PROFILES,
+    Catalog,
+    ProviderInfo,
+    UnavailableError,
+    load_catalog,
+    provider_names,
+)
 from infra.reaper import tags as T
 from infra.suggest import did_you_mean
 
@@ -50,13 +57,13 @@ MAX_TAG_VALUE = 128  # Alicloud's limit (AWS allows 256)
 # Every key a stack may set, with a one-line meaning (the README's config reference mirrors it).
 KEYS: Mapping[str, str] = MappingProxyType(
     {
-        "provider": "aws | alicloud",
+        "provider": "a cloud of the catalog: infra/catalog/clouds/<provider>.toml",
         "tier": "t4x1, a10x1, a100x4, ... (see the catalog)",
         "profile": "general (default) | compute | memory, where the provider has the variant",
         "nodes": "number of GPU nodes (default 1); > 1 makes a cluster",
         "billing": "on-demand (default) | spot | subscription",
         "spotMaxPrice": "spot only: the most to pay per node-hour, in the provider's currency",
-        "subscriptionMonths": "subscription only: 1-9, 12, 24 or 36 (Alicloud PrePaid)",
+        "subscriptionMonths": "subscription only: 1-9, 12, 24 or 36 (where the cloud sells it)",
         "region": "cloud region (default: the provider's price region in the catalog)",
         "zone": "availability zone (default: the first zone offering the instance type)",
         "sshCidrs": "list of CIDRs allowed to reach SSH (required)",
@@ -64,7 +71,7 @@ KEYS: Mapping[str, str] = MappingProxyType(
         "sshPublicKey": "OpenSSH public key installed for the SSH user (required for up)",
         "rootDiskGb": f"root disk size, >= {MIN_ROOT_DISK_GB} (default 200)",
         "scratchGb": "scratch data disk size where the type has no local NVMe (default 500)",
-        "scratchClass": "aws: gp3 | io2; alicloud: PL0-PL3 (ESSD performance level)",
+        "scratchClass": "one of the cloud's scratch_classes in its catalog file (aws: gp3 | io2)",
         "scratchPath": "mount point of the scratch disk(s) on the node (default /scratch)",
         "bucketArchiveDays": "days before bucket objects move to an archive class (default 30)",
         "idleMinutes": "stop after this many idle minutes (default: the tier's, 15 or 30)",
@@ -361,13 +368,20 @@ def tag_problem(
     return None
 
 
-def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = None) -> StackConfig:
-    """Validate the raw `gpufleet:*` values (namespace already stripped) into a StackConfig.
+@dataclass(frozen=True)
+class _Choice:
+    """What the stack rents: cloud, tier, variant and count (the other steps judge against it)."""
 
-    Raises ConfigError listing every problem found.
-    """
-    cat = catalog or load_catalog()
-    r = _Reader(raw)
+    provider: str | None
+    tier: str | None
+    profile: str
+    instance_type: str
+    info: ProviderInfo | None
+    nodes: int
+
+
+def _check_names(r: _Reader, raw: Mapping[str, Any], stack: str) -> None:
+    """The stack's own name (it becomes host, bucket and role names) and every key's."""
     if not _STACK_NAME.fullmatch(stack):
         suggestion = re.sub(r"[^a-z0-9-]+", "-", stack.lower()).strip("-")[:60] or "my-stack"
         r.problem(
@@ -379,6 +393,9 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
         if key not in KEYS:
             r.problem(key, f"unknown key{did_you_mean(key, KEYS)}; valid keys: see README")
 
+
+def _read_choice(r: _Reader, cat: Catalog) -> _Choice:
+    """provider, tier, profile and nodes, and the instance type they resolve to."""
     if not r.has("provider"):
         r.problem("provider", f"required: one of {', '.join(provider_names())}")
     provider = r.choice("provider", provider_names())
@@ -394,7 +411,14 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
             r.problem("tier", str(exc))
     info = cat.providers[provider] if provider else None
     nodes = r.number("nodes", int, 1, minimum=1, maximum=MAX_NODES, why=" per stack")
+    return _Choice(provider, tier, profile, instance_type, info, nodes)
 
+
+def _read_billing(
+    r: _Reader, cat: Catalog, chosen: _Choice
+) -> tuple[str, float | None, int | None]:
+    """billing, spotMaxPrice and subscriptionMonths: each valid alone, together and on the cloud."""
+    info, provider, instance_type = chosen.info, chosen.provider, chosen.instance_type
     billing = r.choice("billing", BILLING_MODES, "on-demand") or "on-demand"
     spot_max = r.number("spotMaxPrice", float, None, minimum=0, maximum=MAX_PRICE)
     if spot_max == 0:
@@ -426,7 +450,11 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
                 f"{spot_max:g} is above the on-demand price {price.on_demand:g} {price.currency}/h "
                 f"of {instance_type}: use on-demand billing instead",
             )
+    return billing, spot_max, months
 
+
+def _read_location(r: _Reader, info: ProviderInfo | None) -> tuple[str, str | None]:
+    """region (a listed one, or one shaped like a region name) and a zone inside it."""
     region = r.text("region", info.default_region if info else None) or ""
     if region and info and info.regions and region not in info.regions:
         r.problem(
@@ -447,11 +475,15 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
         why = info.zone_problem(zone, region)
         if why:
             r.problem("zone", why)
+    return region, zone
 
+
+def _read_ssh(r: _Reader) -> tuple[tuple[str, ...], str | None]:
+    """sshCidrs (required, and not the internet unless allowWorldSsh) and sshPublicKey."""
     allow_world = r.boolean("allowWorldSsh", False)
     cidrs_raw = r.structured("sshCidrs", list)
     cidrs: list[str] = []
-    nets: list[tuple[int, ipaddress.IPv4Network | ipaddress.IPv6Network]] = []
+    nets: list[tuple[int, AnyNetwork]] = []
     if not cidrs_raw:
         r.problem(
             "sshCidrs",
@@ -477,7 +509,11 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
     ssh_key = r.text("sshPublicKey")
     if ssh_key and not _SSH_KEY.match(ssh_key):
         r.problem("sshPublicKey", "not an OpenSSH public key (expected 'ssh-ed25519 AAAA...')")
+    return tuple(cidrs), ssh_key
 
+
+def _read_disks(r: _Reader, info: ProviderInfo | None) -> tuple[int, int, str, str]:
+    """rootDiskGb, and the scratch disk's size, class and mount point, within the cloud's limits."""
     root = r.number(
         "rootDiskGb", int, 200, maximum=info.max_root_disk_gb if info else 16384, why=" GB"
     )
@@ -509,7 +545,14 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
     path_problem = scratch_path_problem(scratch_path)
     if path_problem:
         r.problem("scratchPath", path_problem)
+    return root, scratch_gb, scratch_class, scratch_path
 
+
+def _read_limits(
+    r: _Reader, cat: Catalog, tier: str | None
+) -> tuple[int, int, int, bool, float | None]:
+    """How long things live and what they may cost: bucketArchiveDays, idleMinutes, ttlHours,
+    destroyData and maxHourlyCost (the idle and TTL defaults are the tier's)."""
     tier_obj = cat.tiers[tier] if tier else None
     archive_days = r.number(
         "bucketArchiveDays", int, 30, minimum=1, maximum=MAX_ARCHIVE_DAYS, why=" (ten years)"
@@ -532,32 +575,54 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
     )
     destroy = r.boolean("destroyData", False)
     max_cost = r.number("maxHourlyCost", float, None, minimum=0, maximum=MAX_PRICE)
+    return archive_days, idle, ttl, destroy, max_cost
 
-    tags_raw = r.structured("tags", dict) or {}
+
+def _read_tags(r: _Reader, provider: str | None, cat: Catalog) -> dict[str, str]:
+    """The extra tags, each key and value one the clouds accept and gpufleet does not reserve."""
     tags: dict[str, str] = {}
-    for k, v in tags_raw.items():
+    for k, v in (r.structured("tags", dict) or {}).items():
         problem = tag_problem(k, v, provider, cat)
         if problem:
             r.problem(f"tags.{k}", problem)
         else:
             tags[str(k)] = tag_text(v)
+    return tags
+
+
+def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = None) -> StackConfig:
+    """Validate the raw `gpufleet:*` values (namespace already stripped) into a StackConfig.
+
+    Each step reads its keys and adds what is wrong to the one problem list, so every bad
+    value is reported together. Raises ConfigError listing every problem found.
+    """
+    cat = catalog or load_catalog()
+    r = _Reader(raw)
+    _check_names(r, raw, stack)
+    chosen = _read_choice(r, cat)
+    billing, spot_max, months = _read_billing(r, cat, chosen)
+    region, zone = _read_location(r, chosen.info)
+    cidrs, ssh_key = _read_ssh(r)
+    root, scratch_gb, scratch_class, scratch_path = _read_disks(r, chosen.info)
+    archive_days, idle, ttl, destroy, max_cost = _read_limits(r, cat, chosen.tier)
+    tags = _read_tags(r, chosen.provider, cat)
 
     if r.problems:
         raise ConfigError(r.problems)
-    assert provider and tier  # both required above
+    assert chosen.provider and chosen.tier  # both required above
     return StackConfig(
         stack=stack,
-        provider=provider,
-        tier=tier,
-        profile=profile,
-        instance_type=instance_type,
-        nodes=nodes,
+        provider=chosen.provider,
+        tier=chosen.tier,
+        profile=chosen.profile,
+        instance_type=chosen.instance_type,
+        nodes=chosen.nodes,
         billing=billing,
         spot_max_price=spot_max,
         subscription_months=months,
         region=region,
         zone=zone,
-        ssh_cidrs=tuple(cidrs),
+        ssh_cidrs=cidrs,
         ssh_public_key=ssh_key,
         root_disk_gb=root,
         scratch_gb=scratch_gb,

@@ -46,7 +46,17 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from infra.catalog import DATA_DIR, Catalog, CatalogError, Gpu, InstanceType, _date, load_catalog
+from infra.catalog import (
+    DATA_DIR,
+    Catalog,
+    CatalogError,
+    Gpu,
+    InstanceType,
+    ProviderInfo,
+    Tier,
+    _date,
+    load_catalog,
+)
 from infra.catalog.pricing import Pricing, load_pricing
 from infra.config import SUBSCRIPTION_MONTHS
 from infra.cost import CostError, CostInputs, estimate_cost
@@ -746,6 +756,158 @@ def _fit_advice(
     return None, f"no flag alone makes it fit on {gpus}x {gpu.key}: {hint}{more}"
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What every option of one sizing run is judged against: the workload, the data, the
+    filters and what has been worked out once for all options."""
+
+    w: Workload
+    cat: Catalog
+    prc: Pricing
+    a: Assumptions
+    f: Filters
+    today: dt.date
+    common_currency: str
+    flops: float
+    calibrations: Mapping[str, Calibration]
+    # (tier, nodes) -> (GB needed per GPU, whether that fits), and the sizes that fit
+    fit: Mapping[tuple[str, int], tuple[float, bool]]
+    fitting: Sequence[str]
+
+
+@dataclass(frozen=True)
+class _Speed:
+    """How fast one GPU model runs the workload: its peak, the MFU and where both come from."""
+
+    peak: float
+    mfu: float
+    measured: bool
+    mfu_source: str
+    notes: tuple[str, ...]
+
+
+def _fit_table(
+    w: Workload, cat: Catalog, memory: Memory, a: Assumptions, max_nodes: int
+) -> tuple[dict[tuple[str, int], tuple[float, bool]], list[str]]:
+    """Per (tier, nodes): the GB each GPU needs and whether it fits; and the sizes that fit,
+    smallest GPU memory first (the advice on those that do not names them)."""
+    fit: dict[tuple[str, int], tuple[float, bool]] = {}
+    for tier in cat.tiers.values():
+        gpu = cat.gpus[tier.gpu]
+        for nodes in _node_counts(tier.gpus, max_nodes):
+            need = memory.per_gpu(w.strategy, tier.gpus * nodes, a.fsdp_gathered_layers)
+            fit[(tier.key, nodes)] = (need, need <= usable_gb(gpu, a))
+    fitting = [
+        f"{t}{f' x{n}' if n > 1 else ''}"
+        for (t, n), (_, ok) in sorted(
+            fit.items(),
+            key=lambda kv: (cat.gpus[cat.tiers[kv[0][0]].gpu].memory_gb, kv[0][1]),
+        )
+        if ok
+    ]
+    return fit, fitting
+
+
+def _speed(w: Workload, gpu: Gpu, calibrations: Mapping[str, Calibration]) -> _Speed:
+    """The GPU's peak in the workload's precision and its MFU: measured by verify-gpu where a
+    report says so, else the catalog's expectation."""
+    peak, precision_note = peak_tflops(gpu, w.precision)
+    cal = calibrations.get(gpu.key)
+    if cal is not None:
+        mfu, measured = cal.mfu, True
+        mfu_source = f"measured by verify-gpu ({cal.path}, {cal.started_at}, {cal.hosts} host(s))"
+    else:
+        mfu, measured = gpu.thresholds.get("expected_mfu", 0.2), False
+        mfu_source = "catalog expected_mfu (an unverified estimate)"
+    unverified = (
+        f"{gpu.key} peak unverified" if _peak_field(w.precision, gpu) in gpu.unverified else ""
+    )
+    notes = tuple(n for n in (precision_note, unverified) if n)
+    return _Speed(peak, mfu, measured, mfu_source, notes)
+
+
+def _tier_options(
+    run: _Run, provider: str, info: ProviderInfo, tier: Tier
+) -> tuple[list[Option], dt.date | None]:
+    """One tier on one cloud: an option per node count and billing mode the filters allow,
+    and the date of its price when that is older than the pricing data accepts."""
+    w, a, f = run.w, run.a, run.f
+    it = run.cat.instance(provider, tier.offers[provider]["general"])
+    gpu = run.cat.gpu_for(it)
+    speed = _speed(w, gpu, run.calibrations)
+    options: list[Option] = []
+    stale: dt.date | None = None
+    for nodes in _node_counts(tier.gpus, f.max_nodes):
+        gpus = tier.gpus * nodes
+        need, ok = run.fit[(tier.key, nodes)]
+        eff = scaling_efficiency(it, nodes, a)
+        base = Option(
+            tier=tier.key,
+            provider=provider,
+            instance_type=it.name,
+            billing="on-demand",
+            nodes=nodes,
+            gpus=gpus,
+            gpu_model=gpu.key,
+            gpu_memory_gb=gpu.memory_gb,
+            per_gpu_memory_gb=need,
+            fits=ok,
+            why=None,
+            peak_tflops=speed.peak,
+            mfu=speed.mfu,
+            mfu_source=speed.mfu_source,
+            mfu_measured=speed.measured,
+            scaling_efficiency=eff,
+            hours=run.flops / (gpus * speed.peak * 1e12 * speed.mfu * eff) / 3600,
+            cost=None,
+            cost_range=None,
+            currency=info.currency,
+            cost_common=None,
+            common_currency=run.common_currency,
+            status=OK,
+            notes=speed.notes,
+        )
+        if not ok:
+            usable = usable_gb(gpu, a)
+            fix, advice = _fit_advice(w, gpu, gpus, a, run.fitting)
+            why = (
+                f"needs {need:.1f} GB per GPU, {usable:.1f} usable of "
+                f"{gpu.memory_gb:g} ({a.headroom:.0%} headroom): {need - usable:.1f} GB "
+                f"over; {advice}"
+            )
+            base = replace(base, fix=fix)
+        for billing in info.billing:
+            if f.billings and billing not in f.billings:
+                continue
+            if not ok:
+                options.append(replace(base, billing=billing, status=NO_FIT, why=why, hours=None))
+                continue
+            opt = _priced(base, billing, it, run.cat, run.prc, a, run.today, run.common_currency)
+            if opt.price_date and it.price is not None:
+                d = it.price.date
+                if (run.today - d).days > run.prc.stale_after_days:
+                    stale = min(stale or d, d)
+            options.append(opt)
+    return options, stale
+
+
+def _closing_warnings(
+    options: Sequence[Option], stale: Mapping[str, dt.date], today: dt.date
+) -> list[str]:
+    """What the ranked options rest on that the user should know: old prices, unmeasured MFU."""
+    warnings = [
+        f"{provider} prices are dated {d.isoformat()} ({(today - d).days} days old): "
+        "refresh the catalog or check with scripts/cost.py --live"
+        for provider, d in sorted(stale.items())
+    ]
+    if options and not any(o.mfu_measured for o in options if o.status == OK):
+        warnings.append(
+            "MFU is the catalog's unverified expectation on every row: hours and costs are "
+            "estimates until fab verify-gpu records a report under reports/"
+        )
+    return warnings
+
+
 def size(
     w: Workload,
     *,
@@ -776,29 +938,16 @@ def size(
 
     calibrations = read_calibrations(reports_dir, cat) if reports_dir is not None else {}
     memory = memory_breakdown(w, a)
-    flops = training_flops(w)
     warnings: list[str] = []
     if memory.activations_gb is None:
         warnings.append(
             "activations are not counted (no model shape): a tier shown as fitting may not; "
             "give --model, or --layers --hidden --seq-len"
         )
-
-    # which (tier, nodes) fit, for the advice on those that do not
-    fit_cache: dict[tuple[str, int], tuple[float, bool]] = {}
-    for tier in cat.tiers.values():
-        gpu = cat.gpus[tier.gpu]
-        for nodes in _node_counts(tier.gpus, f.max_nodes):
-            need = memory.per_gpu(w.strategy, tier.gpus * nodes, a.fsdp_gathered_layers)
-            fit_cache[(tier.key, nodes)] = (need, need <= usable_gb(gpu, a))
-    fitting = [
-        f"{t}{f' x{n}' if n > 1 else ''}"
-        for (t, n), (_, ok) in sorted(
-            fit_cache.items(),
-            key=lambda kv: (cat.gpus[cat.tiers[kv[0][0]].gpu].memory_gb, kv[0][1]),
-        )
-        if ok
-    ]
+    fit, fitting = _fit_table(w, cat, memory, a, f.max_nodes)
+    run = _Run(
+        w, cat, prc, a, f, today, common_currency, training_flops(w), calibrations, fit, fitting
+    )
 
     options: list[Option] = []
     stale: dict[str, dt.date] = {}
@@ -808,99 +957,18 @@ def size(
         for tier in cat.tiers.values():
             if "general" not in tier.offers.get(provider, {}):
                 continue
-            it = cat.instance(provider, tier.offers[provider]["general"])
-            gpu = cat.gpu_for(it)
-            peak, precision_note = peak_tflops(gpu, w.precision)
-            cal = calibrations.get(gpu.key)
-            if cal is not None:
-                mfu, measured = cal.mfu, True
-                mfu_source = (
-                    f"measured by verify-gpu ({cal.path}, {cal.started_at}, {cal.hosts} host(s))"
-                )
-            else:
-                mfu, measured = gpu.thresholds.get("expected_mfu", 0.2), False
-                mfu_source = "catalog expected_mfu (an unverified estimate)"
-            notes = tuple(
-                n
-                for n in (
-                    precision_note,
-                    f"{gpu.key} peak unverified"
-                    if _peak_field(w.precision, gpu) in gpu.unverified
-                    else "",
-                )
-                if n
-            )
-            for nodes in _node_counts(tier.gpus, f.max_nodes):
-                gpus = tier.gpus * nodes
-                need, ok = fit_cache[(tier.key, nodes)]
-                eff = scaling_efficiency(it, nodes, a)
-                base_hours = flops / (gpus * peak * 1e12 * mfu * eff) / 3600
-                base = Option(
-                    tier=tier.key,
-                    provider=provider,
-                    instance_type=it.name,
-                    billing="on-demand",
-                    nodes=nodes,
-                    gpus=gpus,
-                    gpu_model=gpu.key,
-                    gpu_memory_gb=gpu.memory_gb,
-                    per_gpu_memory_gb=need,
-                    fits=ok,
-                    why=None,
-                    peak_tflops=peak,
-                    mfu=mfu,
-                    mfu_source=mfu_source,
-                    mfu_measured=measured,
-                    scaling_efficiency=eff,
-                    hours=base_hours,
-                    cost=None,
-                    cost_range=None,
-                    currency=info.currency,
-                    cost_common=None,
-                    common_currency=common_currency,
-                    status=OK,
-                    notes=notes,
-                )
-                if not ok:
-                    usable = usable_gb(gpu, a)
-                    fix, advice = _fit_advice(w, gpu, gpus, a, fitting)
-                    why = (
-                        f"needs {need:.1f} GB per GPU, {usable:.1f} usable of "
-                        f"{gpu.memory_gb:g} ({a.headroom:.0%} headroom): {need - usable:.1f} GB "
-                        f"over; {advice}"
-                    )
-                    base = replace(base, fix=fix)
-                for billing in info.billing:
-                    if f.billings and billing not in f.billings:
-                        continue
-                    if not ok:
-                        options.append(
-                            replace(base, billing=billing, status=NO_FIT, why=why, hours=None)
-                        )
-                        continue
-                    opt = _priced(base, billing, it, cat, prc, a, today, common_currency)
-                    if opt.price_date and it.price is not None:
-                        d = it.price.date
-                        if (today - d).days > prc.stale_after_days:
-                            stale[provider] = min(stale.get(provider, d), d)
-                    options.append(opt)
+            offered, dated = _tier_options(run, provider, info, tier)
+            options += offered
+            if dated is not None:
+                stale[provider] = min(stale.get(provider, dated), dated)
 
     options = [_filter(o, f, budget_common) for o in options]
     _impossible(options, f, budget_common, common_currency)
     options.sort(key=_rank_key)
-    for provider, d in sorted(stale.items()):
-        warnings.append(
-            f"{provider} prices are dated {d.isoformat()} ({(today - d).days} days old): "
-            "refresh the catalog or check with scripts/cost.py --live"
-        )
-    if options and not any(o.mfu_measured for o in options if o.status == OK):
-        warnings.append(
-            "MFU is the catalog's unverified expectation on every row: hours and costs are "
-            "estimates until fab verify-gpu records a report under reports/"
-        )
+    warnings += _closing_warnings(options, stale, today)
     return SizingResult(
         workload=w,
-        flops=flops,
+        flops=run.flops,
         memory=memory,
         options=tuple(options),
         common_currency=common_currency,

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a file from a checkout without the editable install
     sys.path.insert(0, str(REPO))
 
-from infra.catalog import CatalogError, load_catalog  # noqa: E402
+from infra.catalog import CatalogError, Feature, ProviderInfo, load_catalog  # noqa: E402
 from infra.sizing import (  # noqa: E402
     ATTENTION,
     BILLINGS,
@@ -376,17 +376,9 @@ def _wrap(text: str, indent: str = "  ", first: str | None = None) -> list[str]:
     return [line.replace(NBSP, " ") for line in lines]
 
 
-def render(
-    result: SizingResult,
-    *,
-    top: int,
-    show_all: bool,
-    model_name: str | None,
-    alternative: tuple[str, SizingResult] | None = None,
-) -> str:
-    """The report as plain lines no wider than 80 columns."""
-    w, m, a = result.workload, result.memory, result.assumptions
-    cur = result.common_currency
+def _section_workload(result: SizingResult, model_name: str | None) -> list[str]:
+    """The title and what is trained: precision, optimizer, strategy, shape and FLOPs."""
+    w = result.workload
     lines: list[str] = []
     title = f"{w.model} ({model_name})" if w.model else "custom model"
     unit = "images" if w.kind == "cnn" else "tokens"
@@ -408,8 +400,12 @@ def render(
         f"{k} x params x tokens" if w.kind == "transformer" else "measured FLOPs per image x images"
     )
     lines.append(f"  training FLOPs: {result.flops:.3g} ({flops_how})")
-    lines.append("")
-    lines.append("Memory per GPU before sharding (GB)")
+    return lines
+
+
+def _section_memory(result: SizingResult) -> list[str]:
+    """Memory per GPU, part by part with how each is counted, and the fit rule."""
+    w, m, a = result.workload, result.memory, result.assumptions
     per = m.per_param
     rows = [
         ("weights", m.weights_gb, f"{per.weights:g} B/param"),
@@ -423,6 +419,7 @@ def render(
         ("activations", m.activations_gb, m.activation_formula),
         ("overhead", m.overhead_gb, "CUDA context, workspaces, NCCL buffers (estimate)"),
     ]
+    lines = ["Memory per GPU before sharding (GB)"]
     for name, value, how in rows:
         lines += _wrap(how, " " * 20, f"  {name:<12}{_gb(value):>6}  ")
     total = m.states_gb + (m.activations_gb or 0) + m.overhead_gb
@@ -438,45 +435,97 @@ def render(
         "al. 2020).",
         "  ",
     )
-    lines.append("")
+    return lines
 
+
+def _and(names: Sequence[str]) -> str:
+    """'A', 'A and B', 'A, B and C'."""
+    if len(names) < 2:
+        return "".join(names)
+    return f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def billing_note(providers: Sequence[ProviderInfo], spot_overhead: float) -> str:
+    """The footnote on how spot and subscription rows are priced: which of these clouds sell
+    a subscription, and why the others do not (both are catalog facts)."""
+    text = (
+        f"Spot: the middle of its range, with +{spot_overhead:.0%} hours for interruptions "
+        "and restarts."
+    )
+    selling = [p.title or p.name for p in providers if "subscription" in p.billing]
+    if selling:
+        text += (
+            f" Subscription: whole months on {_and(selling)}, only when cheaper than on-demand "
+            "for the same hours."
+        )
+    for p in providers:
+        if "subscription" not in p.billing:
+            # the catalog gives every cloud without subscription billing its reason
+            why = p.unsupported.get(Feature.SUBSCRIPTION, "not offered")
+            text += f" No subscription on {p.title or p.name}: {why}."
+    return text
+
+
+def _considered(result: SizingResult) -> list[ProviderInfo]:
+    """The clouds this run ranked, in the catalog's order."""
+    chosen = result.filters.providers
+    return [p for name, p in load_catalog().providers.items() if not chosen or name in chosen]
+
+
+def _section_options(result: SizingResult, top: int, show_all: bool) -> list[str]:
+    """The ranked table, its footnote and the best option spelled out."""
+    cur = result.common_currency
     ok = [o for o in result.options if o.status == OK]
     shown = ok if show_all else ok[:top]
-    lines.append(f"Options ranked by the cost of the whole run in {cur}")
-    if shown:
-        lines.append(
-            f"{'#':>3} {'tier':<14}{'cloud':<9}{'billing':<10}{'GB/GPU':>10}"
-            f"{'hours':>8}{'cost':>14}{cur:>10}"
+    lines = [f"Options ranked by the cost of the whole run in {cur}"]
+    if not shown:
+        return [*lines, "  no option is left: see below"]
+    lines.append(
+        f"{'#':>3} {'tier':<14}{'cloud':<9}{'billing':<10}{'GB/GPU':>10}"
+        f"{'hours':>8}{'cost':>14}{cur:>10}"
+    )
+    index = {id(o): i + 1 for i, o in enumerate(result.options)}
+    for o in shown:
+        lines.append(_row(index[id(o)], o))
+    if len(ok) > len(shown):
+        lines.append(f"    ... {len(ok) - len(shown)} more (--all, or --json)")
+    lines += _wrap(
+        "~ an estimate (MFU not measured, or an estimated spot range or term). "
+        + billing_note(_considered(result), result.assumptions.spot_overhead),
+        "  ",
+    )
+    best = shown[0]
+    lines += _wrap(
+        f"Best: {best.label} on {best.provider} ({best.instance_type}), {_billing(best)}: "
+        f"{best.gpus}x {best.gpu_model}, {_hours(best.hours)} h, "
+        f"{_money(best.cost, best.currency)}"
+        + (
+            f" (range {_money(best.cost_range[0])}-{_money(best.cost_range[1])})"
+            if best.cost_range
+            else ""
         )
-        index = {id(o): i + 1 for i, o in enumerate(result.options)}
-        for o in shown:
-            lines.append(_row(index[id(o)], o))
-        if len(ok) > len(shown):
-            lines.append(f"    ... {len(ok) - len(shown)} more (--all, or --json)")
-        lines += _wrap(
-            "~ an estimate (MFU not measured, or an estimated spot range or term). Spot: the "
-            f"middle of its range, with +{a.spot_overhead:.0%} hours for interruptions and "
-            "restarts. Subscription: whole months (Alicloud PrePaid), only when cheaper than "
-            "on-demand for the same hours.",
-            "  ",
-        )
-        best = shown[0]
-        lines += _wrap(
-            f"Best: {best.label} on {best.provider} ({best.instance_type}), {_billing(best)}: "
-            f"{best.gpus}x {best.gpu_model}, {_hours(best.hours)} h, "
-            f"{_money(best.cost, best.currency)}"
-            + (
-                f" (range {_money(best.cost_range[0])}-{_money(best.cost_range[1])})"
-                if best.cost_range
-                else ""
-            )
-            + f". {best.peak_tflops:g} TF/s peak per GPU x MFU {best.mfu:.0%} x scaling "
-            f"{best.scaling_efficiency:.2f}. Notes: {'; '.join(best.notes) or 'none'}.",
-            "  ",
-            "  ",
-        )
-    else:
-        lines.append("  no option is left: see below")
+        + f". {best.peak_tflops:g} TF/s peak per GPU x MFU {best.mfu:.0%} x scaling "
+        f"{best.scaling_efficiency:.2f}. Notes: {'; '.join(best.notes) or 'none'}.",
+        "  ",
+        "  ",
+    )
+    return lines
+
+
+def render(
+    result: SizingResult,
+    *,
+    top: int,
+    show_all: bool,
+    model_name: str | None,
+    alternative: tuple[str, SizingResult] | None = None,
+) -> str:
+    """The report as plain lines no wider than 80 columns."""
+    lines = _section_workload(result, model_name)
+    lines.append("")
+    lines += _section_memory(result)
+    lines.append("")
+    lines += _section_options(result, top, show_all)
     lines.append("")
     if alternative is not None:
         lines += render_alternative(alternative[1], alternative[0]).splitlines()

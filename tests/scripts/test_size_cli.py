@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from infra.catalog import Feature, ProviderInfo, load_catalog
 from tests.support.real import missing_real_part
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,6 +117,53 @@ def test_a_recorded_report_changes_the_mfu_and_the_output_says_so(tmp_path: Path
     a100 = next(o for o in doc["options"] if o["gpu_model"] == "A100-40GB")
     assert a100["mfu"] == 0.4 and "measured by verify-gpu" in a100["mfu_source"]
     assert doc["calibrations"]["A100-40GB"]["mfu"] == 0.4
+
+
+def _cloud(name: str, billing: tuple[str, ...], **why: str) -> ProviderInfo:
+    unsupported = {Feature[k.upper()]: v for k, v in why.items()}
+    return ProviderInfo(
+        name, "USD", "r-1", "r-1", "u", billing, title=name.title(), unsupported=unsupported
+    )
+
+
+def test_billing_note_names_the_clouds_that_sell_a_subscription_and_why_the_others_do_not():
+    note = cli.billing_note(
+        [
+            _cloud("north", ("on-demand", "spot", "subscription")),
+            _cloud("east", ("on-demand",), subscription="reserved terms are sold apart"),
+            _cloud("south", ("on-demand", "subscription")),
+        ],
+        0.1,
+    )
+    assert "+10% hours for interruptions" in note
+    assert "Subscription: whole months on North and South, only when cheaper" in note
+    assert note.endswith("No subscription on East: reserved terms are sold apart.")
+
+
+def test_billing_note_without_a_cloud_that_sells_one_says_only_why_not():
+    note = cli.billing_note([_cloud("east", ("spot",), subscription="terms are sold apart")], 0.2)
+    assert "whole months" not in note
+    assert note.endswith(
+        "+20% hours for interruptions and restarts. No subscription on East: terms are sold apart."
+    )
+
+
+def test_the_footnote_reads_each_clouds_billing_from_the_catalog_for_the_clouds_ranked():
+    providers = load_catalog().providers
+    code, out, _ = run("--model", "gpt2", "--tokens", "1e9")
+    assert code == 0
+    text = " ".join(out.split())
+    selling = [p.title for p in providers.values() if "subscription" in p.billing]
+    assert f"Subscription: whole months on {', '.join(selling[:-1])} and {selling[-1]}," in text
+    for p in providers.values():
+        if "subscription" not in p.billing:
+            why = " ".join(p.unsupported[Feature.SUBSCRIPTION].split())
+            assert f"No subscription on {p.title}: {why}." in text
+    one = next(iter(providers))
+    code, out, _ = run("--model", "gpt2", "--tokens", "1e9", "--providers", one)
+    others = [p.title for name, p in providers.items() if name != one]
+    assert code == 0 and not any(f"on {title}" in " ".join(out.split()) for title in others)
+    assert max(len(line) for line in out.splitlines()) <= 80
 
 
 def test_piped_output_has_no_terminal_escapes():
