@@ -12,7 +12,8 @@ What to install is decided by :func:`plan_driver`, a pure function of what the p
   whose version must match the driver; without it CUDA init fails on those nodes.
 
 Sources: NVIDIA driver installation guide (Ubuntu, cuda-keyring), fabric manager packaging
-(github.com/NVIDIA/apt-packaging-fabric-manager), and ../shared/reference/gpu-facts.md.
+(github.com/NVIDIA/apt-packaging-fabric-manager), and the team's notes on GPU facts (gpu-facts.md,
+not in this repository).
 """
 
 from __future__ import annotations
