@@ -120,6 +120,15 @@ def efa_layout(efa_interfaces: int) -> list[tuple[int, int, str]]:
     return layout
 
 
+def infiniband(cfg: StackConfig, itype: InstanceType) -> bool:
+    """InfiniBand between nodes: the size's HCAs come with the VM (nothing is attached, unlike
+    EFA interfaces), so every stack of an InfiniBand type has them, a single node included.
+    That mirrors the multi-card EFA types, which get their interfaces on one node too: the
+    node's NCCL settings are the same whether the stack has one node or grows to several.
+    Only where the cloud supports the feature (catalog data, never the provider's name)."""
+    return itype.infiniband and load_catalog().providers[cfg.provider].supports(Feature.INFINIBAND)
+
+
 def needs_placement_group(cfg: StackConfig, itype: InstanceType) -> bool:
     """A cluster placement group keeps nodes on the same spine (where the cloud has one)."""
     if not load_catalog().providers[cfg.provider].supports(Feature.PLACEMENT_GROUP):
@@ -198,9 +207,13 @@ def plan_nodes(cfg: StackConfig, catalog: Catalog | None = None) -> list[NodeSpe
 
 
 def tier_summary(cfg: StackConfig, catalog: Catalog | None = None) -> dict[str, object]:
+    """The ``tier`` stack output. ``efa`` and ``infiniband`` say which fabric links the nodes
+    (bootstrap sets NCCL's environment from them: bootstrap/fleet/fabric.py);
+    ``infiniband_gbps`` is the size's total InfiniBand bandwidth (0 without InfiniBand)."""
     cat = catalog or load_catalog()
     itype = cat.instance(cfg.provider, cfg.instance_type)
     gpu = cat.gpu_for(itype)
+    ib = infiniband(cfg, itype)
     return {
         "name": cfg.tier,
         "profile": cfg.profile,
@@ -211,4 +224,6 @@ def tier_summary(cfg: StackConfig, catalog: Catalog | None = None) -> dict[str, 
         "nvlink": itype.nvlink,
         "nvswitch": itype.nvswitch,
         "efa": efa_interfaces(cfg, itype) > 0,
+        "infiniband": ib,
+        "infiniband_gbps": itype.infiniband_gbps if ib else 0,
     }

@@ -27,7 +27,7 @@ OUTPUT_DOCS = {
     "provider": "aws | alicloud | tencent (a cloud in infra/catalog/clouds/)",
     "region": "region the stack lives in",
     "zone": "availability zone of the nodes",
-    "tier": "tier summary: GPU model, count, memory, instance type, NVLink/EFA",
+    "tier": "tier summary: GPU model, count, memory, instance type, NVLink, EFA/InfiniBand",
     "nodes": "per node: name, role (head|worker), instance_id, public_ip, private_ip",
     "ssh_user": "user to SSH in as",
     "bucket": "object-storage bucket for datasets, checkpoints and reports",

@@ -112,6 +112,8 @@ class TierInfo:
     gpu_model: str | None = None
     gpu_count: int | None = None
     nvswitch: bool = False
+    efa: bool = False  # the fabric between nodes (bootstrap/fleet/fabric.py reads the output)
+    infiniband: bool = False
 
 
 @dataclass(frozen=True)

@@ -188,6 +188,8 @@ def parse_stack_outputs(outputs: Mapping[str, Any], *, source: str = "stack outp
         gpu_model=_optional(tier_raw, "gpu_model", tier_where, str, "a GPU model name"),
         gpu_count=_optional(tier_raw, "gpu_count", tier_where, int, "a whole number"),
         nvswitch=bool(_optional(tier_raw, "nvswitch", tier_where, bool, "true or false")),
+        efa=bool(_optional(tier_raw, "efa", tier_where, bool, "true or false")),
+        infiniband=bool(_optional(tier_raw, "infiniband", tier_where, bool, "true or false")),
     )
     scratch_raw = _object(outputs, "scratch", source)
     scratch_where = f"{source}.scratch"

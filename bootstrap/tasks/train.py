@@ -42,13 +42,13 @@ from rich.table import Table
 
 from bootstrap.fleet.api import Host, HostContext, Options, StepFailed, StepResult, step
 from bootstrap.fleet.cli import FleetArgs, fleet_task, resolve_fleet
+from bootstrap.fleet.fabric import network_env
 from bootstrap.fleet.hosts import Fleet
 from bootstrap.fleet.runner import FleetReport, run_fleet, summary_table
 from bootstrap.fleet.system import probe_step, sh
 from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.tasks.verify import master_address
 from bootstrap.verify.ship import parse_node_env
-from infra.catalog import load_catalog
 from infra.render import literal_console
 
 REMOTE_DIR = Path(__file__).resolve().parents[1] / "remote"
@@ -258,27 +258,6 @@ def validate_name(name: str) -> str:
 def new_job_id(name: str, now: dt.datetime, token: str) -> str:
     """``<name>-<UTC yymmdd-HHMMSS>-<4 hex>``: sortable, unique, safe in paths and units."""
     return f"{name}-{now.astimezone(dt.UTC).strftime('%y%m%d-%H%M%S')}-{token[:4]}"
-
-
-def network_env(tier: Mapping[str, Any], provider: str | None) -> dict[str, str]:
-    """NCCL/libfabric settings the tier's network needs, from the catalog and stack data.
-
-    EFA (the stack's ``tier.efa``): the EFA libfabric provider, and GPUDirect RDMA where the
-    instance type supports it (the catalog's ``efa_rdma``). Anything else: plain TCP sockets,
-    for which NCCL's defaults are right.
-    """
-    if not tier.get("efa"):
-        return {}
-    env = {"FI_PROVIDER": "efa", "NCCL_SOCKET_IFNAME": "^lo,docker"}
-    itype = tier.get("instance_type")
-    if provider and itype:
-        try:
-            rdma = load_catalog().instance(provider, str(itype)).efa_rdma
-        except KeyError:
-            rdma = False
-        if rdma:
-            env["FI_EFA_USE_DEVICE_RDMA"] = "1"
-    return env
 
 
 def bucket_prefix(head_name: str, job: str) -> str:

@@ -105,6 +105,12 @@ class InstanceType:
     efa_rdma: bool = False  # GPUDirect RDMA over EFA (fab train sets FI_EFA_USE_DEVICE_RDMA=1)
     infiniband: bool = False  # InfiniBand HCAs between nodes (Azure ND sizes), GPUDirect RDMA
     infiniband_gbps: int = 0
+    # What the size's node image needs NCCL told (InfiniBand types): the topology file the
+    # image ships and the interface for NCCL's bootstrap sockets; ``fabric_source`` names the
+    # sources these come from (bootstrap/fleet/fabric.py turns them into the environment).
+    nccl_topo_file: str = ""
+    nccl_socket_ifname: str = ""
+    fabric_source: str = ""
     nvme_count: int = 0
     nvme_gb: int = 0
     nvlink: bool = False
@@ -486,6 +492,12 @@ def _instances(
                 spot_source=p.get("spot_source"),
                 estimate=bool(p.get("estimate", False)),
             )
+        fabric_tags = str(row.get("fabric_source", "")).replace(",", " ").split()
+        for tag in fabric_tags:
+            if tag not in sources:
+                raise CatalogError(f"{where}: fabric_source {tag!r} is not in sources.toml")
+        if (row.get("nccl_topo_file") or row.get("nccl_socket_ifname")) and not fabric_tags:
+            raise CatalogError(f"{where}: nccl_* settings need a fabric_source")
         out[(provider.name, name)] = InstanceType(
             provider=provider.name, name=name, price=price, **row
         )

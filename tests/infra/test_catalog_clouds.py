@@ -125,3 +125,44 @@ def test_a_file_in_clouds_without_a_provider_table_is_a_catalog_error(catalog_co
     (catalog_copy / "clouds" / "notes.toml").write_text('title = "scratch notes"\n')
     with pytest.raises(CatalogError, match=r"clouds/notes.toml: a \[provider\] table is required"):
         provider_names()
+
+
+IB_TYPE = """
+[instances."ex.ib8"]
+gpu = "H100-80GB"
+gpus = 8
+vcpus = 96
+memory_gib = 1900
+network_gbps = 80
+infiniband = true
+infiniband_gbps = 3200
+nccl_socket_ifname = "ens5"
+nccl_topo_file = "/opt/example/topo.xml"
+fabric_source = "EXC"
+spec_source = "EXC"
+"""
+
+
+def test_a_new_clouds_infiniband_type_gets_its_own_nccl_settings_from_its_file(catalog_copy):
+    from bootstrap.fleet.fabric import INFINIBAND, fabric_env
+
+    text = NEW_CLOUD.replace("[tiers]", IB_TYPE + "\n[tiers]")
+    (catalog_copy / "clouds" / "examplecloud.toml").write_text(text)
+    got = fabric_env({"instance_type": "ex.ib8"}, "examplecloud", load_catalog())
+    assert got.fabric == INFINIBAND and got.source == "EXC"
+    assert got.env["NCCL_SOCKET_IFNAME"] == "ens5"
+    assert got.env["NCCL_TOPO_FILE"] == "/opt/example/topo.xml"
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (('fabric_source = "EXC"\n', ""), "nccl_\\* settings need a fabric_source"),
+        (('fabric_source = "EXC"', 'fabric_source = "EXC, NOPE"'), "fabric_source 'NOPE'"),
+    ],
+)
+def test_nccl_settings_without_a_known_source_are_a_catalog_error(catalog_copy, edit, says):
+    text = NEW_CLOUD.replace("[tiers]", IB_TYPE.replace(*edit) + "\n[tiers]")
+    (catalog_copy / "clouds" / "examplecloud.toml").write_text(text)
+    with pytest.raises(CatalogError, match=says):
+        load_catalog()

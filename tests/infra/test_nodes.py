@@ -13,9 +13,11 @@ from infra.nodes import (
     NODE_INFO_PATH,
     efa_interfaces,
     efa_layout,
+    infiniband,
     needs_placement_group,
     plan_nodes,
     plan_scratch,
+    tier_summary,
 )
 from infra.reaper import tags as T
 
@@ -130,3 +132,28 @@ def test_user_data_is_valid_bash_that_records_the_node(tmp_path):
 def test_user_data_refuses_names_that_are_not_hostnames():
     with pytest.raises(ValueError, match="hostname"):
         plan_nodes(cfg(stack="Bad_Name"))
+
+
+def test_tier_summary_says_infiniband_for_every_nd_stack_and_keeps_efa_for_aws():
+    h100 = cfg(provider="azure", tier="h100x8", region="eastus", maxHourlyCost=1000)
+    a100 = cfg(provider="azure", tier="a100x8", region="eastus", nodes=2, maxHourlyCost=1000)
+    p4d = cfg(nodes=2)
+    t4 = cfg(provider="azure", tier="t4x1", region="eastus")
+    assert {k: tier_summary(h100)[k] for k in ("efa", "infiniband", "infiniband_gbps")} == {
+        "efa": False,
+        "infiniband": True,
+        "infiniband_gbps": 3200,
+    }
+    assert (tier_summary(a100)["infiniband"], tier_summary(a100)["infiniband_gbps"]) == (True, 1600)
+    assert (tier_summary(p4d)["efa"], tier_summary(p4d)["infiniband"]) == (True, False)
+    assert (tier_summary(t4)["infiniband"], tier_summary(t4)["infiniband_gbps"]) == (False, 0)
+
+
+def test_infiniband_follows_the_catalog_type_not_the_node_count():
+    one = cfg(provider="azure", tier="h100x8", region="eastus", maxHourlyCost=1000)
+    nd = CAT.instance("azure", "Standard_ND96isr_H100_v5")
+    nc = CAT.instance("azure", "Standard_NC24ads_A100_v4")
+    assert infiniband(one, nd) is True
+    assert infiniband(one, nc) is False
+    # A cloud whose catalog says it cannot do InfiniBand never gets it, whatever the type says.
+    assert infiniband(cfg(nodes=2), nd) is False

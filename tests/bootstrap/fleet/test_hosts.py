@@ -42,6 +42,15 @@ def test_stack_outputs_give_hosts_user_tier_and_scratch_head_first() -> None:
     assert fleet.scratch.devices == 8 and fleet.scratch.path == "/scratch"
 
 
+def test_the_fabric_flags_of_the_tier_output_are_read_and_checked() -> None:
+    fleet = parse_stack_outputs(outputs())
+    assert (fleet.tier.efa, fleet.tier.infiniband) == (True, False)
+    nd = outputs(tier={"name": "h100x8", "infiniband": True, "infiniband_gbps": 3200})
+    assert parse_stack_outputs(nd).tier.infiniband is True
+    with pytest.raises(HostDiscoveryError, match=r"tier.infiniband: expected true or false"):
+        parse_stack_outputs(outputs(tier={"name": "h100x8", "infiniband": "yes"}))
+
+
 def test_inventory_extras_set_port_key_and_per_node_host() -> None:
     data = outputs(ssh_port=2222, ssh_key="/keys/id")
     data["nodes"][0]["host"] = "bastion-fwd.example"

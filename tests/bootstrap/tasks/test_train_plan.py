@@ -194,6 +194,22 @@ def test_efa_tiers_get_the_efa_provider_and_rdma_only_where_the_catalog_says() -
     )
 
 
+def test_an_nd_stack_trains_with_the_infiniband_env_and_the_users_env_over_it(
+    tmp_path: Path,
+) -> None:
+    tier = {"name": "h100x8", "instance_type": "Standard_ND96isr_H100_v5", "efa": False}
+    f = fleet({**tier, "infiniband": True}, provider="azure")
+    req = request(tmp_path, node_env="NCCL_DEBUG=INFO,NCCL_SOCKET_IFNAME=eth1")
+    spec = train.job_spec(
+        req, f, job="j1", nproc=8, master_addr="10.0.0.1", master_port=29555, now=NOW
+    )
+    env = spec["env"]
+    assert env["NCCL_TOPO_FILE"] == "/opt/microsoft/ndv5-topo.xml"
+    assert env["NCCL_IB_PCI_RELAXED_ORDERING"] == "1" and env["NCCL_IB_DISABLE"] == "0"
+    assert env["NCCL_SOCKET_IFNAME"] == "eth1" and env["NCCL_DEBUG"] == "INFO"  # the user's
+    assert "FI_PROVIDER" not in env
+
+
 def test_the_spec_carries_the_contract_rendezvous_and_bucket_layout(tmp_path: Path) -> None:
     f = fleet()
     spec = train.job_spec(
