@@ -5,8 +5,11 @@ and dashboard layout. The provider modules declare the resources from these.
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
+import re
 import zipfile
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -26,6 +29,8 @@ from infra.reaper.fleet_names import (
 from infra.reaper.wheelhouse import FC_RUNTIME as FC_RUNTIME
 from infra.reaper.wheelhouse import WheelhouseError
 
+# Where the function zips a cloud's SDK wants as a local file are written (git-ignored).
+BUILD_DIR = Path(__file__).resolve().parents[1] / ".gpufleet-build"
 AWS_SCHEDULE = "rate(5 minutes)"
 ALICLOUD_CRON = "@every 5m"
 LAMBDA_HANDLER = "handler.handler"
@@ -59,6 +64,36 @@ def function_zip(provider: str = "alicloud") -> bytes:
         return build_function_zip(provider=provider)
     except WheelhouseError as exc:
         raise ConfigError(exc.problems) from None
+
+
+def function_zip_file(provider: str, build_dir: Path | None = None) -> Path:
+    """The reaper zip as a file, for the clouds whose SDK takes a path: named
+    `<provider>-reaper-<digest>.zip` by its content, written once (through a .tmp beside it).
+    Each build leaves one zip per function: the older ones of the same provider, and .tmp
+    files a crash left, are removed; only names of that pattern, nothing else in the folder."""
+    data = function_zip(provider)
+    folder = BUILD_DIR if build_dir is None else build_dir
+    path = folder / f"{provider}-reaper-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+    if not path.is_file() or path.read_bytes() != data:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    for old in stale_function_zips(folder, provider, keep=path.name):
+        old.unlink(missing_ok=True)
+    return path
+
+
+def stale_function_zips(folder: Path, provider: str, keep: str) -> list[Path]:
+    """The files function_zip_file wrote for `provider` in `folder`, other than `keep`."""
+    own = re.compile(rf"{re.escape(provider)}-reaper-[0-9a-f]{{16}}\.(zip|tmp)")
+    if not folder.is_dir():
+        return []
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if own.fullmatch(p.name) and p.name != keep and p.is_file() and not p.is_symlink()
+    )
 
 
 def function_archive(provider: str = "aws") -> pulumi.AssetArchive:

@@ -10,12 +10,9 @@ resource group deletes what is inside it, so the kept data cannot share the comp
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
-import tempfile
 import uuid
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -267,15 +264,11 @@ def first_private_ip(configs: Any) -> str:
     return str(value or "")
 
 
-def _package_asset(data: bytes) -> pulumi.FileAsset:
+def _package_asset(provider: str) -> pulumi.FileAsset:
     """The reaper zip as a file asset: Blob sources are assets, and the zip holds binary
-    wheels. Written once per content (named by its digest) under the temp directory."""
-    path = (
-        Path(tempfile.gettempdir()) / f"gpufleet-reaper-{hashlib.sha256(data).hexdigest()[:16]}.zip"
-    )
-    if not path.is_file() or path.read_bytes() != data:
-        path.write_bytes(data)
-    return pulumi.FileAsset(str(path))
+    wheels. Written once per content under the repository's build folder (not the shared
+    temp directory, where another user could swap it before the upload), the older removed."""
+    return pulumi.FileAsset(str(guard_logic.function_zip_file(provider)))
 
 
 class AzureProvider:
@@ -705,7 +698,7 @@ class AzureProvider:
             resource_group_name=rg.name,
             blob_name="reaper.zip",
             type=az.storage.BlobType.BLOCK,
-            source=_package_asset(guard_logic.function_zip("azure")),
+            source=_package_asset(self.name),
             opts=_opts(parent),
         )
         az.authorization.RoleAssignment(

@@ -14,10 +14,8 @@ Known limits of CVM / the SDK, kept visible here:
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -53,7 +51,7 @@ SCF_MEMORY_MB = 256
 BUCKET_SUFFIX_BYTES = 4
 # Where the reaper's zip is written for the SDK's zip_file (a local path it uploads): content
 # addressed, so the same code gives the same path and no diff.
-BUILD_DIR = Path(__file__).resolve().parents[2] / ".gpufleet-build"
+BUILD_DIR = guard_logic.BUILD_DIR
 
 
 def _opts(parent: pulumi.Resource, **kw: object) -> pulumi.ResourceOptions:
@@ -239,15 +237,9 @@ def assume_role(service: str) -> str:
 
 def function_zip_path() -> str:
     """The reaper package (infra/reaper/handler.py build_function_zip) as a file: the SDK's
-    zip_file is a local path. Named by its content's digest, written once."""
-    data = guard_logic.function_zip(NAME)
-    path = BUILD_DIR / f"tencent-reaper-{hashlib.sha256(data).hexdigest()[:16]}.zip"
-    if not path.exists():
-        BUILD_DIR.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    return str(path)
+    zip_file is a local path. Named by its content's digest, written once, the older ones
+    removed (reaper_deploy.function_zip_file)."""
+    return str(guard_logic.function_zip_file(NAME, BUILD_DIR))
 
 
 def function_env(cfg: StackConfig) -> dict[str, str]:
