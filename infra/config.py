@@ -21,6 +21,7 @@ from typing import Any
 from infra.catalog import (
     PROFILES,
     Catalog,
+    Feature,
     ProviderInfo,
     UnavailableError,
     load_catalog,
@@ -442,6 +443,15 @@ def _read_billing(
         )
     if billing == "subscription" and months is None:
         months = 1
+    if billing == "spot" and info and chosen.nodes > 1 and instance_type and provider:
+        itype = cat.instance(provider, instance_type)
+        if itype.infiniband and not info.supports(Feature.SPOT_INFINIBAND_GROUP):
+            r.problem(
+                "billing",
+                f"spot cannot link {chosen.nodes} {instance_type} nodes over InfiniBand on "
+                f"{provider} ({info.unsupported[Feature.SPOT_INFINIBAND_GROUP]}): use "
+                "billing: on-demand, or nodes: 1 for spot",
+            )
     if billing == "spot" and spot_max is not None and instance_type and provider:
         price = cat.instance(provider, instance_type).price
         if price and spot_max > price.on_demand:

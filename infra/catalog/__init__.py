@@ -154,6 +154,7 @@ class Feature(enum.Enum):
     STOP_CHARGING = "no compute charge while stopped"
     CONSOLE_HOST_KEYS = "SSH host keys read from the console output before the first connection"
     INFINIBAND = "InfiniBand RDMA between nodes"
+    SPOT_INFINIBAND_GROUP = "spot nodes joined into one InfiniBand group"
 
 
 @dataclass(frozen=True)

@@ -220,6 +220,31 @@ def test_bad_azure_inputs_are_refused_before_any_resource(overrides: dict[str, A
     assert message in str(exc.value)
 
 
+def test_spot_is_refused_for_nodes_that_must_share_an_infiniband_availability_set():
+    raw = {
+        "provider": "azure",
+        "tier": "h100x8",
+        "nodes": 2,
+        "billing": "spot",
+        "sshCidrs": ["203.0.113.0/24"],
+        "sshPublicKey": PLACEHOLDER_SSH_KEY,
+    }
+    with pytest.raises(ConfigError) as exc:
+        parse_config(raw, "azure-spot-pair")
+    (line,) = [p for p in exc.value.problems if "InfiniBand" in p]
+    assert "Azure Spot VMs cannot join an availability set" in line
+    assert "billing: on-demand" in line and "\n" not in line
+
+
+def test_spot_stays_allowed_where_no_infiniband_set_is_needed():
+    base = {"provider": "azure", "billing": "spot", "sshCidrs": ["203.0.113.0/24"]}
+    base["sshPublicKey"] = PLACEHOLDER_SSH_KEY
+    one_h100 = parse_config({**base, "tier": "h100x8"}, "azure-spot-one")
+    two_t4 = parse_config({**base, "tier": "t4x1", "nodes": 2}, "azure-spot-t4-pair")
+    assert (one_h100.billing, one_h100.nodes) == ("spot", 1)
+    assert (two_t4.billing, two_t4.nodes) == ("spot", 2)
+
+
 def test_a_storage_account_name_is_short_lower_case_and_keeps_its_suffix():
     name = azure.storage_account_name("a-very-long-stack-name-indeed", "abc123")
     assert len(name) <= 24 and name.endswith("abc123") and name.isalnum() and name.islower()
