@@ -1,9 +1,15 @@
 """Azure's public Retail Prices API (no account, no key): one instance size's pay-as-you-go
-Linux price per hour in a region.
+Linux price per hour in a region, and its 1- and 3-year reservation prices.
 
 https://prices.azure.com/api/retail/prices takes an OData ``$filter`` and answers pages of
 ``Items`` with a ``NextPageLink`` to the next page. GPUFLEET_AZURE_PRICES_URL points the
 client elsewhere (the tests: a local fake on 127.0.0.1); pages are bounded.
+
+Reservation items (``type: "Reservation"``) carry ``reservationTerm`` ("1 Year", "3 Years")
+and a ``unitPrice`` that is the total for the whole term, although their ``unitOfMeasure``
+reads "1 Hour" (published answers: Standard_D8_v4 in westeurope is 0.46/h pay-as-you-go,
+2377 for one year, 4594 for three). A reservation covers the VM's compute only: the
+Linux rows are the ones to take.
 """
 
 from __future__ import annotations
@@ -36,9 +42,25 @@ def retail_filter(size: str, region: str) -> str:
     )
 
 
-def first_page_url(size: str, region: str, base: str | None = None) -> str:
-    query = urllib.parse.urlencode({"$filter": retail_filter(size, region)})
+def reservation_filter(size: str, region: str) -> str:
+    """Virtual Machines, this ARM size, this region, reservation (whole-term) prices."""
+    return (
+        "serviceName eq 'Virtual Machines' "
+        f"and armSkuName eq '{size}' "
+        f"and armRegionName eq '{region}' "
+        "and priceType eq 'Reservation'"
+    )
+
+
+def first_page_url(
+    size: str, region: str, base: str | None = None, odata_filter: str | None = None
+) -> str:
+    query = urllib.parse.urlencode({"$filter": odata_filter or retail_filter(size, region)})
     return f"{base or os.environ.get(URL_ENV) or DEFAULT_URL}?{query}"
+
+
+# The API's reservationTerm values -> the cost model's term keys.
+RESERVATION_TERMS = {"1 Year": "1y", "3 Years": "3y"}
 
 
 def pick_linux_on_demand(items: Sequence[Mapping[str, Any]]) -> tuple[float, str]:
@@ -54,6 +76,34 @@ def pick_linux_on_demand(items: Sequence[Mapping[str, Any]]) -> tuple[float, str
         if isinstance(price, int | float) and price > 0:
             return float(price), str(item.get("currencyCode") or "USD")
     raise RetailPricesError("no pay-as-you-go Linux hourly price in the answer")
+
+
+def pick_linux_reservations(
+    items: Sequence[Mapping[str, Any]], size: str
+) -> dict[str, tuple[float, str]]:
+    """term key ("1y", "3y") -> (total for the whole term, currency) from the Linux
+    reservation rows of ``size``; a term the answer lacks is absent. Windows rows are
+    skipped (a reservation covers the compute; Windows software is billed apart)."""
+    found: dict[str, tuple[float, str]] = {}
+    for item in items:
+        if str(item.get("type", "")) != "Reservation":
+            continue
+        if str(item.get("armSkuName", size)) != size:
+            continue
+        product, sku = str(item.get("productName", "")), str(item.get("skuName", ""))
+        if "Windows" in product or "Spot" in sku or "Low Priority" in sku:
+            continue
+        term = RESERVATION_TERMS.get(str(item.get("reservationTerm", "")))
+        price = item.get("unitPrice", item.get("retailPrice"))
+        if term is None or isinstance(price, bool) or not isinstance(price, int | float):
+            continue
+        if price <= 0:
+            continue
+        currency = str(item.get("currencyCode") or "USD")
+        # several rows for one term (other meters of the same size): the lowest is the offer
+        if term not in found or float(price) < found[term][0]:
+            found[term] = (float(price), currency)
+    return found
 
 
 def fetch_items(url: str, max_pages: int = MAX_PAGES) -> list[Mapping[str, Any]]:
@@ -83,3 +133,13 @@ def fetch_items(url: str, max_pages: int = MAX_PAGES) -> list[Mapping[str, Any]]
 
 def live_azure_price(size: str, region: str) -> tuple[float, str]:
     return pick_linux_on_demand(fetch_items(first_page_url(size, region)))
+
+
+def live_azure_reservations(size: str, region: str) -> dict[str, tuple[float, str]]:
+    """Both terms' totals for one VM of ``size`` in ``region`` (a term may be missing);
+    RetailPricesError when the answer holds none."""
+    url = first_page_url(size, region, odata_filter=reservation_filter(size, region))
+    found = pick_linux_reservations(fetch_items(url), size)
+    if not found:
+        raise RetailPricesError("no Linux reservation price in the answer")
+    return found

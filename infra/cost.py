@@ -11,6 +11,8 @@ Conventions:
 - "hourly" is the compute bill for every node of the stack for one running hour; disks, bucket,
   egress and snapshots are monthly (they are billed whether or not the nodes run).
 - a month is 730 hours (pricing.toml); subscription is paid for the whole month whatever the use.
+- a reservation (Azure's 1- or 3-year commitment, bought apart from the VM) is owed for its whole
+  term whatever the VMs do; a term is 12 or 36 of those months (8,760 or 26,280 hours).
 """
 
 from __future__ import annotations
@@ -21,8 +23,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from infra.catalog import Catalog, InstanceType, load_catalog
-from infra.catalog.pricing import Pricing, ProviderPricing, Rate, load_pricing
+from infra.catalog import Catalog, InstanceType, Price, ProviderInfo, load_catalog
+from infra.catalog.pricing import (
+    RESERVATION_TERM_MONTHS,
+    Pricing,
+    ProviderPricing,
+    Rate,
+    load_pricing,
+)
 from infra.suggest import did_you_mean
 
 BILLING_MODES = ("on-demand", "spot", "subscription")
@@ -62,6 +70,9 @@ class CostInputs:
     snapshot_gb: float = 0  # stored, per month
     stack: str | None = None
     tier: str | None = None
+    # a reservation term to price beside the bill ("1y", "3y"): not a VM setting, the VMs
+    # stay pay-as-you-go and the reservation, bought separately, discounts them
+    reservation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +155,121 @@ class SpotSaving:
         }
 
 
+def term_words(term: str) -> str:
+    """'1y' -> '1-year', '3y' -> '3-year' (how a sentence names a reservation term)."""
+    return f"{RESERVATION_TERM_MONTHS[term] // 12}-year"
+
+
+@dataclass(frozen=True)
+class ReservationQuote:
+    """A reservation's price for one VM: the total for the whole term, and where it came from.
+
+    ``payg_node_hour`` is the pay-as-you-go price to compare it with when it was fetched the
+    same way (live); None compares with the catalog's on-demand price."""
+
+    term: str  # a key of RESERVATION_TERM_MONTHS
+    total: float  # one VM, the whole term, provider currency
+    date: dt.date
+    source: str
+    estimate: bool = False
+    live: bool = False
+    payg_node_hour: float | None = None
+    payg_source: str | None = None
+
+
+@dataclass(frozen=True)
+class ReservationCost:
+    """A reservation for every node of the stack, against pay-as-you-go.
+
+    A reservation is a commitment: ``total`` is owed whatever the VMs do. Spread over the
+    term's hours it is an effective hourly rate; the VMs must run more than
+    ``break_even_utilisation`` of the term's hours for it to cost less than pay-as-you-go."""
+
+    term: str
+    months: int
+    term_hours: float
+    nodes: int
+    total: float  # every node, the whole term
+    payg_hourly: float  # every node, pay-as-you-go
+    run_hours: float  # running hours per month the estimate assumes
+    month_hours: float  # hours in the month the term is counted in (730)
+    date: dt.date
+    source: str
+    estimate: bool
+    live: bool
+    payg_source: str
+    bought_with: str
+    covers: str
+
+    @property
+    def effective_hourly(self) -> float:
+        return self.total / self.term_hours
+
+    @property
+    def per_month(self) -> float:
+        """What the reservation costs each month of the term, run or idle."""
+        return self.total / self.months
+
+    @property
+    def run_share(self) -> float:
+        """The month's running hours at the effective rate: the part of the commitment used."""
+        return self.effective_hourly * self.run_hours
+
+    @property
+    def unused_per_month(self) -> float:
+        """Paid each month for reserved hours the VMs do not run (lost, not carried over)."""
+        return self.per_month - self.run_share
+
+    @property
+    def payg_month(self) -> float:
+        """The same running hours at pay-as-you-go."""
+        return self.payg_hourly * self.run_hours
+
+    @property
+    def break_even_utilisation(self) -> float:
+        """The fraction of the term's hours the VMs must run for the reservation to be cheaper."""
+        return self.effective_hourly / self.payg_hourly
+
+    @property
+    def break_even_hours_per_month(self) -> float:
+        return self.break_even_utilisation * self.month_hours
+
+    @property
+    def saving_at_full_use(self) -> float:
+        """What it saves against pay-as-you-go when the VMs run every hour of the term."""
+        return 1 - self.break_even_utilisation
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "term": self.term,
+            "months": self.months,
+            "term_hours": self.term_hours,
+            "nodes": self.nodes,
+            "total": _r(self.total),
+            "committed": _r(self.total),
+            "per_month": _r(self.per_month),
+            "effective_hourly": _r(self.effective_hourly, 4),
+            "payg_hourly": _r(self.payg_hourly, 4),
+            "payg_source": self.payg_source,
+            "run_hours_per_month": self.run_hours,
+            "run_share_per_month": _r(self.run_share),
+            "unused_per_month": _r(self.unused_per_month),
+            "payg_per_month": _r(self.payg_month),
+            "break_even": {
+                "utilisation": _r(self.break_even_utilisation, 4),
+                "hours_per_month": _r(self.break_even_hours_per_month, 1),
+            },
+            "saving_at_full_use": _r(self.saving_at_full_use, 4),
+            "date": self.date.isoformat(),
+            "source": self.source,
+            "live": self.live,
+            "estimate": self.estimate,
+            "bought_separately": True,
+            "bought_with": self.bought_with,
+            "covers": self.covers,
+        }
+
+
 @dataclass(frozen=True)
 class CostEstimate:
     inputs: CostInputs
@@ -162,6 +288,7 @@ class CostEstimate:
     spot_saving: SpotSaving | None
     warnings: tuple[str, ...] = field(default_factory=tuple)
     subscription_estimated: bool = False  # from a discount factor, not a quoted price
+    reservation: ReservationCost | None = None  # priced only when inputs.reservation asks
 
     @property
     def storage_monthly(self) -> float:
@@ -198,7 +325,7 @@ class CostEstimate:
         """The JSON contract of `scripts/cost.py --json` (see the README)."""
         sel_hourly = self.selected(self.hourly)
         sel_monthly = self.selected(self.monthly_total)
-        return {
+        doc = {
             "stack": self.inputs.stack,
             "tier": self.inputs.tier,
             "provider": self.inputs.provider,
@@ -233,6 +360,10 @@ class CostEstimate:
             "spot_saving": self.spot_saving.to_dict() if self.spot_saving else None,
             "warnings": list(self.warnings),
         }
+        if self.inputs.reservation is not None:  # the key appears only when one is asked for
+            res = self.reservation
+            doc["reservation"] = None if res is None else res.to_dict()
+        return doc
 
 
 # ----------------------------------------------------------------------------------------------
@@ -341,23 +472,57 @@ def subscription_month_price(
 
 
 # ----------------------------------------------------------------------------------------------
-# the model
+# the model: estimate_cost checks the inputs, then prices compute, storage and a reservation,
+# one named part each
 
 
-def estimate_cost(
-    inputs: CostInputs,
-    *,
-    currency: str | None = None,
-    catalog: Catalog | None = None,
-    pricing: Pricing | None = None,
-    today: dt.date | None = None,
-) -> CostEstimate:
-    """The bill for one stack. Raises CostError listing every problem with the inputs."""
-    cat = catalog or load_catalog()
-    prc = pricing or load_pricing()
-    today = today or dt.date.today()
+@dataclass(frozen=True)
+class _Checked:
+    """The inputs after validation, resolved against the catalog and the pricing data."""
+
+    pp: ProviderPricing
+    info: ProviderInfo
+    it: InstanceType
+    price: Price
+    hours: float  # running hours per month
+    root_class: str
+    scratch_class: str
+    bucket_class: str
+    currency: str  # the target currency
+    k: float  # native -> target
+    fx: Rate | None
+
+
+def _reservation_problem(inputs: CostInputs, pp: ProviderPricing) -> str | None:
+    """Why the reservation asked for cannot be priced on this cloud (None: it can, or none
+    was asked for). Whether a cloud sells reservations is its catalog file's data."""
+    term = inputs.reservation
+    if term is None:
+        return None
+    if term not in RESERVATION_TERM_MONTHS:
+        return (
+            f"reservation term {term!r} is unknown: use one of {', '.join(RESERVATION_TERM_MONTHS)}"
+            + did_you_mean(term, RESERVATION_TERM_MONTHS)
+        )
+    res = pp.reservations
+    if res is None:
+        return (
+            f"{inputs.provider} sells no reservations through this tool (its catalog file, "
+            f"infra/catalog/clouds/{inputs.provider}.toml, has no [pricing.reservations])"
+        )
+    if term not in res.terms:
+        return f"{inputs.provider} sells no {term} reservation: use one of {', '.join(res.terms)}"
+    if inputs.billing != res.discounts:
+        return (
+            f"{inputs.provider} reservations discount {res.discounts} VMs, not {inputs.billing}: "
+            f"set billing to {res.discounts} (the reservation is bought separately)"
+        )
+    return None
+
+
+def _check_inputs(inputs: CostInputs, cat: Catalog, prc: Pricing, currency: str | None) -> _Checked:
+    """Every problem with the inputs at once (CostError), or what the pricing parts need."""
     problems: list[str] = []
-
     pp = prc.providers.get(inputs.provider)
     if pp is None:
         raise CostError(
@@ -429,29 +594,38 @@ def estimate_cost(
             + did_you_mean(target, prc.currencies)
         )
         k, fx = 1.0, None
+    reservation = _reservation_problem(inputs, pp)
+    if reservation:
+        problems.append(reservation)
     if problems:
         raise CostError(problems)
     assert it is not None and it.price is not None and root_class and scratch_class
+    return _Checked(
+        pp, info, it, it.price, hours, root_class, scratch_class, bucket_class, target, k, fx
+    )
 
-    warn = _Warnings(prc, today)
-    price = it.price
-    month = prc.hours_per_month  # hours in the month subscriptions are priced over
-    nodes = inputs.nodes
-    billing = inputs.billing
-    label = f"{inputs.provider} {it.name}"
-    warn.check(f"{label} on-demand", price.date, price.source, price.estimate)
-    if inputs.region and inputs.region != price.region:
-        warn.add(
-            f"prices are the catalog's for {price.region}; {inputs.region} may differ: "
-            "check with --live"
-        )
-    if fx is not None:
-        warn.rate(f"exchange rate {pp.currency}->{target}", fx)
 
-    # compute, per node-hour, native currency
+def check_cost_inputs(
+    inputs: CostInputs,
+    *,
+    currency: str | None = None,
+    catalog: Catalog | None = None,
+    pricing: Pricing | None = None,
+) -> None:
+    """Raise CostError with every problem estimate_cost would find in the inputs, without
+    pricing anything (the CLI calls it before asking a live API for a price)."""
+    _check_inputs(inputs, catalog or load_catalog(), pricing or load_pricing(), currency)
+
+
+def _spot_range(
+    inputs: CostInputs, c: _Checked, prc: Pricing, warn: _Warnings, label: str
+) -> tuple[Range, bool]:
+    """One node's spot range per hour (native currency, capped at the max price) and whether
+    it is estimated from the band rather than observed."""
+    price, billing = c.price, inputs.billing
     if price.spot:
         spot: Range = price.spot
-        spot_estimated = False
+        estimated = False
         if billing == "spot":
             warn.check(
                 f"{label} spot range",
@@ -461,7 +635,7 @@ def estimate_cost(
     else:
         lo, hi = prc.spot_band
         spot = (price.on_demand * lo, price.on_demand * hi)
-        spot_estimated = True
+        estimated = True
         if billing == "spot":
             warn.add(
                 f"{label} spot: no observed range in the catalog; estimated as "
@@ -471,44 +645,54 @@ def estimate_cost(
         cap = inputs.spot_max_price
         if cap < spot[0] and billing == "spot":
             warn.add(
-                f"spot max price {cap:g} {pp.currency}/h is below the lowest recent spot price "
+                f"spot max price {cap:g} {c.pp.currency}/h is below the lowest recent spot price "
                 f"{spot[0]:g}: nodes may not start, or be reclaimed often"
             )
         spot = (min(spot[0], cap), min(spot[1], cap))
+    return spot, estimated
 
-    sub_node_month: float | None = None
-    sub_node_year: float | None = None
-    sub_estimated = False
-    sub = subscription_month_price(it, pp, month) if "subscription" in info.billing else None
-    if sub is not None and pp.subscription is not None:
-        sub_node_month, sub_rate = sub
-        sub_estimated = sub_rate.estimate
-        yearly = pp.subscription.yearly_factor
-        sub_node_year = sub_node_month * 12 * yearly
-        if inputs.subscription_months % 12 == 0:
-            sub_node_month = sub_node_month * yearly
-            sub_estimated = sub_estimated or pp.subscription.yearly.estimate
-            if billing == "subscription":
-                warn.rate(f"{label} yearly subscription factor", pp.subscription.yearly)
+
+@dataclass(frozen=True)
+class _SubscriptionTerms:
+    node_month: float | None  # one node, one month at the chosen term (native currency)
+    node_year: float | None
+    estimated: bool
+
+
+def _subscription_terms(
+    inputs: CostInputs, c: _Checked, prc: Pricing, warn: _Warnings, label: str
+) -> _SubscriptionTerms:
+    """One node's PrePaid month and year; refuses subscription billing without a quote."""
+    pp, billing = c.pp, inputs.billing
+    month = prc.hours_per_month  # hours in the month subscriptions are priced over
+    sub = subscription_month_price(c.it, pp, month) if "subscription" in c.info.billing else None
+    if sub is None or pp.subscription is None:
         if billing == "subscription":
-            warn.rate(f"{label} subscription", sub_rate)
-    elif billing == "subscription":
-        raise CostError(
-            [
-                f"{label} has no subscription quote: add its monthly price under "
-                f"[pricing.subscription.monthly] in infra/catalog/clouds/{inputs.provider}.toml, "
-                "or use on-demand or spot"
-            ]
-        )
+            raise CostError(
+                [
+                    f"{label} has no subscription quote: add its monthly price under "
+                    "[pricing.subscription.monthly] in "
+                    f"infra/catalog/clouds/{inputs.provider}.toml, or use on-demand or spot"
+                ]
+            )
+        return _SubscriptionTerms(None, None, False)
+    node_month, rate = sub
+    estimated = rate.estimate
+    yearly = pp.subscription.yearly_factor
+    node_year = node_month * 12 * yearly
+    if inputs.subscription_months % 12 == 0:
+        node_month = node_month * yearly
+        estimated = estimated or pp.subscription.yearly.estimate
+        if billing == "subscription":
+            warn.rate(f"{label} yearly subscription factor", pp.subscription.yearly)
+    if billing == "subscription":
+        warn.rate(f"{label} subscription", rate)
+    return _SubscriptionTerms(node_month, node_year, estimated)
 
-    hourly_native = Compute(
-        on_demand=price.on_demand * nodes,
-        spot=(spot[0] * nodes, spot[1] * nodes),
-        spot_estimated=spot_estimated,
-        subscription=None if sub_node_month is None else sub_node_month * nodes / month,
-    )
 
-    # storage and transfer, per month, native currency
+def _storage_items(inputs: CostInputs, c: _Checked, warn: _Warnings) -> tuple[LineItem, ...]:
+    """Disks, bucket, egress and snapshots per month, in the target currency."""
+    pp, it, k, nodes = c.pp, c.it, c.k, inputs.nodes
     items: list[LineItem] = []
 
     def add(item: str, qty: float, unit: str, rate: Rate, chargeable: float | None = None) -> None:
@@ -532,24 +716,24 @@ def estimate_cost(
             warn.rate(item, rate)
 
     add(
-        f"root disks ({root_class}, {nodes}x {inputs.root_disk_gb:g} GB)",
+        f"root disks ({c.root_class}, {nodes}x {inputs.root_disk_gb:g} GB)",
         inputs.root_disk_gb * nodes,
         "GB-month",
-        pp.block[root_class],
+        pp.block[c.root_class],
     )
     if it.nvme_count == 0:
         add(
-            f"scratch disks ({scratch_class}, {nodes}x {inputs.scratch_gb:g} GB)",
+            f"scratch disks ({c.scratch_class}, {nodes}x {inputs.scratch_gb:g} GB)",
             inputs.scratch_gb * nodes,
             "GB-month",
-            pp.block[scratch_class],
+            pp.block[c.scratch_class],
         )
     elif inputs.scratch_gb > 0:
         warn.add(
             f"{it.name} has {it.nvme_count}x {it.nvme_gb} GB local NVMe: scratch uses it "
             "(included in the instance price; erased on stop)"
         )
-    add(f"bucket ({bucket_class})", inputs.bucket_gb, "GB-month", pp.bucket[bucket_class])
+    add(f"bucket ({c.bucket_class})", inputs.bucket_gb, "GB-month", pp.bucket[c.bucket_class])
     add(
         "data transfer out",
         inputs.egress_gb,
@@ -558,42 +742,156 @@ def estimate_cost(
         chargeable=max(0.0, inputs.egress_gb - pp.egress.free_gb),
     )
     add("snapshots", inputs.snapshot_gb, "GB-month", pp.snapshot)
+    return tuple(items)
 
-    hourly = hourly_native.times(k)
+
+def _spot_saving(hourly: Compute, pp: ProviderPricing) -> SpotSaving | None:
+    if hourly.spot is None or hourly.on_demand <= 0:
+        return None
+    od = hourly.on_demand
+    return SpotSaving(
+        fraction=(1 - hourly.spot[1] / od, 1 - hourly.spot[0] / od),
+        per_hour=(od - hourly.spot[1], od - hourly.spot[0]),
+        estimated=hourly.spot_estimated,
+        caveat=(
+            f"{pp.spot_caveat} ({pp.spot_caveat_source}): checkpoint to the bucket often, "
+            "and expect restarts"
+        ),
+    )
+
+
+def catalog_reservation_quote(
+    provider: str, instance_type: str, term: str, pricing: Pricing | None = None
+) -> ReservationQuote | None:
+    """The catalog's dated total for one VM's reservation term, or None (none carried)."""
+    pp = (pricing or load_pricing()).providers.get(provider)
+    res = pp.reservations if pp else None
+    rate = res.quotes.get(instance_type, {}).get(term) if res else None
+    if rate is None:
+        return None
+    return ReservationQuote(term, rate.amount, rate.date, rate.source, estimate=rate.estimate)
+
+
+def _reservation_cost(
+    inputs: CostInputs,
+    c: _Checked,
+    prc: Pricing,
+    warn: _Warnings,
+    label: str,
+    quote: ReservationQuote | None,
+) -> ReservationCost | None:
+    """The reservation asked for, priced from the quote given (a live one) or the catalog's."""
+    term = inputs.reservation
+    res = c.pp.reservations
+    if term is None or res is None:
+        return None
+    quote = quote or catalog_reservation_quote(inputs.provider, c.it.name, term, prc)
+    words = term_words(term)
+    if quote is None:
+        raise CostError(
+            [
+                f"{label}: the catalog carries no dated {words} reservation price; "
+                f"add --live to fetch it from {res.live}"
+            ]
+        )
+    if quote.term != term:
+        raise ValueError(f"a {quote.term} quote cannot price a {term} reservation")
+    if not quote.live:  # a live price is today's: its source and date show beside it
+        warn.check(f"{label} {words} reservation", quote.date, quote.source, quote.estimate)
+    if quote.payg_node_hour is None:
+        payg, payg_source = c.price.on_demand, f"catalog, {c.price.source} {c.price.date}"
+        if quote.live:
+            warn.add(
+                f"{label} reservation break-even: a live reservation price against the "
+                f"catalog's pay-as-you-go price of {c.price.date.isoformat()} (the live "
+                "pay-as-you-go price could not be fetched)"
+            )
+    else:
+        payg, payg_source = quote.payg_node_hour, quote.payg_source or "live"
+    months = RESERVATION_TERM_MONTHS[term]
+    return ReservationCost(
+        term=term,
+        months=months,
+        term_hours=months * prc.hours_per_month,
+        nodes=inputs.nodes,
+        total=quote.total * inputs.nodes * c.k,
+        payg_hourly=payg * inputs.nodes * c.k,
+        run_hours=c.hours,
+        month_hours=prc.hours_per_month,
+        date=quote.date,
+        source=quote.source,
+        estimate=quote.estimate,
+        live=quote.live,
+        payg_source=payg_source,
+        bought_with=res.bought_with,
+        covers=res.covers,
+    )
+
+
+def estimate_cost(
+    inputs: CostInputs,
+    *,
+    currency: str | None = None,
+    catalog: Catalog | None = None,
+    pricing: Pricing | None = None,
+    today: dt.date | None = None,
+    reservation_quote: ReservationQuote | None = None,
+) -> CostEstimate:
+    """The bill for one stack. Raises CostError listing every problem with the inputs.
+
+    With ``inputs.reservation`` the estimate also prices that reservation term, from
+    ``reservation_quote`` (a live price) or else the catalog's dated quote."""
+    cat = catalog or load_catalog()
+    prc = pricing or load_pricing()
+    today = today or dt.date.today()
+    c = _check_inputs(inputs, cat, prc, currency)
+
+    warn = _Warnings(prc, today)
+    price, pp, nodes = c.price, c.pp, inputs.nodes
+    month = prc.hours_per_month  # hours in the month subscriptions are priced over
+    label = f"{inputs.provider} {c.it.name}"
+    warn.check(f"{label} on-demand", price.date, price.source, price.estimate)
+    if inputs.region and inputs.region != price.region:
+        warn.add(
+            f"prices are the catalog's for {price.region}; {inputs.region} may differ: "
+            "check with --live"
+        )
+    if c.fx is not None:
+        warn.rate(f"exchange rate {pp.currency}->{c.currency}", c.fx)
+
+    spot, spot_estimated = _spot_range(inputs, c, prc, warn, label)
+    sub = _subscription_terms(inputs, c, prc, warn, label)
+    hourly = Compute(
+        on_demand=price.on_demand * nodes,
+        spot=(spot[0] * nodes, spot[1] * nodes),
+        spot_estimated=spot_estimated,
+        subscription=None if sub.node_month is None else sub.node_month * nodes / month,
+    ).times(c.k)
+    storage = _storage_items(inputs, c, warn)
     break_even = None
     if hourly.subscription is not None and hourly.on_demand > 0:
-        assert sub_node_month is not None
-        be_hours = (sub_node_month * nodes * k) / hourly.on_demand
+        assert sub.node_month is not None
+        be_hours = (sub.node_month * nodes * c.k) / hourly.on_demand
         break_even = BreakEven(be_hours, be_hours / month)
-    saving = None
-    if hourly.spot is not None and hourly.on_demand > 0:
-        od = hourly.on_demand
-        saving = SpotSaving(
-            fraction=(1 - hourly.spot[1] / od, 1 - hourly.spot[0] / od),
-            per_hour=(od - hourly.spot[1], od - hourly.spot[0]),
-            estimated=spot_estimated,
-            caveat=(
-                f"{pp.spot_caveat} ({pp.spot_caveat_source}): checkpoint to the bucket often, "
-                "and expect restarts"
-            ),
-        )
+    reservation = _reservation_cost(inputs, c, prc, warn, label, reservation_quote)
     return CostEstimate(
         inputs=inputs,
-        currency=target,
+        currency=c.currency,
         native_currency=pp.currency,
-        fx=fx,
+        fx=c.fx,
         price_region=price.region,
-        gpu=it.gpu,
-        gpus_per_node=it.gpus,
-        hours_per_month=hours,
+        gpu=c.it.gpu,
+        gpus_per_node=c.it.gpus,
+        hours_per_month=c.hours,
         hourly=hourly,
-        subscription_month=None if sub_node_month is None else sub_node_month * nodes * k,
-        subscription_year=None if sub_node_year is None else sub_node_year * nodes * k,
-        storage=tuple(items),
+        subscription_month=None if sub.node_month is None else sub.node_month * nodes * c.k,
+        subscription_year=None if sub.node_year is None else sub.node_year * nodes * c.k,
+        storage=storage,
         break_even=break_even,
-        spot_saving=saving,
+        spot_saving=_spot_saving(hourly, pp),
         warnings=tuple(warn.lines),
-        subscription_estimated=sub_estimated,
+        subscription_estimated=sub.estimated,
+        reservation=reservation,
     )
 
 

@@ -3,6 +3,7 @@
 
     python scripts/cost.py --stack a100x4 [--hours-per-month 200] [--egress-gb 50]
                            [--storage-gb 500] [--snapshot-gb 0] [--currency USD] [--json] [--live]
+                           [--reservation 1y|3y]
     python scripts/cost.py --stack-file stacks/Pulumi.a100x4.yaml ...
     python scripts/cost.py --compare a100x8 [--currency USD] [--sort tflop-hour]
                            [--plot a100x8.png] [--json]
@@ -10,16 +11,21 @@
 Exit status: 0 done, 2 bad input (message on stderr), 1 the catalog data itself is broken.
 --live asks AWS's Price List API / Alibaba's DescribePrice for the current on-demand price of the
 stack's instance type when credentials are present; the estimate never depends on it.
+--reservation prices a 1- or 3-year reservation beside the bill where the cloud's catalog file
+sells one (Azure): bought separately, not set on the VM; --live fetches its price (Azure's
+Retail Prices API needs no account) when the catalog carries none.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
@@ -28,6 +34,7 @@ if str(REPO) not in sys.path:  # run as a file from a checkout without the edita
     sys.path.insert(0, str(REPO))
 
 from infra.catalog import CatalogError, load_catalog  # noqa: E402
+from infra.catalog.pricing import RESERVATION_TERM_MONTHS  # noqa: E402
 from infra.config import ConfigError, StackConfig, load_stack_file  # noqa: E402
 from infra.cost import (  # noqa: E402
     SORT_KEYS,
@@ -36,14 +43,19 @@ from infra.cost import (  # noqa: E402
     CostEstimate,
     CostInputs,
     LiveCheck,
+    ReservationQuote,
     aws_pricing_filters,
+    catalog_reservation_quote,
+    check_cost_inputs,
     compare_tier,
     estimate_cost,
     parse_alicloud_price,
     parse_aws_price_list,
+    term_words,
 )
 from infra.stackfiles import STACKS_DIR as DEFAULT_STACKS_DIR  # noqa: E402
 from infra.stackfiles import StackNotFound, find_stack  # noqa: E402
+from infra.suggest import did_you_mean  # noqa: E402
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -93,6 +105,23 @@ def check_amounts(args: argparse.Namespace) -> None:
         raise UsageError(*problems)
 
 
+def reservation_term(value: str | None) -> str | None:
+    """The --reservation value as a term key ('1y', '3y'), or a one-line UsageError."""
+    if value is None:
+        return None
+    key = value.strip().lower()
+    if key in RESERVATION_TERM_MONTHS:
+        return key
+    # '1', '1yr', '3 years', '3-year': the digit says which term was meant
+    digits = "".join(ch for ch in key if ch.isdigit())
+    near = f"{digits}y" if f"{digits}y" in RESERVATION_TERM_MONTHS else None
+    hint = f" (did you mean {near!r}?)" if near else did_you_mean(key, RESERVATION_TERM_MONTHS)
+    raise UsageError(
+        f"--reservation: {value!r} is not a term: use one of "
+        f"{', '.join(RESERVATION_TERM_MONTHS)}{hint}"
+    )
+
+
 class LiveUnavailable(Exception):
     """A live price could not be asked for (no credentials, no network): said, not fatal."""
 
@@ -128,6 +157,7 @@ def inputs_from_stack(cfg: StackConfig, args: argparse.Namespace) -> CostInputs:
         snapshot_gb=args.snapshot_gb,
         stack=cfg.stack,
         tier=cfg.tier,
+        reservation=reservation_term(args.reservation),
     )
 
 
@@ -261,20 +291,71 @@ LIVE_PRICE_SOURCES: Mapping[str, Callable[[str, str], tuple[float, str]]] = {
 }
 
 
-def live_check(est: CostEstimate) -> LiveCheck:
+def live_check(inputs: CostInputs) -> LiveCheck:
     cat = load_catalog()
-    it = cat.instance(est.inputs.provider, est.inputs.instance_type)
+    it = cat.instance(inputs.provider, inputs.instance_type)
     assert it.price is not None
-    region = est.inputs.region or it.price.region
-    source = LIVE_PRICE_SOURCES.get(est.inputs.provider)
+    region = inputs.region or it.price.region
+    source = LIVE_PRICE_SOURCES.get(inputs.provider)
     if source is None:
-        raise LiveUnavailable(f"no live price source for {est.inputs.provider}")
+        raise LiveUnavailable(f"no live price source for {inputs.provider}")
     live, currency = source(it.name, region)
     if currency != it.price.currency:
         raise LiveUnavailable(
             f"live price came in {currency}, the catalog is in {it.price.currency}"
         )
-    return LiveCheck(est.inputs.provider, it.name, region, currency, it.price.on_demand, live)
+    return LiveCheck(inputs.provider, it.name, region, currency, it.price.on_demand, live)
+
+
+Terms = Mapping[str, tuple[float, str]]  # term -> (total for the whole term, currency)
+
+
+def _live_azure_reservations(instance_type: str, region: str) -> tuple[Terms, str]:
+    from infra.azure_prices import RetailPricesError, live_azure_reservations
+
+    try:
+        return live_azure_reservations(instance_type, region), "Azure Retail Prices API"
+    except RetailPricesError as exc:
+        raise LiveUnavailable(f"{exc} for {instance_type} in {region}") from None
+
+
+# The live reservation registry: provider name -> (instance type, region) -> (terms, the name
+# of the source). Whether a cloud sells reservations at all is its catalog data.
+LIVE_RESERVATION_SOURCES: Mapping[str, Callable[[str, str], tuple[Terms, str]]] = {
+    "azure": _live_azure_reservations,
+}
+
+
+def live_reservation_quote(inputs: CostInputs, check: LiveCheck | None) -> ReservationQuote:
+    """The reservation's current price for one VM, compared with the live pay-as-you-go price
+    when that check succeeded (like with like), else with the catalog's."""
+    assert inputs.reservation is not None
+    it = load_catalog().instance(inputs.provider, inputs.instance_type)
+    assert it.price is not None
+    region = inputs.region or it.price.region
+    source = LIVE_RESERVATION_SOURCES.get(inputs.provider)
+    if source is None:
+        raise LiveUnavailable(f"no live reservation price source for {inputs.provider}")
+    terms, name = source(it.name, region)
+    if inputs.reservation not in terms:
+        raise LiveUnavailable(
+            f"no {term_words(inputs.reservation)} reservation price for {it.name} in {region} "
+            f"(the answer has: {', '.join(terms) or 'none'})"
+        )
+    total, currency = terms[inputs.reservation]
+    if currency != it.price.currency:
+        raise LiveUnavailable(
+            f"live reservation price came in {currency}, the catalog is in {it.price.currency}"
+        )
+    return ReservationQuote(
+        term=inputs.reservation,
+        total=total,
+        date=dt.date.today(),
+        source=f"{name}, {region}",
+        live=True,
+        payg_node_hour=check.live if check else None,
+        payg_source=f"live, {region}" if check else None,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -340,7 +421,62 @@ def fit_columns(con: Any, build: Any, columns: Sequence[str], drop_order: Sequen
     return table, left_out
 
 
-def render_estimate(est: CostEstimate, out: TextIO, live: str | None = None) -> None:
+def render_reservation(con: Any, est: CostEstimate, not_priced: str | None = None) -> None:
+    """The reservation beside the bill: what is committed, the effective rate, this month's
+    share and the break-even against pay-as-you-go, and how it is bought."""
+    term = est.inputs.reservation
+    if term is None:
+        return
+    words, cur = term_words(term), est.currency
+    r = est.reservation
+    if r is None:
+        _say(con, f"Reservation ({words}): not priced: {not_priced or 'no price'}.")
+        return
+    nodes = f"{r.nodes} node{'s' if r.nodes > 1 else ''}"
+    title = load_catalog().providers[est.inputs.provider].title
+    src = f"{r.source} {r.date}" + (" (estimate)" if r.estimate else "")
+    con.print(_bold(f"Reservation, {words}, for {nodes} (bought separately, not set on the VM)"))
+    rows = (
+        ("committed", f"{r.total:,.2f} {cur} for the term, owed whatever the VMs do ({src})"),
+        (
+            "effective rate",
+            f"{r.effective_hourly:,.4f} {cur}/h (the total over the term's "
+            f"{r.term_hours:,.0f} h), {r.saving_at_full_use:.0%} below pay-as-you-go "
+            f"{r.payg_hourly:,.4f} {cur}/h ({r.payg_source})",
+        ),
+        (
+            "each month",
+            f"{r.per_month:,.2f} {cur}: {r.run_share:,.2f} of it for the "
+            f"{r.run_hours:g} running hours at the effective rate, {r.unused_per_month:,.2f} "
+            "for reserved hours left unused (they are lost, not carried over)",
+        ),
+        (
+            "pay-as-you-go",
+            f"{r.payg_month:,.2f} {cur} for the same {r.run_hours:g} hours; with the storage "
+            f"above the month is {r.per_month + est.storage_monthly:,.2f} reserved, "
+            f"{r.payg_month + est.storage_monthly:,.2f} pay-as-you-go",
+        ),
+        (
+            "break-even",
+            f"the VMs must run {r.break_even_utilisation:.1%} of the term's hours "
+            f"({r.break_even_hours_per_month:,.0f} h a month) for the reservation to cost "
+            f"less; at {r.run_hours:g} h a month it costs "
+            + ("less" if r.per_month < r.payg_month else "more"),
+        ),
+    )
+    for label, text in rows:
+        _say(con, text, f"  {label:<15}", " " * 17)
+    _say(
+        con,
+        f"The stack still deploys pay-as-you-go VMs. Buy the reservation separately, in "
+        f"{r.bought_with}: {title} then bills matching running VMs at the reserved rate, "
+        f"hour by hour. It covers {r.covers}.",
+    )
+
+
+def render_estimate(
+    est: CostEstimate, out: TextIO, live: str | None = None, not_priced: str | None = None
+) -> None:
     from rich.table import Table
 
     con = _console(out)
@@ -419,6 +555,7 @@ def render_estimate(est: CostEstimate, out: TextIO, live: str | None = None) -> 
         )
     elif "subscription" not in load_catalog().providers[i.provider].billing:
         con.print(f"Subscription: not sold on {i.provider} through this tool.")
+    render_reservation(con, est, not_priced)
     if est.spot_saving:
         s = est.spot_saving
         kind = "estimated" if s.estimated else "from observed spot prices"
@@ -640,16 +777,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", type=Path, metavar="FILE.png", help="--compare: write a bar chart")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--live", action="store_true", help="check the catalog against live prices")
+    p.add_argument(
+        "--reservation",
+        metavar="TERM",
+        default=None,
+        help="also price a 1y or 3y reservation (where the cloud sells one: Azure); it is "
+        "bought separately, not set on the VM",
+    )
     return p
 
 
 def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     args = parser().parse_args(argv)
     check_amounts(args)
+    reservation_term(args.reservation)  # a bad term is refused before anything is read
     if args.compare is not None:
         if not args.compare.strip():
             raise UsageError("--compare: give a tier name, e.g. --compare a100x8")
-        for flag in ("stack", "live"):
+        for flag in ("stack", "live", "reservation"):
             if getattr(args, flag):
                 raise UsageError(f"--{flag} does not apply to --compare")
         cmp = compare_tier(args.compare, currency=args.currency or "USD", sort_by=args.sort)
@@ -670,25 +815,53 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
         raise UsageError("--plot only applies to --compare TIER")
     path = args.stack_file if args.stack_file else stack_path(args.stack)
     cfg = load_stack_file(path)
-    est = estimate_cost(inputs_from_stack(cfg, args), currency=args.currency)
+    inputs = inputs_from_stack(cfg, args)
+    # every problem with the inputs, the reservation's included, before any live request
+    check_cost_inputs(inputs, currency=args.currency)
+    est = estimate_cost(replace(inputs, reservation=None), currency=args.currency)
     live_doc: dict[str, Any] | None = None
     live_line: str | None = None
+    check: LiveCheck | None = None
+    quote: ReservationQuote | None = None
+    not_priced: str | None = None  # why a live reservation price could not be had
     if args.live:
         try:
-            check = live_check(est)
+            check = live_check(inputs)
             live_line = check.message()
             live_doc = {"ok": True, **check.to_dict(), "message": live_line}
         except LiveUnavailable as exc:
             live_line = f"not checked: {exc}"
             live_doc = {"ok": False, "message": str(exc)}
             err.write(f"cost.py --live: {exc}\n")
+        if inputs.reservation is not None:
+            try:
+                quote = live_reservation_quote(inputs, check)
+                live_doc["reservation"] = {
+                    "ok": True,
+                    "term": quote.term,
+                    "total": quote.total,
+                    "source": quote.source,
+                }
+            except LiveUnavailable as exc:
+                not_priced = str(exc)
+                live_doc["reservation"] = {"ok": False, "message": not_priced}
+                err.write(f"cost.py --live: reservation: {exc}\n")
+    if inputs.reservation is not None:
+        term = inputs.reservation
+        if not_priced and catalog_reservation_quote(inputs.provider, inputs.instance_type, term):
+            not_priced = None  # the catalog's dated quote prices it instead
+        if not_priced is None:
+            # offline without a catalog quote: CostError naming the size and --live
+            est = estimate_cost(inputs, currency=args.currency, reservation_quote=quote)
+        else:
+            est = replace(est, inputs=inputs)  # the bill, and a reservation not priced
     if args.json:
         doc = est.to_dict()
         if live_doc is not None:
             doc["live"] = live_doc
         out.write(json.dumps(doc, indent=2) + "\n")
     else:
-        render_estimate(est, out, live_line)
+        render_estimate(est, out, live_line, not_priced)
     return 0
 
 

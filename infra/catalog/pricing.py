@@ -1,4 +1,5 @@
-"""Reads pricing.toml: disks, buckets, egress, snapshots, subscription terms, spot band, FX.
+"""Reads pricing.toml: disks, buckets, egress, snapshots, subscription and reservation terms,
+spot band, FX.
 
 Instance-hour prices stay on the instance types (``infra.catalog``); this module holds the rest
 of the bill. Same rules as the catalog: plain data, a date and a source on every figure, no
@@ -56,6 +57,29 @@ class Subscription:
     monthly_factor: Rate | None = None
 
 
+# The reservation terms the cost model knows, in months. A cloud's [pricing.reservations]
+# table says which of them it sells; the CLI checks a term against this list before anything.
+RESERVATION_TERM_MONTHS: Mapping[str, int] = MappingProxyType({"1y": 12, "3y": 36})
+
+
+@dataclass(frozen=True)
+class Reservations:
+    """Commitments a cloud sells apart from the VM (Azure reservations): bought for a whole
+    term, they discount matching running VMs of one billing mode, hour by hour.
+
+    ``quotes`` holds a dated total for the whole term (one instance) where a public source
+    gives one: instance type -> term -> Rate. ``live`` names where a current price can be
+    asked for instead (shown when the catalog has none)."""
+
+    terms: tuple[str, ...]  # keys of RESERVATION_TERM_MONTHS, in the order offered
+    discounts: str  # the billing mode of the VMs it applies to ("on-demand")
+    bought_with: str
+    covers: str
+    live: str
+    source: str  # where the terms are documented
+    quotes: Mapping[str, Mapping[str, Rate]]
+
+
 @dataclass(frozen=True)
 class ProviderPricing:
     provider: str
@@ -70,6 +94,7 @@ class ProviderPricing:
     egress: Egress
     snapshot: Rate  # per GB-month
     subscription: Subscription | None
+    reservations: Reservations | None = None  # None: the cloud sells none through this tool
 
 
 @dataclass(frozen=True)
@@ -170,6 +195,9 @@ def _provider(name: str, raw: Mapping[str, Any], catalog: Catalog) -> ProviderPr
     if subscription is None and "subscription" in info.billing:
         raise CatalogError(f"pricing.{name}: the catalog sells subscription but no terms are given")
     egress_raw = raw["egress"]
+    reservations = (
+        _reservations(name, raw["reservations"], catalog) if "reservations" in raw else None
+    )
     return ProviderPricing(
         provider=name,
         currency=info.currency,
@@ -186,6 +214,49 @@ def _provider(name: str, raw: Mapping[str, Any], catalog: Catalog) -> ProviderPr
         ),
         snapshot=_rate(raw["snapshot"], "per_gb_month", f"pricing.{name}.snapshot", sources),
         subscription=subscription,
+        reservations=reservations,
+    )
+
+
+_RESERVATION_KEYS = frozenset(
+    {"terms", "discounts", "bought_with", "covers", "live", "source", "quotes"}
+)
+
+
+def _reservations(name: str, raw: Mapping[str, Any], catalog: Catalog) -> Reservations:
+    where = f"pricing.{name}.reservations"
+    extra = set(raw) - _RESERVATION_KEYS
+    if extra:
+        raise CatalogError(f"{where}: unknown keys {sorted(extra)}")
+    missing = sorted(_RESERVATION_KEYS - {"quotes"} - set(raw))
+    if missing:
+        raise CatalogError(f"{where}: {', '.join(missing)} required")
+    terms = tuple(str(t) for t in raw["terms"])
+    unknown = [t for t in terms if t not in RESERVATION_TERM_MONTHS]
+    if not terms or unknown:
+        raise CatalogError(
+            f"{where}.terms: use some of {', '.join(RESERVATION_TERM_MONTHS)}, got {list(terms)}"
+        )
+    if raw["discounts"] not in catalog.providers[name].billing:
+        raise CatalogError(f"{where}.discounts: {raw['discounts']!r} is not a billing it sells")
+    if raw["source"] not in catalog.sources:
+        raise CatalogError(f"{where}.source: {raw['source']!r} is not in sources.toml")
+    quotes: dict[str, Mapping[str, Rate]] = {}
+    for itype, by_term in raw.get("quotes", {}).items():
+        if (name, itype) not in catalog.instances:
+            raise CatalogError(f"{where}.quotes: unknown type {itype!r}")
+        stray = [t for t in by_term if t not in terms]
+        if stray:
+            raise CatalogError(f"{where}.quotes.{itype}: terms {stray} are not in terms")
+        quotes[itype] = _table(by_term, "total", f"{where}.quotes.{itype}", catalog.sources)
+    return Reservations(
+        terms=terms,
+        discounts=str(raw["discounts"]),
+        bought_with=str(raw["bought_with"]),
+        covers=str(raw["covers"]),
+        live=str(raw["live"]),
+        source=str(raw["source"]),
+        quotes=MappingProxyType(quotes),
     )
 
 
