@@ -156,6 +156,61 @@ def collect_fabric_manager() -> dict[str, Any]:
     return {"state": result["out"].strip() or "unknown", "error": None}
 
 
+IB_SYSFS = "/sys/class/infiniband"
+IB_DEV = "/dev/infiniband"
+# The environment the collectives ran with, as the node's process saw it (the report says
+# which fabric settings reached NCCL, user overrides included).
+NETWORK_ENV_PREFIXES = ("NCCL_", "FI_", "UCX_")
+NETWORK_ENV_KEYS = ("CUDA_DEVICE_ORDER",)
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def collect_infiniband(sysfs: str = IB_SYSFS, dev: str = IB_DEV) -> dict[str, Any]:
+    """InfiniBand HCAs and their ports from sysfs (stdlib only, nothing to install): the
+    device nodes NCCL opens under /dev/infiniband, and per port its state ("4: ACTIVE"),
+    physical state, link layer (InfiniBand, or Ethernet for RoCE NICs) and rate."""
+    dev_path, root = Path(dev), Path(sysfs)
+    out: dict[str, Any] = {
+        "dev": dev_path.is_dir(),
+        "dev_entries": sorted(p.name for p in dev_path.iterdir()) if dev_path.is_dir() else [],
+        "sysfs": root.is_dir(),
+        "ports": [],
+    }
+    if not root.is_dir():
+        return out
+    for hca in sorted(root.iterdir()):
+        ports = hca / "ports"
+        if not ports.is_dir():
+            continue
+        for port in sorted(ports.iterdir()):
+            out["ports"].append(
+                {
+                    "device": hca.name,
+                    "port": port.name,
+                    "state": _read_text(port / "state"),
+                    "phys_state": _read_text(port / "phys_state"),
+                    "link_layer": _read_text(port / "link_layer"),
+                    "rate": _read_text(port / "rate"),
+                }
+            )
+    return out
+
+
+def network_environment(environ: Any = None) -> dict[str, str]:
+    env = os.environ if environ is None else environ
+    return {
+        k: v
+        for k, v in sorted(env.items())
+        if k.startswith(NETWORK_ENV_PREFIXES) or k in NETWORK_ENV_KEYS
+    }
+
+
 def collect_host() -> dict[str, Any]:
     return {
         "hostname": socket.gethostname(),
@@ -621,6 +676,7 @@ def local_stage(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     report["nvidia"] = timed("nvidia-smi", collect_nvidia)
     report["xid"] = timed("kernel log", collect_xids)
     report["fabric_manager"] = timed("fabric manager", collect_fabric_manager)
+    report["infiniband"] = timed("infiniband", collect_infiniband)
     report["torch"] = timed("torch probe", probe_torch)
     gpus = int(report["torch"].get("device_count") or 0)
     phases = _phases(args)
@@ -649,7 +705,7 @@ def local_stage(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
 
 def cross_stage(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    report: dict[str, Any] = {"host": collect_host()}
+    report: dict[str, Any] = {"host": collect_host(), "network_env": network_environment()}
     nproc = args.nproc
     if args.mode == "gpu":
         nproc = int(probe_torch().get("device_count") or 0)

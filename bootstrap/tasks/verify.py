@@ -24,6 +24,7 @@ from rich.console import Console
 
 from bootstrap.fleet.api import Host, HostContext, Options, StepResult, step
 from bootstrap.fleet.cli import FleetArgs, fleet_task, resolve_fleet
+from bootstrap.fleet.fabric import fabric_env
 from bootstrap.fleet.hosts import Fleet
 from bootstrap.fleet.runner import FleetReport, run_fleet
 from bootstrap.fleet.system import probe_step
@@ -145,6 +146,7 @@ def verify_fleet(
         measurements[label] = {"local": m}
         verdicts.append(judge(m, exp, host=label))
     cluster = None
+    network = None
     if len(fleet.hosts) > 1 and not exp.quick:
         unusable = [v.host for v in verdicts if v.checks and v.checks[0].name in ("node", "report")]
         if unusable:
@@ -152,6 +154,11 @@ def verify_fleet(
                 f"not every node could run the local stage: {', '.join(unusable)}", exp
             )
         else:
+            network = {
+                **opts.fabric.as_json(),
+                "user_env": dict(opts.node_env),
+                "applied": opts.stage_env("cross"),
+            }
             cross = run_fleet(
                 "verify-gpu (cross-node)",
                 fleet.hosts,
@@ -168,7 +175,13 @@ def verify_fleet(
             cluster = judge_cluster(per_host, exp)
     seconds = (dt.datetime.now(dt.UTC) - started).total_seconds()
     return VerifyRun(
-        exp, verdicts, cluster, measurements, seconds, started.strftime("%Y-%m-%dT%H:%M:%SZ")
+        exp,
+        verdicts,
+        cluster,
+        measurements,
+        seconds,
+        started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        network,
     )
 
 
@@ -184,7 +197,8 @@ def verify_fleet(
         "scratch": "scratch path to measure (default: the stack's scratch.path)",
         "scratch_mb": "MiB written and read on scratch (default 4096)",
         "node_env": "extra environment for the node-side run, KEY=VALUE,... "
-        "(e.g. NCCL_DEBUG=INFO,NCCL_SOCKET_IFNAME=ens5)",
+        "(e.g. NCCL_DEBUG=INFO,NCCL_SOCKET_IFNAME=ens5); over the cross-node run's "
+        "EFA/InfiniBand defaults, which it always beats",
         "s3_endpoint": "S3-compatible endpoint URL for the bucket probe and the report upload",
         "master_addr": "cross-node rendezvous address (default: the head's private IP)",
         "master_port": "cross-node rendezvous port (default 29512)",
@@ -243,6 +257,7 @@ def verify_gpu(
         s3_endpoint=s3_endpoint or None,
         master_addr=master_addr or None,
         master_port=master_port,
+        fabric=fabric_env(dict((outputs or {}).get("tier") or {}), fleet.provider),
     )
     quiet = json or os.environ.get("GPUFLEET_QUIET") == "1"
     run = verify_fleet(
@@ -272,6 +287,11 @@ def verify_gpu(
             console.print(
                 verdict_table(run.cluster, f"verify-gpu cluster ({len(fleet.hosts)} nodes)")
             )
+        if run.network is not None:
+            console.print(f"cross-node env: {opts.fabric.describe()}", highlight=False)
+            if opts.node_env:
+                user = " ".join(f"{k}={v}" for k, v in opts.node_env.items())
+                console.print(f"  --node-env over it: {user}", highlight=False)
         console.print(f"report: {path}")
         where = uploaded.get("url") or f"not uploaded ({uploaded.get('reason')})"
         console.print(f"bucket: {where}", highlight=False)

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bootstrap.fleet.api import ScratchSpec
+from bootstrap.fleet.fabric import INFINIBAND, TCP, fabric_of
 from infra.catalog import Catalog, Gpu
 
 
@@ -28,6 +29,8 @@ class Expected:
     nvlink: bool = False
     nvswitch: bool = False
     network_gbps: float | None = None
+    fabric: str = TCP  # between the nodes: efa | infiniband | tcp (bootstrap/fleet/fabric.py)
+    infiniband_gbps: float | None = None  # the size's total InfiniBand bandwidth
     scratch: ScratchSpec = field(default_factory=ScratchSpec)
     bucket: str | None = None
     thresholds: Mapping[str, float] = field(default_factory=dict)
@@ -47,6 +50,8 @@ class Expected:
             "nvlink": self.nvlink,
             "nvswitch": self.nvswitch,
             "network_gbps": self.network_gbps,
+            "fabric": self.fabric,
+            "infiniband_gbps": self.infiniband_gbps,
             "scratch": asdict(self.scratch),
             "bucket": self.bucket,
             "thresholds": dict(self.thresholds),
@@ -149,9 +154,10 @@ def expected_from(
     facts = _tier_facts(catalog, tier_name, raw_tier, outputs.get("provider"))
     gpus_allowed = _with_model(catalog, raw_tier.get("gpu_model"), facts.gpus_allowed)
     provider, itype = facts.provider, facts.instance_type
-    network = None
-    if provider and itype and (provider, itype) in catalog.instances:
-        network = catalog.instances[(provider, itype)].network_gbps
+    it = catalog.instances.get((provider, itype)) if provider and itype else None
+    network = it.network_gbps if it else None
+    fabric = fabric_of(raw_tier, it, catalog)
+    ib_gbps = raw_tier.get("infiniband_gbps") or (it.infiniband_gbps if it else 0)
     first = gpus_allowed[0] if gpus_allowed else None
     memory = float(raw_tier.get("gpu_memory_gb") or (first.memory_gb if first else 0))
     return Expected(
@@ -166,6 +172,8 @@ def expected_from(
         nvlink=facts.nvlink,
         nvswitch=facts.nvswitch,
         network_gbps=network,
+        fabric=fabric,
+        infiniband_gbps=float(ib_gbps) if fabric == INFINIBAND and ib_gbps else None,
         scratch=scratch or _scratch_spec(outputs.get("scratch") or {}),
         bucket=outputs.get("bucket"),
         thresholds=dict(first.thresholds if first else catalog.default_thresholds),

@@ -129,8 +129,10 @@ def judge_cluster(per_host: Mapping[str, Mapping[str, Any]], exp: Expected) -> V
     runs = [m.get("torchrun") or {} for m in per_host.values()]
     # Every node reports the same collective; the first that trained speaks for the run.
     head = next((r for r in runs if r.get("train")), runs[0] if runs else {})
+    # The environment the collectives ran with, as the first node that reported it saw it.
+    env = next((m["network_env"] for m in per_host.values() if "network_env" in m), None)
     node = Node(
-        {"torchrun": head},
+        {"torchrun": head, **({"network_env": env} if env is not None else {})},
         exp,
         gpu=None if exp.cpu else exp.gpu,
         run_kind=CROSS,

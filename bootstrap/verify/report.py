@@ -27,6 +27,8 @@ class VerifyRun:
     measurements: dict[str, Any]
     seconds: float
     started_at: str
+    # The fabric and the environment the cross-node stage ran with (None: no cross-node run).
+    network: Mapping[str, Any] | None = None
 
     @property
     def status(self) -> str:
@@ -41,6 +43,7 @@ class VerifyRun:
             "expected": self.expected.summary(),
             "hosts": [v.to_json() for v in self.verdicts],
             "cluster": self.cluster.to_json() if self.cluster else None,
+            "network": dict(self.network) if self.network is not None else None,
             "measurements": self.measurements,
         }
 

@@ -18,6 +18,7 @@ from typing import Any
 from fabric import Connection
 
 from bootstrap.fleet.api import Host, HostContext, StepFailed
+from bootstrap.fleet.fabric import FabricEnv
 from bootstrap.fleet.system import ProgressStream, sh
 from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.verify.expected import Expected
@@ -41,6 +42,13 @@ class VerifyOptions:
     s3_endpoint: str | None = None
     master_addr: str | None = None
     master_port: int = 29512
+    # The fabric's NCCL/UCX defaults (bootstrap/fleet/fabric.py), set for the cross-node
+    # stage; ``node_env`` (the user's --node-env) is merged over them and always wins.
+    fabric: FabricEnv = field(default_factory=FabricEnv)
+
+    def stage_env(self, stage: str) -> dict[str, str]:
+        """The environment one stage runs with: the fabric's defaults across nodes only."""
+        return self.fabric.merged(self.node_env) if stage == "cross" else dict(self.node_env)
 
 
 def parse_node_env(text: str) -> dict[str, str]:
@@ -97,7 +105,7 @@ def node_command(
             f"--master-addr={master_addr}",
             f"--master-port={opts.master_port}",
         ]
-    env = [f"{k}={v}" for k, v in opts.node_env.items()]
+    env = [f"{k}={v}" for k, v in opts.stage_env(stage).items()]
     prefix = ["env", *env] if env else []
     return " ".join(shlex.quote(a) for a in [*prefix, *args])
 

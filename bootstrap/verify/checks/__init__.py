@@ -27,6 +27,7 @@ CHECKS: tuple[CheckSpec, ...] = (
     health.persistence,
     health.xid,
     health.fabric_manager,
+    health.infiniband,
     topology.nvlink,
     topology.pcie,
     bench.benchmarks,
@@ -36,6 +37,7 @@ CHECKS: tuple[CheckSpec, ...] = (
     run.train,
     run.mfu,
     run.cross_nodes,
+    run.fabric,
     storage.scratch,
     storage.storage,
 )

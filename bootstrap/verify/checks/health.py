@@ -1,8 +1,10 @@
 """Is the hardware healthy: ECC, retired/remapped memory, throttling, temperature,
-persistence mode, Xid errors in the kernel log, and the fabric manager on NVSwitch nodes."""
+persistence mode, Xid errors in the kernel log, the fabric manager on NVSwitch nodes and the
+InfiniBand ports on InfiniBand tiers."""
 
 from __future__ import annotations
 
+from bootstrap.fleet.fabric import INFINIBAND
 from bootstrap.verify.checks.base import GPU, Node, Result, Thresholds, check
 from bootstrap.verify.verdict import FAIL, NOT_RUN, PASS, SKIP, WARN, Check, gpu_list, join
 
@@ -194,4 +196,71 @@ def fabric_manager(node: Node, th: Thresholds) -> Result:
         "active",
         detail="NVSwitch systems need nvidia-fabricmanager running (same version as the "
         "driver), or CUDA finds no peer links",
+    )
+
+
+def _ib_rate_gbps(rate: str | None) -> float:
+    """sysfs ``rate``: "200 Gb/sec (4X HDR)" -> 200.0 (0 when unreadable)."""
+    try:
+        return float(str(rate or "").split()[0])
+    except (IndexError, ValueError):
+        return 0.0
+
+
+@check("infiniband", runs=[GPU])
+def infiniband(node: Node, th: Thresholds) -> Result:
+    """On an InfiniBand tier: /dev/infiniband exists and the HCAs' InfiniBand ports are
+    ACTIVE (sysfs, as ``ibstatus`` reads it), at the size's total rate when it is known."""
+    if node.exp.fabric != INFINIBAND:
+        return Check("infiniband", NOT_RUN, "-", "-", detail="not an InfiniBand tier")
+    ib = node.report.get("infiniband")
+    if ib is None:
+        return Check(
+            "infiniband", SKIP, "not collected", "ports active", detail="older node script"
+        )
+    fix = (
+        "NCCL would fall back to TCP: boot Microsoft's Ubuntu HPC image (it carries the "
+        "InfiniBand driver stack) or install the DOCA/MOFED stack, then reboot"
+    )
+    if not ib.get("dev"):
+        return Check("infiniband", FAIL, "no /dev/infiniband", "HCA devices", detail=fix)
+    ports = [p for p in ib.get("ports") or [] if p.get("link_layer") == "InfiniBand"]
+    if not ports:
+        return Check(
+            "infiniband",
+            FAIL,
+            "no InfiniBand ports",
+            "ports active",
+            detail=f"none in /sys/class/infiniband; {fix}",
+        )
+    active = [p for p in ports if "ACTIVE" in str(p.get("state") or "")]
+    down = [f"{p['device']}/{p['port']}: {p.get('state') or '?'}" for p in ports if p not in active]
+    measured = f"{len(active)} of {len(ports)} ports active"
+    if not active:
+        return Check(
+            "infiniband",
+            FAIL,
+            measured,
+            "all active",
+            detail=f"{'; '.join(down)[:200]}; the subnet manager may not have brought the "
+            "links up yet: retry in a minute, else redeploy the VM",
+        )
+    total = sum(_ib_rate_gbps(p.get("rate")) for p in active)
+    want = node.exp.infiniband_gbps or 0
+    if down or (want and total < want):
+        why = "; ".join(down)[:200] if down else f"{total:g} of {want:g} Gb/s across the ports"
+        return Check(
+            "infiniband",
+            WARN,
+            measured,
+            f"all active, {want:g} Gb/s" if want else "all active",
+            detail=f"{why}: cross-node bandwidth will be below what the size is sold with",
+            value=total,
+        )
+    return Check(
+        "infiniband",
+        PASS,
+        f"{measured}, {total:g} Gb/s",
+        f"all active, {want:g} Gb/s" if want else "all active",
+        value=total,
     )

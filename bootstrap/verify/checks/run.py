@@ -1,7 +1,8 @@
 """The collective checks, on one node (``allreduce.local``, ``train``, ``mfu``) and across
-nodes (``allreduce.cross``, ``train.cross``, ``mfu.cross``, ``cross.nodes``): the all-reduce
-sums right at the bus bandwidth the interconnect or network promises, the DDP training step's
-loss falls and stays finite, and its model FLOPs utilisation.
+nodes (``allreduce.cross``, ``train.cross``, ``mfu.cross``, ``cross.nodes``, ``fabric``): the
+all-reduce sums right at the bus bandwidth the interconnect or network promises, the DDP
+training step's loss falls and stays finite, its model FLOPs utilisation, and the fabric
+environment the cross-node run used.
 
 A CPU run (``--cpu``) or a GPU the catalog does not know is judged for correctness only.
 """
@@ -10,9 +11,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from bootstrap.fleet.fabric import EFA, INFINIBAND, TCP
 from bootstrap.verify.checks.base import (
     CPU,
     CROSS,
@@ -86,9 +88,14 @@ def allreduce(node: Node, th: Thresholds) -> Result:
 def _busbw(name: str, node: Node, ar: Mapping[str, Any], th: Thresholds) -> Check:
     exp = node.exp
     if node.run_kind == CROSS:
-        basis_gbs = (exp.network_gbps or 0) / 8
+        # InfiniBand sizes carry their collectives over the HCAs, not the Ethernet NIC: judged
+        # against the InfiniBand rate, a run that fell back to TCP sockets shows as slow.
+        ib = exp.fabric == INFINIBAND and bool(exp.infiniband_gbps)
+        gbps = (exp.infiniband_gbps if ib else exp.network_gbps) or 0
+        basis_gbs = gbps / 8
         frac = th["internode_busbw_fraction"]
-        basis = f"internode_busbw_fraction {frac:g} x {exp.network_gbps or 0:g} Gbit/s network"
+        net = "InfiniBand" if ib else "network"
+        basis = f"internode_busbw_fraction {frac:g} x {gbps:g} Gbit/s {net}"
     else:
         basis_gbs = node.gpu.interconnect_gbs if node.gpu else 0
         frac = th["nccl_busbw_fraction"]
@@ -223,3 +230,34 @@ def cross_nodes(node: Node, th: Thresholds) -> Result:
     if not node.problems or never_met(node):
         return None
     return Check("cross.nodes", FAIL, "errors", "clean run", detail=_problems(node))
+
+
+# What would take the cross-node collectives off the fabric the tier pays for, as the node's
+# own environment showed it (user --node-env included): fabric -> (variable, value that does).
+_OFF_FABRIC: dict[str, tuple[str, Callable[[str], bool]]] = {
+    EFA: ("FI_PROVIDER", lambda v: v != "efa"),
+    INFINIBAND: ("NCCL_IB_DISABLE", lambda v: v == "1"),
+}
+
+
+@check("fabric", runs=[CROSS])
+def fabric(node: Node, th: Thresholds) -> Result:
+    """Which fabric environment the cross-node run used, and whether something in it (a
+    --node-env value, the node's own profile) turned the tier's fabric off."""
+    exp = node.exp
+    env = node.report.get("network_env")
+    expected = {EFA: "EFA", INFINIBAND: "InfiniBand", TCP: "TCP sockets"}[exp.fabric]
+    if env is None:
+        return Check("fabric", SKIP, "not reported", expected, detail="older node script")
+    shown = ", ".join(f"{k}={v}" for k, v in env.items())[:300] or "nothing set"
+    off = _OFF_FABRIC.get(exp.fabric)
+    if off and off[0] in env and off[1](env[off[0]]):
+        return Check(
+            "fabric",
+            WARN,
+            f"{off[0]}={env[off[0]]}",
+            expected,
+            detail=f"the cross-node run did not use {expected} (--node-env?): its figures "
+            f"are not the fabric's; env: {shown}",
+        )
+    return Check("fabric", PASS, f"{exp.fabric} env", expected, detail=shown)

@@ -47,12 +47,28 @@ def node_scratch() -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+ND_TIER = {
+    "name": "h100x8",
+    "gpu_model": "H100-80GB",
+    "gpu_count": 8,
+    "gpu_memory_gb": 80,
+    "instance_type": "Standard_ND96isr_H100_v5",
+    "nvlink": True,
+    "nvswitch": True,
+    "efa": False,
+    "infiniband": True,
+    "infiniband_gbps": 3200,
+}
+
+
 def write_inventory(
     server: SshServer, folder: Path, scratch: Path, *, nodes: int = 1, tier: str = "a100x8"
 ) -> Path:
-    tiers = {"a100x8": p4d_tier()}
+    tiers = {"a100x8": p4d_tier(), "h100x8": dict(ND_TIER)}
+    providers = {"a100x8": "aws", "h100x8": "azure"}
     data = server.inventory(
         stack="verify-test",
+        provider=providers[tier],
         tier=tiers[tier],
         nodes=[
             {
@@ -223,3 +239,50 @@ def test_two_nodes_run_the_cross_node_all_reduce_and_training_step(
     cross = [m["cross"]["torchrun"] for m in doc["measurements"].values()]
     assert {c["nnodes"] for c in cross} == {2}
     assert doc["overall"] == "CPU-ONLY"
+
+
+@pytest.mark.slow
+def test_two_nd_nodes_run_the_cross_node_stage_with_the_infiniband_env(
+    sshd_server: SshServer,
+    node_venv: tuple[Path, FabResult],
+    node_scratch: Path,
+    tmp_path: Path,
+) -> None:
+    """An Azure ND inventory: the cross-node run on the node gets InfiniBand's NCCL settings
+    with the user's --node-env over them, and the report and the terminal say so."""
+    venv, _ = node_venv
+    inventory = write_inventory(sshd_server, tmp_path, node_scratch, nodes=2, tier="h100x8")
+    reports = tmp_path / "reports"
+    result = verify(
+        inventory,
+        reports,
+        "--cpu",
+        "--nproc",
+        "1",
+        "--steps",
+        "20",
+        "--python",
+        str(venv / "bin/python"),
+        "--master-port",
+        str(free_port()),
+        "--node-env",
+        "NCCL_DEBUG=WARN,NCCL_SOCKET_IFNAME=lo",
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "cross-node env: infiniband: NCCL_IB_DISABLE=0" in result.stdout
+    assert "--node-env over it: NCCL_DEBUG=WARN NCCL_SOCKET_IFNAME=lo" in result.stdout
+    (saved,) = (reports / "verify-test").glob("verify-*.json")
+    doc = json.loads(saved.read_text())
+    assert doc["network"]["fabric"] == "infiniband"
+    assert doc["network"]["env"]["NCCL_SOCKET_IFNAME"] == "eth0"  # the default ...
+    assert doc["network"]["applied"]["NCCL_SOCKET_IFNAME"] == "lo"  # ... the user's won
+    # What the node's own process saw (verify_node.py reads its environment).
+    seen = [m["cross"]["network_env"] for m in doc["measurements"].values()]
+    assert len(seen) == 2
+    for env in seen:
+        assert env["NCCL_TOPO_FILE"] == "/opt/microsoft/ndv5-topo.xml"
+        assert env["NCCL_IB_PCI_RELAXED_ORDERING"] == "1"
+        assert (env["NCCL_SOCKET_IFNAME"], env["NCCL_DEBUG"]) == ("lo", "WARN")
+    cluster = checks(doc["cluster"])
+    assert cluster["fabric"]["status"] == "PASS"
+    assert cluster["train.cross"]["status"] == "PASS"

@@ -45,6 +45,7 @@ def test_a_healthy_8x_a100_node_passes_every_check() -> None:
         "persistence",
         "xid",
         "fabric-manager",
+        "infiniband",
         "nvlink",
         "pcie",
         "gemm",
