@@ -468,9 +468,9 @@ def render_reservation(con: Any, est: CostEstimate, not_priced: str | None = Non
         _say(con, text, f"  {label:<15}", " " * 17)
     _say(
         con,
-        f"The stack still deploys pay-as-you-go VMs. Buy the reservation separately, in "
-        f"{r.bought_with}: {title} then bills matching running VMs at the reserved rate, "
-        f"hour by hour. It covers {r.covers}.",
+        f"The stack still deploys pay-as-you-go VMs. Buy the reservation separately "
+        f"(quantity {r.nodes}, one per VM), in {r.bought_with}: {title} then bills matching "
+        f"running VMs at the reserved rate, hour by hour. It covers {r.covers}.",
     )
 
 

@@ -119,6 +119,7 @@ def test_the_human_output_says_it_is_bought_separately_and_fits_80_columns(
     assert "the VMs must run 58.8% of the term's hours (429 h a month)" in text
     assert "at 200 h a month it costs more" in text
     assert "The stack still deploys pay-as-you-go VMs" in text
+    assert "(quantity 1, one per VM)" in text
     assert "`az reservations reservation-order purchase`" in text
 
 
