@@ -24,18 +24,20 @@ import json
 import random
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlparse
 
 from . import tags as T
 from .core import (
+    MAX_ATTEMPTS_ENV,
     Instance,
     Metrics,
     ServiceClock,
     StopResult,
     chunks,
+    int_env,
 )
 from .fleet_names import CMS_DIMENSION, CMS_GROUP_ID, METRIC_GPU_UTIL, METRIC_HEARTBEAT
 from .idle_rules import UTC, parse_utc
@@ -45,6 +47,34 @@ STOP_BATCH = 100  # StopInstances InstanceId.N ceiling
 METRIC_PAGE = 100  # DescribeCustomMetricList PageSize
 METRIC_MAX_PAGES = 50  # bounded paging; more is reported as unreadable
 TAG_FILTER_LIMIT = 1000
+
+# The function's settings beyond the common ones (handler.py), all optional.
+ACCOUNT_ID_ENV = "GPUFLEET_ALICLOUD_ACCOUNT_ID"  # default: the FC context's account id
+DEFAULT_MAX_ATTEMPTS = 5
+
+
+def from_env(
+    region: str,
+    env: Mapping[str, str],
+    *,
+    credentials: Mapping[str, str] | None = None,
+    account_id: str | None = None,
+    endpoint: str | None = None,
+) -> AlicloudCloud:
+    """The cloud the function runs: the role's keys from ``credentials`` (Function
+    Compute's context: ``access_key_id``, ``access_key_secret``, ``security_token``), the
+    account from ``env`` or else ``account_id``, and the attempts per call."""
+    creds = credentials or {}
+    return AlicloudCloud(
+        region,
+        endpoint=endpoint,
+        access_key_id=creds.get("access_key_id"),
+        access_key_secret=creds.get("access_key_secret"),
+        security_token=creds.get("security_token"),
+        account_id=env.get(ACCOUNT_ID_ENV) or account_id,
+        max_attempts=int_env(env, MAX_ATTEMPTS_ENV, DEFAULT_MAX_ATTEMPTS),
+    )
+
 
 _RETRYABLE = ("Throttling", "ServiceUnavailable", "InternalError", "UnknownError")
 _ID_ERRORS = ("InvalidInstanceId", "IncorrectInstanceStatus", "InvalidParameter")

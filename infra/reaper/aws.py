@@ -16,18 +16,21 @@ clock comes from the answers' Date headers (:class:`~infra.reaper.core.ServiceCl
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import tags as T
 from .core import (
+    MAX_ATTEMPTS_ENV,
+    ConfigError,
     Instance,
     Metrics,
     ServiceClock,
     StopResult,
     chunks,
+    int_env,
 )
 from .fleet_names import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
 from .idle_rules import UTC
@@ -40,6 +43,31 @@ QUERIES_PER_CALL = 500  # GetMetricData ceiling
 STOP_BATCH = 100
 SCANNED_STATES = ("pending", "running", "stopping", "stopped")
 HEARTBEAT_PERIOD = 60  # one datapoint per minute: the newest one's timestamp is the last beat
+# The function's settings beyond the common ones (handler.py), all optional.
+RETRY_MODE_ENV = "GPUFLEET_RETRY_MODE"  # standard (default) | adaptive: botocore's modes
+DEFAULT_MAX_ATTEMPTS = 6
+
+
+def from_env(
+    region: str,
+    env: Mapping[str, str],
+    *,
+    credentials: Mapping[str, str] | None = None,
+    account_id: str | None = None,
+    endpoint: str | None = None,
+) -> AwsCloud:
+    """The cloud the function runs, its settings from ``env``: the retry mode and the
+    attempts per call. Credentials come from boto3's own chain (the Lambda's role), so
+    ``credentials`` and ``account_id`` are not read."""
+    retry_mode = env.get(RETRY_MODE_ENV, "standard")
+    if retry_mode not in ("standard", "adaptive"):
+        raise ConfigError(f"{RETRY_MODE_ENV} must be standard or adaptive, got {retry_mode!r}")
+    return AwsCloud(
+        region,
+        endpoint_url=endpoint,
+        retry_mode=retry_mode,
+        max_attempts=int_env(env, MAX_ATTEMPTS_ENV, DEFAULT_MAX_ATTEMPTS),
+    )
 
 
 class MalformedAnswer(RuntimeError):

@@ -58,18 +58,27 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from . import tags as T
-from .core import Instance, Metrics, ServiceClock, StopResult
+from .core import (
+    MAX_ATTEMPTS_ENV,
+    ConfigError,
+    Instance,
+    Metrics,
+    ServiceClock,
+    StopResult,
+    int_env,
+)
 from .fleet_names import METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
 from .idle_rules import UTC
 
 # The function's settings beyond the common ones (handler.py): the stack declares them.
 REQUIRED_ENV = ("GPUFLEET_AZURE_SUBSCRIPTION_ID", "GPUFLEET_AZURE_RESOURCE_GROUP")
 OPTIONAL_ENV = ("GPUFLEET_AZURE_CLIENT_ID", "GPUFLEET_AZURE_ACCESS_TOKEN")
+DEFAULT_MAX_ATTEMPTS = 5  # GPUFLEET_MAX_ATTEMPTS, optional like every cloud's
 # The custom role's actions, scoped to the stack's resource group.
 ROLE_ACTIONS = (
     "Microsoft.Compute/virtualMachines/read",
@@ -559,38 +568,46 @@ def _bounded_arm_polling(interval_s: float, polls: int, max_delay_s: float) -> A
     return BoundedARMPolling()
 
 
-def cloud_from_env(
+def from_env(
     region: str,
-    env: dict[str, str] | Any,
+    env: Mapping[str, str],
     *,
+    credentials: Mapping[str, str] | None = None,
+    account_id: str | None = None,
     endpoint: str | None = None,
-    max_attempts: int = 5,
     credential: Any = None,
     connection_verify: str | bool = True,
 ) -> AzureCloud:
-    """The cloud the function runs: its settings from ``env`` (see the module docstring)."""
+    """The cloud the function runs: its settings from ``env`` (see the module docstring)
+    and the attempts per call; it signs in as the managed identity unless ``env`` holds a
+    token or ``credential`` is given (``credentials`` and ``account_id`` are not read).
+    Anything missing or wrong is a ConfigError."""
+    max_attempts = int_env(env, MAX_ATTEMPTS_ENV, DEFAULT_MAX_ATTEMPTS)
     missing = [name for name in REQUIRED_ENV if not str(env.get(name, "")).strip()]
     if missing:
-        raise ValueError(f"{' and '.join(missing)} not set: the Function App's settings")
+        raise ConfigError(f"{' and '.join(missing)} not set: the Function App's settings")
     client_id = (env.get("GPUFLEET_AZURE_CLIENT_ID") or "").strip() or None
-    if credential is None:
-        token = (env.get("GPUFLEET_AZURE_ACCESS_TOKEN") or "").strip()
-        credential = (
-            StaticTokenCredential(token)
-            if token
-            else ManagedIdentityCredential(
-                client_id=client_id,
-                endpoint=env.get("IDENTITY_ENDPOINT"),
-                secret=env.get("IDENTITY_HEADER"),
+    try:
+        if credential is None:
+            token = (env.get("GPUFLEET_AZURE_ACCESS_TOKEN") or "").strip()
+            credential = (
+                StaticTokenCredential(token)
+                if token
+                else ManagedIdentityCredential(
+                    client_id=client_id,
+                    endpoint=env.get("IDENTITY_ENDPOINT"),
+                    secret=env.get("IDENTITY_HEADER"),
+                )
             )
+        return AzureCloud(
+            region,
+            subscription_id=env["GPUFLEET_AZURE_SUBSCRIPTION_ID"].strip(),
+            resource_group=env["GPUFLEET_AZURE_RESOURCE_GROUP"].strip(),
+            client_id=client_id,
+            credential=credential,
+            endpoint=endpoint,
+            connection_verify=connection_verify,
+            max_attempts=max_attempts,
         )
-    return AzureCloud(
-        region,
-        subscription_id=env["GPUFLEET_AZURE_SUBSCRIPTION_ID"].strip(),
-        resource_group=env["GPUFLEET_AZURE_RESOURCE_GROUP"].strip(),
-        client_id=client_id,
-        credential=credential,
-        endpoint=endpoint,
-        connection_verify=connection_verify,
-        max_attempts=max_attempts,
-    )
+    except ValueError as exc:  # the credential's or the client's own refusal
+        raise ConfigError(str(exc)) from None

@@ -31,9 +31,29 @@ from .idle_rules import (
 )
 
 RUNNING = "running"
+# The setting that caps attempts per API call, the first included (each cloud its default).
+MAX_ATTEMPTS_ENV = "GPUFLEET_MAX_ATTEMPTS"
 # More than this between the host's clock and the service's is reported (AWS SigV4 refuses
 # requests signed more than 5 minutes off; botocore corrects its own signing clock).
 CLOCK_WARN_MINUTES = 5.0
+
+
+class ConfigError(ValueError):
+    """The function's environment is incomplete or wrong."""
+
+
+def int_env(env: Mapping[str, str], name: str, default: int) -> int:
+    """A whole number of at least 1 from ``env`` (``default`` when unset or blank)."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < 1:
+        raise ConfigError(f"{name} must be at least 1, got {value}")
+    return value
 
 
 class ServiceClock:

@@ -26,6 +26,7 @@ it. A bad tag value does not: that instance is kept and reported.
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import os
@@ -34,9 +35,9 @@ import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from .core import Cloud, Report, reap
+from .core import Cloud, ConfigError, Report, reap
 
 LAMBDA_HANDLER = "handler.handler"
 FC_HANDLER = "handler.fc_handler"
@@ -51,115 +52,34 @@ __all__ = ["fc_handler", "handler", "main_handler"]
 '''
 
 
-class ConfigError(ValueError):
-    """The function's environment is incomplete or wrong."""
-
-
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
-    if value < 1:
-        raise ConfigError(f"{name} must be at least 1, got {value}")
-    return value
+class FromEnv(Protocol):
+    """A cloud module's ``from_env``: its client, configured from the function's
+    environment (and what the platform hands the invocation)."""
 
-
-def _aws_cloud(
-    region: str,
-    env: Mapping[str, str],
-    credentials: Mapping[str, str] | None,
-    account_id: str | None,
-    endpoint: str | None,
-) -> Cloud:
-    from .aws import AwsCloud
-
-    retry_mode = env.get("GPUFLEET_RETRY_MODE", "standard")
-    if retry_mode not in ("standard", "adaptive"):
-        raise ConfigError(f"GPUFLEET_RETRY_MODE must be standard or adaptive, got {retry_mode!r}")
-    return AwsCloud(
-        region,
-        endpoint_url=endpoint,
-        retry_mode=retry_mode,
-        max_attempts=_int_env(env, "GPUFLEET_MAX_ATTEMPTS", 6),
-    )
-
-
-def _alicloud_cloud(
-    region: str,
-    env: Mapping[str, str],
-    credentials: Mapping[str, str] | None,
-    account_id: str | None,
-    endpoint: str | None,
-) -> Cloud:
-    from .alicloud import AlicloudCloud
-
-    creds = credentials or {}
-    return AlicloudCloud(
-        region,
-        endpoint=endpoint,
-        access_key_id=creds.get("access_key_id"),
-        access_key_secret=creds.get("access_key_secret"),
-        security_token=creds.get("security_token"),
-        account_id=env.get("GPUFLEET_ALICLOUD_ACCOUNT_ID") or account_id,
-        max_attempts=_int_env(env, "GPUFLEET_MAX_ATTEMPTS", 5),
-    )
-
-
-def _tencent_cloud(
-    region: str,
-    env: Mapping[str, str],
-    credentials: Mapping[str, str] | None,
-    account_id: str | None,
-    endpoint: str | None,
-) -> Cloud:
-    from .tencent import TencentCloud, credentials_from
-
-    secret_id, secret_key, token = credentials_from(credentials or env)
-    return TencentCloud(
-        region,
-        endpoint=endpoint,
-        secret_id=secret_id or None,
-        secret_key=secret_key or None,
-        token=token or None,
-        max_attempts=_int_env(env, "GPUFLEET_MAX_ATTEMPTS", 5),
-    )
-
-
-def _azure_cloud(
-    region: str,
-    env: Mapping[str, str],
-    credentials: Mapping[str, str] | None,
-    account_id: str | None,
-    endpoint: str | None,
-) -> Cloud:
-    from .azure import cloud_from_env
-
-    try:
-        return cloud_from_env(
-            region, env, endpoint=endpoint, max_attempts=_int_env(env, "GPUFLEET_MAX_ATTEMPTS", 5)
-        )
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    def __call__(
+        self,
+        region: str,
+        env: Mapping[str, str],
+        *,
+        credentials: Mapping[str, str] | None = None,
+        account_id: str | None = None,
+        endpoint: str | None = None,
+    ) -> Cloud: ...
 
 
 @dataclass(frozen=True)
 class CloudEntry:
-    """How the reaper reaches one cloud: its client (SDK imported only when made), and
-    whether the function zip must carry the SDK (the platform's runtime lacks it): the
-    distributions named in ``sdks``, with their dependency closure; for a platform with its
-    own package layout, ``layout`` lays the zip's entries out instead."""
+    """How the reaper reaches one cloud: its module in this package, whose ``from_env``
+    makes the client (the module, and so its SDK, imported only then); and whether the
+    function zip must carry the SDK (the platform's runtime lacks it): the distributions
+    named in ``sdks``, with their dependency closure; for a platform with its own package
+    layout, ``layout`` lays the zip's entries out instead."""
 
-    make: Callable[
-        [str, Mapping[str, str], Mapping[str, str] | None, str | None, str | None], Cloud
-    ]
+    module: str  # this package's module for the cloud; its from_env makes the client
     vendor_sdk: bool
     sdks: tuple[str, ...] = ()
     # True: the closure comes from wheels built for the function's runtime, pinned in
@@ -167,6 +87,11 @@ class CloudEntry:
     # this venv's installed distributions (pure Python only, compiled speed-ups left out).
     wheels: bool = False
     layout: Callable[[list[tuple[str, bytes]]], list[tuple[str, bytes]]] | None = None
+
+    def from_env(self) -> FromEnv:
+        """The module's constructor, importing it (and so its SDK, lazily) only now."""
+        make: FromEnv = importlib.import_module(f"{__package__}.{self.module}").from_env
+        return make
 
 
 def _azure_layout(common: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
@@ -180,15 +105,15 @@ def _azure_layout(common: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
 # relied on (no source says which SDK version its Python runtime bundles, if any); the Azure
 # Functions Python runtime ships no Azure SDK (azure_package.py vendors a pure-Python closure).
 CLOUDS: Mapping[str, CloudEntry] = {
-    "aws": CloudEntry(_aws_cloud, vendor_sdk=False),
+    "aws": CloudEntry("aws", vendor_sdk=False),
     "alicloud": CloudEntry(
-        _alicloud_cloud,
+        "alicloud",
         vendor_sdk=True,
         sdks=("alibabacloud-ecs20140526", "alibabacloud-cms20190101"),
         wheels=True,  # its closure has compiled modules (cryptography, cffi, aiohttp...)
     ),
     "tencent": CloudEntry(
-        _tencent_cloud,
+        "tencent",
         vendor_sdk=True,
         sdks=(
             "tencentcloud-sdk-python-common",
@@ -196,7 +121,7 @@ CLOUDS: Mapping[str, CloudEntry] = {
             "tencentcloud-sdk-python-monitor",
         ),
     ),
-    "azure": CloudEntry(_azure_cloud, vendor_sdk=True, layout=_azure_layout),
+    "azure": CloudEntry("azure", vendor_sdk=True, layout=_azure_layout),
 }
 
 
@@ -226,7 +151,8 @@ def make_cloud(
     entry = CLOUDS.get(provider)
     if entry is None:
         raise ConfigError(f"GPUFLEET_PROVIDER must be {_known()}, got {provider!r}")
-    return entry.make(region, env, credentials, account_id, endpoint)
+    make = entry.from_env()
+    return make(region, env, credentials=credentials, account_id=account_id, endpoint=endpoint)
 
 
 def run(

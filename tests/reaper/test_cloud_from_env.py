@@ -1,0 +1,76 @@
+"""Each cloud's client is made by its own module's ``from_env`` (the registry in handler.py
+names only the module): same keywords everywhere, each reading its own settings."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+
+from infra.reaper.handler import CLOUDS, ConfigError, make_cloud
+
+KEYWORDS = {"credentials", "account_id", "endpoint"}
+
+
+@pytest.mark.parametrize("provider", sorted(CLOUDS))
+def test_every_registered_cloud_module_has_a_from_env_with_the_shared_keywords(
+    provider: str,
+) -> None:
+    module = importlib.import_module(f"infra.reaper.{CLOUDS[provider].module}")
+    params = inspect.signature(module.from_env).parameters
+    assert list(params)[:2] == ["region", "env"]
+    keyword_only = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert KEYWORDS <= keyword_only
+    assert CLOUDS[provider].from_env() is module.from_env
+
+
+def test_alicloud_prefers_the_account_setting_to_the_context_and_takes_context_keys() -> None:
+    env = {"GPUFLEET_REGION": "cn-hangzhou", "GPUFLEET_ALICLOUD_ACCOUNT_ID": "111"}
+    creds = {"access_key_id": "id", "access_key_secret": "secret", "security_token": "tok"}
+    cloud = make_cloud("alicloud", env, credentials=creds, account_id="222")
+    assert (cloud.account_id, cloud.access_key_id, cloud.security_token) == ("111", "id", "tok")
+    del env["GPUFLEET_ALICLOUD_ACCOUNT_ID"]
+    assert make_cloud("alicloud", env, credentials=creds, account_id="222").account_id == "222"
+
+
+@pytest.mark.parametrize(
+    ("provider", "region", "default"),
+    [("aws", "us-east-1", 6), ("alicloud", "cn-hangzhou", 5), ("tencent", "ap-guangzhou", 5)],
+)
+def test_max_attempts_defaults_per_cloud_and_is_read_from_the_setting(
+    provider: str, region: str, default: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "fake-id")
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "fake-secret")
+    monkeypatch.setenv("TENCENTCLOUD_SECRET_ID", "fake-id")
+    monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", "fake-key")
+    env = {"GPUFLEET_REGION": region}
+
+    def attempts(cloud: object) -> int:
+        retry = getattr(cloud, "_retry", None)  # botocore's config on AWS
+        return int(retry["total_max_attempts"] if retry else getattr(cloud, "max_attempts"))
+
+    assert attempts(make_cloud(provider, env)) == default
+    assert attempts(make_cloud(provider, {**env, "GPUFLEET_MAX_ATTEMPTS": "2"})) == 2
+
+
+def test_tencent_reads_the_keys_from_the_function_environment() -> None:
+    env = {
+        "GPUFLEET_REGION": "ap-guangzhou",
+        "TENCENTCLOUD_SECRETID": "sid",
+        "TENCENTCLOUD_SECRETKEY": "skey",
+        "TENCENTCLOUD_SESSIONTOKEN": "tok",
+    }
+    cloud = make_cloud("tencent", env)
+    assert (cloud.secret_id, cloud.secret_key, cloud.token) == ("sid", "skey", "tok")
+
+
+def test_aws_refuses_an_unknown_retry_mode_as_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="GPUFLEET_RETRY_MODE must be standard or adaptive"):
+        make_cloud("aws", {"GPUFLEET_REGION": "us-east-1", "GPUFLEET_RETRY_MODE": "legacy"})
+
+
+def test_azure_checks_the_attempts_setting_before_the_missing_subscription() -> None:
+    with pytest.raises(ConfigError, match="GPUFLEET_MAX_ATTEMPTS"):
+        make_cloud("azure", {"GPUFLEET_REGION": "eastus", "GPUFLEET_MAX_ATTEMPTS": "0"})
