@@ -12,7 +12,7 @@ import pulumi_alicloud as ali
 import pulumi_random as random
 
 from infra import reaper_deploy as guard_logic
-from infra.config import ConfigError, StackConfig
+from infra.config import StackConfig
 from infra.nodes import NodeSpec, stack_tags
 from infra.providers.base import (
     AccessParts,
@@ -23,6 +23,15 @@ from infra.providers.base import (
     StorageParts,
     unsupported_features,
 )
+from infra.providers.common import (
+    ABORT_MULTIPART_DAYS,
+    ARCHIVE_AFTER_COOL_DAYS,
+    child_opts,
+    ipv4_or_ipv6,
+    managed_stack_tags,
+    pinned_or_first_zone,
+    policy_json,
+)
 from infra.reaper import tags as T
 
 VPC_CIDR = "10.42.0.0/16"
@@ -32,11 +41,8 @@ UBUNTU_IMAGE_REGEX = "^ubuntu_22_04_x64"
 PUBLIC_BANDWIDTH_MBPS = 100
 
 
-def _opts(parent: pulumi.Resource, **kw: object) -> pulumi.ResourceOptions:
-    return pulumi.ResourceOptions(parent=parent, **kw)  # type: ignore[arg-type]
-
-
 BUCKET_SUFFIX_BYTES = 4
+RAM_VERSION = "1"
 
 
 def bucket_name_for(stack: str, suffix: str) -> str:
@@ -70,19 +76,17 @@ def charge_args(cfg: StackConfig) -> dict[str, Any]:
 
 
 def tls_only_policy(bucket: str) -> str:
-    return json.dumps(
-        {
-            "Version": "1",
-            "Statement": [
-                {
-                    "Effect": "Deny",
-                    "Principal": ["*"],
-                    "Action": ["oss:*"],
-                    "Resource": [f"acs:oss:*:*:{bucket}", f"acs:oss:*:*:{bucket}/*"],
-                    "Condition": {"Bool": {"acs:SecureTransport": ["false"]}},
-                }
-            ],
-        }
+    return policy_json(
+        RAM_VERSION,
+        [
+            {
+                "Effect": "Deny",
+                "Principal": ["*"],
+                "Action": ["oss:*"],
+                "Resource": [f"acs:oss:*:*:{bucket}", f"acs:oss:*:*:{bucket}/*"],
+                "Condition": {"Bool": {"acs:SecureTransport": ["false"]}},
+            }
+        ],
     )
 
 
@@ -101,52 +105,50 @@ NODE_TAG_ACTIONS = ["ecs:TagResources", "ecs:AddTags"]
 
 
 def node_policy(bucket: str, stack: str) -> str:
-    return json.dumps(
-        {
-            "Version": "1",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Action": ["oss:ListObjects", "oss:GetBucketInfo"],
-                    "Resource": [f"acs:oss:*:*:{bucket}"],
-                },
-                {
-                    "Effect": "Allow",
-                    "Action": [
-                        "oss:GetObject",
-                        "oss:PutObject",
-                        "oss:DeleteObject",
-                        "oss:AbortMultipartUpload",
-                    ],
-                    "Resource": [f"acs:oss:*:*:{bucket}/*"],
-                },
-                {"Effect": "Allow", "Action": ["cms:PutCustomMetric"], "Resource": ["*"]},
-                # The watchdog reads its own tags (protected, lease, limits) with
-                # ListTagResources: Alicloud's metadata service does not serve tags yet. Read
-                # only; not scoped by tag, since a denied read would leave the node unguarded
-                # by idleness (unknown tags count as activity) until its TTL.
-                {"Effect": "Allow", "Action": ["ecs:ListTagResources"], "Resource": ["*"]},
-                # Tagging is allowed per node (lease_policy, on the node's own role); never
-                # with a tag the guards decide on: RAM documents only acs:RequestTag/<key>
-                # for tag requests (no "these keys only" operator), so each such key gets its
-                # own Deny, which wins over any Allow.
-                *[
-                    {
-                        "Effect": "Deny",
-                        "Action": NODE_TAG_ACTIONS,
-                        "Resource": ["*"],
-                        "Condition": {"Null": {f"acs:RequestTag/{key}": "false"}},
-                    }
-                    for key in GUARDED_TAG_KEYS
+    return policy_json(
+        RAM_VERSION,
+        [
+            {
+                "Effect": "Allow",
+                "Action": ["oss:ListObjects", "oss:GetBucketInfo"],
+                "Resource": [f"acs:oss:*:*:{bucket}"],
+            },
+            {
+                "Effect": "Allow",
+                "Action": [
+                    "oss:GetObject",
+                    "oss:PutObject",
+                    "oss:DeleteObject",
+                    "oss:AbortMultipartUpload",
                 ],
+                "Resource": [f"acs:oss:*:*:{bucket}/*"],
+            },
+            {"Effect": "Allow", "Action": ["cms:PutCustomMetric"], "Resource": ["*"]},
+            # The watchdog reads its own tags (protected, lease, limits) with
+            # ListTagResources: Alicloud's metadata service does not serve tags yet. Read
+            # only; not scoped by tag, since a denied read would leave the node unguarded
+            # by idleness (unknown tags count as activity) until its TTL.
+            {"Effect": "Allow", "Action": ["ecs:ListTagResources"], "Resource": ["*"]},
+            # Tagging is allowed per node (lease_policy, on the node's own role); never
+            # with a tag the guards decide on: RAM documents only acs:RequestTag/<key>
+            # for tag requests (no "these keys only" operator), so each such key gets its
+            # own Deny, which wins over any Allow.
+            *[
                 {
-                    # removing a tag (the stack's, the TTL's) is never the node's business
                     "Effect": "Deny",
-                    "Action": ["ecs:UntagResources", "ecs:RemoveTags"],
+                    "Action": NODE_TAG_ACTIONS,
                     "Resource": ["*"],
-                },
+                    "Condition": {"Null": {f"acs:RequestTag/{key}": "false"}},
+                }
+                for key in GUARDED_TAG_KEYS
             ],
-        }
+            {
+                # removing a tag (the stack's, the TTL's) is never the node's business
+                "Effect": "Deny",
+                "Action": ["ecs:UntagResources", "ecs:RemoveTags"],
+                "Resource": ["*"],
+            },
+        ],
     )
 
 
@@ -154,62 +156,104 @@ def lease_policy(instance_id: str, stack: str) -> str:
     """What one node may tag: its own instance (by id), only in a request that carries the
     lease, and only while the instance is this stack's managed one. Attached to that node's
     role alone; node_policy's Denies still refuse every tag the guards read."""
-    return json.dumps(
-        {
-            "Version": "1",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Action": ["ecs:TagResources"],
-                    "Resource": [f"acs:ecs:*:*:instance/{instance_id}"],
-                    "Condition": {
-                        "StringEquals": {
-                            f"acs:ResourceTag/{T.STACK}": [stack],
-                            f"acs:ResourceTag/{T.MANAGED_BY}": [T.MANAGED_BY_VALUE],
-                        },
-                        "Null": {f"acs:RequestTag/{T.KEEP_ALIVE_UNTIL}": "false"},
+    return policy_json(
+        RAM_VERSION,
+        [
+            {
+                "Effect": "Allow",
+                "Action": ["ecs:TagResources"],
+                "Resource": [f"acs:ecs:*:*:instance/{instance_id}"],
+                "Condition": {
+                    "StringEquals": {
+                        f"acs:ResourceTag/{T.STACK}": [stack],
+                        f"acs:ResourceTag/{T.MANAGED_BY}": [T.MANAGED_BY_VALUE],
                     },
-                }
-            ],
-        }
+                    "Null": {f"acs:RequestTag/{T.KEEP_ALIVE_UNTIL}": "false"},
+                },
+            }
+        ],
     )
 
 
 def reaper_policy(stack: str) -> str:
     """Describe anything, stop only instances carrying this stack's managed tags; no delete."""
-    return json.dumps(
-        {
-            "Version": "1",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Action": ["ecs:DescribeInstances", "cms:DescribeCustomMetricList"],
-                    "Resource": ["*"],
+    return policy_json(
+        RAM_VERSION,
+        [
+            {
+                "Effect": "Allow",
+                "Action": ["ecs:DescribeInstances", "cms:DescribeCustomMetricList"],
+                "Resource": ["*"],
+            },
+            {
+                "Effect": "Allow",
+                "Action": ["ecs:StopInstances", "ecs:StopInstance"],
+                "Resource": ["acs:ecs:*:*:instance/*"],
+                "Condition": {
+                    "StringEquals": {
+                        f"acs:ResourceTag/{key}": [value]
+                        for key, value in managed_stack_tags(stack)
+                    }
                 },
-                {
-                    "Effect": "Allow",
-                    "Action": ["ecs:StopInstances", "ecs:StopInstance"],
-                    "Resource": ["acs:ecs:*:*:instance/*"],
-                    "Condition": {
-                        "StringEquals": {
-                            f"acs:ResourceTag/{T.MANAGED_BY}": [T.MANAGED_BY_VALUE],
-                            f"acs:ResourceTag/{T.STACK}": [stack],
-                        }
-                    },
-                },
-            ],
-        }
+            },
+        ],
     )
 
 
 def assume_role(service: str) -> str:
-    return json.dumps(
-        {
-            "Version": "1",
-            "Statement": [
-                {"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {"Service": [service]}}
-            ],
-        }
+    return policy_json(
+        RAM_VERSION,
+        [{"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {"Service": [service]}}],
+    )
+
+
+def _role(
+    parent: pulumi.Resource,
+    name: str,
+    role_name: str,
+    service: str,
+    description: str,
+    tags: dict[str, str],
+) -> ali.ram.Role:
+    """A RAM role ``service`` assumes (``<name>-role``), with no policy yet."""
+    return ali.ram.Role(
+        f"{name}-role",
+        role_name=role_name[:64],
+        assume_role_policy_document=assume_role(service),
+        description=description,
+        tags=tags,
+        opts=child_opts(parent),
+    )
+
+
+def _custom_policy(
+    parent: pulumi.Resource,
+    name: str,
+    policy_name: str,
+    document: pulumi.Input[str],
+    description: str,
+    tags: dict[str, str],
+) -> ali.ram.Policy:
+    return ali.ram.Policy(
+        name,
+        policy_name=policy_name[:128],
+        policy_document=document,
+        description=description,
+        tags=tags,
+        opts=child_opts(parent),
+    )
+
+
+def _attach(
+    parent: pulumi.Resource, name: str, role_name: pulumi.Input[str], policy_name: pulumi.Input[str]
+) -> None:
+    """Attach a custom policy to a role (RAM has no inline kind)."""
+    ali.ram.RolePolicyAttachment(
+        name,
+        role_name=role_name,
+        policy_name=policy_name,
+        policy_type="Custom",
+        opts=child_opts(parent),
     )
 
 
@@ -222,30 +266,10 @@ def _role_with_policy(
     description: str,
     tags: dict[str, str],
 ) -> ali.ram.Role:
-    """A RAM role a service assumes, with one custom policy attached (RAM has no inline kind)."""
-    role = ali.ram.Role(
-        f"{name}-role",
-        role_name=role_name[:64],
-        assume_role_policy_document=assume_role(service),
-        description=description,
-        tags=tags,
-        opts=_opts(parent),
-    )
-    policy = ali.ram.Policy(
-        f"{name}-policy",
-        policy_name=role_name[:128],
-        policy_document=document,
-        description=description,
-        tags=tags,
-        opts=_opts(parent),
-    )
-    ali.ram.RolePolicyAttachment(
-        f"{name}-attach",
-        role_name=role.role_name,
-        policy_name=policy.policy_name,
-        policy_type="Custom",
-        opts=_opts(parent),
-    )
+    """A RAM role a service assumes, with one custom policy of the same name attached."""
+    role = _role(parent, name, role_name, service, description, tags)
+    policy = _custom_policy(parent, f"{name}-policy", role_name, document, description, tags)
+    _attach(parent, f"{name}-attach", role.role_name, policy.policy_name)
     return role
 
 
@@ -257,28 +281,24 @@ class AlicloudProvider:
         return ali.Provider("alicloud", region=cfg.region)
 
     def _zone(self, parent: pulumi.Resource, cfg: StackConfig) -> pulumi.Output[str]:
-        if cfg.zone:
-            return pulumi.Output.from_input(cfg.zone)
-        zones = ali.get_zones_output(
-            available_instance_type=cfg.instance_type,
-            available_resource_creation="Instance",
-            available_disk_category="cloud_essd",
-            opts=pulumi.InvokeOutputOptions(parent=parent),
+        def offered() -> pulumi.Output[list[str]]:
+            zones = ali.get_zones_output(
+                available_instance_type=cfg.instance_type,
+                available_resource_creation="Instance",
+                available_disk_category="cloud_essd",
+                opts=pulumi.InvokeOutputOptions(parent=parent),
+            )
+            return zones.zones.apply(
+                lambda found: [str(z["id"] if isinstance(z, dict) else z.id) for z in found]
+            )
+
+        return pinned_or_first_zone(
+            cfg,
+            offered,
+            f"gpufleet:region: no zone in {cfg.region} offers {cfg.instance_type} "
+            "with ESSD disks now: set gpufleet:region or gpufleet:zone, or pick "
+            "another profile",
         )
-
-        def first(found: list[Any]) -> str:
-            ids = sorted(z["id"] if isinstance(z, dict) else z.id for z in found)
-            if not ids:
-                raise ConfigError(  # a ValueError; `plan.py` exits 2 on it
-                    [
-                        f"gpufleet:region: no zone in {cfg.region} offers {cfg.instance_type} "
-                        "with ESSD disks now: set gpufleet:region or gpufleet:zone, or pick "
-                        "another profile"
-                    ]
-                )
-            return str(ids[0])
-
-        return zones.zones.apply(first)
 
     def network(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> NetworkParts:
         tags = stack_tags(cfg)
@@ -288,7 +308,7 @@ class AlicloudProvider:
             vpc_name=f"{name}-vpc",
             cidr_block=VPC_CIDR,
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         vsw = ali.vpc.Switch(
             f"{name}-vsw",
@@ -297,7 +317,7 @@ class AlicloudProvider:
             cidr_block=VSWITCH_CIDR,
             zone_id=zone,
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         sg = ali.ecs.SecurityGroup(
             f"{name}-sg",
@@ -305,21 +325,22 @@ class AlicloudProvider:
             vpc_id=vpc.id,
             description=f"gpufleet {cfg.stack}: SSH from listed networks, all between nodes",
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         for i, cidr in enumerate(cfg.ssh_cidrs):
+            ipv4, ipv6 = ipv4_or_ipv6(cidr)
             ali.ecs.SecurityGroupRule(
                 f"{name}-ssh-{i}",
                 security_group_id=sg.id,
                 type="ingress",
                 ip_protocol="tcp",
                 port_range="22/22",
-                cidr_ip=None if ":" in cidr else cidr,
-                ipv6_cidr_ip=cidr if ":" in cidr else None,
+                cidr_ip=ipv4,
+                ipv6_cidr_ip=ipv6,
                 nic_type="intranet",
                 policy="accept",
                 description="SSH from an allowed network",
-                opts=_opts(parent),
+                opts=child_opts(parent),
             )
         ali.ecs.SecurityGroupRule(
             f"{name}-intra",
@@ -331,7 +352,7 @@ class AlicloudProvider:
             nic_type="intranet",
             policy="accept",
             description="all traffic between the stack's nodes (NCCL, rendezvous)",
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         return NetworkParts(vpc.id, vsw.id, sg.id, zone, None)
 
@@ -342,7 +363,7 @@ class AlicloudProvider:
         # would make the next `pulumi up` fail on the bucket it kept. A random suffix, held in
         # the stack's state, is stable across updates and new after a destroy.
         suffix = random.RandomId(
-            f"{name}-bucket-suffix", byte_length=BUCKET_SUFFIX_BYTES, opts=_opts(parent)
+            f"{name}-bucket-suffix", byte_length=BUCKET_SUFFIX_BYTES, opts=child_opts(parent)
         )
         bucket_name = suffix.hex.apply(lambda h: bucket_name_for(cfg.stack, h))
         days = cfg.bucket_archive_days
@@ -364,7 +385,7 @@ class AlicloudProvider:
                     transitions=[
                         ali.oss.BucketLifecycleRuleTransitionArgs(days=days, storage_class="IA"),
                         ali.oss.BucketLifecycleRuleTransitionArgs(
-                            days=days + 180, storage_class="Archive"
+                            days=days + ARCHIVE_AFTER_COOL_DAYS, storage_class="Archive"
                         ),
                     ],
                     noncurrent_version_transitions=[
@@ -373,30 +394,32 @@ class AlicloudProvider:
                         )
                     ],
                     abort_multipart_uploads=[
-                        ali.oss.BucketLifecycleRuleAbortMultipartUploadArgs(days=7)
+                        ali.oss.BucketLifecycleRuleAbortMultipartUploadArgs(
+                            days=ABORT_MULTIPART_DAYS
+                        )
                     ],
                 )
             ],
             tags=tags,
-            opts=_opts(parent, retain_on_delete=keep),
+            opts=child_opts(parent, retain_on_delete=keep),
         )
         ali.oss.BucketAcl(
             f"{name}-acl",
             bucket=bucket.bucket,
             acl="private",
-            opts=_opts(parent, retain_on_delete=keep),
+            opts=child_opts(parent, retain_on_delete=keep),
         )
         ali.oss.BucketPublicAccessBlock(
             f"{name}-public-block",
             bucket=bucket.bucket,
             block_public_access=True,
-            opts=_opts(parent, retain_on_delete=keep),
+            opts=child_opts(parent, retain_on_delete=keep),
         )
         ali.oss.BucketPolicy(
             f"{name}-tls-only",
             bucket=bucket.bucket,
             policy=bucket.bucket.apply(tls_only_policy),
-            opts=_opts(parent, retain_on_delete=keep),
+            opts=child_opts(parent, retain_on_delete=keep),
         )
         arn = bucket.bucket.apply(lambda b: f"acs:oss:*:*:{b}")
         return StorageParts(bucket.bucket, arn)
@@ -410,17 +433,17 @@ class AlicloudProvider:
             key_pair_name=f"gpufleet-{cfg.stack}",
             public_key=cfg.ssh_public_key or "",
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         # One policy for the stack's nodes; each node gets its own role (node()), so that the
         # right to write a lease can name that node's instance alone.
-        policy = ali.ram.Policy(
+        policy = _custom_policy(
+            parent,
             f"{name}-node-policy",
-            policy_name=f"gpufleet-{cfg.stack}-node"[:128],
-            policy_document=storage.bucket.apply(lambda b: node_policy(b, cfg.stack)),
-            description=f"gpufleet {cfg.stack} GPU nodes: stack bucket, custom metrics, no tags",
-            tags=tags,
-            opts=_opts(parent),
+            f"gpufleet-{cfg.stack}-node",
+            storage.bucket.apply(lambda b: node_policy(b, cfg.stack)),
+            f"gpufleet {cfg.stack} GPU nodes: stack bucket, custom metrics, no tags",
+            tags,
         )
         return AccessParts(None, None, key.key_pair_name, policy.policy_name)
 
@@ -452,22 +475,16 @@ class AlicloudProvider:
                 description="gpufleet scratch (fast ESSD: no local NVMe on this family)",
             )
         ]
-        role = ali.ram.Role(
-            f"{spec.name}-role",
-            role_name=f"gpufleet-{spec.name}"[:64],
-            assume_role_policy_document=assume_role("ecs.aliyuncs.com"),
-            description=f"gpufleet node {spec.name}: stack bucket, metrics, its own lease tag",
-            tags=stack_tags(cfg),
-            opts=_opts(parent),
+        role = _role(
+            parent,
+            spec.name,
+            f"gpufleet-{spec.name}",
+            "ecs.aliyuncs.com",
+            f"gpufleet node {spec.name}: stack bucket, metrics, its own lease tag",
+            stack_tags(cfg),
         )
         if access.node_policy is not None:
-            ali.ram.RolePolicyAttachment(
-                f"{spec.name}-stack-policy",
-                role_name=role.role_name,
-                policy_name=access.node_policy,
-                policy_type="Custom",
-                opts=_opts(parent),
-            )
+            _attach(parent, f"{spec.name}-stack-policy", role.role_name, access.node_policy)
         instance = ali.ecs.Instance(
             spec.name,
             instance_name=spec.name,
@@ -491,24 +508,18 @@ class AlicloudProvider:
             user_data=spec.user_data,
             tags=spec.tags,
             volume_tags=spec.tags,
-            opts=_opts(parent, ignore_changes=["image_id"]),
+            opts=child_opts(parent, ignore_changes=["image_id"]),
             **charge_args(cfg),
         )
-        lease = ali.ram.Policy(
+        lease = _custom_policy(
+            parent,
             f"{spec.name}-lease-policy",
-            policy_name=f"gpufleet-{spec.name}-lease"[:128],
-            policy_document=instance.id.apply(lambda i: lease_policy(i, cfg.stack)),
-            description=f"gpufleet node {spec.name}: its own lease tag only",
-            tags=stack_tags(cfg),
-            opts=_opts(parent),
+            f"gpufleet-{spec.name}-lease",
+            instance.id.apply(lambda i: lease_policy(i, cfg.stack)),
+            f"gpufleet node {spec.name}: its own lease tag only",
+            stack_tags(cfg),
         )
-        ali.ram.RolePolicyAttachment(
-            f"{spec.name}-lease-attach",
-            role_name=role.role_name,
-            policy_name=lease.policy_name,
-            policy_type="Custom",
-            opts=_opts(parent),
-        )
+        _attach(parent, f"{spec.name}-lease-attach", role.role_name, lease.policy_name)
         return NodeParts(instance.id, instance.public_ip, instance.primary_ip_address)
 
     def guard(
@@ -546,7 +557,7 @@ class AlicloudProvider:
             environment_variables=guard_logic.function_env(cfg),
             description=f"gpufleet {cfg.stack}: stop idle GPU nodes (StopCharging)",
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         ali.fc.V3Trigger(
             f"{name}-timer",
@@ -557,7 +568,7 @@ class AlicloudProvider:
                 {"cronExpression": guard_logic.ALICLOUD_CRON, "enable": True, "payload": "{}"}
             ),
             qualifier="LATEST",
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         return GuardParts(fn.function_name, guard_logic.ALICLOUD_CRON, None)
 

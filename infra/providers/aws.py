@@ -9,7 +9,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra import reaper_deploy as guard_logic
-from infra.config import ConfigError, StackConfig
+from infra.config import StackConfig
 from infra.nodes import NodeSpec, efa_layout, needs_placement_group, stack_tags
 from infra.providers.base import (
     AccessParts,
@@ -19,6 +19,15 @@ from infra.providers.base import (
     NodeParts,
     StorageParts,
     unsupported_features,
+)
+from infra.providers.common import (
+    ABORT_MULTIPART_DAYS,
+    ARCHIVE_AFTER_COOL_DAYS,
+    child_opts,
+    ipv4_or_ipv6,
+    managed_stack_tags,
+    pinned_or_first_zone,
+    policy_json,
 )
 from infra.reaper import tags as T
 
@@ -31,10 +40,6 @@ DLAMI_PARAM = (
 )
 UBUNTU_PARAM = "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"
 NO_DLAMI_ARCHS = ("volta",)
-
-
-def _opts(parent: pulumi.Resource, **kw: object) -> pulumi.ResourceOptions:
-    return pulumi.ResourceOptions(parent=parent, **kw)  # type: ignore[arg-type]
 
 
 def ami_parameter(arch: str) -> str:
@@ -56,113 +61,105 @@ def market_options(cfg: StackConfig) -> aws.ec2.InstanceInstanceMarketOptionsArg
     )
 
 
+IAM_VERSION = "2012-10-17"
+
+
 def tls_only_policy(bucket_arn: str) -> str:
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Sid": "DenyInsecureTransport",
-                    "Effect": "Deny",
-                    "Principal": "*",
-                    "Action": "s3:*",
-                    "Resource": [bucket_arn, f"{bucket_arn}/*"],
-                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-                }
-            ],
-        }
+    return policy_json(
+        IAM_VERSION,
+        [
+            {
+                "Sid": "DenyInsecureTransport",
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "s3:*",
+                "Resource": [bucket_arn, f"{bucket_arn}/*"],
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            }
+        ],
     )
 
 
 def node_policy(bucket_arn: str, stack: str) -> str:
     """What a node may do: its own bucket, its own metrics namespace, its own lease tag."""
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Sid": "StackBucketList",
-                    "Effect": "Allow",
-                    "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
-                    "Resource": bucket_arn,
+    return policy_json(
+        IAM_VERSION,
+        [
+            {
+                "Sid": "StackBucketList",
+                "Effect": "Allow",
+                "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+                "Resource": bucket_arn,
+            },
+            {
+                "Sid": "StackBucketObjects",
+                "Effect": "Allow",
+                "Action": [
+                    "s3:GetObject",
+                    "s3:PutObject",
+                    "s3:DeleteObject",
+                    "s3:AbortMultipartUpload",
+                ],
+                "Resource": f"{bucket_arn}/*",
+            },
+            {
+                "Sid": "OwnMetrics",
+                "Effect": "Allow",
+                "Action": "cloudwatch:PutMetricData",
+                "Resource": "*",
+                "Condition": {"StringEquals": {"cloudwatch:namespace": guard_logic.NAMESPACE}},
+            },
+            {
+                "Sid": "LeaseTagOnStackInstances",
+                "Effect": "Allow",
+                "Action": "ec2:CreateTags",
+                "Resource": "arn:aws:ec2:*:*:instance/*",
+                "Condition": {
+                    "StringEquals": {f"aws:ResourceTag/{T.STACK}": stack},
+                    "ForAllValues:StringEquals": {"aws:TagKeys": [T.KEEP_ALIVE_UNTIL]},
                 },
-                {
-                    "Sid": "StackBucketObjects",
-                    "Effect": "Allow",
-                    "Action": [
-                        "s3:GetObject",
-                        "s3:PutObject",
-                        "s3:DeleteObject",
-                        "s3:AbortMultipartUpload",
-                    ],
-                    "Resource": f"{bucket_arn}/*",
-                },
-                {
-                    "Sid": "OwnMetrics",
-                    "Effect": "Allow",
-                    "Action": "cloudwatch:PutMetricData",
-                    "Resource": "*",
-                    "Condition": {"StringEquals": {"cloudwatch:namespace": guard_logic.NAMESPACE}},
-                },
-                {
-                    "Sid": "LeaseTagOnStackInstances",
-                    "Effect": "Allow",
-                    "Action": "ec2:CreateTags",
-                    "Resource": "arn:aws:ec2:*:*:instance/*",
-                    "Condition": {
-                        "StringEquals": {f"aws:ResourceTag/{T.STACK}": stack},
-                        "ForAllValues:StringEquals": {"aws:TagKeys": [T.KEEP_ALIVE_UNTIL]},
-                    },
-                },
-            ],
-        }
+            },
+        ],
     )
 
 
 def reaper_policy(stack: str, log_group_arn: str) -> str:
     """The scheduled job may read everything it needs, but stop only this stack's managed
     instances; it has no terminate permission at all."""
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Sid": "Read",
-                    "Effect": "Allow",
-                    "Action": ["ec2:DescribeInstances", "cloudwatch:GetMetricData"],
-                    "Resource": "*",
+    return policy_json(
+        IAM_VERSION,
+        [
+            {
+                "Sid": "Read",
+                "Effect": "Allow",
+                "Action": ["ec2:DescribeInstances", "cloudwatch:GetMetricData"],
+                "Resource": "*",
+            },
+            {
+                "Sid": "StopOwnStackOnly",
+                "Effect": "Allow",
+                "Action": "ec2:StopInstances",
+                "Resource": "arn:aws:ec2:*:*:instance/*",
+                "Condition": {
+                    "StringEquals": {
+                        f"aws:ResourceTag/{key}": value for key, value in managed_stack_tags(stack)
+                    }
                 },
-                {
-                    "Sid": "StopOwnStackOnly",
-                    "Effect": "Allow",
-                    "Action": "ec2:StopInstances",
-                    "Resource": "arn:aws:ec2:*:*:instance/*",
-                    "Condition": {
-                        "StringEquals": {
-                            f"aws:ResourceTag/{T.MANAGED_BY}": T.MANAGED_BY_VALUE,
-                            f"aws:ResourceTag/{T.STACK}": stack,
-                        }
-                    },
-                },
-                {
-                    "Sid": "OwnLogs",
-                    "Effect": "Allow",
-                    "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
-                    "Resource": f"{log_group_arn}:*",
-                },
-            ],
-        }
+            },
+            {
+                "Sid": "OwnLogs",
+                "Effect": "Allow",
+                "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+                "Resource": f"{log_group_arn}:*",
+            },
+        ],
     )
 
 
 def assume_role(service: str) -> str:
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
-            ],
-        }
+    return policy_json(
+        IAM_VERSION,
+        [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
     )
 
 
@@ -180,9 +177,9 @@ def _role_with_policy(
         assume_role_policy=assume_role(service),
         description=description,
         tags=tags,
-        opts=_opts(parent),
+        opts=child_opts(parent),
     )
-    aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=policy, opts=_opts(parent))
+    aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=policy, opts=child_opts(parent))
     return role
 
 
@@ -195,32 +192,24 @@ class AwsProvider:
 
     # -- network ----------------------------------------------------------------------------
     def _zone(self, parent: pulumi.Resource, cfg: StackConfig) -> pulumi.Output[str]:
-        if cfg.zone:
-            return pulumi.Output.from_input(cfg.zone)
-        offers = aws.ec2.get_instance_type_offerings_output(
-            location_type="availability-zone",
-            filters=[
-                aws.ec2.GetInstanceTypeOfferingsFilterArgs(
-                    name="instance-type", values=[cfg.instance_type]
-                )
-            ],
-            opts=pulumi.InvokeOutputOptions(parent=parent),
+        def offered() -> pulumi.Output[list[str]]:
+            return aws.ec2.get_instance_type_offerings_output(
+                location_type="availability-zone",
+                filters=[
+                    aws.ec2.GetInstanceTypeOfferingsFilterArgs(
+                        name="instance-type", values=[cfg.instance_type]
+                    )
+                ],
+                opts=pulumi.InvokeOutputOptions(parent=parent),
+            ).locations
+
+        return pinned_or_first_zone(
+            cfg,
+            offered,
+            f"gpufleet:region: no availability zone in {cfg.region} offers "
+            f"{cfg.instance_type}: set gpufleet:region to another region or pick "
+            "another tier/profile",
         )
-
-        def first(locations: list[str]) -> str:
-            if not locations:
-                # A ConfigError (a ValueError) so that callers can tell bad config from bugs
-                # through Pulumi's wrapping; `plan.py` exits 2 on it.
-                raise ConfigError(
-                    [
-                        f"gpufleet:region: no availability zone in {cfg.region} offers "
-                        f"{cfg.instance_type}: set gpufleet:region to another region or pick "
-                        "another tier/profile"
-                    ]
-                )
-            return sorted(locations)[0]
-
-        return offers.locations.apply(first)
 
     def network(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> NetworkParts:
         tags = stack_tags(cfg)
@@ -231,7 +220,7 @@ class AwsProvider:
             enable_dns_hostnames=True,
             enable_dns_support=True,
             tags={**tags, "Name": f"{name}-vpc"},
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         subnet = aws.ec2.Subnet(
             f"{name}-subnet",
@@ -240,40 +229,44 @@ class AwsProvider:
             availability_zone=zone,
             map_public_ip_on_launch=True,
             tags={**tags, "Name": f"{name}-subnet"},
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         igw = aws.ec2.InternetGateway(
-            f"{name}-igw", vpc_id=vpc.id, tags={**tags, "Name": f"{name}-igw"}, opts=_opts(parent)
+            f"{name}-igw",
+            vpc_id=vpc.id,
+            tags={**tags, "Name": f"{name}-igw"},
+            opts=child_opts(parent),
         )
         rt = aws.ec2.RouteTable(
             f"{name}-rt",
             vpc_id=vpc.id,
             routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=igw.id)],
             tags={**tags, "Name": f"{name}-rt"},
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         aws.ec2.RouteTableAssociation(
-            f"{name}-rta", subnet_id=subnet.id, route_table_id=rt.id, opts=_opts(parent)
+            f"{name}-rta", subnet_id=subnet.id, route_table_id=rt.id, opts=child_opts(parent)
         )
         sg = aws.ec2.SecurityGroup(
             f"{name}-sg",
             vpc_id=vpc.id,
             description=f"gpufleet {cfg.stack}: SSH from listed networks, all between nodes",
             tags={**tags, "Name": f"{name}-sg"},
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         for i, cidr in enumerate(cfg.ssh_cidrs):
+            ipv4, ipv6 = ipv4_or_ipv6(cidr)
             aws.vpc.SecurityGroupIngressRule(
                 f"{name}-ssh-{i}",
                 security_group_id=sg.id,
                 ip_protocol="tcp",
                 from_port=22,
                 to_port=22,
-                cidr_ipv6=cidr if ":" in cidr else None,
-                cidr_ipv4=None if ":" in cidr else cidr,
+                cidr_ipv6=ipv6,
+                cidr_ipv4=ipv4,
                 description="SSH from an allowed network",
                 tags=tags,
-                opts=_opts(parent),
+                opts=child_opts(parent),
             )
         # NCCL, torchrun rendezvous and EFA need every port between the stack's own nodes.
         aws.vpc.SecurityGroupIngressRule(
@@ -283,7 +276,7 @@ class AwsProvider:
             referenced_security_group_id=sg.id,
             description="all traffic between the stack's nodes",
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         aws.vpc.SecurityGroupEgressRule(
             f"{name}-egress",
@@ -292,7 +285,7 @@ class AwsProvider:
             cidr_ipv4="0.0.0.0/0",
             description="package mirrors, object storage, metrics",
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         aws.vpc.SecurityGroupEgressRule(
             f"{name}-egress-intra",
@@ -301,7 +294,7 @@ class AwsProvider:
             referenced_security_group_id=sg.id,
             description="EFA requires egress to the group itself",
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         pg = None
         from infra.catalog import load_catalog
@@ -309,7 +302,7 @@ class AwsProvider:
         itype = load_catalog().instance("aws", cfg.instance_type)
         if needs_placement_group(cfg, itype):
             pg = aws.ec2.PlacementGroup(
-                f"{name}-pg", strategy="cluster", tags=tags, opts=_opts(parent)
+                f"{name}-pg", strategy="cluster", tags=tags, opts=child_opts(parent)
             ).name
         return NetworkParts(vpc.id, subnet.id, sg.id, zone, pg)
 
@@ -322,7 +315,7 @@ class AwsProvider:
             bucket_prefix=f"gpufleet-{cfg.stack}-"[:37],
             force_destroy=cfg.destroy_data,
             tags=tags,
-            opts=_opts(parent, retain_on_delete=keep, protect=False),
+            opts=child_opts(parent, retain_on_delete=keep, protect=False),
         )
         aws.s3.BucketPublicAccessBlock(
             f"{name}-public-block",
@@ -331,7 +324,7 @@ class AwsProvider:
             block_public_policy=True,
             ignore_public_acls=True,
             restrict_public_buckets=True,
-            opts=_opts(parent, retain_on_delete=keep),
+            opts=child_opts(parent, retain_on_delete=keep),
         )
         aws.s3.BucketServerSideEncryptionConfiguration(
             f"{name}-sse",
@@ -344,7 +337,7 @@ class AwsProvider:
                     bucket_key_enabled=True,
                 )
             ],
-            opts=_opts(parent, retain_on_delete=keep),
+            opts=child_opts(parent, retain_on_delete=keep),
         )
         aws.s3.BucketVersioning(
             f"{name}-versioning",
@@ -352,7 +345,7 @@ class AwsProvider:
             versioning_configuration=aws.s3.BucketVersioningVersioningConfigurationArgs(
                 status="Enabled"
             ),
-            opts=_opts(parent, retain_on_delete=keep),
+            opts=child_opts(parent, retain_on_delete=keep),
         )
         days = cfg.bucket_archive_days
         aws.s3.BucketLifecycleConfiguration(
@@ -368,7 +361,7 @@ class AwsProvider:
                             days=days, storage_class="GLACIER_IR"
                         ),
                         aws.s3.BucketLifecycleConfigurationRuleTransitionArgs(
-                            days=days + 180, storage_class="DEEP_ARCHIVE"
+                            days=days + ARCHIVE_AFTER_COOL_DAYS, storage_class="DEEP_ARCHIVE"
                         ),
                     ],
                     noncurrent_version_transitions=[
@@ -382,17 +375,17 @@ class AwsProvider:
                     status="Enabled",
                     filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
                     abort_incomplete_multipart_upload=aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
-                        days_after_initiation=7
+                        days_after_initiation=ABORT_MULTIPART_DAYS
                     ),
                 ),
             ],
-            opts=_opts(parent, retain_on_delete=keep),
+            opts=child_opts(parent, retain_on_delete=keep),
         )
         aws.s3.BucketPolicy(
             f"{name}-tls-only",
             bucket=bucket.id,
             policy=bucket.arn.apply(tls_only_policy),
-            opts=_opts(parent, retain_on_delete=keep),
+            opts=child_opts(parent, retain_on_delete=keep),
         )
         return StorageParts(bucket.bucket, bucket.arn)
 
@@ -406,7 +399,7 @@ class AwsProvider:
             key_name_prefix=f"gpufleet-{cfg.stack}-",
             public_key=cfg.ssh_public_key or "",
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         role = _role_with_policy(
             parent,
@@ -417,7 +410,7 @@ class AwsProvider:
             tags,
         )
         profile = aws.iam.InstanceProfile(
-            f"{name}-node-profile", role=role.name, tags=tags, opts=_opts(parent)
+            f"{name}-node-profile", role=role.name, tags=tags, opts=child_opts(parent)
         )
         return AccessParts(role.name, profile.name, key.key_name)
 
@@ -473,7 +466,7 @@ class AwsProvider:
                     instance_metadata_tags="enabled",
                 ),
                 tags=spec.tags,
-                opts=_opts(parent),
+                opts=child_opts(parent),
             )
             launch_template = aws.ec2.InstanceLaunchTemplateArgs(
                 id=lt.id, version=lt.latest_version.apply(str)
@@ -511,7 +504,9 @@ class AwsProvider:
             user_data_replace_on_change=False,
             tags=spec.tags,
             volume_tags=None,
-            opts=_opts(parent, ignore_changes=["ami"]),  # a newer DLAMI must not replace a node
+            opts=child_opts(
+                parent, ignore_changes=["ami"]
+            ),  # a newer DLAMI must not replace a node
         )
         public_ip: pulumi.Output[str] = instance.public_ip
         if spec.efa_interfaces > 1:
@@ -522,7 +517,7 @@ class AwsProvider:
                 domain="vpc",
                 network_interface=instance.primary_network_interface_id,
                 tags=spec.tags,
-                opts=_opts(parent),
+                opts=child_opts(parent),
             )
             public_ip = eip.public_ip
         return NodeParts(instance.id, public_ip, instance.private_ip)
@@ -543,7 +538,7 @@ class AwsProvider:
             name=f"/aws/lambda/{fn_name}",
             retention_in_days=30,
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         role = _role_with_policy(
             parent,
@@ -566,23 +561,25 @@ class AwsProvider:
                 variables=guard_logic.function_env(cfg)
             ),
             tags=tags,
-            opts=_opts(parent, depends_on=[logs]),
+            opts=child_opts(parent, depends_on=[logs]),
         )
         rule = aws.cloudwatch.EventRule(
             f"{name}-schedule",
             description=f"gpufleet {cfg.stack}: look for idle GPU nodes",
             schedule_expression=guard_logic.AWS_SCHEDULE,
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
-        aws.cloudwatch.EventTarget(f"{name}-target", rule=rule.name, arn=fn.arn, opts=_opts(parent))
+        aws.cloudwatch.EventTarget(
+            f"{name}-target", rule=rule.name, arn=fn.arn, opts=child_opts(parent)
+        )
         aws.lambda_.Permission(
             f"{name}-invoke",
             action="lambda:InvokeFunction",
             function=fn.name,
             principal="events.amazonaws.com",
             source_arn=rule.arn,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         # No CloudWatch alarm with an `ec2:stop` action: an alarm reads no tags (protected,
         # leases) and no GPU, so it would stop busy or protected nodes (SECURITY.md,
@@ -594,7 +591,7 @@ class AwsProvider:
             dashboard_body=ids.apply(
                 lambda xs: json.dumps(guard_logic.dashboard_body(cfg.region, list(xs)))
             ),
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         return GuardParts(fn.name, guard_logic.AWS_SCHEDULE, dash.dashboard_name)
 

@@ -32,6 +32,7 @@ from infra.providers.base import (
     StorageParts,
     unsupported_features,
 )
+from infra.providers.common import ARCHIVE_AFTER_COOL_DAYS, child_opts
 from infra.reaper.fleet_names import METRIC_GPU_MEM, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
 
 VNET_CIDR = "10.42.0.0/16"
@@ -69,10 +70,6 @@ NODE_ACTIONS = (
 # Azure Functions NCRONTAB (seconds first): every 5 minutes.
 AZURE_SCHEDULE = "0 */5 * * * *"
 FUNCTION_RUNTIME = "Python|3.11"
-
-
-def _opts(parent: pulumi.Resource, **kw: object) -> pulumi.ResourceOptions:
-    return pulumi.ResourceOptions(parent=parent, **kw)  # type: ignore[arg-type]
 
 
 def storage_account_name(stack: str, suffix: str) -> str:
@@ -169,7 +166,7 @@ def lifecycle_policy(days: int) -> az.storage.ManagementPolicySchemaArgs:
                                 days_after_modification_greater_than=days
                             ),
                             tier_to_archive=az.storage.DateAfterModificationArgs(
-                                days_after_modification_greater_than=days + 180
+                                days_after_modification_greater_than=days + ARCHIVE_AFTER_COOL_DAYS
                             ),
                         ),
                         version=az.storage.ManagementPolicyVersionArgs(
@@ -264,6 +261,151 @@ def first_private_ip(configs: Any) -> str:
     return str(value or "")
 
 
+def scratch_disks(spec: NodeSpec, cfg: StackConfig) -> list[az.compute.DataDiskArgs] | None:
+    """The scratch data disk when the plan wants one (no local NVMe on the size)."""
+    if spec.scratch.kind != "disk":
+        return None
+    return [
+        az.compute.DataDiskArgs(
+            lun=0,
+            name=f"{spec.name}-scratch",
+            create_option="Empty",
+            disk_size_gb=spec.scratch.size_gb,
+            caching=az.compute.CachingTypes.NONE,
+            managed_disk=az.compute.ManagedDiskParametersArgs(
+                storage_account_type=spec.scratch.volume_class
+            ),
+            # a destroy keeps the scratch disk (detached) unless destroyData
+            delete_option="Delete" if cfg.destroy_data else "Detach",
+        )
+    ]
+
+
+def os_profile(
+    spec: NodeSpec, cfg: StackConfig, ssh_key: pulumi.Input[str]
+) -> az.compute.OSProfileArgs:
+    """Key-only SSH for the catalog's user, the first-boot script as custom data."""
+    user = load_catalog().providers[cfg.provider].ssh_user
+    return az.compute.OSProfileArgs(
+        computer_name=spec.name,
+        admin_username=user,
+        custom_data=base64.b64encode(spec.user_data.encode()).decode(),
+        linux_configuration=az.compute.LinuxConfigurationArgs(
+            disable_password_authentication=True,
+            provision_vm_agent=True,
+            ssh=az.compute.SshConfigurationArgs(
+                public_keys=[
+                    az.compute.SshPublicKeyArgs(
+                        path=f"/home/{user}/.ssh/authorized_keys", key_data=ssh_key
+                    )
+                ]
+            ),
+        ),
+    )
+
+
+def storage_profile(spec: NodeSpec, cfg: StackConfig) -> az.compute.StorageProfileArgs:
+    """The size's image, a Premium OS disk that goes with the VM, and the scratch disk."""
+    return az.compute.StorageProfileArgs(
+        image_reference=az.compute.ImageReferenceArgs(
+            version="latest", **image_for(spec.instance_type)
+        ),
+        os_disk=az.compute.OSDiskArgs(
+            name=f"{spec.name}-os",
+            create_option="FromImage",
+            disk_size_gb=cfg.root_disk_gb,
+            caching=az.compute.CachingTypes.READ_WRITE,
+            managed_disk=az.compute.ManagedDiskParametersArgs(storage_account_type="Premium_LRS"),
+            delete_option="Delete",
+        ),
+        data_disks=scratch_disks(spec, cfg),
+    )
+
+
+def function_app_settings(
+    cfg: StackConfig,
+    subscription_id: str,
+    resource_group: str,
+    client_id: str,
+    account_name: str,
+    package_url: str,
+    identity_id: str,
+) -> list[az.web.NameValuePairArgs]:
+    """The Function App's settings, sorted by name: the reaper's (reaper_settings), the
+    Functions runtime's, host storage through the identity (no connection string, no key)
+    and the package it runs from."""
+    settings = {
+        **reaper_settings(cfg, subscription_id, resource_group, client_id),
+        "FUNCTIONS_EXTENSION_VERSION": "~4",
+        "FUNCTIONS_WORKER_RUNTIME": "python",
+        "AzureWebJobsStorage__accountName": account_name,
+        "AzureWebJobsStorage__credential": "managedidentity",
+        "AzureWebJobsStorage__clientId": client_id,
+        "WEBSITE_RUN_FROM_PACKAGE": package_url,
+        "WEBSITE_RUN_FROM_PACKAGE_BLOB_MI_RESOURCE_ID": identity_id,
+    }
+    return [az.web.NameValuePairArgs(name=k, value=v) for k, v in sorted(settings.items())]
+
+
+def _identity(
+    parent: pulumi.Resource,
+    name: str,
+    resource_name: str,
+    rg: az.resources.ResourceGroup,
+    cfg: StackConfig,
+    tags: dict[str, str],
+) -> az.managedidentity.UserAssignedIdentity:
+    return az.managedidentity.UserAssignedIdentity(
+        name,
+        resource_name_=resource_name,
+        resource_group_name=rg.name,
+        location=cfg.region,
+        tags=tags,
+        opts=child_opts(parent),
+    )
+
+
+def _custom_role(
+    parent: pulumi.Resource,
+    name: str,
+    role_name: str,
+    description: str,
+    scope: pulumi.Input[str],
+    actions: tuple[str, ...],
+) -> az.authorization.RoleDefinition:
+    """A custom role holding ``actions``, defined at ``scope`` and assignable there alone."""
+    return az.authorization.RoleDefinition(
+        name,
+        role_name=role_name,
+        description=description,
+        scope=scope,
+        assignable_scopes=[scope],
+        permissions=role_permissions(actions),
+        role_type="CustomRole",
+        opts=child_opts(parent),
+    )
+
+
+def _assign(
+    parent: pulumi.Resource,
+    name: str,
+    principal_id: pulumi.Input[str],
+    role_definition_id: pulumi.Input[str],
+    scope: pulumi.Input[str],
+    description: str | None = None,
+) -> None:
+    """A role on ``scope`` for a managed identity (a service principal)."""
+    az.authorization.RoleAssignment(
+        name,
+        principal_id=principal_id,
+        principal_type="ServicePrincipal",
+        role_definition_id=role_definition_id,
+        scope=scope,
+        description=description,
+        opts=child_opts(parent),
+    )
+
+
 def _package_asset(provider: str) -> pulumi.FileAsset:
     """The reaper zip as a file asset: Blob sources are assets, and the zip holds binary
     wheels. Written once per content under the repository's build folder (not the shared
@@ -295,7 +437,7 @@ class AzureProvider:
             resource_group_name=f"gpufleet-{cfg.stack}",
             location=cfg.region,
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         self._groups[cfg.stack] = rg
         self._ib_sets.pop(cfg.stack, None)
@@ -305,7 +447,7 @@ class AzureProvider:
             location=cfg.region,
             security_rules=nsg_rules(cfg),
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         vnet = az.network.VirtualNetwork(
             f"{name}-vnet",
@@ -314,7 +456,7 @@ class AzureProvider:
             address_space=az.network.AddressSpaceArgs(address_prefixes=[VNET_CIDR]),
             tags=tags,
             # the subnet is its own resource; the VNet must not fight it over `subnets`
-            opts=_opts(parent, ignore_changes=["subnets"]),
+            opts=child_opts(parent, ignore_changes=["subnets"]),
         )
         subnet = az.network.Subnet(
             f"{name}-subnet",
@@ -322,7 +464,7 @@ class AzureProvider:
             virtual_network_name=vnet.name,
             address_prefix=SUBNET_CIDR,
             network_security_group=az.network.NetworkSecurityGroupArgs(id=nsg.id),
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         itype = load_catalog().instance(cfg.provider, cfg.instance_type)
         ppg = None
@@ -337,7 +479,7 @@ class AzureProvider:
                 ),
                 zones=[cfg.zone] if cfg.zone else None,
                 tags=tags,
-                opts=_opts(parent),
+                opts=child_opts(parent),
             ).id
         # no zone pinned: the VMs are regional, and the output names the region
         zone = pulumi.Output.from_input(cfg.zone or cfg.region)
@@ -352,11 +494,11 @@ class AzureProvider:
             resource_group_name=f"gpufleet-{cfg.stack}-data",
             location=cfg.region,
             tags=tags,
-            opts=_opts(parent, retain_on_delete=keep),
+            opts=child_opts(parent, retain_on_delete=keep),
         )
         # Account names are global and a destroy keeps the account: a random suffix, held in
         # the stack's state, is stable across updates and new after a destroy.
-        suffix = random.RandomId(f"{name}-account-suffix", byte_length=3, opts=_opts(parent))
+        suffix = random.RandomId(f"{name}-account-suffix", byte_length=3, opts=child_opts(parent))
         account = az.storage.StorageAccount(
             f"{name}-account",
             account_name=suffix.hex.apply(lambda h: storage_account_name(cfg.stack, h)),
@@ -377,7 +519,7 @@ class AzureProvider:
                 require_infrastructure_encryption=True,
             ),
             tags=tags,
-            opts=_opts(parent, retain_on_delete=keep),
+            opts=child_opts(parent, retain_on_delete=keep),
         )
         az.storage.BlobServiceProperties(
             f"{name}-blob-service",
@@ -389,7 +531,7 @@ class AzureProvider:
             container_delete_retention_policy=az.storage.DeleteRetentionPolicyArgs(
                 enabled=True, days=7
             ),
-            opts=_opts(parent, retain_on_delete=keep),
+            opts=child_opts(parent, retain_on_delete=keep),
         )
         container = az.storage.BlobContainer(
             f"{name}-container",
@@ -397,7 +539,7 @@ class AzureProvider:
             resource_group_name=data_rg.name,
             container_name=CONTAINER,
             public_access=az.storage.PublicAccess.NONE,
-            opts=_opts(parent, retain_on_delete=keep),
+            opts=child_opts(parent, retain_on_delete=keep),
         )
         az.storage.ManagementPolicy(
             f"{name}-lifecycle",
@@ -405,7 +547,7 @@ class AzureProvider:
             resource_group_name=data_rg.name,
             management_policy_name="default",
             policy=lifecycle_policy(cfg.bucket_archive_days),
-            opts=_opts(parent, retain_on_delete=keep),
+            opts=child_opts(parent, retain_on_delete=keep),
         )
         # `bucket` is what bootstrap and verify-gpu address: <account>/<container>.
         bucket = pulumi.Output.concat(account.name, "/", CONTAINER)
@@ -430,9 +572,47 @@ class AzureProvider:
         net: NetworkParts,
         access: AccessParts,
     ) -> NodeParts:
-        rg = self._group(cfg)
-        itype = spec.instance_type
         zones = [cfg.zone] if cfg.zone else None
+        pip, nic = self._node_interface(parent, spec, cfg, net, zones)
+        availability_set = None
+        if needs_infiniband_set(cfg, spec.instance_type):
+            availability_set = self._infiniband_set(parent, cfg, net)
+        identity = _identity(
+            parent,
+            f"{spec.name}-identity",
+            f"gpufleet-{spec.name}",
+            self._group(cfg),
+            cfg,
+            spec.tags,
+        )
+        subscription = az.authorization.get_client_config_output(
+            opts=pulumi.InvokeOutputOptions(parent=parent)
+        ).subscription_id
+        if access.node_policy is not None:
+            # the node reaches the stack's container and nothing else in the account
+            _assign(
+                parent,
+                f"{spec.name}-blob",
+                identity.principal_id,
+                built_in_role(subscription, BLOB_DATA_CONTRIBUTOR),
+                access.node_policy,  # the container's resource id
+                description=f"gpufleet {spec.name}: the stack's blob container only",
+            )
+        vm = self._vm(parent, spec, cfg, net, access, zones, nic, identity, availability_set)
+        self._node_self_roles(parent, spec, vm, identity, subscription)
+        private_ip = nic.ip_configurations.apply(first_private_ip)
+        return NodeParts(vm.name, pip.ip_address.apply(lambda a: a or ""), private_ip)
+
+    def _node_interface(
+        self,
+        parent: pulumi.Resource,
+        spec: NodeSpec,
+        cfg: StackConfig,
+        net: NetworkParts,
+        zones: list[str] | None,
+    ) -> tuple[az.network.PublicIPAddress, az.network.NetworkInterface]:
+        """The node's static public address and its accelerated NIC in the stack's subnet."""
+        rg = self._group(cfg)
         pip = az.network.PublicIPAddress(
             f"{spec.name}-ip",
             resource_group_name=rg.name,
@@ -441,7 +621,7 @@ class AzureProvider:
             sku=az.network.PublicIPAddressSkuArgs(name="Standard"),
             zones=zones,
             tags=spec.tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         nic = az.network.NetworkInterface(
             f"{spec.name}-nic",
@@ -459,89 +639,33 @@ class AzureProvider:
             ],
             network_security_group=az.network.NetworkSecurityGroupArgs(id=net.security_group_id),
             tags=spec.tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
-        availability_set = None
-        if needs_infiniband_set(cfg, itype):
-            availability_set = self._infiniband_set(parent, cfg, net)
-        data_disks = None
-        if spec.scratch.kind == "disk":
-            data_disks = [
-                az.compute.DataDiskArgs(
-                    lun=0,
-                    name=f"{spec.name}-scratch",
-                    create_option="Empty",
-                    disk_size_gb=spec.scratch.size_gb,
-                    caching=az.compute.CachingTypes.NONE,
-                    managed_disk=az.compute.ManagedDiskParametersArgs(
-                        storage_account_type=spec.scratch.volume_class
-                    ),
-                    # a destroy keeps the scratch disk (detached) unless destroyData
-                    delete_option="Delete" if cfg.destroy_data else "Detach",
-                )
-            ]
-        image = image_for(itype)
-        identity = az.managedidentity.UserAssignedIdentity(
-            f"{spec.name}-identity",
-            resource_name_=f"gpufleet-{spec.name}",
-            resource_group_name=rg.name,
-            location=cfg.region,
-            tags=spec.tags,
-            opts=_opts(parent),
-        )
-        subscription = az.authorization.get_client_config_output(
-            opts=pulumi.InvokeOutputOptions(parent=parent)
-        ).subscription_id
-        if access.node_policy is not None:
-            # the node reaches the stack's container and nothing else in the account
-            az.authorization.RoleAssignment(
-                f"{spec.name}-blob",
-                principal_id=identity.principal_id,
-                principal_type="ServicePrincipal",
-                role_definition_id=built_in_role(subscription, BLOB_DATA_CONTRIBUTOR),
-                scope=access.node_policy,  # the container's resource id
-                description=f"gpufleet {spec.name}: the stack's blob container only",
-                opts=_opts(parent),
-            )
-        user = load_catalog().providers[cfg.provider].ssh_user
-        vm = az.compute.VirtualMachine(
+        return pip, nic
+
+    def _vm(
+        self,
+        parent: pulumi.Resource,
+        spec: NodeSpec,
+        cfg: StackConfig,
+        net: NetworkParts,
+        access: AccessParts,
+        zones: list[str] | None,
+        nic: az.network.NetworkInterface,
+        identity: az.managedidentity.UserAssignedIdentity,
+        availability_set: pulumi.Output[str] | None,
+    ) -> az.compute.VirtualMachine:
+        """The VM: its key, disks and NIC, encryption at host, the node's identity, its
+        placement, and the Scheduled Events notice the watchdog syncs scratch on."""
+        return az.compute.VirtualMachine(
             spec.name,
             vm_name=spec.name,
-            resource_group_name=rg.name,
+            resource_group_name=self._group(cfg).name,
             location=cfg.region,
             zones=zones,
-            hardware_profile=az.compute.HardwareProfileArgs(vm_size=itype.name),
-            os_profile=az.compute.OSProfileArgs(
-                computer_name=spec.name,
-                admin_username=user,
-                custom_data=base64.b64encode(spec.user_data.encode()).decode(),
-                linux_configuration=az.compute.LinuxConfigurationArgs(
-                    disable_password_authentication=True,
-                    provision_vm_agent=True,
-                    ssh=az.compute.SshConfigurationArgs(
-                        public_keys=[
-                            az.compute.SshPublicKeyArgs(
-                                path=f"/home/{user}/.ssh/authorized_keys",
-                                key_data=access.key_name,
-                            )
-                        ]
-                    ),
-                ),
-            ),
-            storage_profile=az.compute.StorageProfileArgs(
-                image_reference=az.compute.ImageReferenceArgs(version="latest", **image),
-                os_disk=az.compute.OSDiskArgs(
-                    name=f"{spec.name}-os",
-                    create_option="FromImage",
-                    disk_size_gb=cfg.root_disk_gb,
-                    caching=az.compute.CachingTypes.READ_WRITE,
-                    managed_disk=az.compute.ManagedDiskParametersArgs(
-                        storage_account_type="Premium_LRS"
-                    ),
-                    delete_option="Delete",
-                ),
-                data_disks=data_disks,
-            ),
+            hardware_profile=az.compute.HardwareProfileArgs(vm_size=spec.instance_type.name),
+            os_profile=os_profile(spec, cfg, access.key_name),
+            storage_profile=storage_profile(spec, cfg),
             network_profile=az.compute.NetworkProfileArgs(
                 network_interfaces=[
                     az.compute.NetworkInterfaceReferenceArgs(id=nic.id, primary=True)
@@ -568,38 +692,35 @@ class AzureProvider:
                 )
             ),
             tags=spec.tags,
-            opts=_opts(parent, ignore_changes=["storageProfile.imageReference"]),
+            opts=child_opts(parent, ignore_changes=["storageProfile.imageReference"]),
             **spot_args(cfg),
         )
-        # The node's own power: read and deallocate itself, post metrics against itself.
-        node_role = az.authorization.RoleDefinition(
+
+    def _node_self_roles(
+        self,
+        parent: pulumi.Resource,
+        spec: NodeSpec,
+        vm: az.compute.VirtualMachine,
+        identity: az.managedidentity.UserAssignedIdentity,
+        subscription: pulumi.Output[str],
+    ) -> None:
+        """The node's own power: read and deallocate itself, post metrics against itself."""
+        node_role = _custom_role(
+            parent,
             f"{spec.name}-self-role",
-            role_name=f"gpufleet {spec.name} self-deallocate",
-            description=f"gpufleet node {spec.name}: read and deallocate this VM only",
-            scope=vm.id,
-            assignable_scopes=[vm.id],
-            permissions=role_permissions(NODE_ACTIONS),
-            role_type="CustomRole",
-            opts=_opts(parent),
+            f"gpufleet {spec.name} self-deallocate",
+            f"gpufleet node {spec.name}: read and deallocate this VM only",
+            vm.id,
+            NODE_ACTIONS,
         )
-        az.authorization.RoleAssignment(
-            f"{spec.name}-self",
-            principal_id=identity.principal_id,
-            principal_type="ServicePrincipal",
-            role_definition_id=node_role.id,
-            scope=vm.id,
-            opts=_opts(parent),
-        )
-        az.authorization.RoleAssignment(
+        _assign(parent, f"{spec.name}-self", identity.principal_id, node_role.id, vm.id)
+        _assign(
+            parent,
             f"{spec.name}-metrics",
-            principal_id=identity.principal_id,
-            principal_type="ServicePrincipal",
-            role_definition_id=built_in_role(subscription, METRICS_PUBLISHER),
-            scope=vm.id,
-            opts=_opts(parent),
+            identity.principal_id,
+            built_in_role(subscription, METRICS_PUBLISHER),
+            vm.id,
         )
-        private_ip = nic.ip_configurations.apply(first_private_ip)
-        return NodeParts(vm.name, pip.ip_address.apply(lambda a: a or ""), private_ip)
 
     def _infiniband_set(
         self, parent: pulumi.Resource, cfg: StackConfig, net: NetworkParts
@@ -620,7 +741,7 @@ class AzureProvider:
                     else None
                 ),
                 tags=stack_tags(cfg),
-                opts=_opts(parent),
+                opts=child_opts(parent),
             ).id
         return self._ib_sets[cfg.stack]
 
@@ -634,41 +755,60 @@ class AzureProvider:
         storage: StorageParts,
     ) -> GuardParts:
         tags = stack_tags(cfg)
-        rg = self._group(cfg)
         client = az.authorization.get_client_config_output(
             opts=pulumi.InvokeOutputOptions(parent=parent)
         )
-        identity = az.managedidentity.UserAssignedIdentity(
-            f"{name}-reaper-identity",
-            resource_name_=f"gpufleet-{cfg.stack}-reaper",
-            resource_group_name=rg.name,
-            location=cfg.region,
-            tags=tags,
-            opts=_opts(parent),
+        identity = self._reaper_identity(parent, name, cfg, tags)
+        fn_account, package = self._function_package(
+            parent, name, cfg, identity, client.subscription_id, tags
         )
-        role = az.authorization.RoleDefinition(
+        app = self._function_app(
+            parent, name, cfg, identity, client.subscription_id, fn_account, package, tags
+        )
+        workbook = self._workbook(parent, name, cfg, nodes, tags)
+        return GuardParts(app.name, AZURE_SCHEDULE, workbook.display_name)
+
+    def _reaper_identity(
+        self, parent: pulumi.Resource, name: str, cfg: StackConfig, tags: dict[str, str]
+    ) -> az.managedidentity.UserAssignedIdentity:
+        """The reaper's identity, holding the reaper's custom role on the stack's resource
+        group alone (its contract's actions: read and deallocate VMs, read metrics)."""
+        rg = self._group(cfg)
+        identity = _identity(
+            parent, f"{name}-reaper-identity", f"gpufleet-{cfg.stack}-reaper", rg, cfg, tags
+        )
+        role = _custom_role(
+            parent,
             f"{name}-reaper-role",
-            role_name=f"gpufleet {cfg.stack} reaper",
-            description=f"gpufleet {cfg.stack} idle reaper: read and deallocate this "
+            f"gpufleet {cfg.stack} reaper",
+            f"gpufleet {cfg.stack} idle reaper: read and deallocate this "
             "stack's VMs, read their metrics; no delete",
-            scope=rg.id,
-            assignable_scopes=[rg.id],
-            permissions=role_permissions(reaper_contract()[1]),
-            role_type="CustomRole",
-            opts=_opts(parent),
+            rg.id,
+            reaper_contract()[1],
         )
-        az.authorization.RoleAssignment(
+        _assign(
+            parent,
             f"{name}-reaper-assignment",
-            principal_id=identity.principal_id,
-            principal_type="ServicePrincipal",
-            role_definition_id=role.id,
-            scope=rg.id,
+            identity.principal_id,
+            role.id,
+            rg.id,
             description=f"gpufleet {cfg.stack} reaper: this stack's resource group only",
-            opts=_opts(parent),
         )
-        # The Functions host's own storage (leases, the code package): a separate account,
-        # reached with the reaper's identity, never the data account.
-        suffix = random.RandomId(f"{name}-fn-suffix", byte_length=3, opts=_opts(parent))
+        return identity
+
+    def _function_package(
+        self,
+        parent: pulumi.Resource,
+        name: str,
+        cfg: StackConfig,
+        identity: az.managedidentity.UserAssignedIdentity,
+        subscription: pulumi.Output[str],
+        tags: dict[str, str],
+    ) -> tuple[az.storage.StorageAccount, az.storage.Blob]:
+        """The Functions host's own storage (leases, the code package): a separate account,
+        reached with the reaper's identity, never the data account; the package in it."""
+        rg = self._group(cfg)
+        suffix = random.RandomId(f"{name}-fn-suffix", byte_length=3, opts=child_opts(parent))
         fn_account = az.storage.StorageAccount(
             f"{name}-fn-account",
             account_name=suffix.hex.apply(lambda h: storage_account_name(f"fn{cfg.stack}", h)),
@@ -681,7 +821,7 @@ class AzureProvider:
             enable_https_traffic_only=True,
             minimum_tls_version="TLS1_2",
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         releases = az.storage.BlobContainer(
             f"{name}-fn-releases",
@@ -689,7 +829,7 @@ class AzureProvider:
             resource_group_name=rg.name,
             container_name=PACKAGE_CONTAINER,
             public_access=az.storage.PublicAccess.NONE,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         package = az.storage.Blob(
             f"{name}-fn-package",
@@ -699,16 +839,31 @@ class AzureProvider:
             blob_name="reaper.zip",
             type=az.storage.BlobType.BLOCK,
             source=_package_asset(self.name),
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
-        az.authorization.RoleAssignment(
+        _assign(
+            parent,
             f"{name}-fn-storage",
-            principal_id=identity.principal_id,
-            principal_type="ServicePrincipal",
-            role_definition_id=built_in_role(client.subscription_id, BLOB_DATA_OWNER),
-            scope=fn_account.id,
-            opts=_opts(parent),
+            identity.principal_id,
+            built_in_role(subscription, BLOB_DATA_OWNER),
+            fn_account.id,
         )
+        return fn_account, package
+
+    def _function_app(
+        self,
+        parent: pulumi.Resource,
+        name: str,
+        cfg: StackConfig,
+        identity: az.managedidentity.UserAssignedIdentity,
+        subscription: pulumi.Output[str],
+        fn_account: az.storage.StorageAccount,
+        package: az.storage.Blob,
+        tags: dict[str, str],
+    ) -> az.web.WebApp:
+        """The Linux consumption plan and the Function App on it, running the package as
+        the reaper's identity."""
+        rg = self._group(cfg)
         plan = az.web.AppServicePlan(
             f"{name}-plan",
             name=f"gpufleet-{cfg.stack}-reaper-plan",
@@ -718,37 +873,14 @@ class AzureProvider:
             reserved=True,  # Linux
             sku=az.web.SkuDescriptionArgs(name="Y1", tier="Dynamic"),  # consumption
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
-        fn_name = guard_logic.function_name(cfg.stack)
         settings = pulumi.Output.all(
-            client.subscription_id,
-            rg.name,
-            identity.client_id,
-            fn_account.name,
-            package.url,
-            identity.id,
-        ).apply(
-            lambda v: [
-                az.web.NameValuePairArgs(name=k, value=val)
-                for k, val in sorted(
-                    {
-                        **reaper_settings(cfg, v[0], v[1], v[2]),
-                        "FUNCTIONS_EXTENSION_VERSION": "~4",
-                        "FUNCTIONS_WORKER_RUNTIME": "python",
-                        # host storage through the identity: no connection string, no key
-                        "AzureWebJobsStorage__accountName": v[3],
-                        "AzureWebJobsStorage__credential": "managedidentity",
-                        "AzureWebJobsStorage__clientId": v[2],
-                        "WEBSITE_RUN_FROM_PACKAGE": v[4],
-                        "WEBSITE_RUN_FROM_PACKAGE_BLOB_MI_RESOURCE_ID": v[5],
-                    }.items()
-                )
-            ]
-        )
-        app = az.web.WebApp(
+            subscription, rg.name, identity.client_id, fn_account.name, package.url, identity.id
+        ).apply(lambda v: function_app_settings(cfg, *v))
+        return az.web.WebApp(
             f"{name}-reaper",
-            name=fn_name,
+            name=guard_logic.function_name(cfg.stack),
             resource_group_name=rg.name,
             location=cfg.region,
             kind="functionapp,linux",
@@ -766,12 +898,23 @@ class AzureProvider:
                 min_tls_version="1.2",
             ),
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
+
+    def _workbook(
+        self,
+        parent: pulumi.Resource,
+        name: str,
+        cfg: StackConfig,
+        nodes: list[tuple[NodeSpec, NodeParts]],
+        tags: dict[str, str],
+    ) -> az.applicationinsights.Workbook:
+        """The stack's GPU dashboard (workbook_body), one chart per metric over its VMs."""
+        rg = self._group(cfg)
         vm_ids = pulumi.Output.all(rg.id, *[p.instance_id for _, p in nodes]).apply(
             lambda v: [f"{v[0]}/providers/Microsoft.Compute/virtualMachines/{n}" for n in v[1:]]
         )
-        workbook = az.applicationinsights.Workbook(
+        return az.applicationinsights.Workbook(
             f"{name}-workbook",
             resource_name_=str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpufleet/{cfg.stack}/workbook")),
             resource_group_name=rg.name,
@@ -782,9 +925,8 @@ class AzureProvider:
             source_id=rg.id,
             serialized_data=vm_ids.apply(lambda ids: json.dumps(workbook_body(cfg.stack, ids))),
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
-        return GuardParts(app.name, AZURE_SCHEDULE, workbook.display_name)
 
 
 PROVIDER = AzureProvider()

@@ -35,7 +35,14 @@ from infra.providers.base import (
     StorageParts,
     unsupported_features,
 )
-from infra.reaper import tags as T
+from infra.providers.common import (
+    ABORT_MULTIPART_DAYS,
+    ARCHIVE_AFTER_COOL_DAYS,
+    child_opts,
+    ipv4_or_ipv6,
+    managed_stack_tags,
+    pinned_or_first_zone,
+)
 
 NAME = "tencent"
 VPC_CIDR = "10.43.0.0/16"
@@ -52,10 +59,6 @@ BUCKET_SUFFIX_BYTES = 4
 # Where the reaper's zip is written for the SDK's zip_file (a local path it uploads): content
 # addressed, so the same code gives the same path and no diff.
 BUILD_DIR = guard_logic.BUILD_DIR
-
-
-def _opts(parent: pulumi.Resource, **kw: object) -> pulumi.ResourceOptions:
-    return pulumi.ResourceOptions(parent=parent, **kw)  # type: ignore[arg-type]
 
 
 def bucket_name_for(stack: str, suffix: str, appid: str) -> str:
@@ -109,10 +112,7 @@ def _tag_condition(stack: str) -> dict[str, Any]:
     """CAM's resource-tag condition: only resources tagged as this stack's managed ones."""
     return {
         "for_all_value:string_equal": {
-            "qcs:resource_tag": [
-                f"{T.MANAGED_BY}&{T.MANAGED_BY_VALUE}",
-                f"{T.STACK}&{stack}",
-            ]
+            "qcs:resource_tag": [f"{key}&{value}" for key, value in managed_stack_tags(stack)]
         }
     }
 
@@ -235,6 +235,40 @@ def assume_role(service: str) -> str:
     )
 
 
+def _role_with_policy(
+    parent: pulumi.Resource,
+    name: str,
+    role_name: str,
+    service: str,
+    document: pulumi.Input[str],
+    role_description: str,
+    policy_description: str,
+    tags: dict[str, str],
+) -> tuple[tc.cam.Role, tc.cam.Policy]:
+    """A CAM role ``service`` assumes (no console login) with one policy of the same name
+    attached: ``<name>-role``, ``<name>-policy``, ``<name>-attach``."""
+    role = tc.cam.Role(
+        f"{name}-role",
+        name=role_name,
+        document=assume_role(service),
+        description=role_description,
+        console_login=False,
+        tags=tags,
+        opts=child_opts(parent),
+    )
+    policy = tc.cam.Policy(
+        f"{name}-policy",
+        name=role_name,
+        document=document,
+        description=policy_description,
+        opts=child_opts(parent),
+    )
+    tc.cam.RolePolicyAttachment(
+        f"{name}-attach", role_id=role.id, policy_id=policy.id, opts=child_opts(parent)
+    )
+    return role, policy
+
+
 def function_zip_path() -> str:
     """The reaper package (infra/reaper/handler.py build_function_zip) as a file: the SDK's
     zip_file is a local path. Named by its content's digest, written once, the older ones
@@ -270,35 +304,32 @@ class TencentProvider:
         return info.app_id
 
     def _zone(self, parent: pulumi.Resource, cfg: StackConfig) -> pulumi.Output[str]:
-        if cfg.zone:
-            return pulumi.Output.from_input(cfg.zone)
-        # The data source filters by family only (zone, instance-family, charge type).
-        family = cfg.instance_type.split(".", 1)[0]
-        types = tc.instance.get_types_output(
-            filters=[tc.instance.GetTypesFilterArgs(name="instance-family", values=[family])],
-            exclude_sold_out=True,
-            opts=pulumi.InvokeOutputOptions(parent=parent),
-        )
-
-        def first(found: list[Any]) -> str:
-            zones = sorted(
-                {
-                    str(_first([t], "availability_zone"))
-                    for t in found
-                    if _first([t], "instance_type") == cfg.instance_type
-                }
+        def offered() -> pulumi.Output[list[str]]:
+            # The data source filters by family only (zone, instance-family, charge type).
+            family = cfg.instance_type.split(".", 1)[0]
+            types = tc.instance.get_types_output(
+                filters=[tc.instance.GetTypesFilterArgs(name="instance-family", values=[family])],
+                exclude_sold_out=True,
+                opts=pulumi.InvokeOutputOptions(parent=parent),
             )
-            zones = [z for z in zones if z.startswith(cfg.region)]
-            if not zones:
-                raise ConfigError(  # a ValueError; `plan.py` exits 2 on it
-                    [
-                        f"gpufleet:region: no zone in {cfg.region} sells {cfg.instance_type} "
-                        "now: set gpufleet:region or gpufleet:zone, or pick another profile"
-                    ]
-                )
-            return zones[0]
+            return types.instance_types.apply(
+                lambda found: [
+                    zone
+                    for zone in {
+                        str(_first([t], "availability_zone"))
+                        for t in found
+                        if _first([t], "instance_type") == cfg.instance_type
+                    }
+                    if zone.startswith(cfg.region)
+                ]
+            )
 
-        return types.instance_types.apply(first)
+        return pinned_or_first_zone(
+            cfg,
+            offered,
+            f"gpufleet:region: no zone in {cfg.region} sells {cfg.instance_type} "
+            "now: set gpufleet:region or gpufleet:zone, or pick another profile",
+        )
 
     def network(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> NetworkParts:
         tags = stack_tags(cfg)
@@ -308,7 +339,7 @@ class TencentProvider:
             name=f"{name}-vpc"[:60],
             cidr_block=VPC_CIDR,
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         subnet = tc.subnet.Instance(
             f"{name}-subnet",
@@ -317,25 +348,25 @@ class TencentProvider:
             cidr_block=SUBNET_CIDR,
             availability_zone=zone,
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         sg = tc.security.Group(
             f"{name}-sg",
             name=f"{name}-sg"[:60],
             description=f"gpufleet {cfg.stack}: SSH from listed networks, all between nodes",
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         ssh = [
             tc.security.GroupRuleSetIngressArgs(
                 action="ACCEPT",
                 protocol="TCP",
                 port="22",
-                cidr_block=None if ":" in cidr else cidr,
-                ipv6_cidr_block=cidr if ":" in cidr else None,
+                cidr_block=ipv4,
+                ipv6_cidr_block=ipv6,
                 description="SSH from an allowed network",
             )
-            for cidr in cfg.ssh_cidrs
+            for ipv4, ipv6 in map(ipv4_or_ipv6, cfg.ssh_cidrs)
         ]
         tc.security.GroupRuleSet(
             f"{name}-rules",
@@ -359,7 +390,7 @@ class TencentProvider:
                     description="packages, the bucket, the cloud APIs",
                 )
             ],
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         return NetworkParts(vpc.id, subnet.id, sg.id, zone, None)
 
@@ -370,7 +401,7 @@ class TencentProvider:
         # COS names are account-wide and a destroy keeps the bucket: a random suffix held in
         # the stack's state is stable across updates and new after a destroy.
         suffix = random.RandomId(
-            f"{name}-bucket-suffix", byte_length=BUCKET_SUFFIX_BYTES, opts=_opts(parent)
+            f"{name}-bucket-suffix", byte_length=BUCKET_SUFFIX_BYTES, opts=child_opts(parent)
         )
         bucket_name = pulumi.Output.all(suffix.hex, appid).apply(
             lambda a: bucket_name_for(cfg.stack, a[0], a[1])
@@ -392,7 +423,7 @@ class TencentProvider:
                             days=days, storage_class="STANDARD_IA"
                         ),
                         tc.cos.BucketLifecycleRuleTransitionArgs(
-                            days=days + 180, storage_class="ARCHIVE"
+                            days=days + ARCHIVE_AFTER_COOL_DAYS, storage_class="ARCHIVE"
                         ),
                     ],
                     non_current_transitions=[
@@ -402,13 +433,13 @@ class TencentProvider:
                     ],
                     abort_incomplete_multipart_upload=(
                         tc.cos.BucketLifecycleRuleAbortIncompleteMultipartUploadArgs(
-                            days_after_initiation=7
+                            days_after_initiation=ABORT_MULTIPART_DAYS
                         )
                     ),
                 )
             ],
             tags=tags,
-            opts=_opts(parent, retain_on_delete=keep),
+            opts=child_opts(parent, retain_on_delete=keep),
         )
         tc.cos.BucketPolicy(
             f"{name}-tls-only",
@@ -416,7 +447,7 @@ class TencentProvider:
             policy=pulumi.Output.all(bucket.bucket, appid).apply(
                 lambda a: tls_only_policy(cfg.region, a[1], a[0])
             ),
-            opts=_opts(parent, retain_on_delete=keep),
+            opts=child_opts(parent, retain_on_delete=keep),
         )
         arn = pulumi.Output.all(bucket.bucket, appid).apply(
             lambda a: cos_resource(cfg.region, a[1], a[0])
@@ -433,33 +464,21 @@ class TencentProvider:
             key_name=("gpufleet_" + "".join(c if c.isalnum() else "_" for c in cfg.stack))[:25],
             public_key=cfg.ssh_public_key or "",
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         appid = self._appid(parent)
         document = pulumi.Output.all(storage.bucket, appid).apply(
             lambda a: node_policy(cfg.region, a[1], a[0], cfg.stack)
         )
-        role = tc.cam.Role(
-            f"{name}-node-role",
-            name=f"gpufleet-{cfg.stack}-node"[:128],
-            document=assume_role("cvm.qcloud.com"),
-            description=f"gpufleet {cfg.stack} GPU nodes: stack bucket, own tags, lease, stop",
-            console_login=False,
-            tags=tags,
-            opts=_opts(parent),
-        )
-        policy = tc.cam.Policy(
-            f"{name}-node-policy",
-            name=f"gpufleet-{cfg.stack}-node"[:128],
-            document=document,
-            description=f"gpufleet {cfg.stack} GPU nodes: bucket, tags, lease, stop (stack only)",
-            opts=_opts(parent),
-        )
-        tc.cam.RolePolicyAttachment(
-            f"{name}-node-attach",
-            role_id=role.id,
-            policy_id=policy.id,
-            opts=_opts(parent),
+        role, policy = _role_with_policy(
+            parent,
+            f"{name}-node",
+            f"gpufleet-{cfg.stack}-node"[:128],
+            "cvm.qcloud.com",
+            document,
+            f"gpufleet {cfg.stack} GPU nodes: stack bucket, own tags, lease, stop",
+            f"gpufleet {cfg.stack} GPU nodes: bucket, tags, lease, stop (stack only)",
+            tags,
         )
         return AccessParts(role.name, None, key.id, policy.name)
 
@@ -512,7 +531,7 @@ class TencentProvider:
             # A stack that keeps its data never loses an instance to a stray destroy.
             disable_api_termination=not cfg.destroy_data,
             tags=spec.tags,
-            opts=_opts(parent, ignore_changes=["imageId"]),
+            opts=child_opts(parent, ignore_changes=["imageId"]),
             **charge_args(cfg),
         )
         return NodeParts(instance.id, instance.public_ip, instance.private_ip)
@@ -528,28 +547,15 @@ class TencentProvider:
         from infra.reaper.tencent import SCF_HANDLER, SCF_RUNTIME
 
         tags = stack_tags(cfg)
-        role_name = f"gpufleet-{cfg.stack}-reaper"[:128]
-        role = tc.cam.Role(
-            f"{name}-reaper-role",
-            name=role_name,
-            document=assume_role("scf.qcloud.com"),
-            description=f"gpufleet {cfg.stack} idle reaper: stop-only, this stack's tags only",
-            console_login=False,
-            tags=tags,
-            opts=_opts(parent),
-        )
-        policy = tc.cam.Policy(
-            f"{name}-reaper-policy",
-            name=role_name,
-            document=reaper_policy(cfg.stack),
-            description=f"gpufleet {cfg.stack} idle reaper: describe, metrics, stop tagged",
-            opts=_opts(parent),
-        )
-        tc.cam.RolePolicyAttachment(
-            f"{name}-reaper-attach",
-            role_id=role.id,
-            policy_id=policy.id,
-            opts=_opts(parent),
+        role, _ = _role_with_policy(
+            parent,
+            f"{name}-reaper",
+            f"gpufleet-{cfg.stack}-reaper"[:128],
+            "scf.qcloud.com",
+            reaper_policy(cfg.stack),
+            f"gpufleet {cfg.stack} idle reaper: stop-only, this stack's tags only",
+            f"gpufleet {cfg.stack} idle reaper: describe, metrics, stop tagged",
+            tags,
         )
         # SCF names: letters, digits, - and _, starting with a letter, 2-60 characters.
         fn_name = guard_logic.function_name(cfg.stack)[:60].rstrip("-_")
@@ -570,7 +576,7 @@ class TencentProvider:
                 )
             ],
             tags=tags,
-            opts=_opts(parent),
+            opts=child_opts(parent),
         )
         return GuardParts(fn.name, SCF_CRON, None)
 
