@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ def test_every_registered_cloud_module_has_a_from_env_with_the_shared_keywords(
     params = inspect.signature(module.from_env).parameters
     assert list(params)[:2] == ["region", "env"]
     keyword_only = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    assert KEYWORDS <= keyword_only
+    assert keyword_only >= KEYWORDS
     assert CLOUDS[provider].from_env() is module.from_env
 
 
@@ -47,9 +48,9 @@ def test_max_attempts_defaults_per_cloud_and_is_read_from_the_setting(
     monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", "fake-key")
     env = {"GPUFLEET_REGION": region}
 
-    def attempts(cloud: object) -> int:
+    def attempts(cloud: Any) -> int:
         retry = getattr(cloud, "_retry", None)  # botocore's config on AWS
-        return int(retry["total_max_attempts"] if retry else getattr(cloud, "max_attempts"))
+        return int(retry["total_max_attempts"] if retry else cloud.max_attempts)
 
     assert attempts(make_cloud(provider, env)) == default
     assert attempts(make_cloud(provider, {**env, "GPUFLEET_MAX_ATTEMPTS": "2"})) == 2
