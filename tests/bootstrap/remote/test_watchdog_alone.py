@@ -120,6 +120,7 @@ def node_config(tmp_path: Path, **kw: Any) -> Path:
         "bucket": BUCKET,
         "scratch_path": str(scratch),
         "state_dir": str(tmp_path / "state"),
+        "jobs_dir": str(tmp_path / "jobs"),  # not this machine's /var/lib/gpufleet/jobs
         "samples_per_run": 1,
         **kw,
     }
@@ -165,6 +166,9 @@ def test_shipped_watchdog_runs_once_dry_with_only_its_own_files(
     assert fake.tag_reads >= 1  # it asked the metadata service for its tags
     state = json.loads((tmp_path / "state" / "watchdog-state.json").read_text())
     assert state["tags"]["tags"] == fake.tags
+    # A publish failure is only a warning on the node (metrics are the second layer's
+    # input): say it here, not as an empty metric list below.
+    assert "could not publish metrics" not in done.stderr, done.stderr
     cw = boto3.client("cloudwatch", endpoint_url=moto, region_name="us-east-1")
     listed = cw.list_metrics(Namespace="gpufleet", MetricName="Heartbeat")["Metrics"]
     assert {"Name": "InstanceId", "Value": INSTANCE_ID} in listed[0]["Dimensions"]
