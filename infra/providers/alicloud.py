@@ -14,6 +14,7 @@ import pulumi_random as random
 from infra import reaper_deploy as guard_logic
 from infra.config import StackConfig
 from infra.nodes import NodeSpec, stack_tags
+from infra.providers import common
 from infra.providers.base import (
     AccessParts,
     Feature,
@@ -23,15 +24,7 @@ from infra.providers.base import (
     StorageParts,
     unsupported_features,
 )
-from infra.providers.common import (
-    ABORT_MULTIPART_DAYS,
-    ARCHIVE_AFTER_COOL_DAYS,
-    child_opts,
-    ipv4_or_ipv6,
-    managed_stack_tags,
-    pinned_or_first_zone,
-    policy_json,
-)
+from infra.providers.common import child_opts
 from infra.reaper import tags as T
 
 VPC_CIDR = "10.42.0.0/16"
@@ -76,7 +69,7 @@ def charge_args(cfg: StackConfig) -> dict[str, Any]:
 
 
 def tls_only_policy(bucket: str) -> str:
-    return policy_json(
+    return common.policy_json(
         RAM_VERSION,
         [
             {
@@ -105,7 +98,7 @@ NODE_TAG_ACTIONS = ["ecs:TagResources", "ecs:AddTags"]
 
 
 def node_policy(bucket: str, stack: str) -> str:
-    return policy_json(
+    return common.policy_json(
         RAM_VERSION,
         [
             {
@@ -156,7 +149,7 @@ def lease_policy(instance_id: str, stack: str) -> str:
     """What one node may tag: its own instance (by id), only in a request that carries the
     lease, and only while the instance is this stack's managed one. Attached to that node's
     role alone; node_policy's Denies still refuse every tag the guards read."""
-    return policy_json(
+    return common.policy_json(
         RAM_VERSION,
         [
             {
@@ -177,7 +170,7 @@ def lease_policy(instance_id: str, stack: str) -> str:
 
 def reaper_policy(stack: str) -> str:
     """Describe anything, stop only instances carrying this stack's managed tags; no delete."""
-    return policy_json(
+    return common.policy_json(
         RAM_VERSION,
         [
             {
@@ -192,7 +185,7 @@ def reaper_policy(stack: str) -> str:
                 "Condition": {
                     "StringEquals": {
                         f"acs:ResourceTag/{key}": [value]
-                        for key, value in managed_stack_tags(stack)
+                        for key, value in common.managed_stack_tags(stack)
                     }
                 },
             },
@@ -201,7 +194,7 @@ def reaper_policy(stack: str) -> str:
 
 
 def assume_role(service: str) -> str:
-    return policy_json(
+    return common.policy_json(
         RAM_VERSION,
         [{"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {"Service": [service]}}],
     )
@@ -292,7 +285,7 @@ class AlicloudProvider:
                 lambda found: [str(z["id"] if isinstance(z, dict) else z.id) for z in found]
             )
 
-        return pinned_or_first_zone(
+        return common.pinned_or_first_zone(
             cfg,
             offered,
             f"gpufleet:region: no zone in {cfg.region} offers {cfg.instance_type} "
@@ -328,7 +321,7 @@ class AlicloudProvider:
             opts=child_opts(parent),
         )
         for i, cidr in enumerate(cfg.ssh_cidrs):
-            ipv4, ipv6 = ipv4_or_ipv6(cidr)
+            ipv4, ipv6 = common.ipv4_or_ipv6(cidr)
             ali.ecs.SecurityGroupRule(
                 f"{name}-ssh-{i}",
                 security_group_id=sg.id,
@@ -385,7 +378,7 @@ class AlicloudProvider:
                     transitions=[
                         ali.oss.BucketLifecycleRuleTransitionArgs(days=days, storage_class="IA"),
                         ali.oss.BucketLifecycleRuleTransitionArgs(
-                            days=days + ARCHIVE_AFTER_COOL_DAYS, storage_class="Archive"
+                            days=days + common.ARCHIVE_AFTER_COOL_DAYS, storage_class="Archive"
                         ),
                     ],
                     noncurrent_version_transitions=[
@@ -395,7 +388,7 @@ class AlicloudProvider:
                     ],
                     abort_multipart_uploads=[
                         ali.oss.BucketLifecycleRuleAbortMultipartUploadArgs(
-                            days=ABORT_MULTIPART_DAYS
+                            days=common.ABORT_MULTIPART_DAYS
                         )
                     ],
                 )

@@ -11,6 +11,7 @@ import pulumi_aws as aws
 from infra import reaper_deploy as guard_logic
 from infra.config import StackConfig
 from infra.nodes import NodeSpec, efa_layout, needs_placement_group, stack_tags
+from infra.providers import common
 from infra.providers.base import (
     AccessParts,
     Feature,
@@ -20,15 +21,7 @@ from infra.providers.base import (
     StorageParts,
     unsupported_features,
 )
-from infra.providers.common import (
-    ABORT_MULTIPART_DAYS,
-    ARCHIVE_AFTER_COOL_DAYS,
-    child_opts,
-    ipv4_or_ipv6,
-    managed_stack_tags,
-    pinned_or_first_zone,
-    policy_json,
-)
+from infra.providers.common import child_opts
 from infra.reaper import tags as T
 
 VPC_CIDR = "10.42.0.0/16"
@@ -65,7 +58,7 @@ IAM_VERSION = "2012-10-17"
 
 
 def tls_only_policy(bucket_arn: str) -> str:
-    return policy_json(
+    return common.policy_json(
         IAM_VERSION,
         [
             {
@@ -82,7 +75,7 @@ def tls_only_policy(bucket_arn: str) -> str:
 
 def node_policy(bucket_arn: str, stack: str) -> str:
     """What a node may do: its own bucket, its own metrics namespace, its own lease tag."""
-    return policy_json(
+    return common.policy_json(
         IAM_VERSION,
         [
             {
@@ -126,7 +119,7 @@ def node_policy(bucket_arn: str, stack: str) -> str:
 def reaper_policy(stack: str, log_group_arn: str) -> str:
     """The scheduled job may read everything it needs, but stop only this stack's managed
     instances; it has no terminate permission at all."""
-    return policy_json(
+    return common.policy_json(
         IAM_VERSION,
         [
             {
@@ -142,7 +135,8 @@ def reaper_policy(stack: str, log_group_arn: str) -> str:
                 "Resource": "arn:aws:ec2:*:*:instance/*",
                 "Condition": {
                     "StringEquals": {
-                        f"aws:ResourceTag/{key}": value for key, value in managed_stack_tags(stack)
+                        f"aws:ResourceTag/{key}": value
+                        for key, value in common.managed_stack_tags(stack)
                     }
                 },
             },
@@ -157,7 +151,7 @@ def reaper_policy(stack: str, log_group_arn: str) -> str:
 
 
 def assume_role(service: str) -> str:
-    return policy_json(
+    return common.policy_json(
         IAM_VERSION,
         [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
     )
@@ -203,7 +197,7 @@ class AwsProvider:
                 opts=pulumi.InvokeOutputOptions(parent=parent),
             ).locations
 
-        return pinned_or_first_zone(
+        return common.pinned_or_first_zone(
             cfg,
             offered,
             f"gpufleet:region: no availability zone in {cfg.region} offers "
@@ -255,7 +249,7 @@ class AwsProvider:
             opts=child_opts(parent),
         )
         for i, cidr in enumerate(cfg.ssh_cidrs):
-            ipv4, ipv6 = ipv4_or_ipv6(cidr)
+            ipv4, ipv6 = common.ipv4_or_ipv6(cidr)
             aws.vpc.SecurityGroupIngressRule(
                 f"{name}-ssh-{i}",
                 security_group_id=sg.id,
@@ -361,7 +355,7 @@ class AwsProvider:
                             days=days, storage_class="GLACIER_IR"
                         ),
                         aws.s3.BucketLifecycleConfigurationRuleTransitionArgs(
-                            days=days + ARCHIVE_AFTER_COOL_DAYS, storage_class="DEEP_ARCHIVE"
+                            days=days + common.ARCHIVE_AFTER_COOL_DAYS, storage_class="DEEP_ARCHIVE"
                         ),
                     ],
                     noncurrent_version_transitions=[
@@ -375,7 +369,7 @@ class AwsProvider:
                     status="Enabled",
                     filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
                     abort_incomplete_multipart_upload=aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
-                        days_after_initiation=ABORT_MULTIPART_DAYS
+                        days_after_initiation=common.ABORT_MULTIPART_DAYS
                     ),
                 ),
             ],

@@ -26,6 +26,7 @@ from infra import reaper_deploy as guard_logic
 from infra.catalog import load_catalog
 from infra.config import ConfigError, StackConfig
 from infra.nodes import NodeSpec, stack_tags
+from infra.providers import common
 from infra.providers.base import (
     AccessParts,
     Feature,
@@ -35,14 +36,7 @@ from infra.providers.base import (
     StorageParts,
     unsupported_features,
 )
-from infra.providers.common import (
-    ABORT_MULTIPART_DAYS,
-    ARCHIVE_AFTER_COOL_DAYS,
-    child_opts,
-    ipv4_or_ipv6,
-    managed_stack_tags,
-    pinned_or_first_zone,
-)
+from infra.providers.common import child_opts
 
 NAME = "tencent"
 VPC_CIDR = "10.43.0.0/16"
@@ -112,7 +106,9 @@ def _tag_condition(stack: str) -> dict[str, Any]:
     """CAM's resource-tag condition: only resources tagged as this stack's managed ones."""
     return {
         "for_all_value:string_equal": {
-            "qcs:resource_tag": [f"{key}&{value}" for key, value in managed_stack_tags(stack)]
+            "qcs:resource_tag": [
+                f"{key}&{value}" for key, value in common.managed_stack_tags(stack)
+            ]
         }
     }
 
@@ -324,7 +320,7 @@ class TencentProvider:
                 ]
             )
 
-        return pinned_or_first_zone(
+        return common.pinned_or_first_zone(
             cfg,
             offered,
             f"gpufleet:region: no zone in {cfg.region} sells {cfg.instance_type} "
@@ -366,7 +362,7 @@ class TencentProvider:
                 ipv6_cidr_block=ipv6,
                 description="SSH from an allowed network",
             )
-            for ipv4, ipv6 in map(ipv4_or_ipv6, cfg.ssh_cidrs)
+            for ipv4, ipv6 in map(common.ipv4_or_ipv6, cfg.ssh_cidrs)
         ]
         tc.security.GroupRuleSet(
             f"{name}-rules",
@@ -423,7 +419,7 @@ class TencentProvider:
                             days=days, storage_class="STANDARD_IA"
                         ),
                         tc.cos.BucketLifecycleRuleTransitionArgs(
-                            days=days + ARCHIVE_AFTER_COOL_DAYS, storage_class="ARCHIVE"
+                            days=days + common.ARCHIVE_AFTER_COOL_DAYS, storage_class="ARCHIVE"
                         ),
                     ],
                     non_current_transitions=[
@@ -433,7 +429,7 @@ class TencentProvider:
                     ],
                     abort_incomplete_multipart_upload=(
                         tc.cos.BucketLifecycleRuleAbortIncompleteMultipartUploadArgs(
-                            days_after_initiation=ABORT_MULTIPART_DAYS
+                            days_after_initiation=common.ABORT_MULTIPART_DAYS
                         )
                     ),
                 )

@@ -33,6 +33,7 @@ from . import tags as T
 from .core import (
     MAX_ATTEMPTS_ENV,
     Instance,
+    Invocation,
     Metrics,
     ServiceClock,
     StopResult,
@@ -53,25 +54,18 @@ ACCOUNT_ID_ENV = "GPUFLEET_ALICLOUD_ACCOUNT_ID"  # default: the FC context's acc
 DEFAULT_MAX_ATTEMPTS = 5
 
 
-def from_env(
-    region: str,
-    env: Mapping[str, str],
-    *,
-    credentials: Mapping[str, str] | None = None,
-    account_id: str | None = None,
-    endpoint: str | None = None,
-) -> AlicloudCloud:
-    """The cloud the function runs: the role's keys from ``credentials`` (Function
+def from_env(region: str, env: Mapping[str, str], given: Invocation) -> AlicloudCloud:
+    """The cloud the function runs: the role's keys from the invocation (Function
     Compute's context: ``access_key_id``, ``access_key_secret``, ``security_token``), the
-    account from ``env`` or else ``account_id``, and the attempts per call."""
-    creds = credentials or {}
+    account from ``env`` or else the invocation's, and the attempts per call."""
+    creds = given.credentials or {}
     return AlicloudCloud(
         region,
-        endpoint=endpoint,
+        endpoint=given.endpoint,
         access_key_id=creds.get("access_key_id"),
         access_key_secret=creds.get("access_key_secret"),
         security_token=creds.get("security_token"),
-        account_id=env.get(ACCOUNT_ID_ENV) or account_id,
+        account_id=env.get(ACCOUNT_ID_ENV) or given.account_id,
         max_attempts=int_env(env, MAX_ATTEMPTS_ENV, DEFAULT_MAX_ATTEMPTS),
     )
 

@@ -26,6 +26,7 @@ from .core import (
     MAX_ATTEMPTS_ENV,
     ConfigError,
     Instance,
+    Invocation,
     Metrics,
     ServiceClock,
     StopResult,
@@ -48,23 +49,16 @@ RETRY_MODE_ENV = "GPUFLEET_RETRY_MODE"  # standard (default) | adaptive: botocor
 DEFAULT_MAX_ATTEMPTS = 6
 
 
-def from_env(
-    region: str,
-    env: Mapping[str, str],
-    *,
-    credentials: Mapping[str, str] | None = None,
-    account_id: str | None = None,
-    endpoint: str | None = None,
-) -> AwsCloud:
+def from_env(region: str, env: Mapping[str, str], given: Invocation) -> AwsCloud:
     """The cloud the function runs, its settings from ``env``: the retry mode and the
     attempts per call. Credentials come from boto3's own chain (the Lambda's role), so
-    ``credentials`` and ``account_id`` are not read."""
+    the invocation's credentials and account are not read."""
     retry_mode = env.get(RETRY_MODE_ENV, "standard")
     if retry_mode not in ("standard", "adaptive"):
         raise ConfigError(f"{RETRY_MODE_ENV} must be standard or adaptive, got {retry_mode!r}")
     return AwsCloud(
         region,
-        endpoint_url=endpoint,
+        endpoint_url=given.endpoint,
         retry_mode=retry_mode,
         max_attempts=int_env(env, MAX_ATTEMPTS_ENV, DEFAULT_MAX_ATTEMPTS),
     )

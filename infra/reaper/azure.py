@@ -67,6 +67,7 @@ from .core import (
     MAX_ATTEMPTS_ENV,
     ConfigError,
     Instance,
+    Invocation,
     Metrics,
     ServiceClock,
     StopResult,
@@ -568,45 +569,34 @@ def _bounded_arm_polling(interval_s: float, polls: int, max_delay_s: float) -> A
     return BoundedARMPolling()
 
 
-def from_env(
-    region: str,
-    env: Mapping[str, str],
-    *,
-    credentials: Mapping[str, str] | None = None,
-    account_id: str | None = None,
-    endpoint: str | None = None,
-    credential: Any = None,
-    connection_verify: str | bool = True,
-) -> AzureCloud:
+def from_env(region: str, env: Mapping[str, str], given: Invocation) -> AzureCloud:
     """The cloud the function runs: its settings from ``env`` (see the module docstring)
     and the attempts per call; it signs in as the managed identity unless ``env`` holds a
-    token or ``credential`` is given (``credentials`` and ``account_id`` are not read).
-    Anything missing or wrong is a ConfigError."""
+    token (the invocation's credentials and account are not read). Anything missing or
+    wrong is a ConfigError."""
     max_attempts = int_env(env, MAX_ATTEMPTS_ENV, DEFAULT_MAX_ATTEMPTS)
     missing = [name for name in REQUIRED_ENV if not str(env.get(name, "")).strip()]
     if missing:
         raise ConfigError(f"{' and '.join(missing)} not set: the Function App's settings")
     client_id = (env.get("GPUFLEET_AZURE_CLIENT_ID") or "").strip() or None
     try:
-        if credential is None:
-            token = (env.get("GPUFLEET_AZURE_ACCESS_TOKEN") or "").strip()
-            credential = (
-                StaticTokenCredential(token)
-                if token
-                else ManagedIdentityCredential(
-                    client_id=client_id,
-                    endpoint=env.get("IDENTITY_ENDPOINT"),
-                    secret=env.get("IDENTITY_HEADER"),
-                )
+        token = (env.get("GPUFLEET_AZURE_ACCESS_TOKEN") or "").strip()
+        credential = (
+            StaticTokenCredential(token)
+            if token
+            else ManagedIdentityCredential(
+                client_id=client_id,
+                endpoint=env.get("IDENTITY_ENDPOINT"),
+                secret=env.get("IDENTITY_HEADER"),
             )
+        )
         return AzureCloud(
             region,
             subscription_id=env["GPUFLEET_AZURE_SUBSCRIPTION_ID"].strip(),
             resource_group=env["GPUFLEET_AZURE_RESOURCE_GROUP"].strip(),
             client_id=client_id,
             credential=credential,
-            endpoint=endpoint,
-            connection_verify=connection_verify,
+            endpoint=given.endpoint,
             max_attempts=max_attempts,
         )
     except ValueError as exc:  # the credential's or the client's own refusal

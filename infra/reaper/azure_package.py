@@ -53,37 +53,14 @@ def _key(name: str) -> str:
 
 
 def closure(roots: tuple[str, ...] = AZURE_SDKS) -> list[Any]:
-    """The installed distributions the roots need (Requires-Dist, extras not followed;
-    a marker-gated requirement that is not installed is skipped, any other is an error)."""
-    from importlib import metadata
+    """The installed distributions the roots need: the same walk as every vendored zip
+    (handler.sdk_closure), a missing one a PackageError."""
+    from .handler import sdk_closure
 
-    seen: dict[str, Any] = {}
-    todo = list(roots)
-    while todo:
-        name = todo.pop()
-        if _key(name) in seen:
-            continue
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
-            raise PackageError(
-                f"{name} is not installed: pip install -r requirements.txt first"
-            ) from None
-        seen[_key(name)] = dist
-        for req in dist.requires or []:
-            spec, _, marker = req.partition(";")
-            if "extra" in marker:
-                continue
-            dep = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", spec)
-            if dep is None:
-                continue
-            if marker.strip():
-                try:
-                    metadata.distribution(dep.group(1))
-                except metadata.PackageNotFoundError:
-                    continue
-            todo.append(dep.group(1))
-    return [seen[k] for k in sorted(seen)]
+    try:
+        return sdk_closure(roots)
+    except FileNotFoundError as exc:
+        raise PackageError(str(exc)) from None
 
 
 def site_files(dists: list[Any]) -> list[tuple[str, bytes]]:

@@ -56,6 +56,17 @@ def int_env(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
+@dataclass(frozen=True)
+class Invocation:
+    """What a cloud module's ``from_env`` gets beside the environment: the keys and the
+    account the platform hands this invocation (Function Compute's context), and an API
+    endpoint the caller chose (tests, ``teardown.py --endpoint-url``)."""
+
+    credentials: Mapping[str, str] | None = None
+    account_id: str | None = None
+    endpoint: str | None = None
+
+
 class ServiceClock:
     """The API's own clock, from the Date header of its answers (second resolution).
 

@@ -35,9 +35,9 @@ import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from .core import Cloud, ConfigError, Report, reap
+from .core import Cloud, ConfigError, Invocation, Report, reap
 
 LAMBDA_HANDLER = "handler.handler"
 FC_HANDLER = "handler.fc_handler"
@@ -56,19 +56,9 @@ def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-class FromEnv(Protocol):
-    """A cloud module's ``from_env``: its client, configured from the function's
-    environment (and what the platform hands the invocation)."""
-
-    def __call__(
-        self,
-        region: str,
-        env: Mapping[str, str],
-        *,
-        credentials: Mapping[str, str] | None = None,
-        account_id: str | None = None,
-        endpoint: str | None = None,
-    ) -> Cloud: ...
+# A cloud module's ``from_env``: its client, configured from the function's environment and
+# what this invocation was handed.
+FromEnv = Callable[[str, Mapping[str, str], Invocation], Cloud]
 
 
 @dataclass(frozen=True)
@@ -152,7 +142,7 @@ def make_cloud(
     if entry is None:
         raise ConfigError(f"GPUFLEET_PROVIDER must be {_known()}, got {provider!r}")
     make = entry.from_env()
-    return make(region, env, credentials=credentials, account_id=account_id, endpoint=endpoint)
+    return make(region, env, Invocation(credentials, account_id, endpoint))
 
 
 def run(

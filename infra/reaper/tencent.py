@@ -61,7 +61,16 @@ from typing import Any
 from urllib.parse import urlparse
 
 from . import tags as T
-from .core import MAX_ATTEMPTS_ENV, Instance, Metrics, ServiceClock, StopResult, chunks, int_env
+from .core import (
+    MAX_ATTEMPTS_ENV,
+    Instance,
+    Invocation,
+    Metrics,
+    ServiceClock,
+    StopResult,
+    chunks,
+    int_env,
+)
 from .idle_rules import UTC, parse_utc
 
 # The SCF function's settings (tencent-infra declares exactly these) and its runtime.
@@ -147,20 +156,13 @@ def credentials_from(env: Mapping[str, str]) -> tuple[str, str, str]:
 DEFAULT_MAX_ATTEMPTS = 5
 
 
-def from_env(
-    region: str,
-    env: Mapping[str, str],
-    *,
-    credentials: Mapping[str, str] | None = None,
-    account_id: str | None = None,
-    endpoint: str | None = None,
-) -> TencentCloud:
-    """The cloud the function runs: the role's keys from ``credentials`` or else ``env``
-    (:data:`CREDENTIAL_ENV`), and the attempts per call; ``account_id`` is not read."""
-    secret_id, secret_key, token = credentials_from(credentials or env)
+def from_env(region: str, env: Mapping[str, str], given: Invocation) -> TencentCloud:
+    """The cloud the function runs: the role's keys from the invocation or else ``env``
+    (:data:`CREDENTIAL_ENV`), and the attempts per call; the account is not read."""
+    secret_id, secret_key, token = credentials_from(given.credentials or env)
     return TencentCloud(
         region,
-        endpoint=endpoint,
+        endpoint=given.endpoint,
         secret_id=secret_id or None,
         secret_key=secret_key or None,
         token=token or None,

@@ -1,5 +1,5 @@
 """Each cloud's client is made by its own module's ``from_env`` (the registry in handler.py
-names only the module): same keywords everywhere, each reading its own settings."""
+names only the module): the same parameters everywhere, each reading its own settings."""
 
 from __future__ import annotations
 
@@ -9,20 +9,18 @@ from typing import Any
 
 import pytest
 
+from infra.reaper.core import Invocation
 from infra.reaper.handler import CLOUDS, ConfigError, make_cloud
-
-KEYWORDS = {"credentials", "account_id", "endpoint"}
 
 
 @pytest.mark.parametrize("provider", sorted(CLOUDS))
-def test_every_registered_cloud_module_has_a_from_env_with_the_shared_keywords(
+def test_every_registered_cloud_module_has_a_from_env_taking_region_env_and_invocation(
     provider: str,
 ) -> None:
     module = importlib.import_module(f"infra.reaper.{CLOUDS[provider].module}")
     params = inspect.signature(module.from_env).parameters
-    assert list(params)[:2] == ["region", "env"]
-    keyword_only = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    assert keyword_only >= KEYWORDS
+    assert list(params) == ["region", "env", "given"]
+    assert params["given"].annotation in (Invocation, "Invocation")
     assert CLOUDS[provider].from_env() is module.from_env
 
 
