@@ -1067,6 +1067,166 @@ TRAIN_HELP = {
 }
 
 
+def _new_job(
+    *,
+    script: str,
+    args: str,
+    workdir: str,
+    name: str,
+    nproc_per_node: int,
+    cpu: bool,
+    stop_when_done: bool,
+    venv: str,
+    jobs_dir: str,
+    max_workdir_mb: float,
+    sync_interval: float,
+    node_env: str,
+    s3_endpoint: str,
+    master_port: int,
+    detach: str,
+) -> tuple[TrainRequest, dict[str, list[Any]]]:
+    """A new job's request, checked, and the manifest of the workdir it ships."""
+    try:
+        req = parse_request(
+            script=script,
+            args=args,
+            workdir=workdir,
+            name=name,
+            nproc_per_node=nproc_per_node,
+            cpu=cpu,
+            stop_when_done=stop_when_done,
+            venv=venv,
+            jobs_dir=jobs_dir,
+            max_workdir_mb=max_workdir_mb,
+            sync_interval=sync_interval,
+            node_env=node_env,
+            s3_endpoint=s3_endpoint,
+            master_port=master_port,
+            detach=detach,
+            cwd=Path.cwd(),
+        )
+        manifest = build_manifest(req.workdir, workdir_files(req.workdir), req.max_workdir_mb * 1e6)
+    except TrainError as exc:
+        raise _fail(str(exc)) from None
+    return req, manifest
+
+
+def _job_to_resume(
+    c: Context, fleet: Fleet, resume: str, jobs_dir: str, max_workdir_mb: float, timeout: float
+) -> tuple[Mapping[str, Any], Fleet, dict[str, list[Any]] | None] | None:
+    """The recorded job ``--resume`` names (``auto``: the newest interrupted one), the hosts
+    it ran on and its workdir's manifest when the workdir is still here; None: nothing to
+    resume. Refuses, before anything starts, a job still running or a host list without its
+    nodes."""
+    rows, report = collect_jobs(c, fleet, jobs_dir or JOBS_ROOT, timeout)
+    if report.failed_hosts:
+        _warn_unreachable(report)
+        raise _fail("cannot resume: not every node answered (see above); nothing started")
+    try:
+        if resume == "auto":
+            stopped = [r for r in rows if r.state == "interrupted"]
+            if not stopped:
+                return None
+            row = stopped[-1]
+        else:
+            row = find_job(rows, resume)
+    except TrainError as exc:
+        raise _fail(str(exc)) from None
+    if row.state in ("running", "starting"):
+        raise _fail(f"job {row.job} is {row.state}: `fab cancel {row.job}` first")
+    old = row.spec
+    fleet = _job_hosts(fleet, old)
+    if len(fleet.hosts) != int(old.get("nnodes") or 1):
+        raise _fail(
+            f"job {row.job} ran on {old.get('nnodes')} node(s); {len(fleet.hosts)} of them "
+            "are in this host list: give the job's hosts (fab jobs shows them)"
+        )
+    manifest = None
+    local = Path(str(old.get("local_workdir") or ""))
+    if local.is_dir():
+        try:
+            manifest = build_manifest(local, workdir_files(local), max_workdir_mb * 1e6)
+        except TrainError as exc:
+            raise _fail(str(exc)) from None
+    return old, fleet, manifest
+
+
+def _checked_node_facts(
+    c: Context,
+    fleet: Fleet,
+    extra: Mapping[str, Any],
+    console: Console,
+    quiet: bool,
+    timeout: float,
+) -> dict[Host, dict[str, Any]]:
+    """Every node's train-check facts; refuses the whole job when one node is not ready."""
+    checked = _run(
+        c,
+        fleet,
+        "train",
+        [train_check_step],
+        dict(extra),
+        console=None if quiet else console,
+        connect_timeout=timeout,
+    )
+    problems = _problems(checked)
+    if problems:
+        for line in problems:
+            console.print(f"gpufleet: {line}", highlight=False, soft_wrap=True)
+        raise _fail(
+            f"{len(problems)} of {len(fleet.hosts)} node(s) not ready: nothing started "
+            f"(a {len(fleet.hosts)}-node job needs every node)"
+        )
+    return {
+        h.host: dict(next(s for s in h.steps if s.name == "train-check").result.details["facts"])
+        for h in checked.hosts
+    }
+
+
+def _report_started(
+    started: FleetReport,
+    spec: Mapping[str, Any],
+    resumed: bool,
+    json: bool,
+    console: Console,
+    nodes: int,
+) -> None:
+    """The start's table (or JSON document) and the line saying what to run next; exit 1
+    when a node did not start."""
+    if json:
+        doc = {**started.to_json(), "job": spec["job"], "attempt": spec["attempt"]}
+        sys.stdout.write(jsonlib.dumps(doc, indent=2, default=str) + "\n")
+    else:
+        console.print(summary_table(started))
+    if started.failed_hosts:
+        console.print(
+            f"job {spec['job']}: not started on every node; `fab cancel {spec['job']}` stops "
+            "the nodes where it did start",
+            highlight=False,
+        )
+        raise Exit(code=1)
+    verb = "resumed" if resumed else "running"
+    if not json:
+        console.print(
+            f"job {spec['job']} {verb} on {nodes} node(s) x "
+            f"{spec['nproc_per_node']} process(es); `fab logs {spec['job']} --follow`, "
+            f"`fab jobs`, `fab cancel {spec['job']}`",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _follow_to_end(c: Context, fleet: Fleet, spec: Mapping[str, Any], timeout: float) -> None:
+    """Stream the job's log until it ends; exit 1 unless it succeeded."""
+    _follow(c, fleet, spec, rank=None, follow=True, connect_timeout=timeout)
+    rows, _ = collect_jobs(c, fleet, spec["jobs_dir"], timeout)
+    final = next((r for r in rows if r.job == spec["job"]), None)
+    state = final.state if final else "unknown"
+    print(f"job {spec['job']}: {state}", file=sys.stderr)
+    if state != "succeeded":
+        raise Exit(code=1)
+
+
 @fleet_task(help=TRAIN_HELP)
 def train(
     c: Context,
@@ -1090,73 +1250,42 @@ def train(
     detach: str = "auto",
 ) -> None:
     """Run a PyTorch script with torchrun on every node, detached; checkpoints to the bucket."""
-    json, connect_timeout = fleet_args.json, fleet_args.connect_timeout
-    console = literal_console(stderr=bool(json or _quiet()))
+    json, timeout = fleet_args.json, fleet_args.connect_timeout
+    quiet = bool(json or _quiet())
+    console = literal_console(stderr=quiet)
     if resume and script:
         raise _fail("--resume reruns the recorded script: drop --script (or start a new job)")
     req: TrainRequest | None = None
     manifest: dict[str, list[Any]] | None = None
     if not resume:
-        try:
-            req = parse_request(
-                script=script,
-                args=args,
-                workdir=workdir,
-                name=name,
-                nproc_per_node=nproc_per_node,
-                cpu=cpu,
-                stop_when_done=stop_when_done,
-                venv=venv,
-                jobs_dir=jobs_dir,
-                max_workdir_mb=max_workdir_mb,
-                sync_interval=sync_interval,
-                node_env=node_env,
-                s3_endpoint=s3_endpoint,
-                master_port=master_port,
-                detach=detach,
-                cwd=Path.cwd(),
-            )
-            manifest = build_manifest(
-                req.workdir, workdir_files(req.workdir), req.max_workdir_mb * 1e6
-            )
-        except TrainError as exc:
-            raise _fail(str(exc)) from None
+        req, manifest = _new_job(
+            script=script,
+            args=args,
+            workdir=workdir,
+            name=name,
+            nproc_per_node=nproc_per_node,
+            cpu=cpu,
+            stop_when_done=stop_when_done,
+            venv=venv,
+            jobs_dir=jobs_dir,
+            max_workdir_mb=max_workdir_mb,
+            sync_interval=sync_interval,
+            node_env=node_env,
+            s3_endpoint=s3_endpoint,
+            master_port=master_port,
+            detach=detach,
+        )
     fleet = resolve_fleet(c, fleet_args)
     if len({(h.address, h.port) for h in fleet.hosts}) != len(fleet.hosts):
         raise _fail("the same host is listed twice: each node takes one node rank")
 
     old: Mapping[str, Any] | None = None
     if resume:
-        rows, report = collect_jobs(c, fleet, jobs_dir or JOBS_ROOT, connect_timeout)
-        if report.failed_hosts:
-            _warn_unreachable(report)
-            raise _fail("cannot resume: not every node answered (see above); nothing started")
-        try:
-            if resume == "auto":
-                stopped = [r for r in rows if r.state == "interrupted"]
-                if not stopped:
-                    print("gpufleet: nothing to resume: no interrupted job on these nodes")
-                    return
-                row = stopped[-1]
-            else:
-                row = find_job(rows, resume)
-        except TrainError as exc:
-            raise _fail(str(exc)) from None
-        if row.state in ("running", "starting"):
-            raise _fail(f"job {row.job} is {row.state}: `fab cancel {row.job}` first")
-        old = row.spec
-        fleet = _job_hosts(fleet, old)
-        if len(fleet.hosts) != int(old.get("nnodes") or 1):
-            raise _fail(
-                f"job {row.job} ran on {old.get('nnodes')} node(s); {len(fleet.hosts)} of them "
-                "are in this host list: give the job's hosts (fab jobs shows them)"
-            )
-        local = Path(str(old.get("local_workdir") or ""))
-        if local.is_dir():
-            try:
-                manifest = build_manifest(local, workdir_files(local), max_workdir_mb * 1e6)
-            except TrainError as exc:
-                raise _fail(str(exc)) from None
+        found = _job_to_resume(c, fleet, resume, jobs_dir, max_workdir_mb, timeout)
+        if found is None:
+            print("gpufleet: nothing to resume: no interrupted job on these nodes")
+            return
+        old, fleet, manifest = found
 
     python = f"{(venv or DEFAULT_VENV).rstrip('/')}/bin/python" if old is None else old["python"]
     jobs_root = req.jobs_dir if req else str(old["jobs_dir"]) if old else JOBS_ROOT
@@ -1170,27 +1299,7 @@ def train(
         "cpu": req.cpu if req else bool(old and old.get("cpu")),
         "master_port": req.master_port if req else 0,
     }
-    checked = _run(
-        c,
-        fleet,
-        "train",
-        [train_check_step],
-        check_extra,
-        console=None if (json or _quiet()) else console,
-        connect_timeout=connect_timeout,
-    )
-    problems = _problems(checked)
-    if problems:
-        for line in problems:
-            console.print(f"gpufleet: {line}", highlight=False, soft_wrap=True)
-        raise _fail(
-            f"{len(problems)} of {len(fleet.hosts)} node(s) not ready: nothing started "
-            f"(a {len(fleet.hosts)}-node job needs every node)"
-        )
-    facts = {
-        h.host: dict(next(s for s in h.steps if s.name == "train-check").result.details["facts"])
-        for h in checked.hosts
-    }
+    facts = _checked_node_facts(c, fleet, check_extra, console, quiet, timeout)
     port = (req.master_port if req else 0) or int(facts[head].get("port") or 29500)
     addr = master_address(fleet.outputs, fleet, None)
     now = dt.datetime.now(dt.UTC)
@@ -1216,38 +1325,12 @@ def train(
         "train",
         [train_start_step],
         start_extra,
-        console=None if (json or _quiet()) else console,
-        connect_timeout=connect_timeout,
+        console=None if quiet else console,
+        connect_timeout=timeout,
     )
-    if json:
-        doc = {**started.to_json(), "job": spec["job"], "attempt": spec["attempt"]}
-        sys.stdout.write(jsonlib.dumps(doc, indent=2, default=str) + "\n")
-    else:
-        console.print(summary_table(started))
-    if started.failed_hosts:
-        console.print(
-            f"job {spec['job']}: not started on every node; `fab cancel {spec['job']}` stops "
-            "the nodes where it did start",
-            highlight=False,
-        )
-        raise Exit(code=1)
-    verb = "resumed" if old else "running"
-    if not json:
-        console.print(
-            f"job {spec['job']} {verb} on {len(fleet.hosts)} node(s) x "
-            f"{spec['nproc_per_node']} process(es); `fab logs {spec['job']} --follow`, "
-            f"`fab jobs`, `fab cancel {spec['job']}`",
-            highlight=False,
-            soft_wrap=True,
-        )
+    _report_started(started, spec, old is not None, json, console, len(fleet.hosts))
     if follow:
-        _follow(c, fleet, spec, rank=None, follow=True, connect_timeout=connect_timeout)
-        rows, _ = collect_jobs(c, fleet, spec["jobs_dir"], connect_timeout)
-        final = next((r for r in rows if r.job == spec["job"]), None)
-        state = final.state if final else "unknown"
-        print(f"job {spec['job']}: {state}", file=sys.stderr)
-        if state != "succeeded":
-            raise Exit(code=1)
+        _follow_to_end(c, fleet, spec, timeout)
 
 
 @fleet_task(help={"jobs_dir": TRAIN_HELP["jobs_dir"]})
