@@ -1339,7 +1339,7 @@ class ScratchSyncer:
     credentials: Callable[[], Credentials | None]
     retry_sleep: Callable[[float], None] = time.sleep
 
-    def store(self) -> sync.Store | sync.BlobStore | None:
+    def store(self) -> sync.BucketStore | None:
         if not self.config.bucket:
             return None
         cloud = cloud_for(self.config)

@@ -26,8 +26,9 @@ What it guarantees:
 * the record of what is synced (size + mtime of each file when it was uploaded, like
   ``aws s3 sync``) lives on scratch itself (``.gpufleet-sync.json``): it vanishes together
   with an erased instance store, so it can never claim files that are no longer there;
-* every request is bounded (socket timeout, a few retries on 5xx/connection errors) and the
-  whole sync has a deadline checked between files and parts;
+* every request is bounded (socket timeout, a few retries on 5xx/429/network errors, one
+  loop for both stores: :func:`send_bounded`) and the whole sync has a deadline, checked
+  before each try and each wait between tries;
 * nothing is ever deleted from the bucket (no DeleteObject call exists in this file).
 """
 
@@ -38,6 +39,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import hmac
+import http.client
 import json
 import os
 import time
@@ -48,6 +50,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar, TypeVar
 
 UTC = dt.timezone.utc  # noqa: UP017 (the node's Python may be 3.10)
 MANIFEST = ".gpufleet-sync.json"
@@ -134,7 +137,7 @@ def sigv4_headers(
     return out
 
 
-# ---------------------------------------------------------------------------- the store
+# ---------------------------------------------------------------------------- requests
 
 
 def content_md5(data: bytes) -> str:
@@ -163,44 +166,149 @@ def _xml_text(body: bytes, name: str) -> str:
     return ""
 
 
+# A try that got no usable answer: refused, reset or timed out (OSError, URLError), an
+# answer cut short or garbled (http.client.HTTPException: IncompleteRead, BadStatusLine), or
+# a URL urllib cannot send (ValueError). Each is tried again.
+TRANSPORT_ERRORS = (urllib.error.URLError, OSError, http.client.HTTPException, ValueError)
+
+
+def backoff(attempt: int) -> float:
+    """Seconds to wait before try number ``attempt`` (0 is the first): 0, 0.5, 1, 2, 2, ..."""
+    return 0.0 if attempt <= 0 else min(2.0, 0.5 * 2 ** (attempt - 1))
+
+
+def retryable_status(status: int) -> bool:
+    """An HTTP answer worth another try: the service failed (5xx) or throttled (429)."""
+    return status >= 500 or status == 429
+
+
+def _past_deadline(last: StoreError | None) -> StoreError:
+    return StoreError(
+        "sync deadline reached" + (f" (last try: {last})" if last else ""), "Deadline"
+    )
+
+
+def send_bounded(
+    build: Callable[[], urllib.request.Request],
+    *,
+    label: str,
+    attempts: int,
+    timeout: float,
+    deadline: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    error_header: str = "",
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[int, dict[str, str], bytes]:
+    """Send ``build()``'s request in at most ``attempts`` tries: (status, headers, body).
+
+    ``build`` runs again for each try (fresh credentials, signature and date); whatever it
+    raises (no credentials) is final. Tried again after :func:`backoff`: 5xx, 429 and
+    :data:`TRANSPORT_ERRORS`; any other HTTP answer is final. ``deadline`` (on ``clock``)
+    bounds the whole: each try's socket timeout is cut to what is left, and no wait starts
+    that would end after it. Raises StoreError: the answer's XML ``<Code>`` (else its
+    ``error_header``, else ``HTTP<status>``) with its status; "Unreachable" for a try with no
+    answer; "Deadline", naming the last failure, when the deadline ends the tries.
+    """
+    last: StoreError | None = None
+    for attempt in range(max(1, attempts)):
+        wait = backoff(attempt)
+        if deadline is not None and clock() + wait >= deadline:
+            raise _past_deadline(last)
+        if wait:
+            sleep(wait)
+        limit = timeout if deadline is None else min(timeout, deadline - clock())
+        if limit <= 0:
+            raise _past_deadline(last)
+        request = build()
+        try:
+            with urllib.request.urlopen(request, timeout=limit) as resp:
+                return resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
+        except urllib.error.HTTPError as exc:
+            try:
+                data = exc.read() if request.get_method() != "HEAD" else b""
+            except TRANSPORT_ERRORS:
+                data = b""  # the status alone still says what happened
+            code = _xml_text(data, "Code") or (
+                exc.headers.get(error_header, "") if error_header else ""
+            )
+            code = code or f"HTTP{exc.code}"
+            message = _xml_text(data, "Message") or exc.reason
+            last = StoreError(f"{label}: {code} {message}", code, exc.code)
+            if not retryable_status(exc.code):
+                raise last from None
+        except TRANSPORT_ERRORS as exc:
+            reason = getattr(exc, "reason", exc)
+            last = StoreError(f"{label}: {reason}", code="Unreachable")
+    assert last is not None
+    raise last
+
+
+# ---------------------------------------------------------------------------- the stores
+
+_StoreT = TypeVar("_StoreT", bound="BucketStore")
+
+
 @dataclass
-class Store:
-    """One bucket over the S3 REST API, signed with SigV4."""
+class BucketStore:
+    """What :class:`Store` (S3) and :class:`BlobStore` (Azure) share: where the bucket is,
+    how the node builds one, bounded requests (:func:`send_bounded`), put and head. Each
+    subclass says how a key becomes a URL and how a request is authorised."""
 
     bucket: str
     region: str
     credentials: Callable[[], Credentials | None]
     endpoint: str  # scheme://host[:port]
-    path_style: bool = False  # an explicit endpoint (tests, private links): /bucket/key
+    path_style: bool = False  # an explicit endpoint (tests, private links, Azurite)
     timeout: float = 60.0
     attempts: int = 3
     retry_sleep: Callable[[float], None] = time.sleep
+    scheme: ClassVar[str] = ""  # how check_store names the bucket: <scheme>://<bucket>/<key>
+    error_header: ClassVar[str] = ""  # the answer's header with the error code, if any
+    put_headers: ClassVar[dict[str, str]] = {}  # sent with every single-request upload
+    absent_codes: ClassVar[tuple[str, ...]] = ()  # a 404 HEAD with these is "no such key"
 
     @classmethod
     def for_node(
-        cls,
+        cls: type[_StoreT],
         *,
         endpoint: str,
         region: str,
         bucket: str,
         credentials: Callable[[], Credentials | None],
         endpoint_url: str = "",
-    ) -> Store:
-        """``endpoint``: the cloud's own S3-compatible API (the watchdog's cloud class says
-        which: ``bucket_endpoint()``), addressed virtual-hosted; ``endpoint_url``: an
-        override (tests, private links), addressed path-style."""
+    ) -> _StoreT:
+        """``endpoint``: the cloud's own API (the watchdog's cloud class says which:
+        ``bucket_endpoint()``), the bucket in front of its host; ``endpoint_url``: an
+        override (tests, private links), the bucket in the path."""
+        cls.check_bucket(bucket)
         if endpoint_url:
             return cls(bucket, region, credentials, endpoint_url.rstrip("/"), path_style=True)
         return cls(bucket, region, credentials, endpoint.rstrip("/"))
 
+    @classmethod
+    def check_bucket(cls, bucket: str) -> None:
+        """Raise StoreError for a bucket name this kind of store cannot address."""
+
+    def address(self, key: str) -> tuple[str, str]:
+        """Who owns ``key`` (the bucket, or Azure's storage account: in front of the host, or
+        first in the path) and the rest of its path."""
+        raise NotImplementedError
+
     def url(self, key: str, query: str = "") -> str:
+        owner, path = self.address(key)
         scheme, host = self.endpoint.split("://", 1)
-        path = "/" + _quote(key, safe="/-_.~")
         if self.path_style:
-            path = f"/{self.bucket}" + (path if key else "")
+            path = f"/{owner}{path}"
         else:
-            host = f"{self.bucket}.{host}"
-        return f"{scheme}://{host}{path}" + (f"?{query}" if query else "")
+            host = f"{owner}.{host}"
+        return f"{scheme}://{host}{path or '/'}" + (f"?{query}" if query else "")
+
+    def build(
+        self, method: str, key: str, body: bytes, query: str, headers: dict[str, str]
+    ) -> urllib.request.Request:
+        """One authorised request (called again for each try); raises StoreError
+        ("NoCredentials") when there is nothing to authorise it with."""
+        raise NotImplementedError
 
     def request(
         self,
@@ -212,68 +320,72 @@ class Store:
         headers: dict[str, str] | None = None,
         deadline: float | None = None,
     ) -> tuple[int, dict[str, str], bytes]:
-        """One signed request, retried a bounded number of times on 5xx and network errors."""
-        last: StoreError | None = None
-        for attempt in range(max(1, self.attempts)):
-            if attempt:
-                self.retry_sleep(min(2.0, 0.5 * 2 ** (attempt - 1)))
-            timeout = self.timeout
-            if deadline is not None:
-                timeout = min(timeout, deadline - time.monotonic())
-                if timeout <= 0:
-                    raise StoreError("sync deadline reached", code="Deadline")
-            creds = self.credentials()
-            if not creds or not creds.get("access_key_id"):
-                raise StoreError(
-                    "no credentials for the bucket (instance role or environment)",
-                    code="NoCredentials",
-                )
-            url = self.url(key, query)
-            signed = sigv4_headers(
-                method=method,
-                url=url,
-                body=body,
-                region=self.region,
-                service="s3",
-                access_key_id=creds["access_key_id"],
-                secret=creds.get("secret", ""),
-                token=creds.get("token", ""),
-                # Always a type with a body: urllib would otherwise send it as a form.
-                content_type={"PUT": "application/octet-stream", "POST": "application/xml"}.get(
-                    method, ""
-                ),
-                extra=headers,
-            )
-            req = urllib.request.Request(url, data=body or None, method=method, headers=signed)
-            if method in ("PUT", "POST"):
-                req.add_header("Content-Length", str(len(body)))
-            try:
-                with urllib.request.urlopen(req, timeout=timeout) as resp:
-                    return resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
-            except urllib.error.HTTPError as exc:
-                data = exc.read() if method != "HEAD" else b""
-                code = _xml_text(data, "Code") or f"HTTP{exc.code}"
-                message = _xml_text(data, "Message") or exc.reason
-                last = StoreError(f"{method} {key or '/'}: {code} {message}", code, exc.code)
-                if exc.code < 500 and exc.code != 429:
-                    raise last from None
-            except (urllib.error.URLError, OSError, ValueError) as exc:
-                reason = getattr(exc, "reason", exc)
-                last = StoreError(f"{method} {key or '/'}: {reason}", code="Unreachable")
-        assert last is not None
-        raise last
+        """One request, retried a bounded number of times on 5xx, 429 and network errors."""
+        return send_bounded(
+            lambda: self.build(method, key, body, query, headers or {}),
+            label=f"{method} {key or '/'}",
+            attempts=self.attempts,
+            timeout=self.timeout,
+            deadline=deadline,
+            sleep=self.retry_sleep,
+            error_header=self.error_header,
+        )
 
     def put(self, key: str, data: bytes, deadline: float | None = None) -> None:
-        md5 = content_md5(data)
-        self.request("PUT", key, body=data, headers={"Content-MD5": md5}, deadline=deadline)
+        headers = {**self.put_headers, "Content-MD5": content_md5(data)}
+        self.request("PUT", key, body=data, headers=headers, deadline=deadline)
 
     def head(self, key: str, deadline: float | None = None) -> dict[str, str] | None:
         try:
             return self.request("HEAD", key, deadline=deadline)[1]
         except StoreError as exc:
-            if exc.status == 404 and exc.code in ("HTTP404", "NoSuchKey"):
+            if exc.status == 404 and (not self.absent_codes or exc.code in self.absent_codes):
                 return None
             raise
+
+    def upload_file(self, key: str, path: Path, size: int, deadline: float) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class Store(BucketStore):
+    """One bucket over the S3 REST API, signed with SigV4 (path style: /bucket/key)."""
+
+    scheme: ClassVar[str] = "s3"
+    absent_codes: ClassVar[tuple[str, ...]] = ("HTTP404", "NoSuchKey")
+
+    def address(self, key: str) -> tuple[str, str]:
+        return self.bucket, ("/" + _quote(key, safe="/-_.~") if key else "")
+
+    def build(
+        self, method: str, key: str, body: bytes, query: str, headers: dict[str, str]
+    ) -> urllib.request.Request:
+        creds = self.credentials()
+        if not creds or not creds.get("access_key_id"):
+            raise StoreError(
+                "no credentials for the bucket (instance role or environment)",
+                code="NoCredentials",
+            )
+        url = self.url(key, query)
+        signed = sigv4_headers(
+            method=method,
+            url=url,
+            body=body,
+            region=self.region,
+            service="s3",
+            access_key_id=creds["access_key_id"],
+            secret=creds.get("secret", ""),
+            token=creds.get("token", ""),
+            # Always a type with a body: urllib would otherwise send it as a form.
+            content_type={"PUT": "application/octet-stream", "POST": "application/xml"}.get(
+                method, ""
+            ),
+            extra=headers,
+        )
+        req = urllib.request.Request(url, data=body or None, method=method, headers=signed)
+        if method in ("PUT", "POST"):
+            req.add_header("Content-Length", str(len(body)))
+        return req
 
     def upload_file(self, key: str, path: Path, size: int, deadline: float) -> None:
         if size <= PART_SIZE:
@@ -326,7 +438,7 @@ MAX_BLOCKS = 50_000
 
 
 @dataclass
-class BlobStore:
+class BlobStore(BucketStore):
     """One Blob container, ``bucket`` = ``<storage account>/<container>`` (the stack's
     ``bucket`` output on Azure), authorised with a bearer token for ``storage.azure.com``.
 
@@ -334,111 +446,46 @@ class BlobStore:
     (AzureNode in watchdog.py asks the metadata service for it). Same guarantees as
     :class:`Store`: ``Content-MD5`` on every write (the service refuses a corrupted body),
     bounded retries on 5xx / 429 / network errors, the deadline checked before each request.
+    Path style (tests, Azurite): /account/container/blob.
     """
 
-    bucket: str
-    region: str
-    credentials: Callable[[], Credentials | None]
-    endpoint: str  # scheme://host[:port]
-    path_style: bool = False  # an explicit endpoint (tests, Azurite): /account/container/blob
-    timeout: float = 60.0
-    attempts: int = 3
-    retry_sleep: Callable[[float], None] = time.sleep
+    scheme: ClassVar[str] = "azureblob"
+    error_header: ClassVar[str] = "x-ms-error-code"  # HEAD answers carry no body
+    put_headers: ClassVar[dict[str, str]] = {"x-ms-blob-type": "BlockBlob"}
 
     @classmethod
-    def for_node(
-        cls,
-        *,
-        endpoint: str,
-        region: str,
-        bucket: str,
-        credentials: Callable[[], Credentials | None],
-        endpoint_url: str = "",
-    ) -> BlobStore:
+    def check_bucket(cls, bucket: str) -> None:
         if bucket.count("/") != 1 or not all(bucket.split("/")):
             raise StoreError(
                 f"bucket {bucket!r}: Azure needs <storage account>/<container>", code="Bucket"
             )
-        if endpoint_url:
-            return cls(bucket, region, credentials, endpoint_url.rstrip("/"), path_style=True)
-        return cls(bucket, region, credentials, endpoint.rstrip("/"))
 
-    def url(self, key: str, query: str = "") -> str:
+    def address(self, key: str) -> tuple[str, str]:
         account, container = self.bucket.split("/", 1)
-        scheme, host = self.endpoint.split("://", 1)
-        path = f"/{container}" + ("/" + _quote(key, safe="/-_.~") if key else "")
-        if self.path_style:
-            path = f"/{account}{path}"
-        else:
-            host = f"{account}.{host}"
-        return f"{scheme}://{host}{path}" + (f"?{query}" if query else "")
+        return account, f"/{container}" + ("/" + _quote(key, safe="/-_.~") if key else "")
 
-    def request(
-        self,
-        method: str,
-        key: str,
-        *,
-        body: bytes = b"",
-        query: str = "",
-        headers: dict[str, str] | None = None,
-        deadline: float | None = None,
-    ) -> tuple[int, dict[str, str], bytes]:
-        last: StoreError | None = None
-        for attempt in range(max(1, self.attempts)):
-            if attempt:
-                self.retry_sleep(min(2.0, 0.5 * 2 ** (attempt - 1)))
-            timeout = self.timeout
-            if deadline is not None:
-                timeout = min(timeout, deadline - time.monotonic())
-                if timeout <= 0:
-                    raise StoreError("sync deadline reached", code="Deadline")
-            creds = self.credentials() or {}
-            token = creds.get("storage", "")
-            if not token:
-                raise StoreError(
-                    "no storage token for the container (the VM's managed identity)",
-                    code="NoCredentials",
-                )
-            sent = {
-                "Authorization": f"Bearer {token}",
-                "x-ms-version": BLOB_API_VERSION,
-                "x-ms-date": dt.datetime.now(UTC).strftime("%a, %d %b %Y %H:%M:%S GMT"),
-                **(headers or {}),
-            }
-            req = urllib.request.Request(
-                self.url(key, query), data=body or None, method=method, headers=sent
+    def build(
+        self, method: str, key: str, body: bytes, query: str, headers: dict[str, str]
+    ) -> urllib.request.Request:
+        token = (self.credentials() or {}).get("storage", "")
+        if not token:
+            raise StoreError(
+                "no storage token for the container (the VM's managed identity)",
+                code="NoCredentials",
             )
-            if method in ("PUT", "POST"):
-                req.add_header("Content-Length", str(len(body)))
-                req.add_header("Content-Type", "application/octet-stream")
-            try:
-                with urllib.request.urlopen(req, timeout=timeout) as resp:
-                    return resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
-            except urllib.error.HTTPError as exc:
-                data = exc.read() if method != "HEAD" else b""
-                code = _xml_text(data, "Code") or exc.headers.get("x-ms-error-code") or ""
-                code = code or f"HTTP{exc.code}"
-                message = _xml_text(data, "Message") or exc.reason
-                last = StoreError(f"{method} {key or '/'}: {code} {message}", code, exc.code)
-                if exc.code < 500 and exc.code != 429:
-                    raise last from None
-            except (urllib.error.URLError, OSError, ValueError) as exc:
-                reason = getattr(exc, "reason", exc)
-                last = StoreError(f"{method} {key or '/'}: {reason}", code="Unreachable")
-        assert last is not None
-        raise last
-
-    def put(self, key: str, data: bytes, deadline: float | None = None) -> None:
-        headers = {"x-ms-blob-type": "BlockBlob", "Content-MD5": content_md5(data)}
-        self.request("PUT", key, body=data, headers=headers, deadline=deadline)
-
-    def head(self, key: str, deadline: float | None = None) -> dict[str, str] | None:
-        try:
-            return self.request("HEAD", key, deadline=deadline)[1]
-        except StoreError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        sent = {
+            "Authorization": f"Bearer {token}",
+            "x-ms-version": BLOB_API_VERSION,
+            "x-ms-date": dt.datetime.now(UTC).strftime("%a, %d %b %Y %H:%M:%S GMT"),
+            **headers,
+        }
+        req = urllib.request.Request(
+            self.url(key, query), data=body or None, method=method, headers=sent
+        )
+        if method in ("PUT", "POST"):
+            req.add_header("Content-Length", str(len(body)))
+            req.add_header("Content-Type", "application/octet-stream")
+        return req
 
     def upload_file(self, key: str, path: Path, size: int, deadline: float) -> None:
         """One Put Blob up to BLOCK_SIZE; above it, Put Block per block then Put Block List
@@ -474,7 +521,7 @@ class BlobStore:
 
 # The store for each kind of object store (the catalog's ``object_store`` values): S3 and
 # the S3-compatible OSS and COS share one client.
-STORES: dict[str, type[Store] | type[BlobStore]] = {
+STORES: dict[str, type[BucketStore]] = {
     "s3": Store,
     "oss": Store,
     "cos": Store,
@@ -559,7 +606,7 @@ def sync_scratch(
     scratch: Path,
     sync_dirs: Sequence[str],
     node: str,
-    store: Store | BlobStore | None,
+    store: BucketStore | None,
     timeout_s: float,
 ) -> SyncResult:
     """Upload every file not yet saved, oldest record first, within ``timeout_s``."""
@@ -605,7 +652,7 @@ def sync_scratch(
     )
 
 
-def check_store(store: Store | BlobStore, node: str) -> str:
+def check_store(store: BucketStore, node: str) -> str:
     """Prove the path works: write a small probe object and read its size back."""
     key = PROBE_KEY.format(node=node)
     data = f"gpufleet sync check from {node} at {dt.datetime.now(UTC).isoformat()}\n".encode()
@@ -614,5 +661,4 @@ def check_store(store: Store | BlobStore, node: str) -> str:
     head = store.head(key, deadline)
     if head is None or int(head.get("content-length", "-1")) != len(data):
         raise StoreError(f"probe {key} was written but does not read back", code="Probe")
-    scheme = "s3" if isinstance(store, Store) else "azureblob"
-    return f"wrote and read back {scheme}://{store.bucket}/{key}"
+    return f"wrote and read back {store.scheme}://{store.bucket}/{key}"
