@@ -282,17 +282,28 @@ Metric = tuple[str, float, str]  # name, value, unit
 
 
 class TokenMetadata:
-    """A metadata service in token mode: a session token from ``PUT /latest/api/token`` goes
-    with every read, in the header the cloud names (each cloud class below says which).
+    """A metadata service of the ``/latest/meta-data/`` kind. In token mode (``token_header``
+    set) a session token from ``PUT /latest/api/token``, asked for ``ttl_s`` seconds in
+    ``ttl_header``, goes with every read in ``token_header``; without one, plain GETs (each
+    cloud class below says which).
 
     Reads that fail for the network raise (callers decide what an unreadable answer means);
     a 404 is ``None``, the service's way of saying "not here".
     """
 
-    def __init__(self, base_url: str, token_header: str, timeout: float = 2.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token_header: str = "",
+        ttl_header: str = "",
+        ttl_s: int = 300,
+        timeout: float = 2.0,
+    ) -> None:
         self.base = base_url.rstrip("/")
         self.timeout = timeout
         self._token_header = token_header
+        self._ttl_header = ttl_header
+        self._ttl_s = ttl_s
 
     def get(self, path: str) -> str | None:
         headers = {}
@@ -309,10 +320,12 @@ class TokenMetadata:
             raise
 
     def _token(self) -> str | None:
+        if not self._token_header:
+            return None  # a service without session tokens
         request = urllib.request.Request(
             f"{self.base}/latest/api/token",
             method="PUT",
-            headers={f"{self._token_header}-ttl-seconds": "300"},
+            headers={self._ttl_header: str(self._ttl_s)},
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as resp:
@@ -328,19 +341,24 @@ class TokenMetadata:
             return None  # no metadata service: nothing to act on
         return text.strip() if text and text.strip() else None
 
-    def role_credentials(self, base: str) -> Credentials | None:
-        """Temporary credentials of the instance's role, listed under ``base``."""
+    def role_credentials(self, base: str, fields: tuple[str, str, str]) -> Credentials | None:
+        """Temporary credentials of the instance's role, listed under ``base``; ``fields``
+        are the document's names for the key id, the secret and the session token. None
+        when there is no role, or its document is not an object with a key id."""
         try:
             role = (self.get(base) or "").strip().splitlines()
             if not role:
                 return None
-            doc = json.loads(self.get(base + role[0]) or "{}")
+            doc = json.loads(self.get(base + role[0].strip()) or "{}")
         except (urllib.error.URLError, OSError, ValueError):
             return None
+        key_id, secret, token = fields
+        if not isinstance(doc, dict) or not doc.get(key_id):
+            return None
         return {
-            "access_key_id": doc.get("AccessKeyId", ""),
-            "secret": doc.get("SecretAccessKey") or doc.get("AccessKeySecret", ""),
-            "token": doc.get("Token") or doc.get("SecurityToken", ""),
+            "access_key_id": str(doc[key_id]),
+            "secret": str(doc.get(secret) or ""),
+            "token": str(doc.get(token) or ""),
         }
 
 
@@ -490,7 +508,9 @@ def system_poweroff() -> None:
 #
 # Credentials are {"access_key_id", "secret", "token"} (watchdog_sync.Credentials). Every
 # network call is bounded by ``timeout``. The shared helpers above (TokenMetadata,
-# sigv4_headers, alicloud_rpc_query, env_credentials, system_poweroff) may be reused.
+# sigv4_headers, alicloud_rpc_query, env_credentials, system_poweroff) may be reused, and a
+# cloud whose metadata service speaks /latest/meta-data/ states its data in a MetadataNode
+# subclass (addresses, token headers, role fields, spot path, environment variables).
 
 
 class NodeCloud(Protocol):
@@ -516,40 +536,66 @@ class NodeCloud(Protocol):
 
 
 @dataclass
-class AwsNode:
-    """EC2: IMDSv2 (``X-aws-ec2-metadata-token``, docs.aws.amazon.com/AWSEC2/latest/UserGuide/
-    configuring-instance-metadata-service.html; the stack sets ``http_tokens = "required"``),
-    tags from IMDS, CloudWatch PutMetricData and EC2 CreateTags over the query API signed
-    with SigV4, S3 for the bucket, and an instance-initiated shutdown that stops."""
+class MetadataNode:
+    """What the clouds whose metadata service speaks ``/latest/meta-data/`` share (AWS,
+    Alicloud, Tencent): this instance's id, its role's temporary credentials and the spot
+    notice read there (:class:`TokenMetadata`), API keys from the environment. A subclass
+    states only its data below, and the API calls that differ (tags, metrics, power-off).
+    """
 
     region: str
     endpoint_url: str = ""
     metadata_url: str = ""
     timeout: float = 10.0
-    name: ClassVar[str] = "aws"
+    metadata_base: ClassVar[str] = ""  # the service's own address
+    token_header: ClassVar[str] = ""  # the session token's header; "" for plain GETs
+    token_ttl_header: ClassVar[str] = ""  # the header that asks for a token's lifetime
+    token_ttl_s: ClassVar[int] = 300
+    instance_id_path: ClassVar[str] = "/latest/meta-data/instance-id"
+    role_path: ClassVar[str] = ""  # lists the role; the role's name under it: its keys
+    role_fields: ClassVar[tuple[str, str, str]] = ("", "", "")  # key id, secret, token
+    spot_path: ClassVar[str] = ""  # the spot notice (404 while there is none)
+    env_keys: ClassVar[tuple[str, str, str]] = ("", "", "")  # key id, secret, token
 
     @property
     def metadata(self) -> TokenMetadata:
         return TokenMetadata(
-            self.metadata_url or "http://169.254.169.254", "X-aws-ec2-metadata-token"
+            self.metadata_url or self.metadata_base,
+            self.token_header,
+            self.token_ttl_header,
+            self.token_ttl_s,
         )
 
     def instance_id(self) -> str | None:
-        try:
-            return self.metadata.get("/latest/meta-data/instance-id")
-        except (urllib.error.URLError, OSError):
-            return None
+        return self.metadata.read(self.instance_id_path)
 
     def env_credentials(self) -> Credentials | None:
-        return env_credentials(("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"))
+        return env_credentials(self.env_keys)
 
     def credentials(self) -> Credentials | None:
         return self.env_credentials() or self.metadata.role_credentials(
-            "/latest/meta-data/iam/security-credentials/"
+            self.role_path, self.role_fields
         )
 
     def spot_notice(self) -> str | None:
-        return self.metadata.read("/latest/meta-data/spot/instance-action")
+        return self.metadata.read(self.spot_path)
+
+
+@dataclass
+class AwsNode(MetadataNode):
+    """EC2: IMDSv2 (``X-aws-ec2-metadata-token``, docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+    configuring-instance-metadata-service.html; the stack sets ``http_tokens = "required"``),
+    tags from IMDS, CloudWatch PutMetricData and EC2 CreateTags over the query API signed
+    with SigV4, S3 for the bucket, and an instance-initiated shutdown that stops."""
+
+    name: ClassVar[str] = "aws"
+    metadata_base = "http://169.254.169.254"
+    token_header = "X-aws-ec2-metadata-token"
+    token_ttl_header = "X-aws-ec2-metadata-token-ttl-seconds"
+    role_path = "/latest/meta-data/iam/security-credentials/"
+    role_fields = ("AccessKeyId", "SecretAccessKey", "Token")
+    spot_path = "/latest/meta-data/spot/instance-action"
+    env_keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
     def instance_tags(
         self, instance_id: str, creds: Callable[[], Credentials | None]
@@ -629,47 +675,25 @@ class AwsNode:
 
 
 @dataclass
-class AlicloudNode:
+class AlicloudNode(MetadataNode):
     """ECS: the metadata service in security hardening mode (``X-aliyun-ecs-metadata-token``,
     alibabacloud.com/help/en/ecs/user-guide/view-instance-metadata), the RAM role's STS
     credentials, tags through ListTagResources and the lease through TagResources (ECS RPC
     API), CloudMonitor PutCustomMetric, all signed with RPC signature v1; OSS through its
     S3-compatible endpoint for the bucket."""
 
-    region: str
-    endpoint_url: str = ""
-    metadata_url: str = ""
-    timeout: float = 10.0
     name: ClassVar[str] = "alicloud"
-
-    @property
-    def metadata(self) -> TokenMetadata:
-        return TokenMetadata(
-            self.metadata_url or "http://100.100.100.200", "X-aliyun-ecs-metadata-token"
-        )
-
-    def instance_id(self) -> str | None:
-        try:
-            return self.metadata.get("/latest/meta-data/instance-id")
-        except (urllib.error.URLError, OSError):
-            return None
-
-    def env_credentials(self) -> Credentials | None:
-        return env_credentials(
-            (
-                "ALIBABA_CLOUD_ACCESS_KEY_ID",
-                "ALIBABA_CLOUD_ACCESS_KEY_SECRET",
-                "ALIBABA_CLOUD_SECURITY_TOKEN",
-            )
-        )
-
-    def credentials(self) -> Credentials | None:
-        return self.env_credentials() or self.metadata.role_credentials(
-            "/latest/meta-data/ram/security-credentials/"
-        )
-
-    def spot_notice(self) -> str | None:
-        return self.metadata.read("/latest/meta-data/instance/spot/termination-time")
+    metadata_base = "http://100.100.100.200"
+    token_header = "X-aliyun-ecs-metadata-token"
+    token_ttl_header = "X-aliyun-ecs-metadata-token-ttl-seconds"
+    role_path = "/latest/meta-data/ram/security-credentials/"
+    role_fields = ("AccessKeyId", "AccessKeySecret", "SecurityToken")
+    spot_path = "/latest/meta-data/instance/spot/termination-time"
+    env_keys = (
+        "ALIBABA_CLOUD_ACCESS_KEY_ID",
+        "ALIBABA_CLOUD_ACCESS_KEY_SECRET",
+        "ALIBABA_CLOUD_SECURITY_TOKEN",
+    )
 
     def _rpc(self, service: str, params: dict[str, str], creds: Credentials) -> bytes:
         """One signed RPC call (a POST form); the answer's body. Raises urllib's errors."""
@@ -788,15 +812,8 @@ class TencentApiError(RuntimeError):
         self.code = code
 
 
-class _PlainMetadata(TokenMetadata):
-    """Tencent's metadata service: plain GETs, no session token to ask for first."""
-
-    def _token(self) -> str | None:
-        return None
-
-
 @dataclass
-class TencentNode:
+class TencentNode(MetadataNode):
     """CVM: the metadata service (metadata.tencentyun.com, cloud.tencent.com/document/
     product/213/4934) for the instance id and the CAM role's temporary keys
     (``cam/security-credentials/<role>``: TmpSecretId, TmpSecretKey, Token), the spot
@@ -811,48 +828,14 @@ class TencentNode:
     decides on the node as everywhere; the reaper applies the TTL and the lease cap only.
     """
 
-    region: str
-    endpoint_url: str = ""
-    metadata_url: str = ""
-    timeout: float = 10.0
     sleep: Callable[[float], None] = time.sleep
     name: ClassVar[str] = "tencent"
     publishes_metrics: ClassVar[bool] = False
-
-    @property
-    def metadata(self) -> TokenMetadata:
-        return _PlainMetadata(self.metadata_url or "http://metadata.tencentyun.com", "")
-
-    def instance_id(self) -> str | None:
-        return self.metadata.read("/latest/meta-data/instance-id")
-
-    def env_credentials(self) -> Credentials | None:
-        return env_credentials(
-            ("TENCENTCLOUD_SECRET_ID", "TENCENTCLOUD_SECRET_KEY", "TENCENTCLOUD_SESSION_TOKEN")
-        )
-
-    def credentials(self) -> Credentials | None:
-        found = self.env_credentials()
-        if found:
-            return found
-        base = "/latest/meta-data/cam/security-credentials/"
-        try:
-            role = (self.metadata.get(base) or "").strip().splitlines()
-            if not role:
-                return None
-            doc = json.loads(self.metadata.get(base + role[0].strip()) or "{}")
-        except (urllib.error.URLError, OSError, ValueError):
-            return None
-        if not isinstance(doc, dict) or not doc.get("TmpSecretId"):
-            return None
-        return {
-            "access_key_id": str(doc["TmpSecretId"]),
-            "secret": str(doc.get("TmpSecretKey", "")),
-            "token": str(doc.get("Token", "")),
-        }
-
-    def spot_notice(self) -> str | None:
-        return self.metadata.read("/latest/meta-data/spot/termination-time")
+    metadata_base = "http://metadata.tencentyun.com"  # plain GETs: no session token
+    role_path = "/latest/meta-data/cam/security-credentials/"
+    role_fields = ("TmpSecretId", "TmpSecretKey", "Token")
+    spot_path = "/latest/meta-data/spot/termination-time"
+    env_keys = ("TENCENTCLOUD_SECRET_ID", "TENCENTCLOUD_SECRET_KEY", "TENCENTCLOUD_SESSION_TOKEN")
 
     def api(
         self, service: str, action: str, version: str, params: dict[str, Any], creds: Credentials
