@@ -936,20 +936,18 @@ class TencentNode(MetadataNode):
             "StopType": "SOFT_FIRST",
             "StoppedMode": "STOP_CHARGING",
         }
-        for attempt in range(LEASE_TAG_ATTEMPTS):  # bounded; throttling and 5xx are retried
-            try:
-                self.api("cvm", "StopInstances", "2017-03-12", params, creds)
-                return
-            except TencentApiError as exc:
-                if not exc.code.startswith(_TENCENT_RETRYABLE) or attempt == LEASE_TAG_ATTEMPTS - 1:
-                    raise
-            except urllib.error.HTTPError as exc:
-                if (exc.code < 500 and exc.code != 429) or attempt == LEASE_TAG_ATTEMPTS - 1:
-                    raise
-            except (urllib.error.URLError, OSError):
-                if attempt == LEASE_TAG_ATTEMPTS - 1:
-                    raise
-            self.sleep(2.0 * (attempt + 1))
+
+        def stop() -> None:
+            self.api("cvm", "StopInstances", "2017-03-12", params, creds)
+
+        # Bounded; throttling, 5xx and the API's own transient error codes are retried.
+        retry_idempotent(
+            stop,
+            sleep=self.sleep,
+            transient=lambda exc: (
+                isinstance(exc, TencentApiError) and exc.code.startswith(_TENCENT_RETRYABLE)
+            ),
+        )
 
 
 # Scheduled Events (learn.microsoft.com/azure/virtual-machines/linux/scheduled-events): an
@@ -1165,19 +1163,13 @@ class AzureNode:
         if not creds:
             raise RuntimeError("cannot deallocate: no managed-identity token from IMDS")
         url = f"{self._arm()}{self.resource_id()}/deallocate?api-version={ARM_API_COMPUTE}"
-        for attempt in range(LEASE_TAG_ATTEMPTS):  # bounded; throttling and 5xx are retried
-            try:
-                status = self._send("POST", url, creds["token"])
-                if status in (200, 202):
-                    return
+
+        def deallocate() -> None:
+            status = self._send("POST", url, creds["token"])
+            if status not in (200, 202):
                 raise RuntimeError(f"deallocate answered HTTP {status}")
-            except urllib.error.HTTPError as exc:
-                if (exc.code < 500 and exc.code != 429) or attempt == LEASE_TAG_ATTEMPTS - 1:
-                    raise
-            except (urllib.error.URLError, OSError):
-                if attempt == LEASE_TAG_ATTEMPTS - 1:
-                    raise
-            self.sleep(2.0 * (attempt + 1))
+
+        retry_idempotent(deallocate, sleep=self.sleep)  # bounded; throttling, 5xx retried
 
 
 # The registry: provider name -> its class. The only place that maps a name to a cloud.
@@ -1259,19 +1251,25 @@ def retry_idempotent(
     call: Callable[[], None],
     attempts: int = LEASE_TAG_ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
+    transient: Callable[[Exception], bool] | None = None,
 ) -> None:
-    """Run an idempotent API call (setting a tag), trying again when the API was slow,
-    unreachable or throttled (5xx, 429); a refusal (other 4xx) is final. Each try builds and
-    signs its request anew, so the Alicloud nonce never repeats. Bounded: ``attempts`` tries."""
+    """Run an idempotent API call (setting a tag, a stop), trying again when the API was
+    slow, unreachable or throttled (5xx, 429), or raised what ``transient`` says will pass
+    (an API's own throttling code); a refusal (other 4xx) is final. Each try builds and signs
+    its request anew, so the Alicloud nonce never repeats. Bounded: ``attempts`` tries,
+    2 s, 4 s, ... apart."""
     for attempt in range(attempts):
         try:
             call()
             return
         except urllib.error.HTTPError as exc:
-            if (exc.code < 500 and exc.code != 429) or attempt == attempts - 1:
+            if not sync.retryable_status(exc.code) or attempt == attempts - 1:
                 raise
         except (urllib.error.URLError, TimeoutError, OSError):
             if attempt == attempts - 1:
+                raise
+        except Exception as exc:
+            if transient is None or not transient(exc) or attempt == attempts - 1:
                 raise
         sleep(2.0 * (attempt + 1))
 
