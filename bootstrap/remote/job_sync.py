@@ -6,7 +6,8 @@ sync (``watchdog_sync.sync_scratch``: the job's checkpoint folder is under
 ``<scratch>/checkpoints``, which the watchdog saves to ``checkpoints/<node>/``), so a job's
 periodic upload, the watchdog's pre-stop and spot-notice saves and ``fab cancel`` share one
 code path and one record of what is in the bucket. This file adds what a resume needs: which
-checkpoint is complete, and fetching it back (through the same ``watchdog_sync.Store``).
+checkpoint is complete, and fetching it back (through the watchdog's own store for the
+bucket's kind, ``watchdog_sync.STORES``: S3 and S3-compatible, or Azure Blob).
 
 The checkpoint contract (README "fab train"): a checkpoint is a folder ``step-<N>`` (N an
 integer, zero-padded or not) under GPUFLEET_CHECKPOINT_DIR that holds a ``COMPLETE`` file,
@@ -28,8 +29,6 @@ import re
 import shutil
 import sys
 import time
-import urllib.parse
-import urllib.request
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -129,28 +128,14 @@ class Store(Protocol):
 
 @dataclass
 class BucketReader:
-    """Listing and reading on top of the watchdog's ``watchdog_sync.Store`` (same signer,
-    endpoints, retries and credentials as its uploads)."""
+    """Listing and reading on top of the watchdog's store for the bucket (S3 and the
+    S3-compatible stores, or Azure Blob: same signer, endpoints, retries and credentials as
+    its uploads)."""
 
-    store: watchdog_sync.Store
+    store: watchdog_sync.BucketStore
 
     def list(self, prefix: str) -> dict[str, int]:
-        out: dict[str, int] = {}
-        token = ""
-        for _ in range(10_000):  # bounded: 10 M objects
-            params = {"list-type": "2", "prefix": prefix}
-            if token:
-                params["continuation-token"] = token
-            query = urllib.parse.urlencode(sorted(params.items()), quote_via=urllib.parse.quote)
-            _, _, body = self.store.request("GET", "", query=query)
-            root = ET.fromstring(body)
-            ns = root.tag.partition("}")[0] + "}" if root.tag.startswith("{") else ""
-            for item in root.iter(f"{ns}Contents"):
-                out[item.findtext(f"{ns}Key") or ""] = int(item.findtext(f"{ns}Size") or 0)
-            token = root.findtext(f"{ns}NextContinuationToken") or ""
-            if (root.findtext(f"{ns}IsTruncated") or "false") != "true" or not token:
-                break
-        return out
+        return self.store.list_objects(prefix)
 
     def get(self, key: str, dest: Path) -> None:
         _, _, data = self.store.request("GET", key)
@@ -162,8 +147,9 @@ class BucketReader:
 
 def make_store(
     provider: str, bucket: str, region: str, endpoint: str = "", metadata_url: str = ""
-) -> watchdog_sync.Store | None:
-    """The watchdog's store for the stack's bucket, or None when checkpoints stay here."""
+) -> watchdog_sync.BucketStore | None:
+    """The watchdog's store for the stack's bucket (the node cloud's ``object_store`` kind,
+    as the watchdog's own sync picks it), or None when checkpoints stay here."""
     if not bucket:
         return None
     cloud = watchdog.node_cloud(provider or "aws", region or "us-east-1", "", metadata_url)
@@ -175,7 +161,8 @@ def make_store(
             return cloud.env_credentials()
         return cloud.credentials()
 
-    return watchdog_sync.Store.for_node(
+    kind = watchdog_sync.STORES[getattr(cloud, "object_store", "s3")]
+    return kind.for_node(
         endpoint=cloud.bucket_endpoint(),
         region=region or "us-east-1",
         bucket=bucket,
@@ -210,7 +197,10 @@ def _key(prefix: str, rel: str) -> str:
 
 
 def push(
-    checkpoint_dir: Path, store: watchdog_sync.Store | None, node: str, deadline_s: float = 600.0
+    checkpoint_dir: Path,
+    store: watchdog_sync.BucketStore | None,
+    node: str,
+    deadline_s: float = 600.0,
 ) -> SyncOutcome:
     """Upload what is new under ``<scratch>/checkpoints`` with the watchdog's own sync, as the
     head node ``node`` (keys ``checkpoints/<node>/<job>/...``)."""

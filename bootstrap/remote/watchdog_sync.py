@@ -346,6 +346,31 @@ class BucketStore:
     def upload_file(self, key: str, path: Path, size: int, deadline: float) -> None:
         raise NotImplementedError
 
+    def list_objects(self, prefix: str) -> dict[str, int]:
+        """Every key under ``prefix`` with its size, page after page (bounded)."""
+        raise NotImplementedError
+
+    def _pages(
+        self, first: dict[str, str], next_params: Callable[[ET.Element, str], dict[str, str] | None]
+    ) -> Iterator[tuple[ET.Element, str]]:
+        """The listing's XML pages: ``first`` query, then whatever ``next_params`` says
+        from each page, at most MAX_LIST_PAGES (10 M keys at 1,000 a page)."""
+        params: dict[str, str] | None = first
+        for _ in range(MAX_LIST_PAGES):
+            if params is None:
+                return
+            query = urllib.parse.urlencode(sorted(params.items()), quote_via=urllib.parse.quote)
+            _, _, body = self.request("GET", "", query=query)
+            try:
+                root = ET.fromstring(body)
+            except ET.ParseError:
+                raise StoreError("the listing is not XML", code="BadListing") from None
+            ns = root.tag.partition("}")[0] + "}" if root.tag.startswith("{") else ""
+            yield root, ns
+            params = next_params(root, ns)
+        if params is not None:
+            raise StoreError(f"more than {MAX_LIST_PAGES} listing pages", code="BadListing")
+
 
 @dataclass
 class Store(BucketStore):
@@ -386,6 +411,21 @@ class Store(BucketStore):
         if method in ("PUT", "POST"):
             req.add_header("Content-Length", str(len(body)))
         return req
+
+    def list_objects(self, prefix: str) -> dict[str, int]:
+        """ListObjectsV2 under ``prefix``, following NextContinuationToken."""
+        out: dict[str, int] = {}
+
+        def more(root: ET.Element, ns: str) -> dict[str, str] | None:
+            token = root.findtext(f"{ns}NextContinuationToken") or ""
+            if (root.findtext(f"{ns}IsTruncated") or "false") != "true" or not token:
+                return None
+            return {"list-type": "2", "prefix": prefix, "continuation-token": token}
+
+        for root, ns in self._pages({"list-type": "2", "prefix": prefix}, more):
+            for item in root.iter(f"{ns}Contents"):
+                out[item.findtext(f"{ns}Key") or ""] = int(item.findtext(f"{ns}Size") or 0)
+        return out
 
     def upload_file(self, key: str, path: Path, size: int, deadline: float) -> None:
         if size <= PART_SIZE:
@@ -434,6 +474,7 @@ class Store(BucketStore):
 # Bearer tokens need 2017-11-09 or later; this one is documented for every call used here.
 BLOB_API_VERSION = "2021-08-06"
 BLOCK_SIZE = 64 * 1024 * 1024  # Put Block: up to 4000 MiB each, at most 50,000 per blob
+MAX_LIST_PAGES = 10_000  # a listing's pages (S3 and Blob answer up to 1,000 keys each)
 MAX_BLOCKS = 50_000
 
 
@@ -486,6 +527,22 @@ class BlobStore(BucketStore):
             req.add_header("Content-Length", str(len(body)))
             req.add_header("Content-Type", "application/octet-stream")
         return req
+
+    def list_objects(self, prefix: str) -> dict[str, int]:
+        """List Blobs (``restype=container&comp=list``) under ``prefix``, following
+        NextMarker; sizes from each blob's Content-Length."""
+        out: dict[str, int] = {}
+        first = {"restype": "container", "comp": "list", "prefix": prefix}
+
+        def more(root: ET.Element, ns: str) -> dict[str, str] | None:
+            marker = root.findtext(f"{ns}NextMarker") or ""
+            return {**first, "marker": marker} if marker else None
+
+        for root, ns in self._pages(first, more):
+            for item in root.iter(f"{ns}Blob"):
+                size = item.findtext(f"{ns}Properties/{ns}Content-Length") or "0"
+                out[item.findtext(f"{ns}Name") or ""] = int(size)
+        return out
 
     def upload_file(self, key: str, path: Path, size: int, deadline: float) -> None:
         """One Put Blob up to BLOCK_SIZE; above it, Put Block per block then Put Block List

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from bootstrap.remote import job_sync
 from tests.bootstrap.remote.test_watchdog import (
     RecordingSyncer,
     Timeline,
@@ -56,6 +57,7 @@ class FakeAzureNode:
     blobs: dict[str, bytes] = field(default_factory=dict)
     blocks: dict[str, dict[str, bytes]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    page_size: int = 5000  # List Blobs' maximum; tests lower it to see NextMarker
 
     def handle(self, h: BaseHTTPRequestHandler, method: str) -> tuple[int, bytes, dict[str, str]]:
         url = urllib.parse.urlsplit(h.path)
@@ -67,9 +69,11 @@ class FakeAzureNode:
                 return 400, b'{"error": "Bad request. Required metadata header not specified"}', {}
             return self.imds(url.path, q)
         auth = h.headers.get("Authorization", "")
-        if url.path.startswith(f"/{ACCOUNT}/{CONTAINER}/"):
+        if url.path.startswith(f"/{ACCOUNT}/{CONTAINER}"):
             if auth != "Bearer storage-token" or not h.headers.get("x-ms-version"):
                 return 403, b"<Error><Code>AuthenticationFailed</Code></Error>", {}
+            if url.path == f"/{ACCOUNT}/{CONTAINER}":
+                return self.list_blobs(method, q)
             return self.blob(method, url.path, q, body, h)
         if url.path == RID + "/metrics" and method == "POST":
             if auth != "Bearer monitor-token":
@@ -119,10 +123,35 @@ class FakeAzureNode:
             return 200, json.dumps(doc).encode(), {}
         return 404, b"", {}
 
+    def list_blobs(self, method: str, q: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
+        """List Blobs: EnumerationResults with Name and Content-Length, page_size names a
+        page after ``marker``, NextMarker while more remain."""
+        if method != "GET" or (q.get("restype"), q.get("comp")) != ("container", "list"):
+            return 400, b"<Error><Code>InvalidQueryParameterValue</Code></Error>", {}
+        names = sorted(n for n in self.blobs if n.startswith(q.get("prefix", "")))
+        names = [n for n in names if n > q.get("marker", "")]
+        page, rest = names[: self.page_size], names[self.page_size :]
+        items = "".join(
+            f"<Blob><Name>{n}</Name><Properties><Content-Length>{len(self.blobs[n])}"
+            "</Content-Length></Properties></Blob>"
+            for n in page
+        )
+        marker = page[-1] if rest else ""
+        doc = (
+            '<?xml version="1.0" encoding="utf-8"?><EnumerationResults ContainerName="c">'
+            f"<Blobs>{items}</Blobs><NextMarker>{marker}</NextMarker></EnumerationResults>"
+        )
+        return 200, doc.encode(), {"Content-Type": "application/xml"}
+
     def blob(
         self, method: str, path: str, q: dict[str, str], body: bytes, h: BaseHTTPRequestHandler
     ) -> tuple[int, bytes, dict[str, str]]:
         name = path[len(f"/{ACCOUNT}/{CONTAINER}/") :]
+        if method == "GET":
+            data = self.blobs.get(name)
+            if data is None:
+                return 404, b"<Error><Code>BlobNotFound</Code></Error>", {}
+            return 200, data, {"x-ms-blob-type": "BlockBlob"}
         if method == "HEAD":
             data = self.blobs.get(name)
             if data is None:
@@ -401,6 +430,38 @@ def test_blob_put_and_large_files_in_blocks_land_whole_and_check_sync_reads_back
     assert fake.blobs["big.bin"] == big.read_bytes()
     assert [q for m, q in fake.calls if m == "PUT"].count(f"/{ACCOUNT}/{CONTAINER}/big.bin") == 4
     assert wsync.check_store(store, "azt-1").startswith("wrote and read back azureblob://")
+
+
+@pytest.mark.integration
+def test_a_jobs_checkpoints_go_to_blob_and_restore_takes_the_newest_complete_one(
+    azure: tuple[FakeAzureNode, str], tmp_path: Path
+) -> None:
+    """fab train's job sync on Azure: the same Blob store as the watchdog's, not S3."""
+    fake, url = azure
+    fake.page_size = 2  # four blobs: the listing takes two pages (NextMarker)
+    store = job_sync.make_store("azure", f"{ACCOUNT}/{CONTAINER}", REGION, url, url)
+    assert isinstance(store, wsync.BlobStore)
+    ckpt = tmp_path / "scratch" / "checkpoints" / "j1"
+    for step, data in ((10, b"a" * 10), (20, b"b" * 20)):
+        folder = ckpt / f"step-{step:08d}"
+        folder.mkdir(parents=True)
+        (folder / "model.pt").write_bytes(data)
+        (folder / job_sync.MARKER).write_text(json.dumps({"files": {"model.pt": len(data)}}))
+    out = job_sync.push(ckpt, store, "n0")
+    assert out.ok and out.uploaded == 4 and out.newest_step == 20, out
+    assert fake.blobs["checkpoints/n0/j1/step-00000020/model.pt"] == b"b" * 20
+
+    reader = job_sync.BucketReader(store)
+    assert set(reader.list("checkpoints/n0/j1/")) == {
+        f"checkpoints/n0/j1/step-000000{s}0/{f}"
+        for s in (1, 2)
+        for f in ("model.pt", job_sync.MARKER)
+    }
+    assert sum(1 for m, p in fake.calls if p == f"/{ACCOUNT}/{CONTAINER}") == 2
+    back = job_sync.restore(tmp_path / "fresh", reader, "checkpoints/n0/j1/")
+    assert back.ok and back.newest_step == 20, back
+    assert (tmp_path / "fresh" / "step-00000020" / "model.pt").read_bytes() == b"b" * 20
+    assert not (tmp_path / "fresh" / "step-00000010").exists()
 
 
 @pytest.mark.integration
