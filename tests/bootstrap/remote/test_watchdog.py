@@ -887,12 +887,13 @@ def test_spot_interruption_notice_syncs_scratch_at_once_and_only_once(
 def test_heartbeat_datapoints_carry_the_services_time_not_the_nodes_clock(
     tmp_path: Path, moto: str, imds: tuple[FakeIMDS, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _, imds_url = imds
+    fake, imds_url = imds
+    fake.instance_id = "i-0heartbeat0clock0"  # its own datapoints only (moto's store is shared)
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")  # credentials come from the instance role
     config = make_config(tmp_path, endpoint_url=moto, metadata_url=imds_url)
     cloud = wd.cloud_for(config)
     instance_id = cloud.instance_id()
-    assert instance_id == INSTANCE_ID
+    assert instance_id == fake.instance_id
     publisher = wd.MetricsPublisher(cloud, instance_id, cloud.credentials)
     real_now = datetime.now(UTC)
     node_clock = real_now - timedelta(minutes=12)  # a node 12 minutes slow

@@ -68,6 +68,9 @@ class FakeIMDS:
     down: bool = False  # every read fails with HTTP 500
     tokens: int = 0
     tag_reads: int = 0
+    # moto keeps one store per process, shared by every moto server the tests start: a test
+    # that counts datapoints gives its node an id of its own.
+    instance_id: str = INSTANCE_ID
 
     @property
     def token_header(self) -> str:
@@ -102,7 +105,7 @@ class FakeIMDS:
                     if imds.provider == "aws"
                     else {"AccessKeyId": "ak", "AccessKeySecret": "secret", "SecurityToken": "st"}
                 )
-                routes = {"/latest/meta-data/instance-id": INSTANCE_ID}
+                routes = {"/latest/meta-data/instance-id": imds.instance_id}
                 if imds.credentials:
                     routes[role] = "gpufleet-node"
                     routes[role + "gpufleet-node"] = json.dumps(creds)
