@@ -17,6 +17,21 @@ P4D_TIER: dict[str, Any] = {
     "efa": True,
 }
 
+# The tier output of an Azure ND H100 v5 stack (InfiniBand between nodes).
+ND_TIER = {
+    "name": "h100x8",
+    "gpu_model": "H100-80GB",
+    "gpu_count": 8,
+    "gpu_memory_gb": 80,
+    "instance_type": "Standard_ND96isr_H100_v5",
+    "nvlink": True,
+    "nvswitch": True,
+    "efa": False,
+    "infiniband": True,
+    "infiniband_gbps": 3200,
+}
+
+
 HEAD = {
     "name": "a100x8-0",
     "role": "head",

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.bootstrap.conftest import FabResult, node_dir, run_fab
-from tests.bootstrap.stack_outputs import p4d_tier
+from tests.bootstrap.stack_outputs import ND_TIER, p4d_tier
 from tests.support.sshd import SshServer
 
 pytestmark = pytest.mark.integration
@@ -45,20 +45,6 @@ def node_scratch() -> Iterator[Path]:
         yield scratch
     finally:
         shutil.rmtree(base, ignore_errors=True)
-
-
-ND_TIER = {
-    "name": "h100x8",
-    "gpu_model": "H100-80GB",
-    "gpu_count": 8,
-    "gpu_memory_gb": 80,
-    "instance_type": "Standard_ND96isr_H100_v5",
-    "nvlink": True,
-    "nvswitch": True,
-    "efa": False,
-    "infiniband": True,
-    "infiniband_gbps": 3200,
-}
 
 
 def write_inventory(

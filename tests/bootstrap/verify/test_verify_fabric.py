@@ -18,22 +18,10 @@ from bootstrap.verify.judge import judge_cluster
 from bootstrap.verify.ship import VerifyOptions, node_command
 from bootstrap.verify.verdict import FAIL, NOT_RUN, PASS, SKIP, WARN, Check
 from infra.catalog import load_catalog
-from tests.bootstrap.stack_outputs import p4d_outputs
+from tests.bootstrap.stack_outputs import ND_TIER, p4d_outputs
 from tests.bootstrap.verify.verify_reports import cross_report
 
 CAT = load_catalog()
-ND_TIER = {
-    "name": "h100x8",
-    "gpu_model": "H100-80GB",
-    "gpu_count": 8,
-    "gpu_memory_gb": 80,
-    "instance_type": "Standard_ND96isr_H100_v5",
-    "nvlink": True,
-    "nvswitch": True,
-    "efa": False,
-    "infiniband": True,
-    "infiniband_gbps": 3200,
-}
 
 
 def nd_outputs(**tier: Any) -> dict[str, Any]:
