@@ -1067,50 +1067,6 @@ TRAIN_HELP = {
 }
 
 
-def _new_job(
-    *,
-    script: str,
-    args: str,
-    workdir: str,
-    name: str,
-    nproc_per_node: int,
-    cpu: bool,
-    stop_when_done: bool,
-    venv: str,
-    jobs_dir: str,
-    max_workdir_mb: float,
-    sync_interval: float,
-    node_env: str,
-    s3_endpoint: str,
-    master_port: int,
-    detach: str,
-) -> tuple[TrainRequest, dict[str, list[Any]]]:
-    """A new job's request, checked, and the manifest of the workdir it ships."""
-    try:
-        req = parse_request(
-            script=script,
-            args=args,
-            workdir=workdir,
-            name=name,
-            nproc_per_node=nproc_per_node,
-            cpu=cpu,
-            stop_when_done=stop_when_done,
-            venv=venv,
-            jobs_dir=jobs_dir,
-            max_workdir_mb=max_workdir_mb,
-            sync_interval=sync_interval,
-            node_env=node_env,
-            s3_endpoint=s3_endpoint,
-            master_port=master_port,
-            detach=detach,
-            cwd=Path.cwd(),
-        )
-        manifest = build_manifest(req.workdir, workdir_files(req.workdir), req.max_workdir_mb * 1e6)
-    except TrainError as exc:
-        raise _fail(str(exc)) from None
-    return req, manifest
-
-
 def _job_to_resume(
     c: Context, fleet: Fleet, resume: str, jobs_dir: str, max_workdir_mb: float, timeout: float
 ) -> tuple[Mapping[str, Any], Fleet, dict[str, list[Any]] | None] | None:
@@ -1258,23 +1214,30 @@ def train(
     req: TrainRequest | None = None
     manifest: dict[str, list[Any]] | None = None
     if not resume:
-        req, manifest = _new_job(
-            script=script,
-            args=args,
-            workdir=workdir,
-            name=name,
-            nproc_per_node=nproc_per_node,
-            cpu=cpu,
-            stop_when_done=stop_when_done,
-            venv=venv,
-            jobs_dir=jobs_dir,
-            max_workdir_mb=max_workdir_mb,
-            sync_interval=sync_interval,
-            node_env=node_env,
-            s3_endpoint=s3_endpoint,
-            master_port=master_port,
-            detach=detach,
-        )
+        try:
+            req = parse_request(
+                script=script,
+                args=args,
+                workdir=workdir,
+                name=name,
+                nproc_per_node=nproc_per_node,
+                cpu=cpu,
+                stop_when_done=stop_when_done,
+                venv=venv,
+                jobs_dir=jobs_dir,
+                max_workdir_mb=max_workdir_mb,
+                sync_interval=sync_interval,
+                node_env=node_env,
+                s3_endpoint=s3_endpoint,
+                master_port=master_port,
+                detach=detach,
+                cwd=Path.cwd(),
+            )
+            manifest = build_manifest(
+                req.workdir, workdir_files(req.workdir), req.max_workdir_mb * 1e6
+            )
+        except TrainError as exc:
+            raise _fail(str(exc)) from None
     fleet = resolve_fleet(c, fleet_args)
     if len({(h.address, h.port) for h in fleet.hosts}) != len(fleet.hosts):
         raise _fail("the same host is listed twice: each node takes one node rank")
