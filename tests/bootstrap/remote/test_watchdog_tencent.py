@@ -6,7 +6,9 @@ use (tests/reaper/tencent_fake.py, which verifies every signature on its own).""
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,8 +19,14 @@ from typing import Any
 
 import pytest
 
-from tests.bootstrap.remote.test_watchdog import Timeline, make_dog, wd
-from tests.bootstrap.remote.watchdog_fakes import closed_port
+from tests.bootstrap.remote.test_watchdog import (
+    RecordingSyncer,
+    Timeline,
+    make_dog,
+    wd,
+    write_checkpoints,
+)
+from tests.bootstrap.remote.watchdog_fakes import closed_port, moto_server
 from tests.reaper.tencent_fake import ACCOUNT_UIN, SECRET_ID, SECRET_KEY, FakeCvm, FakeTencent
 
 REGION = "ap-guangzhou"
@@ -308,6 +316,111 @@ def test_spot_reclaim_notice_syncs_scratch_at_once_and_only_once(
     dog.run_once()
     assert len(rec.syncs()) == 1 and rec.events[0][0] == "sync 90"
     assert not rec.poweroffs()  # busy: the notice saves scratch, it is not a stop
+
+
+UTC8 = wd.dt.timezone(timedelta(hours=8))
+
+
+def notice_at(when: datetime) -> str:
+    """The notice as the metadata service writes it: the time in UTC+8 (213/32487)."""
+    return when.astimezone(UTC8).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def test_the_spot_notice_is_the_repossession_time_in_utc_plus_8() -> None:
+    cloud = node("http://127.0.0.1:1")
+    assert cloud.spot_deadline("2018-08-18 12:05:33") == datetime(
+        2018, 8, 18, 4, 5, 33, tzinfo=wd.UTC
+    )
+    assert cloud.spot_deadline("soon") is None
+    assert cloud.spot_deadline("2018-08-18T12:05:33Z") is None  # not the documented form
+
+
+def test_the_spot_sync_ends_before_the_repossession_time_the_notice_names(
+    tmp_path: Path,
+) -> None:
+    dog, probe, _ = make_dog(tmp_path, Timeline(), provider="tencent", region=REGION)
+    dog.cloud = node("http://127.0.0.1:1")
+    now = probe.now()
+    assert dog.spot_sync_budget(notice_at(now + timedelta(seconds=40))) == 30.0
+    assert dog.spot_sync_budget(notice_at(now + timedelta(minutes=9))) == wd.SPOT_SYNC_S
+    # Late (or a clock far off): the newest files still get a few seconds.
+    assert dog.spot_sync_budget(notice_at(now - timedelta(minutes=1))) == wd.SPOT_MIN_SYNC_S
+    assert dog.spot_sync_budget("not a time") == wd.SPOT_SYNC_S
+
+
+@pytest.fixture(scope="module")
+def cos() -> Iterator[str]:
+    """moto's S3 standing in for COS's S3-compatible API (the node speaks SigV4 to both)."""
+    with moto_server(warm=("s3",)) as url:
+        yield url
+
+
+def spot_node(tmp_path: Path, meta_url: str, bucket_url: str, bucket: str) -> tuple[Any, Any, Any]:
+    """A busy Tencent node whose sync is the real one, talking to ``bucket_url``."""
+    dog, probe, rec = make_dog(
+        tmp_path,
+        Timeline(util=lambda m: 100.0),
+        provider="tencent",
+        region=REGION,
+        bucket=bucket,
+        storage_endpoint_url=bucket_url,
+        samples_per_run=1,
+    )
+    keys = {"access_key_id": "testing", "secret": "testing", "token": ""}
+    syncer = wd.ScratchSyncer(dog.config, lambda: keys, retry_sleep=lambda s: None)
+    dog.syncer = RecordingSyncer(syncer, probe, rec)
+    dog.cloud = node(meta_url)
+    return dog, probe, rec
+
+
+@pytest.mark.integration
+def test_a_reclaim_notice_lands_the_checkpoints_in_the_bucket_before_the_repossession(
+    tmp_path: Path, metadata: tuple[FakeTencentMetadata, str], cos: str
+) -> None:
+    import boto3
+
+    fake, meta_url = metadata
+    s3 = boto3.client("s3", endpoint_url=cos, region_name="us-east-1")
+    s3.create_bucket(Bucket="gpufleet-tc-spot")
+    dog, probe, rec = spot_node(tmp_path, meta_url, cos, "gpufleet-tc-spot")
+    files = write_checkpoints(Path(dog.config.scratch_path))
+    dog.run_once()
+    assert not rec.syncs()  # no notice: nothing to do on a busy node
+    fake.notice = notice_at(probe.now() + timedelta(seconds=100))
+    dog.run_once()
+    dog.run_once()
+    assert [e for e, _ in rec.events] == ["sync 90"]  # once per notice, inside its time
+    listed = s3.list_objects_v2(Bucket="gpufleet-tc-spot").get("Contents", [])
+    assert sorted(o["Key"] for o in listed) == sorted(f"checkpoints/a100x8-1/{k}" for k in files)
+    assert not rec.poweroffs()  # Tencent repossesses the node; the watchdog only saves
+
+
+@pytest.fixture
+def silent_bucket() -> Iterator[str]:
+    """A bucket endpoint that takes connections and never answers."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.mark.integration
+def test_a_reclaim_notice_sync_to_a_silent_bucket_gives_up_before_the_repossession(
+    tmp_path: Path, metadata: tuple[FakeTencentMetadata, str], silent_bucket: str
+) -> None:
+    fake, meta_url = metadata
+    dog, probe, rec = spot_node(tmp_path, meta_url, silent_bucket, "gpufleet-tc-spot")
+    write_checkpoints(Path(dog.config.scratch_path))
+    fake.notice = notice_at(probe.now() + timedelta(seconds=16))
+    started = time.monotonic()
+    dog.run_once()
+    took = time.monotonic() - started
+    assert [e for e, _ in rec.events] == ["sync 6"]  # 16 s left, 10 s kept in hand
+    assert took < 6 + 3  # bounded by the budget, whatever the bucket does
+    result = dog.syncer.results[0]
+    assert not result.ok and result.unsynced == 2
+    dog.run_once()  # not saved: the same notice is tried again on the next run
+    assert len(rec.syncs()) == 2
 
 
 @pytest.mark.integration
