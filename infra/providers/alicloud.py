@@ -97,6 +97,20 @@ GUARDED_TAG_KEYS = (
 NODE_TAG_ACTIONS = ["ecs:TagResources", "ecs:AddTags"]
 
 
+def request_carries(tag_key: str) -> dict[str, dict[str, str]]:
+    """A condition that holds when the request sets tag ``tag_key``, to any value.
+
+    RAM documents five operator families (string, number, date and time, Boolean,
+    IP address: help/en/ram/conditional-operator) and no ``Null``, so presence is
+    StringLike ``*`` ("matches any number of characters, including an empty
+    string"). A request without the tag has no acs:RequestTag/<key> value to
+    match, so the condition does not hold there (a matching operator needs a
+    value; tests/infra/alicloud_ram.py). Were RAM to read an absent key as a
+    match instead, the Denies below would refuse every tag write and the lease
+    Allow would still need the lease: both fail closed."""
+    return {"StringLike": {f"acs:RequestTag/{tag_key}": "*"}}
+
+
 def node_policy(bucket: str, stack: str) -> str:
     return common.policy_json(
         RAM_VERSION,
@@ -131,7 +145,7 @@ def node_policy(bucket: str, stack: str) -> str:
                     "Effect": "Deny",
                     "Action": NODE_TAG_ACTIONS,
                     "Resource": ["*"],
-                    "Condition": {"Null": {f"acs:RequestTag/{key}": "false"}},
+                    "Condition": request_carries(key),
                 }
                 for key in GUARDED_TAG_KEYS
             ],
@@ -161,7 +175,7 @@ def lease_policy(instance_id: str, stack: str) -> str:
                         f"acs:ResourceTag/{T.STACK}": [stack],
                         f"acs:ResourceTag/{T.MANAGED_BY}": [T.MANAGED_BY_VALUE],
                     },
-                    "Null": {f"acs:RequestTag/{T.KEEP_ALIVE_UNTIL}": "false"},
+                    **request_carries(T.KEEP_ALIVE_UNTIL),
                 },
             }
         ],

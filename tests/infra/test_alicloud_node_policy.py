@@ -1,21 +1,22 @@
 """The Alicloud node role may write only its lease tag, and only on its own instance.
 
-RAM has no simulator we can run here, so the document is judged by a small evaluator of the
-parts of RAM's documented semantics it uses: Allow/Deny statements, Action, Resource with `*`
-wildcards, the StringEquals and Null operators on acs:ResourceTag/<key> and
-acs:RequestTag/<key>, and "an explicit Deny beats any Allow".
+RAM has no simulator we can run here, so the documents are judged by the evaluator of
+RAM's documented semantics in tests/infra/alicloud_ram.py (its own tests are RAM's
+documentation examples): Allow/Deny, Action and Resource with `*` wildcards, the
+condition operators RAM documents on acs:ResourceTag/<key> and acs:RequestTag/<key>,
+and "an explicit Deny overrides any Allow".
 """
 
 from __future__ import annotations
 
-import fnmatch
 import json
-from typing import Any
 
 import pytest
 
 from infra.providers.alicloud import GUARDED_TAG_KEYS, lease_policy, node_policy
 from infra.reaper import tags as T
+from tests.infra.alicloud_ram import Request
+from tests.infra.alicloud_ram import allowed as ram_allows
 
 STACK = "a100x4"
 OWN = {T.MANAGED_BY: T.MANAGED_BY_VALUE, T.STACK: STACK}
@@ -23,48 +24,15 @@ ARN = "acs:ecs:cn-shanghai:123456789012:instance/i-own"
 LEASE = {T.KEEP_ALIVE_UNTIL: "2026-12-01T12:00:00Z"}
 
 
-def _matches(condition: dict[str, Any], resource_tags: dict[str, str], request: dict[str, str]):
-    def value(key: str) -> str | None:
-        if key.startswith("acs:ResourceTag/"):
-            return resource_tags.get(key.split("/", 1)[1])
-        if key.startswith("acs:RequestTag/"):
-            return request.get(key.split("/", 1)[1])
-        raise AssertionError(f"the evaluator does not know the condition key {key}")
-
-    for operator, clauses in condition.items():
-        for key, expected in clauses.items():
-            actual = value(key)
-            if operator == "StringEquals":
-                if actual not in (expected if isinstance(expected, list) else [expected]):
-                    return False
-            elif operator == "Null":
-                if (actual is None) != (str(expected).lower() == "true"):
-                    return False
-            else:
-                raise AssertionError(f"the evaluator does not know the operator {operator}")
-    return True
-
-
 def allowed(action: str, resource: str, resource_tags: dict[str, str], request: dict[str, str]):
     # what the node's own role carries: the stack's node policy plus its own lease policy
-    statements = [
-        *json.loads(node_policy("gpufleet-a100x4-abc", STACK))["Statement"],
-        *json.loads(lease_policy("i-own", STACK))["Statement"],
+    documents = [
+        json.loads(node_policy("gpufleet-a100x4-abc", STACK)),
+        json.loads(lease_policy("i-own", STACK)),
     ]
-    verdict = False
-    for st in statements:
-        actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
-        resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
-        if not any(fnmatch.fnmatchcase(action, a) for a in actions):
-            continue
-        if not any(fnmatch.fnmatchcase(resource, r) for r in resources):
-            continue
-        if not _matches(st.get("Condition", {}), resource_tags, request):
-            continue
-        if st["Effect"] == "Deny":
-            return False
-        verdict = True
-    return verdict
+    context = {f"acs:ResourceTag/{k}": v for k, v in resource_tags.items()}
+    context.update({f"acs:RequestTag/{k}": v for k, v in request.items()})
+    return ram_allows(documents, Request(action, resource, context))
 
 
 def test_the_node_may_write_its_lease_on_its_own_stacks_instance():
