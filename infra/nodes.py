@@ -120,6 +120,20 @@ def efa_layout(efa_interfaces: int) -> list[tuple[int, int, str]]:
     return layout
 
 
+def public_ipv4_at_launch(layout: list[tuple[int, int, str]]) -> bool:
+    """Whether EC2 itself gives an instance launched with ``layout`` (efa_layout's list;
+    empty: the one default interface) a public IPv4 address: only with one interface.
+    EC2 user guide, "Amazon EC2 instance IP addressing", assigning a public IPv4 address
+    at launch: "You cannot auto-assign a public IP address if you specify more than one
+    network interface" (docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+    using-instance-addressing.html; awsdocs/amazon-ec2-user-guide doc_source/
+    using-instance-addressing.md at e3707c4, read 2026-12-01); botocore's EC2 model says
+    the same of RunInstances' AssociatePublicIpAddress, which tests/infra/test_nodes.py
+    reads. With more interfaces the node needs an Elastic IP on its primary interface,
+    and the subnet's MapPublicIpOnLaunch does not help."""
+    return len(layout) <= 1
+
+
 def infiniband(cfg: StackConfig, itype: InstanceType) -> bool:
     """InfiniBand between nodes: the size's HCAs come with the VM (nothing is attached, unlike
     EFA interfaces), so every stack of an InfiniBand type has them, a single node included.

@@ -138,6 +138,16 @@ class Mocks(pulumi.runtime.Mocks):
         # 198.51.100.0/24 is a documentation range: never a real host.
         return f"198.51.100.{10 + n % 240}", f"10.42.{n // 240 % 15}.{10 + n % 240}"
 
+    def _launch_interfaces(self, inputs: dict[str, Any]) -> int:
+        """How many network interfaces an EC2 instance launches with: its launch
+        template's, or the one default interface."""
+        template = (inputs.get("launchTemplate") or {}).get("id")
+        with self._lock:
+            for r in self.resources:
+                if r.type == "aws:ec2/launchTemplate:LaunchTemplate" and r.id == template:
+                    return len(r.inputs.get("networkInterfaces") or []) or 1
+        return 1
+
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         inputs = keep_number_kinds(dict(args.inputs))
         record = RecordedResource(args.typ, args.name, inputs, **_registering.__dict__)
@@ -152,6 +162,8 @@ class Mocks(pulumi.runtime.Mocks):
         if typ == "aws:ec2/instance:Instance":
             rid = "i-" + _digest(typ, args.name, n=17)
             public, private = self._ips_for(args.name)
+            if self._launch_interfaces(inputs) > 1:
+                public = ""  # EC2 gives none (infra.nodes.public_ipv4_at_launch)
             out.update(
                 publicIp=public,
                 privateIp=private,

@@ -10,7 +10,13 @@ import pulumi_aws as aws
 
 from infra import reaper_deploy as guard_logic
 from infra.config import StackConfig
-from infra.nodes import NodeSpec, efa_layout, needs_placement_group, stack_tags
+from infra.nodes import (
+    NodeSpec,
+    efa_layout,
+    needs_placement_group,
+    public_ipv4_at_launch,
+    stack_tags,
+)
 from infra.providers import common
 from infra.providers.base import (
     AccessParts,
@@ -503,9 +509,9 @@ class AwsProvider:
             ),  # a newer DLAMI must not replace a node
         )
         public_ip: pulumi.Output[str] = instance.public_ip
-        if spec.efa_interfaces > 1:
-            # AWS assigns no public IP to an instance with several interfaces, and an address
-            # for such an instance must name the interface (the ENA primary).
+        if not public_ipv4_at_launch(efa_layout(spec.efa_interfaces)):
+            # Launched with several interfaces, the node gets no public IPv4 from EC2; an
+            # address for it must name an interface (the ENA primary).
             eip = aws.ec2.Eip(
                 f"{spec.name}-eip",
                 domain="vpc",

@@ -17,6 +17,7 @@ from infra.nodes import (
     needs_placement_group,
     plan_nodes,
     plan_scratch,
+    public_ipv4_at_launch,
     tier_summary,
 )
 from infra.reaper import tags as T
@@ -74,6 +75,19 @@ def test_efa_on_clusters_and_on_multi_card_training_types():
     assert efa_interfaces(cfg(tier="a10x4"), g5) == 0
     assert efa_interfaces(cfg(tier="a10x4", nodes=2), g5) == 1
     assert efa_interfaces(cfg(tier="a10x1", nodes=2), CAT.instance("aws", "g5.xlarge")) == 0
+
+
+def test_ec2_gives_a_public_ipv4_only_to_an_instance_launched_with_one_interface():
+    import botocore.session
+
+    # The rule as EC2's own API model states it (RunInstances' AssociatePublicIpAddress).
+    ec2 = botocore.session.get_session().get_service_model("ec2")
+    spec = ec2.shape_for("InstanceNetworkInterfaceSpecification")
+    doc = spec.members["AssociatePublicIpAddress"].documentation
+    assert "cannot specify more than one network interface" in doc
+    assert public_ipv4_at_launch(efa_layout(0))
+    for n in (1, 4, 32):
+        assert len(efa_layout(n)) > 1 and not public_ipv4_at_launch(efa_layout(n))
 
 
 def test_efa_layout_puts_an_ena_primary_first_and_one_efa_only_per_card():

@@ -1,0 +1,70 @@
+"""The AWS program under Pulumi's mocks, for instance types and node counts the shipped stacks
+do not all reach: every EFA type in the catalog, one node and two."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import pytest
+
+from infra.catalog import load_catalog
+from infra.config import StackConfig, parse_config
+from infra.nodes import efa_interfaces, efa_layout, public_ipv4_at_launch
+from infra.offline import PLACEHOLDER_SSH_KEY, PlanResult, evaluate
+
+CAT = load_catalog()
+EFA_TYPES = sorted(name for (cloud, name), it in CAT.instances.items() if cloud == "aws" and it.efa)
+INSTANCE = "aws:ec2/instance:Instance"
+EIP = "aws:ec2/eip:Eip"
+
+
+def aws_cfg(instance_type: str, nodes: int) -> StackConfig:
+    """An AWS stack of `nodes` x `instance_type` (a type no tier offers is set directly)."""
+    raw = {
+        "provider": "aws",
+        "tier": "a10x4",
+        "nodes": nodes,
+        "sshCidrs": ["203.0.113.0/24"],
+        "sshPublicKey": PLACEHOLDER_SSH_KEY,
+    }
+    stack = f"efa-{instance_type.replace('.', '-')}-x{nodes}"
+    return dataclasses.replace(parse_config(raw, stack), instance_type=instance_type)
+
+
+@functools.cache
+def planned(instance_type: str, nodes: int) -> tuple[StackConfig, PlanResult]:
+    cfg = aws_cfg(instance_type, nodes)
+    return cfg, evaluate(cfg)
+
+
+def test_the_catalog_has_efa_types_with_one_interface_and_with_several():
+    counts = {CAT.instance("aws", t).efa_interfaces for t in EFA_TYPES}
+    assert 1 in counts and any(n > 1 for n in counts)
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+@pytest.mark.parametrize("instance_type", EFA_TYPES)
+def test_every_node_is_reachable_at_the_address_the_plan_shows(instance_type, nodes):
+    cfg, result = planned(instance_type, nodes)
+    layout = efa_layout(efa_interfaces(cfg, CAT.instance("aws", instance_type)))
+    eips = {e.name: e for e in result.of_type(EIP)}
+    by_name = {i.name: i for i in result.of_type(INSTANCE)}
+    assert len(result.outputs["nodes"]) == nodes
+    for node in result.outputs["nodes"]:
+        instance = by_name[node["name"]]
+        if public_ipv4_at_launch(layout):
+            assert f"{node['name']}-eip" not in eips
+            assert node["public_ip"] == instance.outputs["publicIp"] != ""
+        else:
+            eip = eips[f"{node['name']}-eip"]
+            assert eip.inputs["networkInterface"] == instance.outputs["primaryNetworkInterfaceId"]
+            assert node["public_ip"] == eip.outputs["publicIp"] != ""
+
+
+def test_the_mocks_give_no_public_address_to_an_instance_with_several_interfaces():
+    # What makes the test above able to fail: the mock engine follows EC2's rule.
+    _, result = planned("g5.12xlarge", 2)
+    assert all(i.outputs["publicIp"] == "" for i in result.of_type(INSTANCE))
+    _, single = planned("g5.12xlarge", 1)
+    assert all(i.outputs["publicIp"] for i in single.of_type(INSTANCE))
