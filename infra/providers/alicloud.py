@@ -189,12 +189,12 @@ def reaper_policy(stack: str) -> str:
         [
             {
                 "Effect": "Allow",
-                "Action": ["ecs:DescribeInstances", "cms:DescribeCustomMetricList"],
+                "Action": ["ecs:DescribeInstances", "cms:DescribeMetricList"],
                 "Resource": ["*"],
             },
             {
                 "Effect": "Allow",
-                "Action": ["ecs:StopInstances", "ecs:StopInstance"],
+                "Action": ["ecs:StopInstances"],
                 "Resource": ["acs:ecs:*:*:instance/*"],
                 "Condition": {
                     "StringEquals": {

@@ -4,15 +4,19 @@ ECS DescribeInstances filters by our tags server-side and pages with NextToken; 
 uses StoppedMode=StopCharging (compute billing stops) and BatchOptimization=SuccessFirst, so
 one bad id cannot hold the others back; a whole-call refusal is still bisected.
 
-Metrics: the watchdog reports with CloudMonitor PutCustomMetric (GroupId 0), and custom
-metrics are read with DescribeCustomMetricList (RAM action cms:DescribeCustomMetricList);
-DescribeMetricList is documented for cloud services' own metrics (acs_ecs_dashboard, ...).
-One call per instance and metric (Dimension ``instanceId=<id>``), PageNumber paging, and the
-reaper filters the window itself (the API takes no time range). Its ``Result`` is a JSON
-string ``{"all", "size", "page", "list": [...]}``; the shape of a list entry is not in the
-API reference, so the parser accepts the documented PutCustomMetric fields (``time`` or
-``timestamp`` in ms, ``values`` JSON with ``value``) and counts anything else as unreadable:
-a surprise in the real answer keeps the instance, it never stops it.
+Metrics: the watchdog reports with CloudMonitor PutCustomMetric (GroupId 0, Dimensions
+``{"instanceId": <id>}``), and the datapoints are read with DescribeMetricList (RAM action
+cms:DescribeMetricList) on namespace ``acs_customMetric_<account id>``, the way Alibaba's own
+CloudMonitor samples read custom metrics (Dimensions
+``[{"groupId": "<group>", "dimension": "instanceId=<id>"}]``, keys in ascending order).
+DescribeCustomMetricList, which this module used before, lists the metrics that exist, not
+their datapoints (its Result's ``list`` holds metric descriptions). One call per instance and
+metric over the window, StartTime/EndTime in ms (left-open, right-closed), Period 60,
+NextToken paging, bounded. Its ``Datapoints`` is a JSON string of objects with ``timestamp``
+(ms) and the period's ``Minimum``/``Average``/``Maximum`` (the documented example:
+help/en/cms/developer-reference/api-cms-2019-01-01-describemetriclist); the parser takes
+``Maximum`` and counts anything else as unreadable: a surprise in the real answer keeps
+the instance, it never stops it.
 
 Alicloud limits tag filtering to 1,000 matching resources: scan per stack (the cloud function
 always does) when a region holds more managed instances than that.
@@ -45,8 +49,9 @@ from .idle_rules import UTC, parse_utc
 
 PAGE = 100  # DescribeInstances MaxResults ceiling
 STOP_BATCH = 100  # StopInstances InstanceId.N ceiling
-METRIC_PAGE = 100  # DescribeCustomMetricList PageSize
-METRIC_MAX_PAGES = 50  # bounded paging; more is reported as unreadable
+METRIC_PAGE = 1440  # DescribeMetricList Length ceiling
+METRIC_PERIOD_S = 60  # the finest Period custom metrics keep for 31 days
+METRIC_MAX_PAGES = 20  # bounded paging; more is reported as unreadable
 TAG_FILTER_LIMIT = 1000
 
 # The function's settings beyond the common ones (handler.py), all optional.
@@ -260,33 +265,29 @@ class AlicloudCloud:
     ) -> list[tuple[datetime, float]]:
         from alibabacloud_cms20190101 import models as cms_models
 
-        points: list[tuple[datetime, float]] = []
-        for page in range(1, METRIC_MAX_PAGES + 1):
-            request = cms_models.DescribeCustomMetricListRequest(
-                group_id=CMS_GROUP_ID,  # the watchdog reports with it
-                metric_name=metric,
-                dimension=f"{CMS_DIMENSION}={iid}",
-                page_number=str(page),
-                page_size=str(METRIC_PAGE),
+        if not self.account_id:
+            raise ValueError(
+                f"no account id for namespace acs_customMetric_<id>: set {ACCOUNT_ID_ENV}"
             )
-            response = self._call(self.cms, "DescribeCustomMetricList", request)
-            body = response.body.to_map()
-            if str(body.get("Code", "200")) != "200" or "Result" not in body:
-                raise RuntimeError(
-                    f"DescribeCustomMetricList {metric}: {body.get('Code')} {body.get('Message')}"
-                )
-            result = json.loads(body["Result"]) if isinstance(body["Result"], str) else None
-            if not isinstance(result, dict) or not isinstance(result.get("list"), list):
-                raise ValueError(f"DescribeCustomMetricList {metric}: Result is not a page")
-            entries = result["list"]
-            for entry in entries:
-                when, value = _custom_entry(entry, iid)
-                if start < when <= end:
-                    points.append((when, value))
-            total = int(result.get("all") or 0)
-            if not entries or page * METRIC_PAGE >= total:
+        points: list[tuple[datetime, float]] = []
+        token: str | None = None
+        for _page in range(METRIC_MAX_PAGES):
+            request = cms_models.DescribeMetricListRequest(
+                namespace=custom_namespace(self.account_id),
+                metric_name=metric,
+                dimensions=custom_dimensions(iid),
+                start_time=str(int(start.timestamp() * 1000)),
+                end_time=str(int(end.timestamp() * 1000)),
+                period=str(METRIC_PERIOD_S),
+                length=str(METRIC_PAGE),
+                next_token=token,
+            )
+            response = self._call(self.cms, "DescribeMetricList", request)
+            page, token = parse_metric_list(response.body.to_map(), metric, iid)
+            points.extend((when, value) for when, value in page if start < when <= end)
+            if not token:
                 return points
-        raise ValueError(f"DescribeCustomMetricList {metric}: more than {METRIC_MAX_PAGES} pages")
+        raise ValueError(f"DescribeMetricList {metric}: more than {METRIC_MAX_PAGES} pages")
 
     # ------------------------------------------------------------------ stop
 
@@ -332,30 +333,50 @@ class AlicloudCloud:
         return result
 
 
-def _custom_entry(entry: Any, iid: str) -> tuple[datetime, float]:
-    """(stored time, value) of one DescribeCustomMetricList entry; ValueError if unreadable."""
+def custom_dimensions(iid: str) -> str:
+    """The Dimensions of one node's custom metrics, as Alibaba's CloudMonitor samples
+    write them for acs_customMetric_<id>: the group and the reported dimensions as
+    ``key=value`` pairs joined by ``&`` in ascending key order (we report one)."""
+    return json.dumps([{"groupId": str(CMS_GROUP_ID), "dimension": f"{CMS_DIMENSION}={iid}"}])
+
+
+def parse_metric_list(
+    body: Mapping[str, Any], metric: str, iid: str
+) -> tuple[list[tuple[datetime, float]], str | None]:
+    """(datapoints, next token) of one DescribeMetricList answer; ValueError or
+    RuntimeError when it is not one (the caller counts that as unreadable)."""
+    if str(body.get("Code", "")) != "200" or body.get("Success") is False:
+        raise RuntimeError(f"DescribeMetricList {metric}: {body.get('Code')} {body.get('Message')}")
+    raw = body.get("Datapoints")
+    if raw in (None, ""):
+        entries: Any = []  # a window without datapoints
+    elif isinstance(raw, str):
+        entries = json.loads(raw)
+    else:
+        raise ValueError(f"DescribeMetricList {metric}: Datapoints is not a JSON string")
+    if not isinstance(entries, list):
+        raise ValueError(f"DescribeMetricList {metric}: Datapoints is not a list")
+    points = [_datapoint(entry, iid) for entry in entries]
+    return points, str(body.get("NextToken") or "") or None
+
+
+def _datapoint(entry: Any, iid: str) -> tuple[datetime, float]:
+    """(time CloudMonitor stored, the period's Maximum) of one datapoint."""
     if not isinstance(entry, dict):
-        raise ValueError(f"custom metric entry is not an object: {entry!r:.60}")
-    dims = entry.get("dimensions") or entry.get("dimension") or ""
-    if isinstance(dims, str) and dims.startswith("{"):
-        dims = json.loads(dims)
-    dim_id = dims.get(CMS_DIMENSION) if isinstance(dims, dict) else None
-    if dim_id is None and isinstance(dims, str):
-        dim_id = dict(p.split("=", 1) for p in dims.split("&") if "=" in p).get(CMS_DIMENSION)
-    if dim_id != iid:
-        raise ValueError(f"custom metric entry for {dim_id!r}, asked for {iid!r}")
-    stamp = entry.get("timestamp", entry.get("time"))
-    raw = entry.get("values", entry.get("value"))
-    if isinstance(raw, str):
-        raw = json.loads(raw)
-    if isinstance(raw, dict):
-        raw = raw.get("value", raw.get("Maximum"))
-    if isinstance(stamp, bool) or not isinstance(stamp, int | str) or isinstance(raw, bool):
-        raise ValueError(f"custom metric entry without time or value: {entry!r:.80}")
-    value = float(raw)  # type: ignore[arg-type]
-    if value != value:  # NaN
-        raise ValueError("custom metric value is NaN")
-    return datetime.fromtimestamp(int(stamp) / 1000, UTC), value
+        raise ValueError(f"datapoint is not an object: {entry!r:.60}")
+    named = entry.get(CMS_DIMENSION)
+    dimension = entry.get("dimension")
+    if named is None and isinstance(dimension, str):
+        pairs = dict(p.split("=", 1) for p in dimension.split("&") if "=" in p)
+        named = pairs.get(CMS_DIMENSION)
+    if named is not None and named != iid:
+        raise ValueError(f"datapoint for {named!r}, asked for {iid!r}")
+    stamp, value = entry.get("timestamp"), entry.get("Maximum")
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float):
+        raise ValueError(f"datapoint without a timestamp: {entry!r:.80}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise ValueError(f"datapoint without a Maximum: {entry!r:.80}")
+    return datetime.fromtimestamp(stamp / 1000, UTC), float(value)
 
 
 def parse_instance(raw: dict[str, Any]) -> Instance:

@@ -18,6 +18,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from alibabacloud_cms20190101 import models as cms_models
+from alibabacloud_ecs20140526 import models as ecs_models
+
+from tests.support.alicloud_models import unknown_params
+
+# Each action's parameters are the ones its SDK request model defines; any
+# other is refused, as the API refuses it.
+REQUEST_MODELS: dict[str, type[Any]] = {
+    "DescribeInstances": ecs_models.DescribeInstancesRequest,
+    "StopInstances": ecs_models.StopInstancesRequest,
+    "DescribeMetricList": cms_models.DescribeMetricListRequest,
+}
+
 
 @dataclass
 class FakeInstance:
@@ -34,11 +47,12 @@ class FakeInstance:
 @dataclass
 class FakeAlicloud:
     instances: list[FakeInstance] = field(default_factory=list)
-    # (metric, instance id) -> [(unix ms, value)]
+    # (metric, instance id) -> [(unix ms, value)], as PutCustomMetric stored them
     datapoints: dict[tuple[str, str], list[tuple[int, float]]] = field(default_factory=dict)
     throttle_rate: float = 0.0
     fail_actions: set[str] = field(default_factory=set)  # answered with an error code
     html_actions: set[str] = field(default_factory=set)  # answered 200 with an HTML page
+    account_id: str = "1234567890"  # the namespace acs_customMetric_<id> it answers for
     seed: int = 3
     calls: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -111,33 +125,50 @@ class FakeAlicloud:
                 )
         return {"RequestId": "fake", "InstanceResponses": {"InstanceResponse": rows}}
 
-    def describe_custom_metric_list(self, q: dict[str, str]) -> dict[str, Any]:
-        """Custom metrics as PutCustomMetric stored them: no time range, PageNumber paging."""
-        if q.get("GroupId", "0") != "0":
-            return {"__status__": 400, "Code": "Fake.GroupId", "Message": q.get("GroupId")}
-        dims = dict(p.split("=", 1) for p in q.get("Dimension", "").split("&") if "=" in p)
-        iid = dims.get("instanceId", "")
+    def describe_metric_list(self, q: dict[str, str]) -> dict[str, Any]:
+        """Custom-metric datapoints the way DescribeMetricList answers: ``Datapoints``
+        a JSON string of objects with ``timestamp`` (ms), the dimensions asked by and
+        the period's Minimum/Average/Maximum, as the documented response example
+        (help/en/cms/developer-reference/api-cms-2019-01-01-describemetriclist) has
+        them; the window is left-open, right-closed; NextToken pages."""
+        if q.get("Namespace") != f"acs_customMetric_{self.account_id}":
+            return {"__status__": 400, "Code": "ParameterInvalid", "Message": "Namespace"}
+        try:
+            (dims,) = json.loads(q.get("Dimensions", ""))
+            group, dimension = dims["groupId"], dims["dimension"]
+            start, end = int(q["StartTime"]), int(q["EndTime"])
+            size, offset = int(q.get("Length", "1000")), int(q.get("NextToken") or 0)
+        except (ValueError, KeyError, TypeError):
+            return {"__status__": 400, "Code": "ParameterInvalid", "Message": "Illegal"}
+        if group != "0" or not 0 < size <= 1440 or not start < end:
+            return {"__status__": 400, "Code": "ParameterInvalid", "Message": "Illegal"}
+        iid = dimension.removeprefix("instanceId=")
         metric = q.get("MetricName", "")
-        entries = [
+        points = [
             {
-                "groupId": 0,
-                "metricName": metric,
-                "dimension": f"instanceId={iid}",
                 "timestamp": ts,
-                "values": json.dumps({"value": value}),
+                "userId": self.account_id,
+                "groupId": group,
+                "dimension": dimension,
+                "Minimum": value,
+                "Average": value,
+                "Maximum": value,
             }
-            for ts, value in sorted(self.datapoints.get((metric, iid), []), reverse=True)
+            for ts, value in sorted(self.datapoints.get((metric, iid), []))
+            if start < ts <= end
         ]
-        size = int(q.get("PageSize", "10"))
-        page = int(q.get("PageNumber", "1"))
-        chunk = entries[(page - 1) * size : page * size]
-        result = {"all": len(entries), "size": size, "page": page, "list": chunk}
-        return {
+        chunk = points[offset : offset + size]
+        token = str(offset + size) if offset + size < len(points) else None
+        body: dict[str, Any] = {
             "RequestId": "fake",
+            "Success": True,
             "Code": "200",
-            "Message": "success",
-            "Result": json.dumps(result),
+            "Period": q.get("Period", "60"),
+            "Datapoints": json.dumps(chunk),
         }
+        if token:
+            body["NextToken"] = token
+        return body
 
     # ------------------------------------------------------------------ server
 
@@ -153,10 +184,13 @@ class FakeAlicloud:
             fn = {
                 "DescribeInstances": self.describe_instances,
                 "StopInstances": self.stop_instances,
-                "DescribeCustomMetricList": self.describe_custom_metric_list,
+                "DescribeMetricList": self.describe_metric_list,
             }.get(action)
             if fn is None:
                 return 400, {"Code": "InvalidAction.NotFound", "Message": action}
+            unknown = unknown_params(REQUEST_MODELS[action], q)
+            if unknown:
+                return 400, {"Code": "InvalidParameter", "Message": f"unknown {unknown}"}
             body = fn(q)
             return int(body.pop("__status__", 200)), body
 

@@ -112,11 +112,14 @@ def test_dry_run_decides_exactly_and_stops_nothing() -> None:
         report = reap(cloud(url), stack="ali", apply=False)
     check(report, expected)
     assert not [a for a, _ in fake.calls if a == "StopInstances"]
-    metric_calls = [q for a, q in fake.calls if a == "DescribeCustomMetricList"]
+    metric_calls = [q for a, q in fake.calls if a == "DescribeMetricList"]
     assert metric_calls
-    assert all(q["GroupId"] == "0" for q in metric_calls)
-    assert all(q["Dimension"].startswith("instanceId=i-") for q in metric_calls)
-    assert not [a for a, _ in fake.calls if a == "DescribeMetricList"]
+    assert all(q["Namespace"] == f"acs_customMetric_{ACCOUNT}" for q in metric_calls)
+    for q in metric_calls:
+        (dims,) = json.loads(q["Dimensions"])
+        assert dims["groupId"] == "0" and dims["dimension"].startswith("instanceId=i-")
+        assert int(q["StartTime"]) < int(q["EndTime"])
+    assert not [a for a, _ in fake.calls if a == "DescribeCustomMetricList"]
 
 
 def test_apply_stops_with_stop_charging_and_reports_refusals() -> None:
@@ -160,7 +163,7 @@ def test_throttling_and_5xx_are_retried_to_the_same_decisions() -> None:
 def test_cloudmonitor_error_keeps_everything_but_the_ttl_and_fails_the_run() -> None:
     now = datetime.now(UTC)
     fake, expected = build(now)
-    fake.fail_actions.add("DescribeCustomMetricList")
+    fake.fail_actions.add("DescribeMetricList")
     with fake.running() as url:
         report = reap(cloud(url, max_attempts=1), stack="ali", apply=False)
     stops = {d.instance_id for d in report.decisions if d.action == "stop"}
@@ -227,3 +230,97 @@ def test_function_compute_handler_reaps_its_stack_with_the_context_credentials(
     assert {s["instance_id"] for s in out["stops"]} == {
         i for i, a in expected.items() if a == "stop"
     }
+
+
+# The success response example of DescribeMetricList, as Alibaba's API reference
+# prints it (help/en/cms/developer-reference/api-cms-2019-01-01-describemetriclist,
+# read 2026-12-01): Datapoints is a JSON string.
+DOCUMENTED_ANSWER = {
+    "NextToken": "xxxxxx",
+    "RequestId": "021472A6-25E3-4094-8D00-BA4B6A5486C3",
+    "Success": True,
+    "Datapoints": (
+        '[{"timestamp":1548777660000,"userId":"123456789876****",'
+        '"instanceId":"i-abcdefgh12****","Minimum":93.1,"Average":99.52,"Maximum":100}]'
+    ),
+    "Code": "200",
+    "Message": "The specified resource is not found.",
+    "Period": "60",
+}
+
+
+def test_the_parser_reads_the_documented_describe_metric_list_example() -> None:
+    from alibabacloud_cms20190101 import models
+
+    from infra.reaper.alicloud import parse_metric_list
+
+    # what the SDK hands the reaper: its own model, read back as a map
+    body = models.DescribeMetricListResponseBody().from_map(DOCUMENTED_ANSWER).to_map()
+    points, token = parse_metric_list(body, "cpu_idle", "i-abcdefgh12****")
+    assert points == [(datetime(2019, 1, 29, 16, 1, tzinfo=UTC), 100.0)]
+    assert token == "xxxxxx"
+    with pytest.raises(ValueError, match="asked for 'i-other'"):
+        parse_metric_list(body, "cpu_idle", "i-other")
+
+
+def test_an_answer_the_parser_cannot_read_is_an_error_never_an_idle_node() -> None:
+    from infra.reaper.alicloud import parse_metric_list
+
+    for broken in (
+        {**DOCUMENTED_ANSWER, "Code": "403", "Success": False},
+        {**DOCUMENTED_ANSWER, "Datapoints": '{"not": "a list"}'},
+        {**DOCUMENTED_ANSWER, "Datapoints": '[{"timestamp": 1548777660000}]'},
+        {**DOCUMENTED_ANSWER, "Datapoints": '[{"Maximum": 1}]'},
+    ):
+        with pytest.raises((ValueError, RuntimeError)):
+            parse_metric_list(broken, "Heartbeat", "i-abcdefgh12****")
+    empty, token = parse_metric_list({**DOCUMENTED_ANSWER, "Datapoints": "[]"}, "m", "i-1")
+    assert empty == [] and token == "xxxxxx"
+
+
+def test_the_fakes_answer_is_the_documented_shape_the_sdk_model_reads() -> None:
+    from alibabacloud_cms20190101 import models
+
+    fake = FakeAlicloud(account_id=ACCOUNT)
+    fake.datapoints[("Heartbeat", "i-1")] = [(1548777660000, 1.0)]
+    answer = fake.describe_metric_list(
+        {
+            "Namespace": f"acs_customMetric_{ACCOUNT}",
+            "MetricName": "Heartbeat",
+            "Dimensions": '[{"groupId": "0", "dimension": "instanceId=i-1"}]',
+            "StartTime": "1548777600000",
+            "EndTime": "1548777720000",
+            "Period": "60",
+        }
+    )
+    body = models.DescribeMetricListResponseBody().from_map(answer)
+    assert set(answer) <= set(body.to_map())  # every key is one the SDK model knows
+    (point,) = json.loads(body.datapoints)
+    documented = json.loads(DOCUMENTED_ANSWER["Datapoints"])[0]  # type: ignore[arg-type]
+    assert {"timestamp", "Minimum", "Average", "Maximum", "userId"} <= set(point)
+    assert set(point) - set(documented) == {"groupId", "dimension"}  # the dims asked by
+
+
+def test_the_fake_refuses_a_parameter_the_sdk_request_model_does_not_define() -> None:
+    fake = FakeAlicloud()
+    status, body = fake.handle("DescribeMetricList", {"Dimension": "instanceId=i-1"})
+    assert status == 400 and "Dimension" in body["Message"]
+
+
+def test_the_reaper_role_grants_exactly_the_actions_the_reaper_calls() -> None:
+    from infra.providers.alicloud import reaper_policy
+    from tests.infra.alicloud_ram import SDK_PACKAGES
+    from tests.reaper.alicloud_fake import REQUEST_MODELS
+
+    ram_code = {package: code for code, package in SDK_PACKAGES.items()}
+
+    now = datetime.now(UTC)
+    fake, _ = build(now)
+    with fake.running() as url:
+        reap(cloud(url), stack="ali", apply=True)
+    # the RAM code of each action is its SDK's (ecs, cms)
+    called = {f"{ram_code[REQUEST_MODELS[a].__module__.split('.')[0]]}:{a}" for a, _ in fake.calls}
+    assert called == {"ecs:DescribeInstances", "cms:DescribeMetricList", "ecs:StopInstances"}
+    doc = json.loads(reaper_policy("ali"))
+    granted = {a for st in doc["Statement"] if st["Effect"] == "Allow" for a in st["Action"]}
+    assert granted == called
