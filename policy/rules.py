@@ -556,27 +556,34 @@ def _statements(document: Any) -> list[Mapping[str, Any]] | None:
             return []
     if not isinstance(document, Mapping):
         return []
-    return [s for s in as_list(document.get("Statement")) if isinstance(s, Mapping)]
+    return [s for s in as_list(_element(document, "Statement")) if isinstance(s, Mapping)]
+
+
+def _element(node: Mapping[str, Any], name: str) -> Any:
+    """A policy element by its name in any letter case: IAM and RAM write ``Statement``,
+    Tencent CAM and COS ``statement`` (their element names are lowercase only)."""
+    return next((v for k, v in node.items() if str(k).lower() == name.lower()), None)
 
 
 ANYONE_QCS = "qcs::cam::anyone:anyone"  # COS bucket policies' "every principal"
 
 
 def _denies_insecure_transport(statements: list[Mapping[str, Any]], kind: _BucketKind) -> bool:
-    key, service = kind.tls_key.lower(), kind.service
+    key, service, operator = kind.tls_key.lower(), kind.service, kind.tls_operator.lower()
     for s in statements:
-        if str(s.get("Effect")).lower() != "deny":
+        if str(_element(s, "Effect")).lower() != "deny":
             continue
-        principal = s.get("Principal")
+        principal = _element(s, "Principal")
         if isinstance(principal, Mapping):
             principal = principal.get("AWS", principal.get("RAM", principal.get("qcs")))
         if not {"*", ANYONE_QCS} & {str(x) for x in as_list(principal)}:
             continue
-        if f"{service}:*" not in as_list(s.get("Action")) and "*" not in as_list(s.get("Action")):
+        actions = as_list(_element(s, "Action"))
+        if f"{service}:*" not in actions and "*" not in actions:
             continue
-        conditions = s.get("Condition")
+        conditions = _element(s, "Condition")
         bool_block = (
-            next((v for k, v in conditions.items() if str(k).lower() == "bool"), None)
+            next((v for k, v in conditions.items() if str(k).lower() == operator), None)
             if isinstance(conditions, Mapping)
             else None
         )
@@ -602,6 +609,8 @@ class _BucketKind:
     acl_types: tuple[str, ...]
     # A cloud with no public-access-block resource (COS): the bucket's own ACL must be this.
     required_acl: str | None = None
+    # the Boolean operator: IAM and RAM "Bool", CAM "bool_equal" (598/58420)
+    tls_operator: str = "Bool"
 
 
 _S3 = _BucketKind(
@@ -632,9 +641,11 @@ _COS = _BucketKind(
     "",
     TC_BUCKET_POLICY,
     "tencentcloud.cos.BucketPolicy",
-    "cos:secure_transport",
+    # COS "Conditions" (436/46205) and its deny-non-HTTPS example (436/46206)
+    "cos:secure-transport",
     (),
     required_acl="private",
+    tls_operator="bool_equal",
 )
 BUCKET_KINDS: Mapping[str, _BucketKind] = {
     **{t: _S3 for t in AWS_BUCKETS},
@@ -726,7 +737,7 @@ def check_buckets_private_tls(resources: Sequence[Resource]) -> list[StackFindin
                     b,
                     f"{b.label} accepts plain HTTP: declare a {kind.policy_fix} for it with a "
                     f"statement that denies {kind.service}:* to every principal when "
-                    f"{kind.tls_key} is false",
+                    f"{kind.tls_key} is false ({kind.tls_operator})",
                 )
             )
     return found

@@ -37,6 +37,7 @@ from infra.providers.base import (
     unsupported_features,
 )
 from infra.providers.common import child_opts
+from infra.reaper import tags as T
 
 NAME = "tencent"
 VPC_CIDR = "10.43.0.0/16"
@@ -103,18 +104,30 @@ def _policy(statements: list[dict[str, Any]]) -> str:
 
 
 def _tag_condition(stack: str) -> dict[str, Any]:
-    """CAM's resource-tag condition: only resources tagged as this stack's managed ones."""
-    return {
-        "for_all_value:string_equal": {
-            "qcs:resource_tag": [
-                f"{key}&{value}" for key, value in common.managed_stack_tags(stack)
-            ]
-        }
-    }
+    """CAM's resource-tag condition: only resources carrying this stack's tag.
+
+    Tencent's tag-based authorization (CAM "Authorizing Certain Operations by Tag",
+    598/40493; the COS condition-key table, 436/46206) compares the resource's set of
+    ``key&value`` tags with the listed set: ``for_all_value`` holds only when every tag
+    of the resource is listed (an instance carries ten tags, so never),
+    ``for_any_value`` when one is. So one pair is listed, the stack's: two pairs in one
+    for_any_value list would admit any resource carrying either, i.e. every gpufleet
+    node of every stack (they all carry managed-by&gpufleet). The gpufleet:stack key is
+    written only by gpufleet and its value names the stack, so this one pair scopes a
+    grant to the stack, the same scope the reaper's DescribeInstances filter has."""
+    return {"for_any_value:string_equal": {"qcs:resource_tag": [f"{T.STACK}&{stack}"]}}
 
 
 def cos_resource(region: str, appid: str, bucket: str, objects: bool = False) -> str:
     return f"qcs::cos:{region}:uid/{appid}:{bucket}" + ("/*" if objects else "")
+
+
+def cos_bucket_api_resources(region: str, appid: str, bucket: str) -> list[str]:
+    """What a bucket API's grant names: COS's authorization guide (436/31923) writes
+    ``<bucket>/`` for Head Bucket and List Multipart Uploads and ``<bucket>/*`` for Get
+    Bucket; a bare ``<bucket>`` is neither, so a grant on it would never match."""
+    root = cos_resource(region, appid, bucket)
+    return [f"{root}/", f"{root}/*"]
 
 
 # What the node watchdog calls besides the bucket (bootstrap/remote/watchdog.py TencentNode):
@@ -127,7 +140,7 @@ def node_policy(region: str, appid: str, bucket: str, stack: str) -> str:
     """The nodes' role: the stack's bucket (list, read, write, delete, multipart); reading
     instance descriptions (CVM's metadata service serves no tags) and the caller's identity;
     tagging (the lease) and stopping (the watchdog's power-off with STOP_CHARGING) only
-    instances carrying this stack's managed tags. Never terminate, never untag. Cloud
+    instances carrying this stack's tag (_tag_condition). Never terminate, never untag. Cloud
     Monitor needs no grant: the node publishes no custom metrics (infra/reaper/tencent.py).
 
     CAM's resource-tag condition scopes these to the stack, not to the node itself: a node
@@ -136,8 +149,8 @@ def node_policy(region: str, appid: str, bucket: str, stack: str) -> str:
         [
             {
                 "effect": "allow",
-                "action": ["cos:GetBucket", "cos:HeadBucket"],
-                "resource": [cos_resource(region, appid, bucket)],
+                "action": ["cos:GetBucket", "cos:HeadBucket", "cos:ListMultipartUploads"],
+                "resource": cos_bucket_api_resources(region, appid, bucket),
             },
             {
                 "effect": "allow",
@@ -150,7 +163,6 @@ def node_policy(region: str, appid: str, bucket: str, stack: str) -> str:
                     "cos:UploadPart",
                     "cos:CompleteMultipartUpload",
                     "cos:AbortMultipartUpload",
-                    "cos:ListMultipart",
                     "cos:ListParts",
                 ],
                 "resource": [cos_resource(region, appid, bucket, objects=True)],
@@ -198,24 +210,22 @@ def reaper_policy(stack: str) -> str:
 
 
 def tls_only_policy(region: str, appid: str, bucket: str) -> str:
-    """COS bucket policy: refuse every request made over plain HTTP."""
-    return json.dumps(
-        {
-            "version": "2.0",
-            "Statement": [
-                {
-                    "Effect": "Deny",
-                    "Principal": {"qcs": ["qcs::cam::anyone:anyone"]},
-                    "Action": ["name/cos:*"],
-                    "Resource": [
-                        cos_resource(region, appid, bucket),
-                        cos_resource(region, appid, bucket, objects=True),
-                    ],
-                    "Condition": {"bool": {"cos:secure_transport": "false"}},
-                }
-            ],
-        },
-        sort_keys=True,
+    """COS bucket policy: refuse every request made over plain HTTP.
+
+    The documented form (COS "Descriptions and Use Cases of Condition Keys", 436/46206,
+    "denying any non-HTTPS request"): ``bool_equal`` on ``cos:secure-transport``
+    "false", element names lowercase (436/46205). ``<bucket>/*`` covers the bucket's
+    objects and its bucket APIs (``<bucket>/``, 436/31923)."""
+    return _policy(
+        [
+            {
+                "effect": "deny",
+                "principal": {"qcs": ["qcs::cam::anyone:anyone"]},
+                "action": ["name/cos:*"],
+                "resource": [cos_resource(region, appid, bucket, objects=True)],
+                "condition": {"bool_equal": {"cos:secure-transport": "false"}},
+            }
+        ]
     )
 
 

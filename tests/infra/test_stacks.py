@@ -230,10 +230,11 @@ def test_bucket_is_private_encrypted_versioned_and_tls_only(stack):
         ]
         assert rule["abortIncompleteMultipartUpload"]["daysAfterInitiation"] == 7
         (pol,) = result.of_type("tencentcloud:Cos/bucketPolicy:BucketPolicy")
-        stmt = json.loads(pol.inputs["policy"])["Statement"][0]
-        assert stmt["Effect"] == "Deny"
-        assert stmt["Condition"]["bool"]["cos:secure_transport"] == "false"
-        assert stmt["Principal"]["qcs"] == ["qcs::cam::anyone:anyone"]
+        # the documented form (COS 436/46206): lowercase elements, bool_equal
+        stmt = json.loads(pol.inputs["policy"])["statement"][0]
+        assert stmt["effect"] == "deny"
+        assert stmt["condition"]["bool_equal"]["cos:secure-transport"] == "false"
+        assert stmt["principal"]["qcs"] == ["qcs::cam::anyone:anyone"]
     elif cfg.provider == "azure":
         (account,) = [
             a

@@ -14,6 +14,8 @@ from infra.providers import tencent as tp
 from infra.reaper import tags as T
 from infra.reaper.tencent import CAM_ACTIONS
 from tests.infra.conftest import planned
+from tests.support import tencent_cam as cam
+from tests.support.tencent_cam import ALLOW, DENY, IMPLICIT_DENY, Request
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = ROOT / "stacks"
@@ -67,23 +69,28 @@ def test_bucket_names_fit_cos_and_keep_the_suffix_and_appid_whole(stack: str) ->
     assert "--" not in name
 
 
-def test_the_reaper_may_stop_only_this_stacks_tagged_instances_and_never_terminate() -> None:
+def test_the_reaper_grants_exactly_its_contract_and_denies_terminate() -> None:
     doc = json.loads(tp.reaper_policy("s1"))
     allows = [s for s in doc["statement"] if s["effect"] == "allow"]
     assert {a for s in allows for a in s["action"]} == set(CAM_ACTIONS)
-    (stop,) = [s for s in allows if "cvm:StopInstances" in s["action"]]
-    tags = stop["condition"]["for_all_value:string_equal"]["qcs:resource_tag"]
-    assert tags == [f"{T.MANAGED_BY}&{T.MANAGED_BY_VALUE}", f"{T.STACK}&s1"]
     denies = [s for s in doc["statement"] if s["effect"] == "deny"]
     assert denies and "cvm:TerminateInstances" in denies[0]["action"]
 
 
-def test_nodes_reach_only_their_stacks_bucket_and_touch_only_their_stacks_instances() -> None:
+def test_stack_grants_name_one_tag_pair_with_for_any_value() -> None:
+    """Two pairs in one for_any_value list would admit a resource carrying either: every
+    gpufleet node of every stack carries managed-by&gpufleet."""
+    assert tp._tag_condition("s1") == {
+        "for_any_value:string_equal": {"qcs:resource_tag": [f"{T.STACK}&s1"]}
+    }
+
+
+def test_nodes_may_read_only_descriptions_and_their_identity_without_a_condition() -> None:
     doc = json.loads(tp.node_policy("ap-guangzhou", "1250000000", "b-1250000000", "s1"))
     allows = [s for s in doc["statement"] if s["effect"] == "allow"]
     cos = {r for s in allows for r in s["resource"] if r.startswith("qcs::cos")}
     assert cos == {
-        "qcs::cos:ap-guangzhou:uid/1250000000:b-1250000000",
+        "qcs::cos:ap-guangzhou:uid/1250000000:b-1250000000/",
         "qcs::cos:ap-guangzhou:uid/1250000000:b-1250000000/*",
     }
     unconditioned = {a for s in allows if "condition" not in s for a in s["action"]}
@@ -93,16 +100,123 @@ def test_nodes_reach_only_their_stacks_bucket_and_touch_only_their_stacks_instan
     }
     (scoped,) = [s for s in allows if "condition" in s]
     assert set(scoped["action"]) == {"tag:TagResources", "cvm:StopInstances"}
-    assert f"{T.STACK}&s1" in scoped["condition"]["for_all_value:string_equal"]["qcs:resource_tag"]
-    (deny,) = [s for s in doc["statement"] if s["effect"] == "deny"]
-    assert "cvm:TerminateInstances" in deny["action"]
+    assert scoped["condition"] == tp._tag_condition("s1")
+
+
+# --- what CAM decides for the guards' own calls (tests/support/tencent_cam.py, an
+# evaluator of CAM's documented semantics; its own tests are Tencent's examples).
+
+OWNER_UIN = "100000000001"
+
+
+def stack_documents(stack: str) -> dict[str, str]:
+    """The stack's CAM and bucket policy documents, as the program declares them."""
+    _, result = planned(STACKS / f"Pulumi.{stack}.yaml")
+    docs = {p.name: p.inputs["document"] for p in result.of_type("tencentcloud:Cam/policy:Policy")}
+    (bucket_policy,) = result.of_type("tencentcloud:Cos/bucketPolicy:BucketPolicy")
+    docs["bucket"] = bucket_policy.inputs["policy"]
+    return docs
+
+
+def node_tags(stack: str) -> dict[str, str]:
+    _, result = planned(STACKS / f"Pulumi.{stack}.yaml")
+    return dict(result.of_type("tencentcloud:Instance/instance:Instance")[0].inputs["tags"])
+
+
+def instance_request(action: str, tags: dict[str, str], instance: str = "ins-1") -> Request:
+    """A CVM or Tag API call on one instance, with the instance's tags as CAM sees them
+    (qcs:resource_tag: one key&value per tag); the resource is the six-segment name the
+    watchdog writes for TagResources (bootstrap/remote/watchdog.py TencentNode)."""
+    resource = f"qcs::cvm:ap-guangzhou:uin/{OWNER_UIN}:instance/{instance}"
+    pairs = [f"{k}&{v}" for k, v in tags.items()]
+    return Request(action, resource, {"qcs:resource_tag": pairs})
+
+
+def another_stacks(tags: dict[str, str]) -> dict[str, str]:
+    return {**tags, T.STACK: "someone-elses-stack", "Name": "someone-elses-stack-0"}
+
+
+@pytest.mark.parametrize("action", ["cvm:StopInstances", "tag:TagResources"])
+def test_our_node_may_stop_itself_and_write_its_lease_and_another_stacks_node_may_not(
+    action: str,
+) -> None:
+    docs = stack_documents("tencent-a100x4")
+    node = [docs["tencent-a100x4-node-policy"]]
+    ours = node_tags("tencent-a100x4")
+    assert cam.decide(node, instance_request(action, ours)) == ALLOW
+    assert cam.decide(node, instance_request(action, another_stacks(ours))) == IMPLICIT_DENY
+    untagged = {"Name": "hand-made"}
+    assert cam.decide(node, instance_request(action, untagged)) == IMPLICIT_DENY
+
+
+@pytest.mark.parametrize(
+    "action", ["cvm:TerminateInstances", "tag:UnTagResources", "tag:DeleteTags"]
+)
+def test_the_node_may_never_terminate_or_untag_even_itself(action: str) -> None:
+    docs = stack_documents("tencent-a100x4")
+    node = [docs["tencent-a100x4-node-policy"]]
+    request = instance_request(action, node_tags("tencent-a100x4"))
+    assert cam.decide(node, request) == DENY
+
+
+def test_the_reaper_may_stop_its_stacks_instances_only_and_never_terminate() -> None:
+    docs = stack_documents("tencent-a100x4")
+    reaper = [docs["tencent-a100x4-reaper-policy"]]
+    ours = node_tags("tencent-a100x4")
+    assert cam.decide(reaper, instance_request("cvm:StopInstances", ours)) == ALLOW
+    other = instance_request("cvm:StopInstances", another_stacks(ours))
+    assert cam.decide(reaper, other) == IMPLICIT_DENY
+    assert cam.decide(reaper, instance_request("cvm:TerminateInstances", ours)) == DENY
+    for action in CAM_ACTIONS:
+        if action != "cvm:StopInstances":  # the reads: any resource
+            assert cam.decide(reaper, Request(action, "*")) == ALLOW
+
+
+def bucket_of(stack: str) -> str:
+    _, result = planned(STACKS / f"Pulumi.{stack}.yaml")
+    (bucket,) = result.of_type("tencentcloud:Cos/bucket:Bucket")
+    return f"qcs::cos:ap-guangzhou:uid/1250000000:{bucket.inputs['bucket']}"
+
+
+NODE_ROLE = "qcs::cam::uin/100000000001:roleName/gpufleet-tencent-a100x4-node"
+
+
+@pytest.mark.parametrize(
+    ("action", "path"),
+    [
+        ("cos:HeadBucket", "/"),
+        ("cos:GetBucket", "/"),
+        ("cos:ListMultipartUploads", "/"),
+        ("cos:PutObject", "/checkpoints/step-100.pt"),
+        ("cos:GetObject", "/checkpoints/step-100.pt"),
+        ("cos:ListParts", "/checkpoints/step-100.pt"),
+        ("cos:AbortMultipartUpload", "/checkpoints/step-100.pt"),
+    ],
+)
+def test_the_node_reaches_its_stacks_bucket_over_https_and_no_other(action: str, path: str) -> None:
+    """Bucket APIs name ``<bucket>/`` and objects ``<bucket>/<key>`` (COS 436/31923)."""
+    docs = stack_documents("tencent-a100x4")
+    node_and_bucket = [docs["tencent-a100x4-node-policy"], docs["bucket"]]
+    bucket = bucket_of("tencent-a100x4")
+
+    def ask(resource: str, https: str) -> str:
+        ctx = {"cos:secure-transport": [https]}
+        return cam.decide(node_and_bucket, Request(action, resource, ctx, NODE_ROLE))
+
+    assert ask(bucket + path, "true") == ALLOW
+    assert ask(bucket + path, "false") == DENY
+    other = "qcs::cos:ap-guangzhou:uid/1250000000:someone-elses-bucket-1250000000"
+    assert ask(other + path, "true") == IMPLICIT_DENY
 
 
 def test_the_bucket_refuses_plain_http_for_every_principal() -> None:
-    doc = json.loads(tp.tls_only_policy("ap-guangzhou", "125", "b-125"))
-    (stmt,) = doc["Statement"]
-    assert stmt["Effect"] == "Deny" and stmt["Action"] == ["name/cos:*"]
-    assert stmt["Condition"]["bool"]["cos:secure_transport"] == "false"
+    bucket = bucket_of("tencent-a100x4")
+    doc = [stack_documents("tencent-a100x4")["bucket"]]
+    for who in (NODE_ROLE, "qcs::cam::uin/100000000009:uin/100000000009"):
+        http = Request("cos:GetObject", bucket + "/k", {"cos:secure-transport": ["false"]}, who)
+        assert cam.decide(doc, http) == DENY
+        https = Request("cos:GetObject", bucket + "/k", {"cos:secure-transport": ["true"]}, who)
+        assert cam.decide(doc, https) == IMPLICIT_DENY  # the bucket policy grants nothing
 
 
 def test_the_function_gets_exactly_the_reapers_contract_variables() -> None:

@@ -156,6 +156,14 @@ def _tc_timer_dropped(inputs: dict[str, Any]) -> None:
     inputs["triggers"] = []
 
 
+def _cos_tls_spelled_as_before(inputs: dict[str, Any]) -> None:
+    """The undocumented spelling the stack once wrote: operator ``bool``, key
+    ``cos:secure_transport``; COS documents bool_equal on cos:secure-transport."""
+    doc = json.loads(inputs["policy"])
+    doc["statement"][0]["condition"] = {"bool": {"cos:secure_transport": "false"}}
+    inputs["policy"] = json.dumps(doc)
+
+
 def _tc_env(key: str, value: str) -> Callable[[dict[str, Any]], None]:
     def change(inputs: dict[str, Any]) -> None:
         inputs["environment"][key] = value
@@ -580,7 +588,15 @@ CASES = [
         drop(R.TC_BUCKET_POLICY, "-tls-only"),
         "buckets-private-tls-only",
         "tencent-t4x1-bucket",
-        "cos:secure_transport",
+        "cos:secure-transport",
+    ),
+    Case(
+        "tencent-cos-tls-policy-in-an-undocumented-spelling",
+        "tencent-t4x1",
+        edit(R.TC_BUCKET_POLICY, "-tls-only", _cos_tls_spelled_as_before),
+        "buckets-private-tls-only",
+        "tencent-t4x1-bucket",
+        "bool_equal",
     ),
     Case(
         "tencent-reaper-without-timer",
