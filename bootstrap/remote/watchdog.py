@@ -828,14 +828,17 @@ class TencentNode(MetadataNode):
     every call TC3-HMAC-SHA256 signed (:func:`tc3_headers`); COS through its S3-compatible
     API for the bucket; power-off through StopInstances with STOP_CHARGING.
 
-    No metrics: Cloud Monitor's custom-metric report action (PutMonitorData) is disused
-    (tencentcloud.com/document/api/248/35974), see infra/reaper/tencent.py. The watchdog
-    decides on the node as everywhere; the reaper applies the TTL and the lease cap only.
+    No custom metrics: Cloud Monitor's report action (PutMonitorData) is disused
+    (tencentcloud.com/document/api/248/35974). The heartbeat is an object in the stack's
+    bucket (:class:`BucketHeartbeat`), and the GPU utilization the reaper reads is the
+    monitoring agent's own (QCE/CVM GpuUtil; `fab setup` installs the agent), see
+    infra/reaper/tencent.py.
     """
 
     sleep: Callable[[float], None] = time.sleep
     name: ClassVar[str] = "tencent"
     publishes_metrics: ClassVar[bool] = False
+    heartbeat_in_bucket: ClassVar[bool] = True
     metadata_base = "http://metadata.tencentyun.com"  # plain GETs: no session token
     role_path = "/latest/meta-data/cam/security-credentials/"
     role_fields = ("TmpSecretId", "TmpSecretKey", "Token")
@@ -932,7 +935,7 @@ class TencentNode(MetadataNode):
     def put_metrics(self, instance_id: str, metrics: Sequence[Metric], creds: Credentials) -> None:
         raise RuntimeError(
             "Tencent Cloud Monitor has no custom-metric report action (PutMonitorData is "
-            "disused): nothing published; the reaper applies the TTL and lease cap only"
+            "disused): the heartbeat is an object in the bucket (BucketHeartbeat)"
         )
 
     def bucket_endpoint(self) -> str:
@@ -1263,6 +1266,40 @@ class MetricsPublisher:
         if unsynced is not None:
             values.append((names.METRIC_UNSYNCED, float(unsynced), "Count"))
         self.cloud.put_metrics(self.instance_id, values, creds)
+
+
+@dataclass
+class BucketHeartbeat:
+    """The heartbeat where the cloud's metrics service takes none (Tencent: PutMonitorData
+    is disused): this node's object ``<HEARTBEAT_OBJECT_PREFIX><instance id>`` in the
+    stack's bucket, written again every run. The reaper reads only its Last-Modified, which
+    the storage service stamps on its own clock; the body (this node's clock and last
+    values) is for people. GPU utilization reaches the reaper through the cloud's own agent
+    (infra/reaper/tencent.py)."""
+
+    store: Callable[[], sync.BucketStore | None]
+    instance_id: str
+    timeout_s: float = 30.0
+
+    def publish(
+        self,
+        *,
+        at: dt.datetime,
+        gpu_util: float | None,
+        gpu_mem: float | None,
+        unsynced: int | None = None,
+    ) -> None:
+        store = self.store()
+        if store is None:
+            raise RuntimeError("no bucket configured: no heartbeat object written")
+        body = {
+            "node_time": policy.format_utc(at),
+            "gpu_util": gpu_util,
+            "gpu_mem": gpu_mem,
+            "unsynced": unsynced,
+        }
+        key = names.HEARTBEAT_OBJECT_PREFIX + self.instance_id
+        store.put(key, json.dumps(body).encode(), deadline=time.monotonic() + self.timeout_s)
 
 
 def retry_idempotent(
@@ -1762,7 +1799,12 @@ def build(config: Config) -> Watchdog:
     creds = cloud.credentials
     instance_id = config.instance_id or cloud.instance_id() or ""
     publisher: Publisher | None = None
-    if config.publish_metrics and not getattr(cloud, "publishes_metrics", True):
+    if config.publish_metrics and getattr(cloud, "heartbeat_in_bucket", False):
+        if instance_id:
+            publisher = BucketHeartbeat(ScratchSyncer(config, creds).store, instance_id)
+        else:
+            LOG.warning("no instance id (config or metadata): no heartbeat object written")
+    elif config.publish_metrics and not getattr(cloud, "publishes_metrics", True):
         LOG.info("%s: this cloud has no custom-metric report action: none published", cloud.name)
     elif config.publish_metrics:
         if instance_id:

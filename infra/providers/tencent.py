@@ -550,7 +550,7 @@ class TencentProvider:
         nodes: list[tuple[NodeSpec, NodeParts]],
         storage: StorageParts,
     ) -> GuardParts:
-        from infra.reaper.tencent import SCF_HANDLER, SCF_RUNTIME
+        from infra.reaper.tencent import BUCKET_ENV, SCF_HANDLER, SCF_RUNTIME
 
         tags = stack_tags(cfg)
         role, _ = _role_with_policy(
@@ -574,7 +574,8 @@ class TencentProvider:
             role=role.name,
             timeout=SCF_TIMEOUT_S,
             mem_size=SCF_MEMORY_MB,
-            environment=function_env(cfg),
+            # The bucket the nodes write their heartbeat objects to (the reaper reads them).
+            environment={**function_env(cfg), BUCKET_ENV: storage.bucket},
             description=f"gpufleet {cfg.stack}: stop idle GPU nodes ({stopped_mode()})",
             triggers=[
                 tc.scf.FunctionTriggerArgs(

@@ -56,6 +56,10 @@ CMS_DIMENSION = "instanceId"  # CloudMonitor's spelling of the same dimension
 CMS_GROUP_ID = "0"  # CloudMonitor custom metrics' GroupId: no application group
 
 METRIC_NAMES = (METRIC_GPU_UTIL, METRIC_GPU_MEM, METRIC_HEARTBEAT, METRIC_UNSYNCED)
+# Where no custom-metric service takes a heartbeat (Tencent: PutMonitorData is disused), the
+# node writes one object per instance in the stack's bucket: <prefix><instance id>. The
+# reaper reads the object's Last-Modified, which the storage service stamps, never its body.
+HEARTBEAT_OBJECT_PREFIX = "gpufleet/heartbeat/"
 
 
 def is_protected(value: object) -> bool:

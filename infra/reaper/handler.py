@@ -249,6 +249,7 @@ FUNCTION_MODULES = (
     "aws.py",
     "alicloud.py",
     "azure.py",
+    "bucket_store.py",  # the node's own bucket client (Tencent's heartbeat objects)
     "catalog_data.py",
     "core.py",
     "fleet_names.py",

@@ -25,20 +25,28 @@ the SDK):
   STOP_CHARGING is reported, never retried as KEEP_CHARGING (that stop would save nothing).
 - ``GetMonitorData`` (https://cloud.tencent.com/document/api/248/31014, CAM action
   monitor:GetMonitorData), namespace ``QCE/CVM``, metric ``GpuUtil``: the GPU utilization
-  the CVM monitoring agent reports for GPU instances, with the service's timestamps; up to
-  50 instances a call.
+  the CVM monitoring agent (BaseAgent, with its GPU component) reports per instance
+  (Tencent doc 248/6843 "CVM monitoring metrics"), with the service's timestamps; up to 50
+  instances and 7,200 datapoints a call (the SDK's GetMonitorDataRequest docstrings,
+  tencentcloud-sdk-python-monitor 3.1.189). Instances whose window would pass 7,200 points
+  go in smaller batches.
+- COS ``HEAD`` of each node's heartbeat object, ``<bucket>/gpufleet/heartbeat/<instance
+  id>`` (fleet_names.HEARTBEAT_OBJECT_PREFIX; CAM action cos:HeadObject), through COS's
+  S3-compatible API with the node's own SigV4 client (bucket_store.py is a link to
+  bootstrap/remote/watchdog_sync.py). The heartbeat's time is the object's
+  ``Last-Modified``, which COS stamps on its own clock: the same evidence as a datapoint's
+  timestamp elsewhere. Custom metrics are no option: ``PutMonitorData`` (API 2018-07-24) is
+  disused ("its related console features and backend services were deactivated", planned
+  disuse 2023-06-26: https://www.tencentcloud.com/document/api/248/35974); the successor is
+  the managed Prometheus service, not a TC3-signed API.
 
-The watchdog heartbeat: Cloud Monitor has no working custom-metric report action any more.
-``PutMonitorData`` (API 2018-07-24) is documented as disused ("its related console features
-and backend services were deactivated", planned disuse 2023-06-26:
-https://www.tencentcloud.com/document/api/248/35974) and is gone from the SDK; the documented
-successor for custom metrics is the managed Prometheus service (remote write or Pushgateway
-with a bearer token, https://www.tencentcloud.com/document/product/248/63056), which is not
-a TC3-signed API. So on Tencent the reaper sees no heartbeat, and by the evidence rule
-(infra/reaper/idle_rules.py ``decide_cloud``) it never stops a node for being silent: it stops
-only on the hard TTL and the lease cap, and keeps protected, leased, prepaid and unreadable
-instances. The idle stop is the node watchdog's own. A GpuUtil answer that is missing,
-partial or failed keeps the instance and fails the run, like every cloud.
+So the rule is the other clouds' (infra/reaper/idle_rules.py ``decide_cloud``): a node is
+stopped for silence only when its heartbeat object was written this boot and then went
+stale while another node's heartbeat still arrived, with no GPU use in the window. No
+GpuUtil datapoint in the window (the agent is not installed or not reporting) is unknown,
+never idle: the instance is kept and the run fails, as for a GpuUtil answer that is
+missing, partial or failed. Without a bucket setting (:data:`BUCKET_ENV`) no heartbeat is
+read: only the TTL and the lease cap apply.
 
 Launch time: CVM reports ``CreatedTime`` only, not the last start. The TTL counts from
 creation only for an instance whose ``LatestOperation`` shows nothing since (none, or
@@ -57,6 +65,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlparse
 
@@ -71,6 +80,7 @@ from .core import (
     chunks,
     int_env,
 )
+from .fleet_names import HEARTBEAT_OBJECT_PREFIX
 from .idle_rules import UTC, parse_utc
 
 # The SCF function's settings (tencent-infra declares exactly these) and its runtime.
@@ -82,12 +92,23 @@ CREDENTIAL_ENV = (
     ("TENCENTCLOUD_SECRETID", "TENCENTCLOUD_SECRETKEY", "TENCENTCLOUD_SESSIONTOKEN"),
     ("TENCENTCLOUD_SECRET_ID", "TENCENTCLOUD_SECRET_KEY", "TENCENTCLOUD_SESSION_TOKEN"),
 )
-CAM_ACTIONS = ("cvm:DescribeInstances", "cvm:StopInstances", "monitor:GetMonitorData")
+CAM_ACTIONS = (
+    "cvm:DescribeInstances",
+    "cvm:StopInstances",
+    "monitor:GetMonitorData",
+    "cos:HeadObject",  # the heartbeat objects in the stack's bucket
+)
+# The stack's COS bucket, where the nodes write their heartbeat objects (the stack sets it);
+# an override of COS's endpoint for tests and private endpoints (the bucket then goes in
+# the path).
+BUCKET_ENV = "GPUFLEET_TENCENT_BUCKET"
+COS_ENDPOINT_ENV = "GPUFLEET_TENCENT_COS_ENDPOINT"
 
 PAGE = 100  # DescribeInstances Limit ceiling
 MAX_PAGES = 200  # 20,000 instances: more is an error, never a silent cut
 STOP_BATCH = 100  # StopInstances InstanceIds ceiling
 METRIC_BATCH = 50  # GetMonitorData Instances ceiling
+METRIC_POINTS = 7200  # GetMonitorData datapoints ceiling, per request
 METRIC_NAMESPACE = "QCE/CVM"
 METRIC_GPU = "GpuUtil"
 METRIC_PERIOD = 60
@@ -167,6 +188,8 @@ def from_env(region: str, env: Mapping[str, str], given: Invocation) -> TencentC
         secret_key=secret_key or None,
         token=token or None,
         max_attempts=int_env(env, MAX_ATTEMPTS_ENV, DEFAULT_MAX_ATTEMPTS),
+        bucket=env.get(BUCKET_ENV, "").strip(),
+        cos_endpoint=env.get(COS_ENDPOINT_ENV, "").strip(),
     )
 
 
@@ -185,8 +208,13 @@ class TencentCloud:
         backoff_s: float = 0.5,
         timeout_s: int = REQUEST_TIMEOUT_S,
         sleep: Callable[[float], None] = time.sleep,
+        bucket: str = "",
+        cos_endpoint: str = "",
     ) -> None:
         env_id, env_key, env_token = credentials_from(os.environ)
+        self.bucket = bucket
+        self.cos_endpoint = cos_endpoint
+        self._store: Any = None
         self.region = region
         self.endpoint = endpoint
         self.secret_id = secret_id or env_id
@@ -304,7 +332,9 @@ class TencentCloud:
         self, instance_ids: Sequence[str], *, start: datetime, end: datetime
     ) -> dict[str, Metrics]:
         out: dict[str, Metrics] = {}
-        for batch in chunks(list(instance_ids), METRIC_BATCH):
+        points = max(1, int((end - start).total_seconds() // METRIC_PERIOD) + 2)
+        batch_size = max(1, min(METRIC_BATCH, METRIC_POINTS // points))
+        for batch in chunks(list(instance_ids), batch_size):
             try:
                 util = self._gpu_util(batch, start, end)
             except Exception as exc:  # unreadable, which counts as active
@@ -313,10 +343,61 @@ class TencentCloud:
             for iid in batch:
                 if iid not in util:
                     out[iid] = Metrics(error="missing from the GetMonitorData answer")
-                    continue
-                # No heartbeat source on Tencent (module docstring): never evidence of idle.
-                out[iid] = Metrics(last_heartbeat=None, max_gpu_util=util[iid])
+                elif util[iid] is None:
+                    out[iid] = Metrics(
+                        error=f"no {METRIC_GPU} datapoint in the window: the monitoring "
+                        "agent (BaseAgent) is not reporting GPU metrics (`fab setup` "
+                        "installs it); counts as active"
+                    )
+                else:
+                    out[iid] = self._with_heartbeat(iid, util[iid], start, end)
         return out
+
+    def _with_heartbeat(
+        self, iid: str, util: float | None, start: datetime, end: datetime
+    ) -> Metrics:
+        """The GPU maximum and the newest heartbeat object's Last-Modified in the window."""
+        if not self.bucket:
+            return Metrics(last_heartbeat=None, max_gpu_util=util)
+        try:
+            headers = self._bucket().head(f"{HEARTBEAT_OBJECT_PREFIX}{iid}")
+        except Exception as exc:  # unreadable, which counts as active
+            return Metrics(error=f"heartbeat object unreadable: {str(exc)[:240]}")
+        if headers is None:
+            return Metrics(last_heartbeat=None, max_gpu_util=util)
+        try:
+            beat = parsedate_to_datetime(headers.get("last-modified", ""))
+        except (TypeError, ValueError, IndexError):
+            beat = None
+        if beat is None or beat.tzinfo is None:
+            return Metrics(error="heartbeat object without a readable Last-Modified")
+        beat = beat.astimezone(UTC)
+        return Metrics(last_heartbeat=beat if start <= beat <= end else None, max_gpu_util=util)
+
+    def _bucket(self) -> Any:
+        """The stack's bucket through COS's S3-compatible API (SigV4, the role's keys)."""
+        if self._store is None:
+            from . import bucket_store
+
+            def keys() -> dict[str, str]:
+                return {
+                    "access_key_id": self.secret_id,
+                    "secret": self.secret_key,
+                    "token": self.token or "",
+                }
+
+            store = bucket_store.Store.for_node(
+                endpoint=f"https://cos.{self.region}.myqcloud.com",
+                region=self.region,
+                bucket=self.bucket,
+                credentials=keys,
+                endpoint_url=self.cos_endpoint,
+            )
+            store.timeout = float(self.timeout_s)
+            store.attempts = self.max_attempts
+            store.retry_sleep = self._sleep
+            self._store = store
+        return self._store
 
     def _gpu_util(
         self, ids: Sequence[str], start: datetime, end: datetime

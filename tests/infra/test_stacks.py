@@ -376,10 +376,17 @@ def test_every_stack_declares_its_idle_guard(stack):
         ids = {n["instance_id"] for n in result.outputs["nodes"]}
         assert {m[3] for m in body["widgets"][0]["properties"]["metrics"]} == ids
     elif cfg.provider == "tencent":
-        from infra.reaper.tencent import CAM_ACTIONS, FUNCTION_ENV, SCF_HANDLER, SCF_RUNTIME
+        from infra.reaper.tencent import (
+            BUCKET_ENV,
+            CAM_ACTIONS,
+            FUNCTION_ENV,
+            SCF_HANDLER,
+            SCF_RUNTIME,
+        )
 
         (fn,) = result.of_type("tencentcloud:Scf/function:Function")
-        assert set(fn.inputs["environment"]) == set(FUNCTION_ENV)
+        assert set(fn.inputs["environment"]) == {*FUNCTION_ENV, BUCKET_ENV}
+        assert fn.inputs["environment"][BUCKET_ENV] == result.outputs["bucket"]
         assert fn.inputs["environment"]["GPUFLEET_STACK"] == cfg.stack
         assert fn.inputs["environment"]["GPUFLEET_APPLY"] == "true"
         assert (fn.inputs["runtime"], fn.inputs["handler"]) == (SCF_RUNTIME, SCF_HANDLER)

@@ -12,6 +12,19 @@ Actions: CVM DescribeInstances (tag filters or InstanceIds, Offset/Limit), StopI
 or nothing, STOP_CHARGING required), Cloud Monitor GetMonitorData (QCE/CVM GpuUtil), and for
 the node STS GetCallerIdentity and Tag TagResources. Faults: throttling, 5xx, answers too
 slow for the client's timeout, HTML pages, partial metrics, a skewed Date.
+
+GetMonitorData answers with exactly the fields of the SDK's GetMonitorDataResponse and
+DataPoint models (tencentcloud-sdk-python-monitor 3.1.189, tencentcloud/monitor/v20180724/
+models.py; tests/reaper/test_tencent_reaper.py checks it), following the API page's response
+example (https://cloud.tencent.com/document/api/248/31014, example 1: Period, MetricName,
+StartTime, EndTime, DataPoints of Dimensions, Timestamps in Unix seconds, Values). Only the
+fields the page's request may ask for (SpecifyStatistics) add MaxValues / MinValues /
+AvgValues: never sent here, so absent (the SDK leaves them None).
+
+COS (the heartbeat objects): ``HEAD /<bucket>/<key>`` over COS's S3-compatible API, path
+style, SigV4-signed (checked with botocore's own S3 signer); 200 with ``Last-Modified`` in
+RFC 1123 form, as COS's HEAD Object page documents
+(https://cloud.tencent.com/document/product/436/7745), or 404.
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ import random
 import re
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -102,6 +116,10 @@ class FakeTencent:
     instances: list[FakeCvm] = field(default_factory=list)
     # instance id -> [(unix seconds, GpuUtil)]
     gpu: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    # The bucket's heartbeat objects: key -> Last-Modified (unix seconds, COS's clock).
+    bucket: str = "gpufleet-tc-0a1b2c3d-1250000000"
+    objects: dict[str, float] = field(default_factory=dict)
+    cos_status: int = 0  # answer every COS request with this status (0: normally)
     region: str = "ap-guangzhou"
     secrets: dict[str, str] = field(default_factory=lambda: {SECRET_ID: SECRET_KEY})
     throttle_rate: float = 0.0  # RequestLimitExceeded or a 503, at this rate
@@ -250,6 +268,49 @@ class FakeTencent:
             }[action]
             return 200, fn(q)
 
+    def head_object(self, path: str, headers: Any) -> tuple[int, dict[str, str]]:
+        """COS HEAD Object, path style; the SigV4 signature checked with botocore's."""
+        with self.lock:
+            self.calls.append(("HeadObject", {"path": path}))
+        if not self._sigv4_ok(path, headers):
+            with self.lock:
+                self.rejected.append("SignatureDoesNotMatch")
+            return 403, {}
+        if self.cos_status:
+            return self.cos_status, {}
+        bucket, _, key = path.lstrip("/").partition("/")
+        when = self.objects.get(urllib.parse.unquote(key))
+        if bucket != self.bucket or when is None:
+            return 404, {}
+        return 200, {"Last-Modified": formatdate(when, usegmt=True), "Content-Length": "0"}
+
+    def _sigv4_ok(self, path: str, headers: Any) -> bool:
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+
+        m = re.match(
+            r"AWS4-HMAC-SHA256 Credential=([^/]+)/\d{8}/([\w-]+)/s3/aws4_request, "
+            r"SignedHeaders=([\w;-]+), Signature=([0-9a-f]{64})$",
+            headers.get("Authorization", ""),
+        )
+        if m is None or m[1] not in self.secrets or m[2] != self.region:
+            return False
+        signed = {n: headers.get(n, "") for n in m[3].split(";") if n != "host"}
+        request = AWSRequest(
+            method="HEAD", url=f"http://{headers.get('Host', '')}{path}", headers=signed
+        )
+        request.context["timestamp"] = headers.get("x-amz-date", "")
+        signer = S3SigV4Auth(
+            Credentials(m[1], self.secrets[m[1]], headers.get("x-amz-security-token")),
+            "s3",
+            self.region,
+        )
+        want = signer.signature(
+            signer.string_to_sign(request, signer.canonical_request(request)), request
+        )
+        return hmac.compare_digest(want, m[4])
+
     def check_signature(self, method: str, path: str, headers: Any, body: bytes) -> str | None:
         """None if the request is TC3-signed correctly, else the error code to answer."""
         m = _AUTH.match(headers.get("Authorization", ""))
@@ -302,6 +363,15 @@ class FakeTencent:
 
             def date_time_string(self, timestamp: float | None = None) -> str:
                 return formatdate(time.time() + fake.date_offset_s, usegmt=True)
+
+            def do_HEAD(self) -> None:
+                status, headers = fake.head_object(self.path, self.headers)
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                if "Content-Length" not in headers:
+                    self.send_header("Content-Length", "0")
+                self.end_headers()
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from infra.reaper import tags as T
+from infra.reaper.fleet_names import HEARTBEAT_OBJECT_PREFIX
 from infra.reaper.handler import build_function_zip
 from infra.reaper.idle_rules import UTC
-from infra.reaper.tencent import SCF_HANDLER, SCF_RUNTIME
+from infra.reaper.tencent import BUCKET_ENV, COS_ENDPOINT_ENV, SCF_HANDLER, SCF_RUNTIME
 from tests.reaper.tencent_fake import SECRET_ID, SECRET_KEY, FakeCvm, FakeTencent
 from tests.reaper.test_function_package import PY310, clean_run, unzip
 
@@ -67,7 +68,12 @@ def _fleet(now: datetime) -> FakeTencent:
         FakeCvm("ins-busy", dict(base), fresh, instance_type="GT4.20XLARGE474"),
         FakeCvm("ins-kept", {**base, T.PROTECTED: "true"}, created),
     ]
-    fake.gpu["ins-busy"] = [(int(now.timestamp()) - 120, 97.0)]
+    at = int(now.timestamp())
+    # The monitoring agent reports on both running nodes; ins-busy's watchdog beats too
+    # (its heartbeat object, read through the zip's own bucket client).
+    fake.gpu["ins-busy"] = [(at - 120, 97.0)]
+    fake.gpu["ins-ttl"] = [(at - 120, 0.0)]
+    fake.objects[f"{HEARTBEAT_OBJECT_PREFIX}ins-busy"] = at - 60
     return fake
 
 
@@ -86,6 +92,8 @@ def test_tencent_zip_runs_main_handler_in_a_clean_interpreter_against_the_fake(
             "GPUFLEET_REGION": "ap-guangzhou",
             "GPUFLEET_APPLY": "true",
             "GPUFLEET_ENDPOINT_URL": url,
+            BUCKET_ENV: FakeTencent.bucket,
+            COS_ENDPOINT_ENV: url,
             "TENCENTCLOUD_SECRETID": SECRET_ID,
             "TENCENTCLOUD_SECRETKEY": SECRET_KEY,
             "TENCENTCLOUD_SESSIONTOKEN": "role-token",
@@ -102,5 +110,8 @@ def test_tencent_zip_runs_main_handler_in_a_clean_interpreter_against_the_fake(
         "ins-kept": "RUNNING",
     }
     assert not fake.rejected  # signed with the role's keys, and valid
+    assert ("HeadObject", {"path": f"/{fake.bucket}/{HEARTBEAT_OBJECT_PREFIX}ins-busy"}) in (
+        fake.calls
+    )
     where = done.stdout.split("FROM ", 1)[1].split()
     assert where and all(str(folder) in p for p in where)

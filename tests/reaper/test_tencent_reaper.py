@@ -11,11 +11,12 @@ import pytest
 
 from infra.reaper import tags as T
 from infra.reaper.core import Report, reap
+from infra.reaper.fleet_names import HEARTBEAT_OBJECT_PREFIX
 from infra.reaper.handler import CLOUDS, main_handler
 from infra.reaper.idle_rules import UTC
-from infra.reaper.tencent import TencentCloud, parse_instance
+from infra.reaper.tencent import BUCKET_ENV, COS_ENDPOINT_ENV, TencentCloud, parse_instance
 from scripts import teardown
-from tests.reaper.fleet import Case, cases
+from tests.reaper.fleet import cases
 from tests.reaper.tencent_fake import SECRET_ID, SECRET_KEY, FakeCvm, FakeTencent, tc3_signature
 
 pytestmark = pytest.mark.integration
@@ -29,16 +30,14 @@ def cvm_time(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def tencent_expect(case: Case) -> str:
-    """What the Tencent reaper must do: Cloud Monitor carries no watchdog heartbeat (see
-    infra/reaper/tencent.py), so a stop that needs a stale heartbeat is a keep here; the
-    TTL still stops."""
-    if case.expect == "stop" and case.age_min < 12 * 60:
-        return "keep"
-    return case.expect
+AGENT_MINUTES = 90  # how far back the monitoring agent has reported GpuUtil, each minute
 
 
-def build(now: datetime) -> tuple[FakeTencent, dict[str, str]]:
+def build(now: datetime, *, no_agent: bool = True) -> tuple[FakeTencent, dict[str, str]]:
+    """The fleet cases: the node's heartbeat is its object in the bucket (Last-Modified =
+    the case's heartbeat time), and the monitoring agent reports the case's GPU
+    utilization every minute since launch (0 % where the case names none). ``no_agent``:
+    three nodes whose agent reports nothing (their metrics are unknown: the run fails)."""
     fake = FakeTencent()
     expected: dict[str, str] = {}
     base = {T.MANAGED_BY: T.MANAGED_BY_VALUE, T.STACK: STACK, T.TIER: "a100x1"}
@@ -57,10 +56,13 @@ def build(now: datetime) -> tuple[FakeTencent, dict[str, str]]:
                     charge_type="SPOTPAID" if case.spot else "POSTPAID_BY_HOUR",
                 )
             )
-            expected[iid] = tencent_expect(case)
-            if case.heartbeat_min is not None and case.util is not None:
-                at = int((now - timedelta(minutes=case.heartbeat_min)).timestamp())
-                fake.gpu[iid] = [(at - 60, case.util), (at, case.util)]
+            expected[iid] = case.expect
+            if case.heartbeat_min is not None:
+                beat = now - timedelta(minutes=case.heartbeat_min)
+                fake.objects[f"{HEARTBEAT_OBJECT_PREFIX}{iid}"] = beat.timestamp()
+            reported = range(int(min(case.age_min, AGENT_MINUTES)))
+            at = int(now.timestamp())
+            fake.gpu[iid] = [(at - 60 * m, case.util or 0.0) for m in reported]
     extras: dict[str, tuple[str, dict[str, object]]] = {
         # TTL long past, but started again since creation: the launch time is unknown.
         "restarted": ("keep", {"latest_operation": "StartInstances"}),
@@ -69,8 +71,12 @@ def build(now: datetime) -> tuple[FakeTencent, dict[str, str]]:
         "other-stack": ("absent", {}),
         # An absurd limit tag keeps only its own instance (unknown) until the 14-day cap.
         "bad-tag": ("keep", {}),
+        # No monitoring agent (no GpuUtil datapoint) and a stale heartbeat: unknown, kept.
+        "no-agent": ("keep", {}),
     }
     for name, (want, overrides) in extras.items():
+        if name == "no-agent" and not no_agent:
+            continue
         for _ in range(3):
             n += 1
             iid = f"ins-{name}-{n:04d}"
@@ -84,17 +90,27 @@ def build(now: datetime) -> tuple[FakeTencent, dict[str, str]]:
                 FakeCvm(iid, tags, cvm_time(now - timedelta(hours=20)), **overrides)  # type: ignore[arg-type]
             )
             expected[iid] = want
+            if name == "no-agent":
+                del tags[T.TTL_HOURS]  # the tier's 24 h: not reached at 20 h
+                stale = now - timedelta(minutes=40)
+                fake.objects[f"{HEARTBEAT_OBJECT_PREFIX}{iid}"] = stale.timestamp()
+            else:
+                at = int(now.timestamp())
+                fake.gpu[iid] = [(at - 60 * m, 0.0) for m in range(AGENT_MINUTES)]
     return fake, expected
 
 
 def cloud(url: str, **kw: object) -> TencentCloud:
+    """The reaper against the fake: CVM and Cloud Monitor at ``url``, and the stack's
+    bucket there too (COS's S3-compatible API, path style)."""
+    settings: dict[str, object] = {"bucket": FakeTencent.bucket, "cos_endpoint": url, **kw}
     return TencentCloud(
         REGION,
         endpoint=url,
         secret_id=SECRET_ID,
         secret_key=SECRET_KEY,
         sleep=lambda _s: None,  # the retry backoff is not what these tests measure
-        **kw,  # type: ignore[arg-type]
+        **settings,  # type: ignore[arg-type]
     )
 
 
@@ -153,6 +169,59 @@ def test_fake_refuses_a_request_signed_with_the_wrong_key() -> None:
     assert not fake.calls
 
 
+def _fields(model: object) -> set[str]:
+    return {name.lstrip("_") for name in vars(model)}
+
+
+def test_fakes_get_monitor_data_answer_has_exactly_the_sdk_models_fields() -> None:
+    """The fake answers in the SDK's own shape: every field of GetMonitorDataResponse and
+    of each DataPoint (MaxValues, MinValues, AvgValues only come with SpecifyStatistics,
+    which the reaper never sends), and nothing the SDK does not know."""
+    from tencentcloud.monitor.v20180724 import models
+
+    fake = FakeTencent()
+    fake.gpu["ins-1"] = [(1_764_000_000, 12.5)]
+    answer = fake.get_monitor_data(
+        {
+            "Namespace": "QCE/CVM",
+            "MetricName": "GpuUtil",
+            "Period": 60,
+            "StartTime": "2025-11-24T00:00:00+00:00",
+            "EndTime": "2025-11-24T23:00:00+00:00",
+            "Instances": [{"Dimensions": [{"Name": "InstanceId", "Value": "ins-1"}]}],
+        }
+    )
+    assert set(answer) | {"RequestId"} == _fields(models.GetMonitorDataResponse())
+    statistics = {"MaxValues", "MinValues", "AvgValues"}
+    point = answer["DataPoints"][0]
+    assert set(point) == _fields(models.DataPoint()) - statistics
+    parsed = models.GetMonitorDataResponse()
+    parsed._deserialize({**answer, "RequestId": "r"})
+    assert parsed.DataPoints[0].Timestamps == [1_764_000_000.0]
+    assert parsed.DataPoints[0].Values == [12.5]
+    assert parsed.DataPoints[0].Dimensions[0].Value == "ins-1"
+
+
+def test_the_request_asks_for_the_sdks_own_fields_and_at_most_its_limits() -> None:
+    from tencentcloud.monitor.v20180724 import models
+
+    sent: list[dict[str, object]] = []
+
+    def record(service: str, action: str, params: dict[str, object]) -> object:
+        sent.append(params)
+        raise RuntimeError("recorded, not sent")
+
+    tc = cloud("http://127.0.0.1:1", max_attempts=1)
+    tc._call = record  # type: ignore[method-assign]
+    now = datetime(2026, 3, 1, tzinfo=UTC)
+    # A day of minutes (a long idle tag's window): 7,200 points a call at most, not 50 ids.
+    ids = [f"ins-{n}" for n in range(60)]
+    tc.metrics(ids, start=now - timedelta(days=1), end=now)
+    assert set(sent[0]) <= _fields(models.GetMonitorDataRequest())
+    per_call = [len(q["Instances"]) for q in sent]  # type: ignore[arg-type]
+    assert sum(per_call) == 60 and max(per_call) * (24 * 60 + 2) <= 7200
+
+
 # ---------------------------------------------------------------------- fleet cases
 
 
@@ -182,7 +251,15 @@ def test_dry_run_decides_every_fleet_case_and_stops_nothing() -> None:
     assert not [a for a, _ in fake.calls if a == "StopInstances"]
     metric_calls = [q for a, q in fake.calls if a == "GetMonitorData"]
     assert metric_calls and all(len(q["Instances"]) <= 50 for q in metric_calls)
-    assert report.exit_code == 0
+    # Stopped for silence only where the heartbeat object went stale and the GPU was idle.
+    silent = {
+        d.instance_id for d in report.decisions if d.action == "stop" and "silent" in d.reason
+    }
+    assert silent == {i for i in expected if "-stale-heartbeat-idle-" in i or "-spot-idle-" in i}
+    no_agent = [d for d in report.decisions if "-no-agent-" in d.instance_id]
+    assert no_agent and all(d.unknown and "GpuUtil datapoint" in d.reason for d in no_agent)
+    assert report.exit_code == 1  # the agent-less nodes: metrics unreadable, reported
+    assert not fake.rejected  # every COS HEAD arrived SigV4-signed and valid
 
 
 def test_apply_stops_with_stop_charging_and_a_refused_id_does_not_hold_the_others_back() -> None:
@@ -256,7 +333,8 @@ def test_5xx_on_every_monitor_call_keeps_everything_but_the_ttl_and_fails_the_ru
         report = reap(cloud(url, max_attempts=2), stack=STACK, apply=True)
     assert not wrong_stops(report, expected)
     stops = {d.instance_id for d in report.decisions if d.action == "stop"}
-    assert stops == {i for i, a in expected.items() if a == "stop"}  # the TTL needs no metrics
+    ttl = {i for i, a in expected.items() if a == "stop" and "ttl" in i}
+    assert stops == ttl  # the TTL needs no metrics; silence needs them
     assert report.exit_code == 1
     assert any("metrics unreadable" in p for p in report.problems)
 
@@ -350,10 +428,12 @@ def test_teardown_cli_speaks_tencent(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = datetime.now(UTC)
-    fake, expected = build(now)
+    fake, expected = build(now, no_agent=False)
     monkeypatch.setenv("TENCENTCLOUD_SECRET_ID", SECRET_ID)
     monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", SECRET_KEY)
+    monkeypatch.setenv(BUCKET_ENV, FakeTencent.bucket)
     with fake.running() as url:
+        monkeypatch.setenv(COS_ENDPOINT_ENV, url)
         code = teardown.main(
             [
                 "--provider",
@@ -387,13 +467,15 @@ def test_scf_main_handler_reaps_its_stack_with_the_execution_roles_keys(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = datetime.now(UTC)
-    fake, expected = build(now)
+    fake, expected = build(now, no_agent=False)
     with fake.running() as url:
         for key, value in {
             "GPUFLEET_STACK": STACK,
             "GPUFLEET_APPLY": "false",
             "GPUFLEET_REGION": REGION,
             "GPUFLEET_ENDPOINT_URL": url,
+            BUCKET_ENV: FakeTencent.bucket,
+            COS_ENDPOINT_ENV: url,
             "TENCENTCLOUD_SECRETID": SECRET_ID,
             "TENCENTCLOUD_SECRETKEY": SECRET_KEY,
             "TENCENTCLOUD_SESSIONTOKEN": "fake-token",

@@ -424,10 +424,14 @@ def test_a_reclaim_notice_sync_to_a_silent_bucket_gives_up_before_the_repossessi
 
 
 @pytest.mark.integration
-def test_tencent_watchdog_publishes_no_metrics_and_says_why(
-    tmp_path: Path, metadata: tuple[FakeTencentMetadata, str], caplog: pytest.LogCaptureFixture
+def test_the_tencent_watchdog_beats_with_an_object_in_the_bucket_not_custom_metrics(
+    tmp_path: Path, metadata: tuple[FakeTencentMetadata, str], cos: str
 ) -> None:
+    import boto3
+
     _, url = metadata
+    s3 = boto3.client("s3", endpoint_url=cos, region_name="us-east-1")
+    s3.create_bucket(Bucket="gpufleet-tc-beat")
     scratch = tmp_path / "scratch"
     (scratch / "checkpoints").mkdir(parents=True)
     config = wd.Config(
@@ -435,16 +439,39 @@ def test_tencent_watchdog_publishes_no_metrics_and_says_why(
         region=REGION,
         stack="tc",
         node="tc-1",
+        bucket="gpufleet-tc-beat",
         metadata_url=url,
+        storage_endpoint_url=cos,
         scratch_path=str(scratch),
         state_dir=str(tmp_path / "state"),
     )
-    with caplog.at_level("INFO", logger="gpufleet-watchdog"):
-        dog = wd.build(config)
-    assert dog.publisher is None
-    assert "no custom-metric report action" in caplog.text
+    dog = wd.build(config)
+    assert isinstance(dog.publisher, wd.BucketHeartbeat)
+    assert dog.publisher.instance_id == IID  # from the metadata service
+    now = datetime.now(wd.UTC)
+    dog.publisher.publish(at=now, gpu_util=42.0, gpu_mem=10.0, unsynced=0)
+    key = f"{wd.names.HEARTBEAT_OBJECT_PREFIX}{IID}"
+    body = json.loads(s3.get_object(Bucket="gpufleet-tc-beat", Key=key)["Body"].read())
+    assert body["gpu_util"] == 42.0 and body["node_time"] == wd.policy.format_utc(now)
     with pytest.raises(RuntimeError, match="PutMonitorData"):
         node(url).put_metrics(IID, [("Heartbeat", 1.0, "None")], {})
+
+    # And the reaper reads what the node wrote: the object's Last-Modified, stamped by the
+    # storage service (moto's clock here), through the reaper's own bucket client.
+    from infra.reaper.tencent import TencentCloud
+
+    reaper = TencentCloud(
+        REGION,
+        secret_id=SECRET_ID,
+        secret_key=SECRET_KEY,
+        bucket="gpufleet-tc-beat",
+        cos_endpoint=cos,
+    )
+    seen = reaper._with_heartbeat(IID, 0.0, now - timedelta(minutes=5), now + timedelta(minutes=5))
+    assert seen.error is None and seen.last_heartbeat is not None
+    assert abs((seen.last_heartbeat - now).total_seconds()) < 5
+    gone = reaper._with_heartbeat("ins-never", 0.0, now - timedelta(minutes=5), now)
+    assert gone.error is None and gone.last_heartbeat is None  # no object: no evidence
 
 
 def test_tencent_is_a_registered_node_cloud() -> None:

@@ -1,0 +1,1 @@
+../../bootstrap/remote/watchdog_sync.py
