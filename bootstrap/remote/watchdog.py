@@ -685,8 +685,10 @@ class AlicloudNode(MetadataNode):
     alibabacloud.com/help/en/ecs/user-guide/view-instance-metadata), the RAM role's STS
     credentials, tags through ListTagResources and the lease through TagResources (ECS RPC
     API), CloudMonitor PutCustomMetric, all signed with RPC signature v1; OSS through its
-    S3-compatible endpoint for the bucket."""
+    S3-compatible endpoint for the bucket; power-off through StopInstance in economical
+    mode (:meth:`poweroff`)."""
 
+    sleep: Callable[[float], None] = time.sleep
     name: ClassVar[str] = "alicloud"
     metadata_base = "http://100.100.100.200"
     token_header = "X-aliyun-ecs-metadata-token"
@@ -802,8 +804,75 @@ class AlicloudNode(MetadataNode):
         # users' public endpoints does not restrict.
         return f"https://s3.oss-{self.region}-internal.aliyuncs.com"
 
+    def stop_instance(self, instance_id: str, creds: Credentials) -> None:
+        """ECS StopInstance in economical mode (StoppedMode=StopCharging): billing for
+        the vCPUs, memory and GPUs ends, the disks stay. Economical mode applies only to
+        a stop through the API: a shutdown from inside the OS stops the instance in the
+        account's default mode, standard (still billed) unless the account turned
+        economical mode on by default. Parameters as the SDK's StopInstanceRequest names
+        them (it takes no RegionId). Raises AlicloudApiError for an error answer."""
+        params = {
+            "Action": "StopInstance",
+            "Version": "2014-05-26",
+            "InstanceId": instance_id,
+            "StoppedMode": "StopCharging",
+            "ForceStop": "false",
+        }
+        try:
+            answer = json.loads(self._rpc("ecs", params, creds) or b"{}")
+        except urllib.error.HTTPError as exc:
+            try:
+                code = str(json.loads(exc.read() or b"{}").get("Code") or "")
+            except ValueError:
+                code = ""
+            raise AlicloudApiError("StopInstance", exc.code, code) from None
+        if not isinstance(answer, dict) or "RequestId" not in answer:
+            raise ValueError(f"StopInstance: not an API answer: {str(answer)[:120]}")
+
     def poweroff(self) -> None:
-        system_poweroff()  # a shutdown from inside the OS stops the ECS instance
+        """Stop this instance through the API in economical mode, with the node's RAM
+        role (its policy allows ecs:StopInstance on this instance alone). Throttling,
+        5xx and network errors are retried, bounded (:func:`retry_idempotent`); when
+        they persist this raises, the instance keeps running idle and the next run tries
+        again. When the API refuses (no credentials, RAM denies, a 4xx) it powers off
+        from inside the OS instead: the instance stops in the account's default mode,
+        which bills the GPUs unless economical mode is on by default, and the reaper
+        reports every instance stopped in standard mode until someone starts it and
+        stops it in economical mode (README, "Alibaba Cloud")."""
+        instance_id = self.instance_id()
+        creds = self.credentials()
+        if not instance_id or not creds:
+            LOG.error("cannot call StopInstance (no instance id or credentials): OS poweroff")
+            system_poweroff()
+            return
+        try:
+            retry_idempotent(
+                lambda: self.stop_instance(instance_id, creds),
+                sleep=self.sleep,
+                transient=lambda exc: isinstance(exc, AlicloudApiError) and exc.transient,
+            )
+        except AlicloudApiError as exc:
+            if exc.transient:
+                raise
+            LOG.error("%s: refused, so OS poweroff (standard mode: still billed)", exc)
+            system_poweroff()
+
+
+# Throttling and the service's own transient errors (ECS API error codes).
+_ALICLOUD_TRANSIENT = ("Throttling", "ServiceUnavailable", "InternalError", "UnknownError")
+
+
+class AlicloudApiError(RuntimeError):
+    """An Alicloud RPC error answer: its HTTP status and ``Code``."""
+
+    def __init__(self, action: str, status: int, code: str) -> None:
+        super().__init__(f"{action}: HTTP {status} {code}".strip())
+        self.status = status
+        self.code = code
+
+    @property
+    def transient(self) -> bool:
+        return sync.retryable_status(self.status) or self.code.startswith(_ALICLOUD_TRANSIENT)
 
 
 _TENCENT_RETRYABLE = ("RequestLimitExceeded", "InternalError", "ResourceUnavailable")

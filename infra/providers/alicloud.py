@@ -160,24 +160,34 @@ def node_policy(bucket: str, stack: str) -> str:
 
 
 def lease_policy(instance_id: str, stack: str) -> str:
-    """What one node may tag: its own instance (by id), only in a request that carries the
-    lease, and only while the instance is this stack's managed one. Attached to that node's
-    role alone; node_policy's Denies still refuse every tag the guards read."""
+    """What one node may do to its own instance (by id), while it is this stack's
+    managed one: tag it in a request that carries the lease, and stop it in economical
+    mode (the watchdog's idle stop: ECS StopInstance, whose StoppedMode=StopCharging only
+    an API call sets). Attached to that node's role alone; node_policy's Denies still
+    refuse every tag the guards read. No other instance, no start, no delete."""
+    own = [f"acs:ecs:*:*:instance/{instance_id}"]
+    managed = {
+        f"acs:ResourceTag/{T.STACK}": [stack],
+        f"acs:ResourceTag/{T.MANAGED_BY}": [T.MANAGED_BY_VALUE],
+    }
     return common.policy_json(
         RAM_VERSION,
         [
             {
                 "Effect": "Allow",
                 "Action": ["ecs:TagResources"],
-                "Resource": [f"acs:ecs:*:*:instance/{instance_id}"],
+                "Resource": own,
                 "Condition": {
-                    "StringEquals": {
-                        f"acs:ResourceTag/{T.STACK}": [stack],
-                        f"acs:ResourceTag/{T.MANAGED_BY}": [T.MANAGED_BY_VALUE],
-                    },
+                    "StringEquals": managed,
                     **request_carries(T.KEEP_ALIVE_UNTIL),
                 },
-            }
+            },
+            {
+                "Effect": "Allow",
+                "Action": ["ecs:StopInstance"],
+                "Resource": own,
+                "Condition": {"StringEquals": managed},
+            },
         ],
     )
 

@@ -3,8 +3,10 @@
 * :class:`FakeIMDS`: the instance metadata service of AWS (IMDSv2) or Alicloud (security
   hardening mode): session token, instance id, instance tags, role credentials, spot notice.
 * :class:`FakeEcs`: the few Alicloud RPC actions the watchdog calls (ListTagResources,
-  TagResources, PutCustomMetric). Every request's signature is checked with the official
-  Alibaba Cloud SDK's own signer (``alibabacloud_tea_openapi.utils.Utils.get_rpcsignature``).
+  TagResources, PutCustomMetric, StopInstance). Every request's signature is checked with
+  the official Alibaba Cloud SDK's own signer
+  (``alibabacloud_tea_openapi.utils.Utils.get_rpcsignature``), and every parameter against
+  the SDK's request model of its action: one the API does not define is refused.
 * :func:`moto_server`: moto's S3 + CloudWatch + EC2 over real HTTP, its backends built
   before the first test's request (not inside the node's request timeouts).
 * :func:`closed_port`: a port on 127.0.0.1 that refuses connections.
@@ -129,6 +131,18 @@ class FakeIMDS:
         return Handler
 
 
+def _ecs_request_models() -> dict[str, type[Any]]:
+    from alibabacloud_cms20190101 import models as cms
+    from alibabacloud_ecs20140526 import models as ecs
+
+    return {
+        "ListTagResources": ecs.ListTagResourcesRequest,
+        "TagResources": ecs.TagResourcesRequest,
+        "StopInstance": ecs.StopInstanceRequest,
+        "PutCustomMetric": cms.PutCustomMetricRequest,
+    }
+
+
 @dataclass
 class FakeEcs:
     """Alicloud ECS + CloudMonitor RPC, signature-checked with the official SDK's signer."""
@@ -136,6 +150,9 @@ class FakeEcs:
     secret: str = "secret"
     tags: dict[str, dict[str, str]] = field(default_factory=dict)  # instance -> tags
     fail: int = 0  # answer HTTP <fail> to every request (0: answer normally)
+    # StopInstance answers, in order, before it succeeds: (HTTP status, error Code)
+    stop_errors: list[tuple[int, str]] = field(default_factory=list)
+    stopped: dict[str, str] = field(default_factory=dict)  # instance -> StoppedMode
     calls: list[dict[str, str]] = field(default_factory=list)
     metrics: list[dict[str, str]] = field(default_factory=list)
     bad_signatures: int = 0
@@ -143,7 +160,10 @@ class FakeEcs:
     def handler(self) -> type[BaseHTTPRequestHandler]:
         from alibabacloud_tea_openapi.utils import Utils
 
+        from tests.support.alicloud_models import unknown_params
+
         fake = self
+        models = _ecs_request_models()
 
         class Handler(_Quiet):
             def do_POST(self) -> None:
@@ -158,7 +178,12 @@ class FakeEcs:
                     return self._json(400, {"Code": "IncompleteSignature"})
                 if fake.fail:
                     return self._json(fake.fail, {"Code": "ServiceUnavailable"})
-                action = params.get("Action")
+                action = params.get("Action", "")
+                if action not in models:
+                    return self._json(400, {"Code": "InvalidAction.NotFound"})
+                unknown = unknown_params(models[action], params)
+                if unknown:
+                    return self._json(400, {"Code": "InvalidParameter", "Message": unknown})
                 if action == "ListTagResources":
                     iid = params.get("ResourceId.1", "")
                     items = [
@@ -171,10 +196,15 @@ class FakeEcs:
                     iid = params.get("ResourceId.1", "")
                     fake.tags.setdefault(iid, {})[params["Tag.1.Key"]] = params["Tag.1.Value"]
                     return self._json(200, {"RequestId": "r"})
-                if action == "PutCustomMetric":
-                    fake.metrics.append(params)
-                    return self._json(200, {"Code": "200", "RequestId": "r"})
-                return self._json(400, {"Code": "InvalidAction.NotFound"})
+                if action == "StopInstance":
+                    if fake.stop_errors:
+                        status, code = fake.stop_errors.pop(0)
+                        return self._json(status, {"RequestId": "r", "Code": code})
+                    mode = params.get("StoppedMode", "KeepCharging")  # the account default
+                    fake.stopped[params["InstanceId"]] = mode
+                    return self._json(200, {"RequestId": "r"})
+                fake.metrics.append(params)
+                return self._json(200, {"Code": "200", "RequestId": "r"})
 
             def _json(self, status: int, body: dict[str, Any]) -> None:
                 self._send(status, json.dumps(body), "application/json")
