@@ -395,13 +395,18 @@ def parse_instance(raw: dict[str, Any]) -> Instance:
             problem = "neither StartTime nor CreationTime"
     except ValueError as exc:
         problem = f"StartTime unreadable: {exc}"
+    state = str(raw.get("Status", "unknown")).lower()
     return Instance(
         instance_id=str(raw.get("InstanceId", "?")),
-        state=str(raw.get("Status", "unknown")).lower(),
+        state=state,
         instance_type=str(raw.get("InstanceType", "")),
         launched_at=launched,
         tags=tags,
         spot=raw.get("SpotStrategy", "NoSpot") not in ("", "NoSpot"),
         prepaid=raw.get("InstanceChargeType") == "PrePaid",
         problem=problem,
+        # Standard stop mode keeps billing vCPUs, memory and GPUs (DescribeInstances
+        # StoppedMode: KeepCharging | StopCharging | Not-applicable). Only a start and a
+        # new stop in economical mode end that; the reaper never starts anything.
+        billed_while_stopped=state == "stopped" and raw.get("StoppedMode") == "KeepCharging",
     )

@@ -117,6 +117,9 @@ class Instance:
     spot: bool = False
     prepaid: bool = False  # subscription billing: stopping saves nothing
     problem: str | None = None  # the scan could not read part of this instance
+    # Stopped in a mode that still bills its compute (the cloud module says which): a
+    # stop cannot be applied to a stopped instance, so it is reported every run.
+    billed_while_stopped: bool = False
 
     def tag(self, key: str) -> str:
         value = self.tags.get(key, "")
@@ -284,6 +287,9 @@ class Report:
                 f"{silent} instance(s) silent with no other heartbeat arriving since: "
                 "metrics ingestion (PutMetricData / PutCustomMetric) may be down"
             )
+        billed = self.summary.get("billed_while_stopped", 0)
+        if billed:
+            out.append(f"{billed} stopped instance(s) still billed for their compute")
         errors = [d for d in self.decisions if d.error]
         if errors:
             out.append(f"{len(errors)} instance(s) could not be judged")
@@ -329,6 +335,13 @@ def _decide(
     if inst.protected:
         unknown = not inst.protected_reason.startswith("protected")
         return Decision(KEEP, inst.protected_reason, unknown=unknown)
+    if inst.state != RUNNING and inst.billed_while_stopped:
+        return Decision(
+            KEEP,
+            f"not running ({inst.state}), but its compute is still billed: start it and "
+            "let the watchdog or the reaper stop it, which stops billing",
+            unknown=True,
+        )
     if inst.state != RUNNING:
         return Decision(KEEP, f"not running ({inst.state})")
     if inst.prepaid:
@@ -504,6 +517,7 @@ def reap(
     summary["silent_without_evidence"] = sum(
         1 for d in decisions if d.unknown and "ingestion outage" in d.reason
     )
+    summary["billed_while_stopped"] = sum(1 for i in instances if i.billed_while_stopped)
     summary["clock"] = clock_info
     return Report(
         provider=cloud.provider,

@@ -42,6 +42,7 @@ class FakeInstance:
     spot_strategy: str = "NoSpot"
     charge_type: str = "PostPaid"
     refuses_stop: bool = False
+    stopped_mode: str = ""  # DescribeInstances StoppedMode; StopInstances sets it
 
 
 @dataclass
@@ -88,6 +89,7 @@ class FakeAlicloud:
                         "CreationTime": i.start_time,
                         "SpotStrategy": i.spot_strategy,
                         "InstanceChargeType": i.charge_type,
+                        **({"StoppedMode": i.stopped_mode} if i.stopped_mode else {}),
                         "Tags": {"Tag": [{"TagKey": k, "TagValue": v} for k, v in i.tags.items()]},
                     }
                     for i in page
@@ -113,7 +115,7 @@ class FakeAlicloud:
                 )
             else:
                 previous = inst.status
-                inst.status = "Stopped"
+                inst.status, inst.stopped_mode = "Stopped", q["StoppedMode"]
                 rows.append(
                     {
                         "InstanceId": iid,

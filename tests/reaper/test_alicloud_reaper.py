@@ -324,3 +324,37 @@ def test_the_reaper_role_grants_exactly_the_actions_the_reaper_calls() -> None:
     doc = json.loads(reaper_policy("ali"))
     granted = {a for st in doc["Statement"] if st["Effect"] == "Allow" for a in st["Action"]}
     assert granted == called
+
+
+def test_a_node_stopped_in_standard_mode_is_reported_every_run_and_never_started() -> None:
+    """An OS power-off (the watchdog's fallback) stops in standard mode, which still bills
+    the GPUs. A stopped instance cannot be stopped again in economical mode, and the reaper
+    starts nothing: it reports the instance and fails the run, so someone acts."""
+    now = datetime.now(UTC)
+    fake = FakeAlicloud()
+    base = {T.MANAGED_BY: T.MANAGED_BY_VALUE, T.STACK: "ali", T.TIER: "a10x1"}
+    start = ali_time(now - timedelta(hours=3))
+    for iid, mode in (("i-billed", "KeepCharging"), ("i-saving", "StopCharging")):
+        fake.instances.append(FakeInstance(iid, base, start, status="Stopped", stopped_mode=mode))
+    with fake.running() as url:
+        report = reap(cloud(url), stack="ali", apply=True)
+    by_id = {d.instance_id: d for d in report.decisions}
+    assert by_id["i-billed"].action == "keep" and by_id["i-billed"].unknown
+    assert "still billed" in by_id["i-billed"].reason
+    assert by_id["i-saving"].reason == "not running (stopped)"
+    assert report.problems == ["1 stopped instance(s) still billed for their compute"]
+    assert report.exit_code == 1
+    assert {a for a, _ in fake.calls} == {"DescribeInstances"}
+
+
+def test_the_reapers_stop_leaves_the_instance_in_economical_mode() -> None:
+    now = datetime.now(UTC)
+    fake, expected = build(now)
+    with fake.running() as url:
+        reap(cloud(url), stack="ali", apply=True)
+        again = reap(cloud(url), stack="ali", apply=False)
+    stopped = [
+        i for i in fake.instances if expected[i.instance_id] == "stop" and not i.refuses_stop
+    ]
+    assert stopped and all(i.stopped_mode == "StopCharging" for i in stopped)
+    assert again.summary["billed_while_stopped"] == 0
