@@ -85,6 +85,12 @@ def plan(
         "policies": summary(check_plan(cfg, result, policy_config)),
     }
     notes.extend(result.outputs["hourly_cost"].get("warnings", []))
+    # What a cloud's program knows this stack needs said (e.g. a disk it cannot keep).
+    from infra.providers.base import get_provider
+
+    provider_notes = getattr(get_provider(cfg.provider), "plan_notes", None)
+    if callable(provider_notes):
+        notes.extend(provider_notes(cfg))
     return doc, notes
 
 

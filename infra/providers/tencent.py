@@ -63,6 +63,36 @@ def bucket_name_for(stack: str, suffix: str, appid: str) -> str:
     return f"gpufleet-{stack[:room].rstrip('-')}-{suffix}-{appid}"
 
 
+# The data-disk types whose delete_with_instance (POSTPAID_BY_HOUR) and
+# delete_with_instance_prepaid (PREPAID) the provider applies: "only applied to
+# `CLOUD_BASIC`, `CLOUD_SSD` and `CLOUD_PREMIUM` disk with `POSTPAID_BY_HOUR` instance"
+# (tencentcloud-iac-pulumi 0.2.3, instance/_inputs.py InstanceDataDiskArgs, read
+# 2026-12-01; tests/infra/test_tencent_provider.py reads the docstring). Neither flag names
+# SPOTPAID, and a reclaimed spot instance is repossessed without its data (213/17816).
+KEEPABLE_DATA_DISKS = ("CLOUD_BASIC", "CLOUD_SSD", "CLOUD_PREMIUM")
+KEEPABLE_CHARGES = ("POSTPAID_BY_HOUR", "PREPAID")
+
+
+def scratch_disk_fate(cfg: StackConfig, volume_class: str) -> str | None:
+    """Why this stack's scratch data disk is not kept when its instance is released (a
+    destroy, a spot reclaim), or None when it is. A stop always keeps every disk."""
+    charge = charge_args(cfg)["instance_charge_type"]
+    if charge == "SPOTPAID":
+        return (
+            "billing spot: Tencent repossesses a reclaimed spot instance without keeping its "
+            "data (213/17816), so the scratch disk goes with it; the watchdog saves "
+            "checkpoints to the bucket on the reclaim notice, within the time it names"
+        )
+    if not cfg.destroy_data and volume_class not in KEEPABLE_DATA_DISKS:
+        return (
+            f"gpufleet:scratchClass {volume_class}: the provider keeps a data disk after its "
+            f"instance only for {', '.join(KEEPABLE_DATA_DISKS)}, so this scratch disk is "
+            "released with the instance; choose CLOUD_SSD or CLOUD_PREMIUM to keep it, or "
+            "keep what matters in the bucket"
+        )
+    return None
+
+
 def stopped_mode() -> str:
     """The stop mode that keeps compute off the bill (the catalog's provider fact)."""
     return load_catalog().providers[NAME].stopped_mode
@@ -302,6 +332,17 @@ class TencentProvider:
     name = NAME
     UNSUPPORTED: Mapping[Feature, str] = unsupported_features(NAME)
 
+    def plan_notes(self, cfg: StackConfig) -> list[str]:
+        """What the plan must tell people about this stack on Tencent (scripts/plan.py)."""
+        from infra.nodes import plan_scratch
+
+        itype = load_catalog().instance(NAME, cfg.instance_type)
+        scratch = plan_scratch(cfg, itype)
+        fate = (
+            scratch_disk_fate(cfg, scratch.volume_class or "") if scratch.kind == "disk" else None
+        )
+        return [fate] if fate else []
+
     def provider_resource(self, cfg: StackConfig) -> pulumi.ProviderResource:
         return tc.Provider("tencentcloud", region=cfg.region)
 
@@ -510,7 +551,9 @@ class TencentProvider:
                     data_disk_type=spec.scratch.volume_class or "CLOUD_HSSD",
                     data_disk_size=spec.scratch.size_gb,
                     encrypt=True,
-                    # Kept after the instance unless the stack says data may go.
+                    # Asked to stay after the instance unless the stack says data may go;
+                    # the provider applies it to some types and charges only
+                    # (KEEPABLE_DATA_DISKS; the plan says when: plan_notes).
                     delete_with_instance=cfg.destroy_data,
                     delete_with_instance_prepaid=cfg.destroy_data,
                 )

@@ -239,12 +239,53 @@ def test_the_reaper_zip_is_written_once_under_its_digest(tmp_path: Path, monkeyp
         assert "handler.py" in zf.namelist()
 
 
+def test_the_disks_kept_after_their_instance_are_the_providers_own_list() -> None:
+    """The SDK's InstanceDataDiskArgs says which disk types and charges the flags apply to;
+    our list is that one, read from the installed SDK, not from memory."""
+    import re
+
+    import tencentcloud_iac_pulumi as tc
+
+    doc = tc.instance.InstanceDataDiskArgs.__init__.__doc__ or ""
+    found = {}
+    for flag in ("delete_with_instance", "delete_with_instance_prepaid"):
+        m = re.search(
+            rf":param [^:]* {flag}: .*?only applied to (.*?) disk with `(\w+)` instance", doc
+        )
+        assert m, flag
+        found[flag] = (tuple(re.findall(r"`(\w+)`", m[1])), m[2])
+    assert found["delete_with_instance"] == (tp.KEEPABLE_DATA_DISKS, "POSTPAID_BY_HOUR")
+    assert found["delete_with_instance_prepaid"] == (tp.KEEPABLE_DATA_DISKS, "PREPAID")
+    assert set(tp.KEEPABLE_CHARGES) == {"POSTPAID_BY_HOUR", "PREPAID"}  # not SPOTPAID
+
+
+def plan_notes(stack: str, **changes: object) -> list[str]:
+    return tp.PROVIDER.plan_notes(replace(cfg_of(stack), **changes))
+
+
+def test_the_plan_says_a_reclaimed_spot_node_takes_its_scratch_disk_with_it() -> None:
+    from scripts.plan import plan
+
+    _, notes = plan(STACKS / "Pulumi.tencent-t4x1.yaml")
+    (note,) = [n for n in notes if "repossesses" in n]
+    assert "scratch disk goes with it" in note and "213/17816" in note
+
+
+def test_the_plan_says_an_hssd_scratch_disk_is_released_with_its_instance() -> None:
+    (note,) = plan_notes("tencent-a100x4")
+    assert note.startswith("gpufleet:scratchClass CLOUD_HSSD:") and "CLOUD_SSD" in note
+    assert plan_notes("tencent-a100x4", scratch_class="CLOUD_SSD") == []
+    assert plan_notes("tencent-a100x4", destroy_data=True) == []  # nothing is to be kept
+    assert plan_notes("tencent-a100x1-monthly", scratch_class="CLOUD_PREMIUM") == []
+
+
 def test_a_stack_that_keeps_its_data_protects_instances_and_disks() -> None:
     cfg, result = planned(STACKS / "Pulumi.tencent-a100x4.yaml")
     assert cfg.destroy_data is False
     (node,) = result.of_type("tencentcloud:Instance/instance:Instance")
     assert node.inputs["disableApiTermination"] is True
     (disk,) = node.inputs["dataDisks"]
+    # Asked to stay; for CLOUD_HSSD the provider does not apply it, and the plan says so.
     assert disk["deleteWithInstance"] is False and disk["deleteWithInstancePrepaid"] is False
     assert disk["dataDiskType"] == "CLOUD_HSSD" and disk["encrypt"] is True
     (bucket,) = result.of_type("tencentcloud:Cos/bucket:Bucket")
