@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip install -e .`
     sys.path.insert(0, str(ROOT))
 
+from infra.catalog import load_catalog  # noqa: E402
 from infra.config import ConfigError, load_stack_file  # noqa: E402
 from infra.stackfiles import STACKS_DIR, StackNotFound, find_stack  # noqa: E402
 from policy.rules import PolicyConfigError  # noqa: E402
@@ -63,6 +64,10 @@ def plan(
             "gpufleet:sshPublicKey is not set: planned with a placeholder key; "
             "`pulumi up` refuses until you set yours"
         )
+    # What this cloud says a person must know about the billing mode (catalog data).
+    billing_note = load_catalog().providers[cfg.provider].billing_notes.get(cfg.billing)
+    if billing_note:
+        notes.append(billing_note)
     try:
         result = evaluate(cfg)
     except Exception as exc:

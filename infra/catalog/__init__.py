@@ -218,6 +218,9 @@ class ProviderInfo:
 
     # the stop API's mode that keeps compute off the bill while stopped ("" = no such mode)
     stopped_mode: str = ""
+    # what a person must know before `pulumi up` with one billing mode (a plan note), e.g.
+    # an account kind it needs; keys are billing modes of ``billing``
+    billing_notes: Mapping[str, str] = field(default_factory=dict)
 
     def supports(self, feature: Feature) -> bool:
         return feature not in self.unsupported
@@ -407,6 +410,7 @@ _PROVIDER_KEYS = frozenset(
     | {"billing"}
     | {"object_store", "max_root_disk_gb", "scratch_disk", "default_scratch_class"}
     | {"reserved_tag_value_prefixes", "unsupported", "scratch_classes", "stopped_mode"}
+    | {"billing_notes"}
     | {"regions", "regions_source", "zone_names", "zone_suffix"}
 )
 _SCRATCH_KEYS = frozenset({"min_gb", "max_gb", "iops", "iops_per_gb", "max_iops", "throughput_mbs"})
@@ -438,6 +442,12 @@ def _provider(p: dict[str, Any], file: str) -> ProviderInfo:
         raise CatalogError(f"{where}: default_region and price_region must be in regions")
     if regions and not p.get("regions_source"):
         raise CatalogError(f"{where}: regions needs a regions_source (keys of [sources])")
+    notes = {str(k): str(v) for k, v in p.get("billing_notes", {}).items()}
+    if set(notes) - set(p["billing"]):
+        raise CatalogError(
+            f"{where}.billing_notes: {sorted(set(notes) - set(p['billing']))} "
+            f"are not billing modes of this cloud ({p['billing']})"
+        )
     default_class = p.get("default_scratch_class", "")
     if classes and default_class not in classes:
         raise CatalogError(f"{where}: default_scratch_class {default_class!r} is not listed")
@@ -460,6 +470,7 @@ def _provider(p: dict[str, Any], file: str) -> ProviderInfo:
         zone_names=tuple(str(z) for z in p.get("zone_names", ())),
         zone_suffix=str(p.get("zone_suffix", "a")),
         stopped_mode=str(p.get("stopped_mode", "")),
+        billing_notes=MappingProxyType(notes),
     )
 
 

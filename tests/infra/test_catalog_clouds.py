@@ -166,3 +166,19 @@ def test_nccl_settings_without_a_known_source_are_a_catalog_error(catalog_copy, 
     (catalog_copy / "clouds" / "examplecloud.toml").write_text(text)
     with pytest.raises(CatalogError, match=says):
         load_catalog()
+
+
+def test_a_billing_note_is_read_for_a_mode_the_cloud_sells(catalog_copy):
+    note = '\n[provider.billing_notes]\non-demand = "needs an account of kind X"\n'
+    text = NEW_CLOUD.replace("\n[provider.unsupported]", note + "\n[provider.unsupported]")
+    (catalog_copy / "clouds" / "examplecloud.toml").write_text(text)
+    info = load_catalog().providers["examplecloud"]
+    assert info.billing_notes == {"on-demand": "needs an account of kind X"}
+
+
+def test_a_billing_note_for_a_mode_the_cloud_does_not_sell_is_a_catalog_error(catalog_copy):
+    note = '\n[provider.billing_notes]\nspot = "needs X"\n'
+    text = NEW_CLOUD.replace("\n[provider.unsupported]", note + "\n[provider.unsupported]")
+    (catalog_copy / "clouds" / "examplecloud.toml").write_text(text)
+    with pytest.raises(CatalogError, match=r"billing_notes: \['spot'\] are not billing modes"):
+        load_catalog()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "scripts" / "plan.py"
@@ -117,3 +121,36 @@ def test_aws_plan_needs_no_function_wheels(tmp_path):
     proc = run_without_wheels(tmp_path / "fc-wheels", "--stack", "t4x1", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["stack"] == "t4x1"
+
+
+# The SDK's own words on the instance's charge type (tencentcloud-iac-pulumi 0.2.3,
+# instance.InstanceArgs instance_charge_type): which types an International account buys.
+INTERNATIONAL_ONLY = re.compile(r"TencentCloud International only supports (.+?)\. ")
+
+
+def international_charge_types() -> set[str]:
+    import tencentcloud_iac_pulumi.instance as tc_instance
+
+    doc = inspect.getdoc(tc_instance.InstanceArgs.__init__) or ""
+    found = INTERNATIONAL_ONLY.search(doc)
+    assert found, "the SDK no longer says which charge types International accounts buy"
+    return set(re.findall(r"`([A-Z_]+)`", found.group(1)))
+
+
+@pytest.mark.parametrize("stack", ["tencent-t4x1", "tencent-a100x1-monthly", "tencent-a100x4"])
+def test_a_tencent_plan_says_when_its_billing_needs_a_china_site_account(stack: str) -> None:
+    from infra.config import load_stack_file
+    from infra.offline import PLACEHOLDER_SSH_KEY
+    from infra.providers.tencent import charge_args
+
+    path = ROOT / "stacks" / f"Pulumi.{stack}.yaml"
+    cfg = load_stack_file(path, {"sshPublicKey": PLACEHOLDER_SSH_KEY})
+    charge_type = charge_args(cfg)["instance_charge_type"]
+    proc = run("--stack", stack, "--json")
+    assert proc.returncode == 0, proc.stderr
+    china_only = [n for n in json.loads(proc.stdout)["notes"] if "China-site account" in n]
+    if charge_type in international_charge_types():
+        assert china_only == []
+    else:
+        (note,) = china_only
+        assert charge_type in note and "International" in note
