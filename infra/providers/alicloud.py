@@ -34,6 +34,10 @@ UBUNTU_IMAGE_REGEX = "^ubuntu_22_04_x64"
 PUBLIC_BANDWIDTH_MBPS = 100
 
 
+# ecs.Instance spot_interruption_behavior: "Terminate" (released, the default) or "Stop"
+# ("stopped in economical mode"; pulumi_alicloud's InstanceArgs, ECS RunInstances).
+SPOT_INTERRUPTION_BEHAVIOR = "Stop"
+
 BUCKET_SUFFIX_BYTES = 4
 RAM_VERSION = "1"
 
@@ -59,6 +63,10 @@ def charge_args(cfg: StackConfig) -> dict[str, Any]:
         "stopped_mode": "StopCharging",
     }
     if cfg.billing == "spot":
+        # A reclaimed spot instance is stopped in economical mode, not released (the
+        # default, Terminate): its system disk and the ESSD scratch disk stay, with the
+        # checkpoints on them, and it can be started again when capacity returns.
+        args["spot_interruption_behavior"] = SPOT_INTERRUPTION_BEHAVIOR
         if cfg.spot_max_price:
             args.update(spot_strategy="SpotWithPriceLimit", spot_price_limit=cfg.spot_max_price)
         else:
