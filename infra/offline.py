@@ -48,11 +48,23 @@ AZURE_NAMED_BY = {
 # Types whose `name` the engine generates when the program does not set one.
 NAMED_BY_ENGINE = (
     "aws:ec2/placementGroup:PlacementGroup",
+    "aws:iam/policy:Policy",
     "aws:iam/role:Role",
     "aws:iam/instanceProfile:InstanceProfile",
     "aws:cloudwatch/eventRule:EventRule",
     "aws:lambda/function:Function",
 )
+
+# The ARNs AWS gives these types (the Service Authorization Reference's formats, which
+# tests/infra/test_aws_iam.py matches policy resources against); others keep a placeholder.
+AWS_ARNS = {
+    "aws:ec2/instance:Instance": "arn:aws:ec2:{region}:{account}:instance/{id}",
+    "aws:cloudwatch/logGroup:LogGroup": "arn:aws:logs:{region}:{account}:log-group:{name}",
+    "aws:iam/policy:Policy": "arn:aws:iam::{account}:policy/{name}",
+    "aws:iam/role:Role": "arn:aws:iam::{account}:role/{name}",
+    "aws:lambda/function:Function": "arn:aws:lambda:{region}:{account}:function:{name}",
+    "aws:cloudwatch/eventRule:EventRule": "arn:aws:events:{region}:{account}:rule/{name}",
+}
 
 
 @dataclass
@@ -200,6 +212,10 @@ class Mocks(pulumi.runtime.Mocks):
             out["arn"] = f"acs:ram::{ACCOUNT_ID}:role/{inputs.get('roleName', args.name)}"
         elif typ.startswith("azure-native:"):
             rid = self._azure(typ, args.name, inputs, out)
+        if typ in AWS_ARNS:
+            out["arn"] = AWS_ARNS[typ].format(
+                region=self.region, account=ACCOUNT_ID, id=rid, name=out.get("name", args.name)
+            )
         out.setdefault("id", rid)
         record.id, record.outputs = rid, out
         return rid, out

@@ -79,8 +79,9 @@ def tls_only_policy(bucket_arn: str) -> str:
     )
 
 
-def node_policy(bucket_arn: str, stack: str) -> str:
-    """What a node may do: its own bucket, its own metrics namespace, its own lease tag."""
+def node_policy(bucket_arn: str) -> str:
+    """What every node of the stack may do: its own bucket and its own metrics namespace.
+    Tagging is each node's own lease_policy, on its own role."""
     return common.policy_json(
         IAM_VERSION,
         [
@@ -108,14 +109,35 @@ def node_policy(bucket_arn: str, stack: str) -> str:
                 "Resource": "*",
                 "Condition": {"StringEquals": {"cloudwatch:namespace": guard_logic.NAMESPACE}},
             },
+        ],
+    )
+
+
+def lease_policy(instance_arn: str) -> str:
+    """The lease tag, on the node's own instance only, from that instance only.
+
+    The instance is named twice, as the EC2 and IAM guides show it (read 2026-12-01):
+    as the Resource, and in an ``ec2:SourceInstanceARN`` ArnEquals condition, "the ARN
+    of the instance from which a request is made" (EC2 user guide, iam-policy-structure,
+    "ec2:SourceInstanceARN condition key"; IAM user guide example "Amazon EC2: Attach or
+    detach volumes to an EC2 instance", reference_policies_examples_ec2_volumes-instance),
+    so another instance given this role cannot use it. Each node has its own role because
+    one shared role cannot say "the caller's own instance": "The ec2:SourceInstanceARN key
+    cannot be used as a variable to populate the ARN for the Resource element" (same EC2
+    page). ``aws:TagKeys`` (ForAllValues, and Null false: ForAllValues holds on a request
+    without tags) limits the request to the lease key."""
+    return common.policy_json(
+        IAM_VERSION,
+        [
             {
-                "Sid": "LeaseTagOnStackInstances",
+                "Sid": "LeaseTagOnItself",
                 "Effect": "Allow",
                 "Action": "ec2:CreateTags",
-                "Resource": "arn:aws:ec2:*:*:instance/*",
+                "Resource": instance_arn,
                 "Condition": {
-                    "StringEquals": {f"aws:ResourceTag/{T.STACK}": stack},
+                    "ArnEquals": {"ec2:SourceInstanceARN": instance_arn},
                     "ForAllValues:StringEquals": {"aws:TagKeys": [T.KEEP_ALIVE_UNTIL]},
+                    "Null": {"aws:TagKeys": "false"},
                 },
             },
         ],
@@ -401,18 +423,16 @@ class AwsProvider:
             tags=tags,
             opts=child_opts(parent),
         )
-        role = _role_with_policy(
-            parent,
-            f"{name}-node",
-            "ec2.amazonaws.com",
-            storage.bucket_arn.apply(lambda arn: node_policy(arn, cfg.stack)),
-            f"gpufleet {cfg.stack} GPU nodes",
-            tags,
+        # One role per node (node()), so that each may tag only itself: the stack's share
+        # is this managed policy, attached to every node's role.
+        policy = aws.iam.Policy(
+            f"{name}-node-policy",
+            description=f"gpufleet {cfg.stack} GPU nodes: the stack's bucket and metrics",
+            policy=storage.bucket_arn.apply(node_policy),
+            tags=tags,
+            opts=child_opts(parent),
         )
-        profile = aws.iam.InstanceProfile(
-            f"{name}-node-profile", role=role.name, tags=tags, opts=child_opts(parent)
-        )
-        return AccessParts(role.name, profile.name, key.key_name)
+        return AccessParts(None, None, key.key_name, policy.arn)
 
     # -- nodes ------------------------------------------------------------------------------
     def node(
@@ -423,6 +443,23 @@ class AwsProvider:
         net: NetworkParts,
         access: AccessParts,
     ) -> NodeParts:
+        role = aws.iam.Role(
+            f"{spec.name}-role",
+            assume_role_policy=assume_role("ec2.amazonaws.com"),
+            description=f"gpufleet node {spec.name}",
+            tags=spec.tags,
+            opts=child_opts(parent),
+        )
+        if access.node_policy is not None:
+            aws.iam.RolePolicyAttachment(
+                f"{spec.name}-stack-policy",
+                role=role.name,
+                policy_arn=access.node_policy,
+                opts=child_opts(parent),
+            )
+        profile = aws.iam.InstanceProfile(
+            f"{spec.name}-profile", role=role.name, tags=spec.tags, opts=child_opts(parent)
+        )
         ami = aws.ssm.get_parameter_output(
             name=ami_parameter(spec.gpu.arch), opts=pulumi.InvokeOutputOptions(parent=parent)
         ).value
@@ -481,7 +518,7 @@ class AwsProvider:
             launch_template=launch_template,
             placement_group=net.placement_group,
             key_name=access.key_name,
-            iam_instance_profile=access.instance_profile,
+            iam_instance_profile=profile.name,
             instance_initiated_shutdown_behavior="stop",
             instance_market_options=market_options(cfg),
             metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
@@ -507,6 +544,12 @@ class AwsProvider:
             opts=child_opts(
                 parent, ignore_changes=["ami"]
             ),  # a newer DLAMI must not replace a node
+        )
+        aws.iam.RolePolicy(
+            f"{spec.name}-lease",
+            role=role.id,
+            policy=instance.arn.apply(lease_policy),
+            opts=child_opts(parent),
         )
         public_ip: pulumi.Output[str] = instance.public_ip
         if not public_ipv4_at_launch(efa_layout(spec.efa_interfaces)):

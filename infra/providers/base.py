@@ -46,7 +46,7 @@ class AccessParts:
     role_name: pulumi.Output[str] | None  # None: each node gets its own role (Alicloud)
     instance_profile: pulumi.Output[str] | None
     key_name: pulumi.Output[str]
-    node_policy: pulumi.Output[str] | None = None  # the stack's node policy, by name
+    node_policy: pulumi.Output[str] | None = None  # the stack's node policy: name or ARN
 
 
 @dataclass
