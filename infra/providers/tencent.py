@@ -136,15 +136,16 @@ def _policy(statements: list[dict[str, Any]]) -> str:
 def _tag_condition(stack: str) -> dict[str, Any]:
     """CAM's resource-tag condition: only resources carrying this stack's tag.
 
-    Tencent's tag-based authorization (CAM "Authorizing Certain Operations by Tag",
-    598/40493; the COS condition-key table, 436/46206) compares the resource's set of
-    ``key&value`` tags with the listed set: ``for_all_value`` holds only when every tag
-    of the resource is listed (an instance carries ten tags, so never),
-    ``for_any_value`` when one is. So one pair is listed, the stack's: two pairs in one
-    for_any_value list would admit any resource carrying either, i.e. every gpufleet
-    node of every stack (they all carry managed-by&gpufleet). The gpufleet:stack key is
-    written only by gpufleet and its value names the stack, so this one pair scopes a
-    grant to the stack, the same scope the reaper's DescribeInstances filter has."""
+    Tencent's tag-based authorization (CAM "Authorization by Tag", 598/47827, whose
+    example is this operator and key; the COS condition-key table, 436/46206) compares
+    the resource's set of ``key&value`` tags with the listed set: ``for_all_value``
+    holds only when every tag of the resource is listed (an instance carries ten tags,
+    so never), ``for_any_value`` when one is. So one pair is listed, the stack's: two
+    pairs in one for_any_value list would admit any resource carrying either, i.e.
+    every gpufleet node of every stack (they all carry managed-by&gpufleet). The
+    gpufleet:stack key is written only by gpufleet and its value names the stack, so
+    this one pair scopes a grant to the stack, the same scope the reaper's
+    DescribeInstances filter has (tests/infra/test_tencent_provider.py decides it)."""
     return {"for_any_value:string_equal": {"qcs:resource_tag": [f"{T.STACK}&{stack}"]}}
 
 

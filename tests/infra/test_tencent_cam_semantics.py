@@ -61,23 +61,25 @@ def test_the_cos_request_tag_table_for_any_and_for_all_value(
     assert got == expected
 
 
-def test_tag_authorization_lets_a_tagged_instance_be_rebooted_and_no_other() -> None:
-    """CAM_SCENARIOS Sample Code 2 / CAM_BY_TAG: cvm:RebootInstances only on instances
-    bound with the tag; the instance may carry other tags besides (for_any_value)."""
+def test_tag_authorization_lets_a_tagged_instance_be_stopped_and_no_other() -> None:
+    """CAM_BY_TAG ("Authorization by Tag"): cvm:* and two VPC reads on resources bound with
+    game&webpage; the sub-user "can start, shut down, restart ... the CVM instance". The
+    instance may carry other tags besides (for_any_value)."""
     doc = policy(
         {
             "effect": "allow",
-            "action": ["cvm:RebootInstances"],
+            "action": ["cvm:*", "vpc:DescribeVpcEx", "vpc:DescribeNetworkInterfaces"],
             "resource": "*",
-            "condition": {"for_any_value:string_equal": {"qcs:resource_tag": ["test1&test1"]}},
+            "condition": {"for_any_value:string_equal": {"qcs:resource_tag": ["game&webpage"]}},
         }
     )
-    ins = "qcs::cvm:ap-guangzhou:uin/100000000001:instance/ins-1"
-    tagged = {"qcs:resource_tag": ["owner&ops", "test1&test1", "env&prod"]}
-    untagged = {"qcs:resource_tag": ["owner&ops"]}
-    assert cam.decide([doc], Request("cvm:RebootInstances", ins, tagged)) == ALLOW
-    assert cam.decide([doc], Request("cvm:RebootInstances", ins, untagged)) == IMPLICIT_DENY
-    assert cam.decide([doc], Request("cvm:StopInstances", ins, tagged)) == IMPLICIT_DENY
+    ins = "qcs::cvm:ap-guangzhou:uin/100000000001:instance/ins-duglsqg0"
+    tagged = {"qcs:resource_tag": ["owner&ops", "game&webpage", "env&prod"]}
+    untagged = {"qcs:resource_tag": ["owner&ops", "game&other"]}
+    for action in ("cvm:StopInstances", "cvm:StartInstances", "cvm:RebootInstances"):
+        assert cam.decide([doc], Request(action, ins, tagged)) == ALLOW
+        assert cam.decide([doc], Request(action, ins, untagged)) == IMPLICIT_DENY
+    assert cam.decide([doc], Request("cbs:AttachDisks", ins, tagged)) == IMPLICIT_DENY
 
 
 def test_an_ip_and_a_date_clause_must_both_hold() -> None:
