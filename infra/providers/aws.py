@@ -244,6 +244,12 @@ class AwsProvider:
             tags={**tags, "Name": f"{name}-vpc"},
             opts=child_opts(parent),
         )
+        igw = aws.ec2.InternetGateway(
+            f"{name}-igw",
+            vpc_id=vpc.id,
+            tags={**tags, "Name": f"{name}-igw"},
+            opts=child_opts(parent),
+        )
         subnet = aws.ec2.Subnet(
             f"{name}-subnet",
             vpc_id=vpc.id,
@@ -251,13 +257,10 @@ class AwsProvider:
             availability_zone=zone,
             map_public_ip_on_launch=True,
             tags={**tags, "Name": f"{name}-subnet"},
-            opts=child_opts(parent),
-        )
-        igw = aws.ec2.InternetGateway(
-            f"{name}-igw",
-            vpc_id=vpc.id,
-            tags={**tags, "Name": f"{name}-igw"},
-            opts=child_opts(parent),
+            # An Elastic IP can be associated only in a VPC with its internet gateway
+            # (the provider's Eip docs: "EIP may require IGW to exist prior to
+            # association"); nodes and their addresses come after the subnet.
+            opts=child_opts(parent, depends_on=[igw]),
         )
         rt = aws.ec2.RouteTable(
             f"{name}-rt",

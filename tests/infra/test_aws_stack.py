@@ -68,3 +68,26 @@ def test_the_mocks_give_no_public_address_to_an_instance_with_several_interfaces
     assert all(i.outputs["publicIp"] == "" for i in result.of_type(INSTANCE))
     _, single = planned("g5.12xlarge", 1)
     assert all(i.outputs["publicIp"] for i in single.of_type(INSTANCE))
+
+
+def depends_on(result: PlanResult, resource: object, urn: str) -> bool:
+    """Whether `resource` waits for the resource at `urn`, directly or through others."""
+    by_urn = {r.urn: r for r in result.resources}
+    todo, seen = list(resource.dependencies), set()  # type: ignore[attr-defined]
+    while todo:
+        current = todo.pop()
+        if current == urn:
+            return True
+        if current not in seen and current in by_urn:
+            seen.add(current)
+            todo.extend(by_urn[current].dependencies)
+    return False
+
+
+@pytest.mark.parametrize("instance_type", ["g5.12xlarge", "p5.48xlarge"])
+def test_every_elastic_ip_is_associated_after_the_internet_gateway_exists(instance_type):
+    # The provider's Eip docs: "EIP may require IGW to exist prior to association."
+    _, result = planned(instance_type, 2)
+    (igw,) = result.of_type("aws:ec2/internetGateway:InternetGateway")
+    eips = result.of_type(EIP)
+    assert eips and all(depends_on(result, eip, igw.urn) for eip in eips)
