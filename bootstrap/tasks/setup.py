@@ -6,6 +6,7 @@ from invoke import Context
 
 from bootstrap.fleet.api import Options, Step
 from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
+from bootstrap.tasks.agent import monitoring_agent_step
 from bootstrap.tasks.driver import install_driver_step
 from bootstrap.tasks.pytorch import DEFAULT_TORCH, DEFAULT_VENV, install_pytorch_step
 from bootstrap.tasks.scratch import mount_scratch_step
@@ -13,7 +14,14 @@ from bootstrap.tasks.watchdog import install_watchdog_step
 
 
 def setup_steps() -> list[Step]:
-    return [install_driver_step, install_pytorch_step, mount_scratch_step, install_watchdog_step]
+    # The cloud's monitoring agent last: a node whose agent will not install still has the rest.
+    return [
+        install_driver_step,
+        install_pytorch_step,
+        mount_scratch_step,
+        install_watchdog_step,
+        monitoring_agent_step,
+    ]
 
 
 @fleet_task(

@@ -180,6 +180,16 @@ class ScratchClass:
 
 
 @dataclass(frozen=True)
+class MonitoringAgent:
+    """A cloud's monitoring agent on the node, as the cloud documents installing it."""
+
+    name: str  # how messages name it
+    processes: tuple[str, ...]  # each runs once the agent works
+    installer: str  # the documented installer's URL, run as root when a process is missing
+    source: str  # a key of [sources]
+
+
+@dataclass(frozen=True)
 class ProviderInfo:
     name: str
     currency: str
@@ -221,6 +231,9 @@ class ProviderInfo:
     # what a person must know before `pulumi up` with one billing mode (a plan note), e.g.
     # an account kind it needs; keys are billing modes of ``billing``
     billing_notes: Mapping[str, str] = field(default_factory=dict)
+    # the cloud's own monitoring agent, where the reaper reads its metrics (`fab setup`
+    # verifies it, and installs it when missing); None: the reaper needs none
+    monitoring_agent: MonitoringAgent | None = None
 
     def supports(self, feature: Feature) -> bool:
         return feature not in self.unsupported
@@ -411,8 +424,9 @@ _PROVIDER_KEYS = frozenset(
     | {"object_store", "max_root_disk_gb", "scratch_disk", "default_scratch_class"}
     | {"reserved_tag_value_prefixes", "unsupported", "scratch_classes", "stopped_mode"}
     | {"billing_notes"}
-    | {"regions", "regions_source", "zone_names", "zone_suffix"}
+    | {"regions", "regions_source", "zone_names", "zone_suffix", "monitoring_agent"}
 )
+_AGENT_KEYS = frozenset({"name", "processes", "installer", "source"})
 _SCRATCH_KEYS = frozenset({"min_gb", "max_gb", "iops", "iops_per_gb", "max_iops", "throughput_mbs"})
 
 
@@ -451,6 +465,17 @@ def _provider(p: dict[str, Any], file: str) -> ProviderInfo:
     default_class = p.get("default_scratch_class", "")
     if classes and default_class not in classes:
         raise CatalogError(f"{where}: default_scratch_class {default_class!r} is not listed")
+    agent = None
+    if "monitoring_agent" in p:
+        raw_agent = p["monitoring_agent"]
+        if set(raw_agent) != _AGENT_KEYS:
+            raise CatalogError(f"{where}.monitoring_agent: keys must be {sorted(_AGENT_KEYS)}")
+        agent = MonitoringAgent(
+            name=str(raw_agent["name"]),
+            processes=tuple(str(x) for x in raw_agent["processes"]),
+            installer=str(raw_agent["installer"]),
+            source=str(raw_agent["source"]),
+        )
     return ProviderInfo(
         name=p["name"],
         currency=p["currency"],
@@ -471,6 +496,7 @@ def _provider(p: dict[str, Any], file: str) -> ProviderInfo:
         zone_suffix=str(p.get("zone_suffix", "a")),
         stopped_mode=str(p.get("stopped_mode", "")),
         billing_notes=MappingProxyType(notes),
+        monitoring_agent=agent,
     )
 
 
