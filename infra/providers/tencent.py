@@ -38,6 +38,7 @@ from infra.providers.base import (
 )
 from infra.providers.common import child_opts
 from infra.reaper import tags as T
+from infra.reaper.fleet_names import HEARTBEAT_OBJECT_PREFIX
 
 NAME = "tencent"
 VPC_CIDR = "10.43.0.0/16"
@@ -221,23 +222,33 @@ def reaper_actions() -> tuple[str, ...]:
     return tuple(CAM_ACTIONS)
 
 
-def reaper_policy(stack: str) -> str:
-    """Describe instances and read GPU metrics anywhere; stop only instances carrying this
-    stack's managed tags; never terminate."""
-    stop = [a for a in reaper_actions() if a == "cvm:StopInstances"]
-    reads = [a for a in reaper_actions() if a not in stop]
-    return _policy(
-        [
-            {"effect": "allow", "action": reads, "resource": ["*"]},
+def reaper_policy(stack: str, bucket_arn: str) -> str:
+    """Describe instances and read GPU metrics anywhere; HEAD only the heartbeat objects
+    in the stack's bucket (``bucket_arn``: cos_resource); stop only instances carrying
+    this stack's tag; never terminate."""
+    actions = reaper_actions()
+    stop = [a for a in actions if a == "cvm:StopInstances"]
+    cos = [a for a in actions if a.startswith("cos:")]
+    reads = [a for a in actions if a not in stop and a not in cos]
+    statements: list[dict[str, Any]] = [{"effect": "allow", "action": reads, "resource": ["*"]}]
+    if cos:
+        statements.append(
             {
                 "effect": "allow",
-                "action": stop,
-                "resource": ["qcs::cvm::uin/*:instance/*"],
-                "condition": _tag_condition(stack),
-            },
-            {"effect": "deny", "action": ["cvm:TerminateInstances"], "resource": ["*"]},
-        ]
-    )
+                "action": cos,
+                "resource": [f"{bucket_arn}/{HEARTBEAT_OBJECT_PREFIX}*"],
+            }
+        )
+    statements += [
+        {
+            "effect": "allow",
+            "action": stop,
+            "resource": ["qcs::cvm::uin/*:instance/*"],
+            "condition": _tag_condition(stack),
+        },
+        {"effect": "deny", "action": ["cvm:TerminateInstances"], "resource": ["*"]},
+    ]
+    return _policy(statements)
 
 
 def tls_only_policy(region: str, appid: str, bucket: str) -> str:
@@ -602,7 +613,7 @@ class TencentProvider:
             f"{name}-reaper",
             f"gpufleet-{cfg.stack}-reaper"[:128],
             "scf.qcloud.com",
-            reaper_policy(cfg.stack),
+            storage.bucket_arn.apply(lambda arn: reaper_policy(cfg.stack, arn)),
             f"gpufleet {cfg.stack} idle reaper: stop-only, this stack's tags only",
             f"gpufleet {cfg.stack} idle reaper: describe, metrics, stop tagged",
             tags,

@@ -12,6 +12,7 @@ import pytest
 from infra.catalog import load_catalog
 from infra.providers import tencent as tp
 from infra.reaper import tags as T
+from infra.reaper.fleet_names import HEARTBEAT_OBJECT_PREFIX
 from infra.reaper.tencent import CAM_ACTIONS
 from tests.infra.conftest import planned
 from tests.support import tencent_cam as cam
@@ -70,7 +71,7 @@ def test_bucket_names_fit_cos_and_keep_the_suffix_and_appid_whole(stack: str) ->
 
 
 def test_the_reaper_grants_exactly_its_contract_and_denies_terminate() -> None:
-    doc = json.loads(tp.reaper_policy("s1"))
+    doc = json.loads(tp.reaper_policy("s1", "qcs::cos:ap-guangzhou:uid/125:b-125"))
     allows = [s for s in doc["statement"] if s["effect"] == "allow"]
     assert {a for s in allows for a in s["action"]} == set(CAM_ACTIONS)
     denies = [s for s in doc["statement"] if s["effect"] == "deny"]
@@ -168,8 +169,28 @@ def test_the_reaper_may_stop_its_stacks_instances_only_and_never_terminate() -> 
     assert cam.decide(reaper, other) == IMPLICIT_DENY
     assert cam.decide(reaper, instance_request("cvm:TerminateInstances", ours)) == DENY
     for action in CAM_ACTIONS:
-        if action != "cvm:StopInstances":  # the reads: any resource
+        # the describe and metric reads: any resource (the bucket read: its own test)
+        if action != "cvm:StopInstances" and not action.startswith("cos:"):
             assert cam.decide(reaper, Request(action, "*")) == ALLOW
+
+
+def test_the_reaper_may_read_its_stacks_heartbeats_and_no_other_object() -> None:
+    """The heartbeat is an object the node writes (HEARTBEAT_OBJECT_PREFIX + instance id);
+    the reaper HEADs it over HTTPS, and nothing else of COS."""
+    docs = stack_documents("tencent-a100x4")
+    reaper_and_bucket = [docs["tencent-a100x4-reaper-policy"], docs["bucket"]]
+    bucket = bucket_of("tencent-a100x4")
+    role = "qcs::cam::uin/100000000001:roleName/gpufleet-tencent-a100x4-reaper"
+
+    def head(resource: str, action: str = "cos:HeadObject") -> str:
+        ctx = {"cos:secure-transport": ["true"]}
+        return cam.decide(reaper_and_bucket, Request(action, resource, ctx, role))
+
+    assert head(f"{bucket}/{HEARTBEAT_OBJECT_PREFIX}ins-1") == ALLOW
+    assert head(f"{bucket}/checkpoints/step-100.pt") == IMPLICIT_DENY
+    assert head(f"{bucket}/{HEARTBEAT_OBJECT_PREFIX}ins-1", "cos:GetObject") == IMPLICIT_DENY
+    other = "qcs::cos:ap-guangzhou:uid/1250000000:someone-elses-bucket-1250000000"
+    assert head(f"{other}/{HEARTBEAT_OBJECT_PREFIX}ins-1") == IMPLICIT_DENY
 
 
 def bucket_of(stack: str) -> str:
