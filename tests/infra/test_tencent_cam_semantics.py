@@ -278,3 +278,13 @@ def test_undocumented_cases_raise_instead_of_guessing() -> None:
     qualified = on_everything("allow", {"for_any_value:string_equal": {"qcs:request_tag": ["a&b"]}})
     with pytest.raises(cam.Undocumented):
         cam.decide([qualified], Request("cvm:StopInstances", "*", {}))
+
+
+def test_condition_keys_are_case_sensitive() -> None:
+    """CAM_OPERATORS: "Condition keys are case sensitive"; a key in another case is
+    another key, which the request lacks."""
+    doc = on_everything("allow", {"ip_equal": {"qcs:IP": "192.168.1.1"}})
+    request = Request("cvm:DescribeInstances", "*", {"qcs:ip": ["192.168.1.1"]})
+    assert cam.decide([doc], request) == IMPLICIT_DENY
+    doc = on_everything("allow", {"ip_equal": {"qcs:ip": "192.168.1.1"}})
+    assert cam.decide([doc], request) == ALLOW
