@@ -15,11 +15,12 @@ slow for the client's timeout, HTML pages, partial metrics, a skewed Date.
 
 GetMonitorData answers with exactly the fields of the SDK's GetMonitorDataResponse and
 DataPoint models (tencentcloud-sdk-python-monitor 3.1.189, tencentcloud/monitor/v20180724/
-models.py; tests/reaper/test_tencent_reaper.py checks it), following the API page's response
-example (https://cloud.tencent.com/document/api/248/31014, example 1: Period, MetricName,
-StartTime, EndTime, DataPoints of Dimensions, Timestamps in Unix seconds, Values). Only the
-fields the page's request may ask for (SpecifyStatistics) add MaxValues / MinValues /
-AvgValues: never sent here, so absent (the SDK leaves them None).
+models.py, read 2026-12-01; tests/reaper/test_tencent_reaper.py checks it): Period,
+MetricName, StartTime, EndTime, Msg, DataPoints of Dimensions, Timestamps (Unix seconds,
+"the times that have data") and Values (one per timestamp). MaxValues / MinValues /
+AvgValues come only with SpecifyStatistics, which the reaper never sends: absent here (the
+SDK leaves them None). No recorded real answer was found to replay; the API page
+(https://cloud.tencent.com/document/api/248/31014) has an example not read in full here.
 
 COS (the heartbeat objects): ``HEAD /<bucket>/<key>`` over COS's S3-compatible API, path
 style, SigV4-signed (checked with botocore's own S3 signer); 200 with ``Last-Modified`` in
