@@ -6,7 +6,9 @@ resource class by the registry JSON every SDK's ``__init__.py`` hands to
 signature and its ``*Args`` class's getters (``@pulumi.getter(name="camelName")``); nested
 shapes come from the getters' type hints (``Input[...]``, ``Sequence[...]``,
 ``Mapping[...]``, nested ``*Args`` classes); enum values from the SDK's ``Enum`` classes
-where a hint is ``Union[str, SomeEnum]``.
+where a hint is ``Union[str, SomeEnum]``; where a string has no enum but the getter's
+docstring lists its values ("Valid values are `PrePaid`, `PostPaid`": all of Alicloud's and
+Tencent's choices), from that list (DOC_LAGS names the values the docs predate, cited).
 
 Two views of each resource are checked. What the program passed to the constructor
 (:func:`capture_constructed`, before serialization, Python names): a plain dict with an
@@ -129,6 +131,7 @@ class Field:
     python: str
     pulumi: str
     hint: Any
+    doc: str = field(default="", compare=False)  # the getter's docstring
 
 
 @dataclass(frozen=True)
@@ -157,8 +160,8 @@ def _globals_of(cls: type) -> dict[str, Any]:
     return found
 
 
-def _getters(cls: type) -> Iterator[tuple[str, str, Any]]:
-    """(python name, pulumi name, return hint) of every @pulumi.getter property of `cls`."""
+def _getters(cls: type) -> Iterator[tuple[str, str, Any, str]]:
+    """(python name, pulumi name, return hint, docstring) of every @pulumi.getter of `cls`."""
     namespace = _globals_of(cls)
     local = {"Output": pulumi.Output, "T": type(None)}
     for base in reversed(cls.__mro__):
@@ -169,7 +172,7 @@ def _getters(cls: type) -> Iterator[tuple[str, str, Any]]:
             if pulumi_name is None:
                 continue
             hint = typing.get_type_hints(prop.fget, globalns=namespace, localns=local)
-            yield python_name, pulumi_name, hint.get("return", Any)
+            yield python_name, pulumi_name, hint.get("return", Any), prop.fget.__doc__ or ""
 
 
 def is_args_class(cls: Any) -> bool:
@@ -180,7 +183,7 @@ def is_args_class(cls: Any) -> bool:
 @functools.cache
 def args_schema(cls: type) -> Schema:
     """The inputs of a nested `*Args` class: its getters."""
-    fields = tuple(Field(py, name, hint) for py, name, hint in _getters(cls))
+    fields = tuple(Field(py, name, hint, doc) for py, name, hint, doc in _getters(cls))
     return Schema(f"{sdk_version(cls.__module__.split('.')[0])} {cls.__qualname__}", fields)
 
 
@@ -213,6 +216,43 @@ def resource_schema(token: str) -> Schema:
             f"{token}: _internal_init and {args.__name__} disagree on {sorted(keywords ^ getters)}"
         )
     return Schema(schema.owner, schema.fields)
+
+
+# --- values the SDK documents where it types no enum ----------------------------------------
+
+# Alicloud's and Tencent's SDKs type every choice as a plain string and list the values in
+# the getter's docstring instead ("Valid values are `PrePaid`, `PostPaid`"). Only these
+# phrases, followed by two or more `backticked` words in the same sentence, count.
+_DOCUMENTED = re.compile(
+    r"(?:valid values?(?: are| is|:)|values include|only supports?|"
+    r"possible values(?: are| is|:)|allowed values(?: are| is|:))\s*:?\s*",
+    re.I,
+)
+# Values the cloud documents that the SDK's docstring predates: (token, input, value) ->
+# where the cloud says so. tests/infra/test_sdk_inputs.py fails once the SDK lists it.
+DOC_LAGS = {
+    ("tencentcloud:Scf/function:Function", "runtime", "Python3.10"): (
+        "Tencent SCF's Runtime Environment page lists Python 3.10 "
+        "(tencentcloud.com/document/product/583/40323, updated 2025-01-03, read 2026-12-01); "
+        "tencentcloud_iac_pulumi 0.2.3's docstring stops at Python3.6"
+    ),
+}
+
+
+@functools.cache
+def documented_values(doc: str) -> frozenset[str]:
+    """The values a getter's docstring lists, or nothing when it lists none."""
+    text = " ".join(doc.split())
+    found: set[str] = set()
+    for mark in _DOCUMENTED.finditer(text):
+        rest = text[mark.end() :]
+        # the sentence ends at the first ". " outside backticks (`Python3.6` has a dot)
+        blanked = re.sub(r"`[^`]*`", lambda m: "x" * len(m.group(0)), rest)
+        end = re.search(r"\.(\s|$)", blanked)
+        words = re.findall(r"`([^`]+)`", rest[: end.start()] if end else rest)
+        if len(words) >= 2:
+            found.update(words)
+    return frozenset(found)
 
 
 # --- hints -> what a value may be ------------------------------------------------------------
@@ -330,6 +370,7 @@ class Report:
     open_enum_values: set[tuple[str, str]] = field(default_factory=set)  # (path, value)
     unresolved: list[str] = field(default_factory=list)  # paths whose Output never resolved
     enum_checked: int = 0  # strings checked against an SDK enum's members
+    documented_checked: int = 0  # strings checked against the values a docstring lists
 
 
 def _nearest(names: list[str]) -> str:
@@ -357,6 +398,24 @@ class _Walker:
             self.report.checked += 1
             self.report.paths.add((self.token, re.sub(r"\[\d+\]", "[]", here)))
             self.value(value, known.hint, here)
+            self.documented(value, known, here)
+
+    def documented(self, raw: Any, known: Field, path: str) -> None:
+        """A string input the SDK types without an enum, against its docstring's values."""
+        value = resolved(raw)
+        if not isinstance(value, str) or shape_of(known.hint).enums:
+            return
+        allowed = documented_values(known.doc)
+        if not allowed:
+            return
+        self.report.documented_checked += 1
+        if value in allowed or (self.token, known.python, value) in DOC_LAGS:
+            return
+        near = difflib.get_close_matches(value, sorted(allowed), n=3, cutoff=0.5)
+        self.problem(
+            path,
+            f"{value!r} is none of the values the SDK documents for {known.python}{_nearest(near)}",
+        )
 
     def value(self, raw: Any, hint: Any, path: str) -> None:
         value = resolved(raw)
@@ -418,6 +477,7 @@ class _Walker:
         self.report.open_enum_values.update(best.open_enum_values)
         self.report.unresolved.extend(best.unresolved)
         self.report.enum_checked += best.enum_checked
+        self.report.documented_checked += best.documented_checked
 
     def sequence(self, value: list[Any] | tuple[Any, ...], shape: Shape, path: str) -> None:
         if shape.sequence_of:
@@ -520,13 +580,14 @@ def capture_constructed() -> Iterator[list[Constructed]]:
 
 
 # Filled by tests/infra/test_sdk_inputs.py's coverage test, printed in the run's summary:
-# cloud -> (inputs checked, distinct resource-type input paths, values checked on an enum).
-COVERAGE: dict[str, tuple[int, int, int]] = {}
+# cloud -> (inputs checked, distinct resource-type input paths, values checked on an enum,
+# values checked on a docstring's list).
+COVERAGE: dict[str, tuple[int, int, int, int]] = {}
 
 
 def coverage_line(runs: int) -> str:
     parts = [
-        f"{cloud} {n} ({d} distinct paths, {e} enum values)"
-        for cloud, (n, d, e) in sorted(COVERAGE.items())
+        f"{cloud} {n} ({d} distinct paths, {e} enum values, {v} documented values)"
+        for cloud, (n, d, e, v) in sorted(COVERAGE.items())
     ]
     return f"SDK-checked resource inputs over {runs} stack runs: " + "; ".join(parts)
