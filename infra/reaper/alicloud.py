@@ -127,11 +127,19 @@ class AlicloudCloud:
             "ALIBABA_CLOUD_ACCESS_KEY_SECRET"
         )
         self.security_token = security_token or os.environ.get("ALIBABA_CLOUD_SECURITY_TOKEN")
-        self.account_id = account_id or os.environ.get("GPUFLEET_ALICLOUD_ACCOUNT_ID")
+        self.account_id = account_id or os.environ.get(ACCOUNT_ID_ENV)
         if not (self.access_key_id and self.access_key_secret):
             raise ValueError(
                 "Alicloud credentials missing: set ALIBABA_CLOUD_ACCESS_KEY_ID and "
                 "ALIBABA_CLOUD_ACCESS_KEY_SECRET (or run in Function Compute with a role)"
+            )
+        if not self.account_id:
+            # Custom metrics live in namespace acs_customMetric_<account id>: without it
+            # every node would be unreadable, kept and reported, on every run.
+            raise ValueError(
+                f"Alicloud account id missing: set {ACCOUNT_ID_ENV} (the cloud function "
+                "takes it from its context); custom metrics are read from "
+                "acs_customMetric_<account id>"
             )
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")

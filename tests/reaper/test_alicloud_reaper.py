@@ -358,3 +358,17 @@ def test_the_reapers_stop_leaves_the_instance_in_economical_mode() -> None:
     ]
     assert stopped and all(i.stopped_mode == "StopCharging" for i in stopped)
     assert again.summary["billed_while_stopped"] == 0
+
+
+def test_teardown_cli_without_the_account_id_exits_2_before_any_call(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "fake-id")
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "fake-secret")
+    monkeypatch.delenv("GPUFLEET_ALICLOUD_ACCOUNT_ID", raising=False)
+    fake = FakeAlicloud()
+    with fake.running() as url:
+        code = teardown.main(["--provider", "alicloud", "--region", REGION, "--endpoint-url", url])
+    err = capsys.readouterr().err
+    assert code == 2 and "GPUFLEET_ALICLOUD_ACCOUNT_ID" in err and "Traceback" not in err
+    assert not fake.calls

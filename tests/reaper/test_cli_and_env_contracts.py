@@ -72,7 +72,12 @@ def test_an_html_page_answering_the_ecs_api_is_an_error() -> None:
     fake.html_actions.add("DescribeInstances")
     with fake.running() as url:
         cloud = AlicloudCloud(
-            "cn-beijing", endpoint=url, access_key_id="a", access_key_secret="b", max_attempts=1
+            "cn-beijing",
+            endpoint=url,
+            access_key_id="a",
+            access_key_secret="b",
+            account_id="1",
+            max_attempts=1,
         )
         with pytest.raises(Exception):  # noqa: B017 - the SDK's or ours: never a result
             cloud.scan("s")

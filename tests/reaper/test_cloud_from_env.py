@@ -42,6 +42,7 @@ def test_max_attempts_defaults_per_cloud_and_is_read_from_the_setting(
 ) -> None:
     monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "fake-id")
     monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "fake-secret")
+    monkeypatch.setenv("GPUFLEET_ALICLOUD_ACCOUNT_ID", "1234567890")
     monkeypatch.setenv("TENCENTCLOUD_SECRET_ID", "fake-id")
     monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", "fake-key")
     env = {"GPUFLEET_REGION": region}
