@@ -346,6 +346,15 @@ def tag_problem(
         return (
             f"invalid tag key: 1-127 letters, digits, spaces and . : / = + @ _ - (got {text_key!r})"
         )
+    info = (catalog or load_catalog()).providers.get(provider or "")
+    if info and info.tag_key_chars and not re.fullmatch(f"[{info.tag_key_chars}]+", text_key):
+        return (
+            f"{info.title} refuses instance tag key {text_key!r}: only letters, digits and "
+            f"{info.tag_key_chars.replace('A-Za-z0-9', '').replace(chr(92), '')} (no spaces "
+            "or /): rename it"
+        )
+    if info and text_key in info.refused_tag_keys:
+        return f"{info.title} refuses the instance tag key {text_key!r}: rename it"
     if value is None:
         return 'the value is null: give it a text value ("" for an empty tag)'
     if isinstance(value, Mapping | list | tuple | set):
@@ -359,7 +368,6 @@ def tag_problem(
         return f"the value is {len(text)} characters long; at most {MAX_TAG_VALUE}"
     if not text.isprintable():
         return "the value holds a newline or control character: one printable line only"
-    info = (catalog or load_catalog()).providers.get(provider or "")
     refused = info.reserved_tag_value_prefixes if info else ()
     if refused and text.strip().lower().startswith(refused):
         return (

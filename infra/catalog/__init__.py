@@ -205,6 +205,10 @@ class ProviderInfo:
     scratch_classes: Mapping[str, ScratchClass] = field(default_factory=dict)
     default_scratch_class: str = ""
     reserved_tag_value_prefixes: tuple[str, ...] = ()
+    # the characters an instance tag key may hold on this cloud (a regex character class's
+    # body; "" when any is fine), and the keys it refuses whole
+    tag_key_chars: str = ""
+    refused_tag_keys: tuple[str, ...] = ()
     unsupported: Mapping[Feature, str] = field(default_factory=dict)
     # the regions a stack may name (empty: any name that looks like one), and the zone names
     # when a cloud's zones are not "<region><suffix>" (Azure numbers them 1-3)
@@ -423,6 +427,7 @@ _PROVIDER_KEYS = frozenset(
     | {"billing"}
     | {"object_store", "max_root_disk_gb", "scratch_disk", "default_scratch_class"}
     | {"reserved_tag_value_prefixes", "unsupported", "scratch_classes", "stopped_mode"}
+    | {"tag_key_chars", "refused_tag_keys"}
     | {"billing_notes"}
     | {"regions", "regions_source", "zone_names", "zone_suffix", "monitoring_agent"}
 )
@@ -490,6 +495,8 @@ def _provider(p: dict[str, Any], file: str) -> ProviderInfo:
         scratch_classes=MappingProxyType(classes),
         default_scratch_class=default_class,
         reserved_tag_value_prefixes=tuple(p.get("reserved_tag_value_prefixes", ())),
+        tag_key_chars=str(p.get("tag_key_chars", "")),
+        refused_tag_keys=tuple(str(k) for k in p.get("refused_tag_keys", ())),
         unsupported=MappingProxyType(unsupported),
         regions=tuple(p.get("regions", ())),
         zone_names=tuple(str(z) for z in p.get("zone_names", ())),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 
 import pytest
 
@@ -91,3 +92,25 @@ def test_every_elastic_ip_is_associated_after_the_internet_gateway_exists(instan
     (igw,) = result.of_type("aws:ec2/internetGateway:InternetGateway")
     eips = result.of_type(EIP)
     assert eips and all(depends_on(result, eip, igw.urn) for eip in eips)
+
+
+@pytest.mark.parametrize("key", ["team/ml", "cost center", "_index", ".."])
+def test_a_tag_key_ec2_refuses_with_tags_in_metadata_is_refused_in_one_line(key):
+    # The nodes' tags are in IMDS (the watchdog reads them): EC2 then refuses such keys.
+    from infra.config import ConfigError
+
+    raw = {"provider": "aws", "tier": "t4x1", "sshCidrs": ["203.0.113.0/24"], "tags": {key: "x"}}
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, "s")
+    (line,) = [ln for ln in str(err.value).splitlines() if "gpufleet:tags" in ln]
+    assert "rename it" in line
+
+
+def test_every_tag_key_the_stack_puts_on_a_node_is_one_ec2_takes_in_metadata():
+    info = CAT.providers["aws"]
+    _, result = planned("p5.48xlarge", 2)
+    for instance in result.of_type(INSTANCE):
+        assert instance.inputs["metadataOptions"]["instanceMetadataTags"] == "enabled"
+        for key in instance.inputs["tags"]:
+            assert re.fullmatch(f"[{info.tag_key_chars}]+", key), key
+            assert key not in info.refused_tag_keys
