@@ -5,7 +5,9 @@ Contract with the SCF function the stack declares (``tencent-infra`` reads it fr
 - Handler ``handler.main_handler`` (SCF's Python convention: ``main_handler(event, context)``),
   runtime :data:`SCF_RUNTIME`, a timer trigger every 5 minutes, and the environment
   variables in :data:`FUNCTION_ENV` (the same four as every cloud's function; see
-  infra/reaper/handler.py ``run``). GPUFLEET_MAX_ATTEMPTS is optional (default 5).
+  infra/reaper/handler.py ``run``), plus :data:`BUCKET_ENV`, the stack's bucket where the
+  nodes beat (the stack sets it; without it no heartbeat is read). GPUFLEET_MAX_ATTEMPTS
+  is optional (default 5); :data:`COS_ENDPOINT_ENV` is for tests and private endpoints.
 - Credentials come from the function's execution role: SCF puts the role's temporary keys
   in the environment (:data:`CREDENTIAL_ENV`, first spelling that is set wins). Only a real
   SCF invocation proves the names; the tests set them as documented.
@@ -13,7 +15,7 @@ Contract with the SCF function the stack declares (``tencent-infra`` reads it fr
   instances by a ``qcs:resource_tag`` condition where the account supports it).
 
 What it calls (CVM API 2017-03-12 and Cloud Monitor 2018-07-24, TC3-HMAC-SHA256 signed by
-the SDK):
+the SDK; COS through its S3-compatible API, SigV4):
 
 - ``DescribeInstances`` with ``Filters`` ``tag:managed-by=gpufleet`` (and
   ``tag:gpufleet:stack``), paged with ``Offset``/``Limit`` (100, the documented ceiling;
