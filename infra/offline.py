@@ -77,6 +77,7 @@ class RecordedResource:
     urn: str = ""
     parent: str = ""  # the parent's URN: the stack's for top-level resources
     dependencies: tuple[str, ...] = ()  # URNs this resource's inputs or dependsOn refer to
+    retain_on_delete: bool = False  # the resource option: a destroy leaves it in the cloud
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -376,7 +377,10 @@ class RecordingMonitor(MockMonitor):
         for prop in request.propertyDependencies.values():
             deps.update(prop.urns)
         _registering.__dict__.update(
-            urn=urn, parent=request.parent, dependencies=tuple(sorted(deps))
+            urn=urn,
+            parent=request.parent,
+            dependencies=tuple(sorted(deps)),
+            retain_on_delete=bool(request.retainOnDelete),
         )
         try:
             return _in_own_event_loop(super().RegisterResource, request)

@@ -18,6 +18,7 @@ mandatory policy failed (the plan is still printed, `pulumi up` would be refused
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import sys
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip install -e .`
     sys.path.insert(0, str(ROOT))
 
-from infra.catalog import load_catalog  # noqa: E402
+from infra.catalog import load_catalog, plan_notes  # noqa: E402
 from infra.config import ConfigError, load_stack_file  # noqa: E402
 from infra.stackfiles import STACKS_DIR, StackNotFound, find_stack  # noqa: E402
 from policy.rules import PolicyConfigError  # noqa: E402
@@ -96,6 +97,9 @@ def plan(
     provider_notes = getattr(get_provider(cfg.provider), "plan_notes", None)
     if callable(provider_notes):
         notes.extend(provider_notes(cfg))
+    # the cloud's own notes (catalog data: a prerequisite, a step after `pulumi up`, a
+    # deadline near its date)
+    notes.extend(plan_notes(cfg.provider, cfg.stack, dt.date.today()))
     return doc, notes
 
 

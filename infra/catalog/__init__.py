@@ -385,6 +385,57 @@ def cloud_file(name: str) -> Mapping[str, Any]:
     return _cloud_files()[name]
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """A dated fact with an end (a plan retiring, a runtime's support ending): one
+    ``[[deadlines]]`` entry of a cloud file."""
+
+    what: str
+    date: dt.date
+    source: str
+    warn_days: int
+
+    def days_left(self, today: dt.date) -> int:
+        return (self.date - today).days
+
+    def note(self, title: str, today: dt.date) -> str | None:
+        """A line for people once ``today`` is within ``warn_days`` of the date."""
+        left = self.days_left(today)
+        if left > self.warn_days:
+            return None
+        when = f"{-left} days ago" if left < 0 else f"in {left} days"
+        return f"{title}: {self.what} on {self.date.isoformat()} ({when}; {self.source})"
+
+
+def deadlines(provider: str) -> list[Deadline]:
+    """The cloud file's ``[[deadlines]]``, each source a known one (CatalogError if not)."""
+    known = load_catalog().sources
+    out = []
+    for i, row in enumerate(cloud_file(provider).get("deadlines", [])):
+        where = f"clouds/{provider}.toml deadlines[{i}]"
+        if row.get("source") not in known:
+            raise CatalogError(f"{where}: unknown source {row.get('source')!r}")
+        out.append(
+            Deadline(
+                str(row["what"]),
+                _date(row["date"], where),
+                str(row["source"]),
+                int(row["warn_days"]),
+            )
+        )
+    return out
+
+
+def plan_notes(provider: str, stack: str, today: dt.date) -> list[str]:
+    """What a plan of ``stack`` tells people about its cloud: the cloud file's
+    ``[plan] notes`` and every deadline within its warning window."""
+    title = load_catalog().providers[provider].title
+    written = cloud_file(provider).get("plan", {}).get("notes", [])
+    notes = [str(n).format(stack=stack) for n in written]
+    notes += [n for d in deadlines(provider) if (n := d.note(title, today)) is not None]
+    return notes
+
+
 _GPU_FIGURES = ("memory_gb", "bandwidth_gbs", "fp16_tflops", "bf16_tflops", "fp32_tflops")
 
 

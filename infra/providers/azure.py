@@ -13,6 +13,7 @@ import base64
 import json
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -54,8 +55,18 @@ UBUNTU_HPC = {"publisher": "microsoft-dsvm", "offer": "ubuntu-hpc", "sku": "2204
 BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
 # Built-in role: Storage Blob Data Owner (the Functions host keeps its leases in blobs).
 BLOB_DATA_OWNER = "b7e6dc6d-f1e8-4753-8033-0f276bb0955b"
+# Built-in role: Storage Blob Data Reader (the host reads the package it runs from).
+BLOB_DATA_READER = "2a2b9908-6ea1-4ae2-8e65-a410df84e7d1"
 # Built-in role: Monitoring Metrics Publisher (post custom metrics against a resource).
 METRICS_PUBLISHER = "3913510d-42f4-4e42-8a64-420c390055eb"
+# Every built-in role named above, by its published name (tests/data/clouds/azure_rbac.toml
+# checks each id against the name Microsoft publishes for it).
+BUILT_IN_ROLES = {
+    BLOB_DATA_CONTRIBUTOR: "Storage Blob Data Contributor",
+    BLOB_DATA_OWNER: "Storage Blob Data Owner",
+    BLOB_DATA_READER: "Storage Blob Data Reader",
+    METRICS_PUBLISHER: "Monitoring Metrics Publisher",
+}
 
 # A node may read and deallocate itself (the watchdog's power-off path: a shutdown from
 # inside the OS leaves the VM "Stopped" and billed) and write its own tags (the lease, through
@@ -261,22 +272,21 @@ def first_private_ip(configs: Any) -> str:
     return str(value or "")
 
 
-def scratch_disks(spec: NodeSpec, cfg: StackConfig) -> list[az.compute.DataDiskArgs] | None:
-    """The scratch data disk when the plan wants one (no local NVMe on the size)."""
-    if spec.scratch.kind != "disk":
+def scratch_disks(
+    spec: NodeSpec, disk_id: pulumi.Input[str] | None
+) -> list[az.compute.DataDiskArgs] | None:
+    """The scratch data disk when the plan wants one (no local NVMe on the size): the
+    managed disk ``disk_id`` (scratch_disk), attached. A destroy only detaches it: the disk
+    itself lives in the kept data group."""
+    if spec.scratch.kind != "disk" or disk_id is None:
         return None
     return [
         az.compute.DataDiskArgs(
             lun=0,
-            name=f"{spec.name}-scratch",
-            create_option="Empty",
-            disk_size_gb=spec.scratch.size_gb,
+            create_option="Attach",
             caching=az.compute.CachingTypes.NONE,
-            managed_disk=az.compute.ManagedDiskParametersArgs(
-                storage_account_type=spec.scratch.volume_class
-            ),
-            # a destroy keeps the scratch disk (detached) unless destroyData
-            delete_option="Delete" if cfg.destroy_data else "Detach",
+            managed_disk=az.compute.ManagedDiskParametersArgs(id=disk_id),
+            delete_option="Detach",
         )
     ]
 
@@ -304,7 +314,9 @@ def os_profile(
     )
 
 
-def storage_profile(spec: NodeSpec, cfg: StackConfig) -> az.compute.StorageProfileArgs:
+def storage_profile(
+    spec: NodeSpec, cfg: StackConfig, scratch_id: pulumi.Input[str] | None = None
+) -> az.compute.StorageProfileArgs:
     """The size's image, a Premium OS disk that goes with the VM, and the scratch disk."""
     return az.compute.StorageProfileArgs(
         image_reference=az.compute.ImageReferenceArgs(
@@ -318,7 +330,7 @@ def storage_profile(spec: NodeSpec, cfg: StackConfig) -> az.compute.StorageProfi
             managed_disk=az.compute.ManagedDiskParametersArgs(storage_account_type="Premium_LRS"),
             delete_option="Delete",
         ),
-        data_disks=scratch_disks(spec, cfg),
+        data_disks=scratch_disks(spec, scratch_id),
     )
 
 
@@ -406,11 +418,32 @@ def _assign(
     )
 
 
-def _package_asset(provider: str) -> pulumi.FileAsset:
-    """The reaper zip as a file asset: Blob sources are assets, and the zip holds binary
-    wheels. Written once per content under the repository's build folder (not the shared
-    temp directory, where another user could swap it before the upload), the older removed."""
-    return pulumi.FileAsset(str(guard_logic.function_zip_file(provider)))
+def package_account_args() -> dict[str, Any]:
+    """The package account's settings: private, HTTPS and TLS 1.2 only, like the others,
+    but with shared keys allowed, because the provider's Blob upload signs with the
+    account key (see AzureProvider._function_package). The cost: whoever may list this
+    account's keys (Owner, Contributor, Storage Account Contributor on the stack's group)
+    could replace the package, i.e. run code as the reaper's identity, which may only read
+    and deallocate this stack's VMs; they could change the Function App itself anyway."""
+    return {
+        "kind": "StorageV2",
+        "sku": az.storage.SkuArgs(name="Standard_LRS"),
+        "allow_blob_public_access": False,
+        "allow_shared_key_access": True,
+        "enable_https_traffic_only": True,
+        "minimum_tls_version": "TLS1_2",
+        # the portal and the az CLI default to Entra ID here, not to the key
+        "default_to_o_auth_authentication": True,
+    }
+
+
+def package_blob_name(package: Path) -> str:
+    """The package blob's name: the zip's own content-addressed file name
+    (``azure-reaper-<sha256[:16]>.zip``, reaper_deploy.function_zip_file). Microsoft:
+    "When you change the contents of the package file and not the URL itself, you must
+    also restart your function app to sync triggers" (functions-deployment-technologies,
+    External package URL); a new name is a new URL, a new app setting, and a restart."""
+    return package.name
 
 
 class AzureProvider:
@@ -421,6 +454,9 @@ class AzureProvider:
         # The compute resource group of the stack being declared: network() creates it and
         # the later steps of the same build put their resources in it.
         self._groups: dict[str, az.resources.ResourceGroup] = {}
+        # The kept data group of the same build (storage() creates it): what a destroy
+        # keeps (the account, the scratch disks) lives there, never in the compute group.
+        self._data_groups: dict[str, az.resources.ResourceGroup] = {}
         self._ib_sets: dict[str, pulumi.Output[str]] = {}
 
     def provider_resource(self, cfg: StackConfig) -> pulumi.ProviderResource:
@@ -496,6 +532,7 @@ class AzureProvider:
             tags=tags,
             opts=child_opts(parent, retain_on_delete=keep),
         )
+        self._data_groups[cfg.stack] = data_rg
         # Account names are global and a destroy keeps the account: a random suffix, held in
         # the stack's state, is stable across updates and new after a destroy.
         suffix = random.RandomId(f"{name}-account-suffix", byte_length=3, opts=child_opts(parent))
@@ -598,10 +635,40 @@ class AzureProvider:
                 access.node_policy,  # the container's resource id
                 description=f"gpufleet {spec.name}: the stack's blob container only",
             )
-        vm = self._vm(parent, spec, cfg, net, access, zones, nic, identity, availability_set)
+        scratch = self._scratch_disk(parent, spec, cfg, zones)
+        vm = self._vm(
+            parent, spec, cfg, net, access, zones, nic, identity, availability_set, scratch
+        )
         self._node_self_roles(parent, spec, vm, identity, subscription)
         private_ip = nic.ip_configurations.apply(first_private_ip)
         return NodeParts(vm.name, pip.ip_address.apply(lambda a: a or ""), private_ip)
+
+    def _scratch_disk(
+        self,
+        parent: pulumi.Resource,
+        spec: NodeSpec,
+        cfg: StackConfig,
+        zones: list[str] | None,
+    ) -> pulumi.Output[str] | None:
+        """The scratch managed disk, in the kept data group: deleting a resource group
+        deletes every disk in it, attached or not, so a disk the VM only detaches on destroy
+        would still go with the compute group. Kept on destroy unless destroyData."""
+        if spec.scratch.kind != "disk":
+            return None
+        return az.compute.Disk(
+            f"{spec.name}-scratch",
+            disk_name=f"{spec.name}-scratch",
+            resource_group_name=self._data_groups[cfg.stack].name,
+            location=cfg.region,
+            zones=zones,
+            sku=az.compute.DiskSkuArgs(name=spec.scratch.volume_class),
+            disk_size_gb=spec.scratch.size_gb,
+            creation_data=az.compute.CreationDataArgs(
+                create_option=az.compute.DiskCreateOption.EMPTY
+            ),
+            tags=spec.tags,
+            opts=child_opts(parent, retain_on_delete=not cfg.destroy_data),
+        ).id
 
     def _node_interface(
         self,
@@ -654,6 +721,7 @@ class AzureProvider:
         nic: az.network.NetworkInterface,
         identity: az.managedidentity.UserAssignedIdentity,
         availability_set: pulumi.Output[str] | None,
+        scratch: pulumi.Output[str] | None = None,
     ) -> az.compute.VirtualMachine:
         """The VM: its key, disks and NIC, encryption at host, the node's identity, its
         placement, and the Scheduled Events notice the watchdog syncs scratch on."""
@@ -665,7 +733,7 @@ class AzureProvider:
             zones=zones,
             hardware_profile=az.compute.HardwareProfileArgs(vm_size=spec.instance_type.name),
             os_profile=os_profile(spec, cfg, access.key_name),
-            storage_profile=storage_profile(spec, cfg),
+            storage_profile=storage_profile(spec, cfg, scratch),
             network_profile=az.compute.NetworkProfileArgs(
                 network_interfaces=[
                     az.compute.NetworkInterfaceReferenceArgs(id=nic.id, primary=True)
@@ -805,8 +873,16 @@ class AzureProvider:
         subscription: pulumi.Output[str],
         tags: dict[str, str],
     ) -> tuple[az.storage.StorageAccount, az.storage.Blob]:
-        """The Functions host's own storage (leases, the code package): a separate account,
-        reached with the reaper's identity, never the data account; the package in it."""
+        """The Functions host's own storage (leases) and the code package, in two accounts
+        of their own, never the data account.
+
+        The host account refuses shared keys (the host reaches it as the reaper's
+        identity). The package account must allow them: pulumi-azure-native uploads a Blob
+        with the account's key (its custom_storage_azidentity.go: ListKeys, then
+        NewClientWithSharedKeyCredential; issue 2015, KeyBasedAuthenticationNotPermitted,
+        still open), and it holds nothing but the package (package_account). The host
+        reads the package with the reaper's identity (Storage Blob Data Reader on that
+        container), never a key or a SAS."""
         rg = self._group(cfg)
         suffix = random.RandomId(f"{name}-fn-suffix", byte_length=3, opts=child_opts(parent))
         fn_account = az.storage.StorageAccount(
@@ -823,30 +899,50 @@ class AzureProvider:
             tags=tags,
             opts=child_opts(parent),
         )
-        releases = az.storage.BlobContainer(
-            f"{name}-fn-releases",
-            account_name=fn_account.name,
-            resource_group_name=rg.name,
-            container_name=PACKAGE_CONTAINER,
-            public_access=az.storage.PublicAccess.NONE,
-            opts=child_opts(parent),
-        )
-        package = az.storage.Blob(
-            f"{name}-fn-package",
-            account_name=fn_account.name,
-            container_name=releases.name,
-            resource_group_name=rg.name,
-            blob_name="reaper.zip",
-            type=az.storage.BlobType.BLOCK,
-            source=_package_asset(self.name),
-            opts=child_opts(parent),
-        )
         _assign(
             parent,
             f"{name}-fn-storage",
             identity.principal_id,
             built_in_role(subscription, BLOB_DATA_OWNER),
             fn_account.id,
+        )
+        pkg_account = az.storage.StorageAccount(
+            f"{name}-pkg-account",
+            account_name=suffix.hex.apply(lambda h: storage_account_name(f"pk{cfg.stack}", h)),
+            resource_group_name=rg.name,
+            location=cfg.region,
+            **package_account_args(),
+            tags=tags,
+            opts=child_opts(parent),
+        )
+        releases = az.storage.BlobContainer(
+            f"{name}-fn-releases",
+            account_name=pkg_account.name,
+            resource_group_name=rg.name,
+            container_name=PACKAGE_CONTAINER,
+            public_access=az.storage.PublicAccess.NONE,
+            opts=child_opts(parent),
+        )
+        package_file = guard_logic.function_zip_file(self.name)
+        package = az.storage.Blob(
+            f"{name}-fn-package",
+            account_name=pkg_account.name,
+            container_name=releases.name,
+            resource_group_name=rg.name,
+            # the file's name carries its content's digest: a new package is a new URL,
+            # so the app setting changes and the app restarts on it (package_blob_name)
+            blob_name=package_blob_name(package_file),
+            type=az.storage.BlobType.BLOCK,
+            source=pulumi.FileAsset(str(package_file)),
+            opts=child_opts(parent),
+        )
+        _assign(
+            parent,
+            f"{name}-pkg-read",
+            identity.principal_id,
+            built_in_role(subscription, BLOB_DATA_READER),
+            releases.id,
+            description=f"gpufleet {cfg.stack} reaper: reads its package only",
         )
         return fn_account, package
 

@@ -3,7 +3,9 @@ bad Azure inputs refused before any resource exists."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -287,3 +289,147 @@ def test_the_schedule_setting_is_the_one_the_package_timer_runs_on():
         and isinstance(node.value, ast.Constant)
     ]
     assert value == azure.AZURE_SCHEDULE
+
+
+# -- the reaper's package: an upload the provider can make, a URL that changes with it ------
+
+BLOB = "azure-native:storage:Blob"
+
+
+def _account_of(result: PlanResult, account_name: Any) -> Any:
+    (account,) = [a for a in result.of_type(ACCOUNT) if a.outputs["name"] == account_name]
+    return account
+
+
+def test_the_package_blob_goes_to_an_account_that_allows_the_providers_key_upload(
+    t4: PlanResult,
+):
+    # pulumi-azure-native uploads a Blob with the account key (ListKeys, then a shared key
+    # credential): into an account with allowSharedKeyAccess false, `pulumi up` fails.
+    (blob,) = t4.of_type(BLOB)
+    account = _account_of(t4, blob.inputs["accountName"])
+    assert account.inputs["allowSharedKeyAccess"] is True
+    assert account.inputs["allowBlobPublicAccess"] is False
+    assert account.inputs["minimumTlsVersion"] == "TLS1_2"
+    assert account.inputs["defaultToOAuthAuthentication"] is True
+    # that account holds the package container and nothing else
+    name = blob.inputs["accountName"]
+    held = [c for c in t4.of_type(CONTAINER) if c.inputs["accountName"] == name]
+    assert [c.inputs["containerName"] for c in held] == [azure.PACKAGE_CONTAINER]
+
+
+def test_every_other_storage_account_still_refuses_shared_keys(t4: PlanResult):
+    (blob,) = t4.of_type(BLOB)
+    others = [a for a in t4.of_type(ACCOUNT) if a.outputs["name"] != blob.inputs["accountName"]]
+    assert len(others) == 2  # the data account and the Functions host's own
+    assert all(a.inputs["allowSharedKeyAccess"] is False for a in others)
+
+
+def test_the_package_url_is_content_addressed_so_a_new_package_restarts_the_app(t4: PlanResult):
+    from infra import reaper_deploy
+
+    (blob,) = t4.of_type(BLOB)
+    want = reaper_deploy.function_zip_file("azure").name
+    assert blob.inputs["blobName"] == want
+    assert re.fullmatch(r"azure-reaper-[0-9a-f]{16}\.zip", want)
+    (app,) = t4.of_type(APP)
+    settings = {s["name"]: s["value"] for s in app.inputs["siteConfig"]["appSettings"]}
+    assert settings["WEBSITE_RUN_FROM_PACKAGE"].endswith("/" + want)
+
+
+def test_the_reaper_reads_its_package_as_blob_data_reader_on_the_package_container_only(
+    t4: PlanResult,
+):
+    (releases,) = [
+        c for c in t4.of_type(CONTAINER) if c.inputs["containerName"] == azure.PACKAGE_CONTAINER
+    ]
+    readers = [
+        a
+        for a in t4.of_type(ASSIGNMENT)
+        if azure.BLOB_DATA_READER in str(a.inputs["roleDefinitionId"])
+    ]
+    assert [a.inputs["scope"] for a in readers] == [releases.id]
+
+
+# -- the scratch disk survives a destroy: it lives in the kept data group --------------------
+
+DISK = "azure-native:compute:Disk"
+
+
+def _groups(result: PlanResult) -> dict[str, Any]:
+    groups = result.of_type("azure-native:resources:ResourceGroup")
+    return {g.inputs["resourceGroupName"]: g for g in groups}
+
+
+def test_the_scratch_disk_lives_in_the_kept_data_group_and_the_vm_only_attaches_it(
+    t4: PlanResult,
+):
+    assert t4.outputs["scratch"]["kind"] == "disk"
+    (disk,) = t4.of_type(DISK)
+    groups = _groups(t4)
+    data = groups["gpufleet-azure-t4x1-data"]
+    assert disk.inputs["resourceGroupName"] == data.outputs["name"]
+    assert data.retain_on_delete and disk.retain_on_delete
+    # deleting the compute group deletes every disk in it: the disk must not be there
+    assert not groups["gpufleet-azure-t4x1"].retain_on_delete
+    (vm,) = t4.of_type(VM)
+    (attached,) = vm.inputs["storageProfile"]["dataDisks"]
+    assert attached["createOption"] == "Attach"
+    assert attached["managedDisk"]["id"] == disk.id
+    assert attached["deleteOption"] == "Detach"
+    assert disk.inputs["creationData"]["createOption"] == "Empty"
+    assert disk.inputs["sku"]["name"] == "Premium_LRS"  # the catalog's default class
+
+
+def test_destroy_data_lets_the_scratch_disk_go_with_the_stack():
+    result = stack("azure-t4x1", destroyData=True)
+    (disk,) = result.of_type(DISK)
+    assert not disk.retain_on_delete
+    assert not _groups(result)["gpufleet-azure-t4x1-data"].retain_on_delete
+
+
+# -- what the plan tells whoever deploys: prerequisites, the step after, deadlines -----------
+
+
+def test_the_plan_says_to_register_encryption_at_host_before_the_first_vm():
+    from infra.catalog import plan_notes
+
+    notes = plan_notes("azure", "azure-t4x1", dt.date(2026, 12, 1))
+    (eah,) = [n for n in notes if "EncryptionAtHost" in n]
+    assert "`az feature register --namespace Microsoft.Compute --name EncryptionAtHost`" in eah
+    assert "`az provider register -n Microsoft.Compute`" in eah
+
+
+def test_the_plan_says_how_to_sync_the_reapers_timer_trigger_after_deploy():
+    from infra import reaper_deploy
+    from infra.catalog import plan_notes
+
+    notes = plan_notes("azure", "azure-t4x1", dt.date(2026, 12, 1))
+    (sync,) = [n for n in notes if "syncfunctiontriggers" in n]
+    app = reaper_deploy.function_name("azure-t4x1")
+    assert f"/resourceGroups/gpufleet-azure-t4x1/providers/Microsoft.Web/sites/{app}/" in sync
+
+
+def test_a_deadline_is_noted_inside_its_window_and_silent_before():
+    from infra.catalog import Deadline
+
+    plan = Deadline("Linux Consumption retires", dt.date(2028, 9, 30), "AZ-FUNC-VERSIONS", 365)
+    assert plan.note("Azure", dt.date(2027, 9, 30)) is None  # 366 days: 2028 is a leap year
+    assert "in 365 days" in (plan.note("Azure", dt.date(2027, 10, 1)) or "")
+    assert "3 days ago" in (plan.note("Azure", dt.date(2028, 10, 3)) or "")
+
+
+def test_the_azure_catalog_deadlines_are_cited_and_none_has_passed():
+    import warnings
+
+    from infra.catalog import deadlines, load_catalog
+
+    found = deadlines("azure")
+    whats = " ".join(d.what for d in found)
+    assert "Linux Consumption" in whats and "Python 3.11" in whats
+    today = dt.date.today()
+    for d in found:
+        assert load_catalog().sources[d.source].url.startswith("https://learn.microsoft.com/")
+        assert d.days_left(today) >= 0, f"{d.what} on {d.date}: move the reaper off it"
+        if d.note("Azure", today):
+            warnings.warn(f"{d.what} on {d.date}: {d.days_left(today)} days left", stacklevel=1)

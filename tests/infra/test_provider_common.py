@@ -50,14 +50,14 @@ def test_azure_function_settings_are_sorted_and_reach_host_storage_through_the_i
     assert not [n for n in names if "ConnectionString" in n or n == "AzureWebJobsStorage"]
 
 
-def test_azure_scratch_disk_is_detached_on_destroy_unless_data_may_go() -> None:
+def test_azure_scratch_disk_is_attached_by_id_and_only_ever_detached() -> None:
+    # the disk itself lives in the kept data group (AzureProvider._scratch_disk): the VM
+    # never deletes it; a destroy with destroyData deletes it as its own resource
     cfg = replace(azure_stack(), destroy_data=False)
     spec = plan_nodes(cfg)[0]
     disk_spec = replace(spec, scratch=replace(spec.scratch, kind="disk"))
-    assert (
-        azure.scratch_disks(replace(spec, scratch=replace(spec.scratch, kind="nvme")), cfg) is None
-    )
-    (kept,) = azure.scratch_disks(disk_spec, cfg) or []
-    assert kept.delete_option == "Detach"
-    (gone,) = azure.scratch_disks(disk_spec, replace(cfg, destroy_data=True)) or []
-    assert gone.delete_option == "Delete"
+    nvme = replace(spec, scratch=replace(spec.scratch, kind="nvme"))
+    assert azure.scratch_disks(nvme, "/disk") is None
+    (kept,) = azure.scratch_disks(disk_spec, "/disk") or []
+    assert kept.delete_option == "Detach" and kept.create_option == "Attach"
+    assert kept.managed_disk.id == "/disk"

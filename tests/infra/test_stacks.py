@@ -124,8 +124,12 @@ def test_nodes_stop_rather_than_terminate_and_keep_scratch_disks(stack):
     cfg, result = stack
     for n in instances(result):
         if n.type == AZ_VM:
+            # the disk is its own resource in the kept data group, retained unless
+            # destroyData: the VM only ever detaches it
             for disk in n.inputs["storageProfile"].get("dataDisks") or []:
-                assert disk["deleteOption"] == ("Delete" if cfg.destroy_data else "Detach")
+                assert disk["deleteOption"] == "Detach"
+            for disk in result.of_type("azure-native:compute:Disk"):
+                assert disk.retain_on_delete is not cfg.destroy_data
         elif n.type.startswith("aws:"):
             assert n.inputs["instanceInitiatedShutdownBehavior"] == "stop"
             for disk in n.inputs.get("ebsBlockDevices", []):
@@ -349,6 +353,9 @@ def test_scratch_is_local_nvme_or_a_fast_data_disk(stack):
                 or n.inputs.get("storageProfile", {}).get("dataDisks")
             )
             d = disks[0]
+            if n.type == AZ_VM:  # attached by id: the size is on the disk resource
+                by_id = {r.id: r for r in result.of_type("azure-native:compute:Disk")}
+                d = by_id[d["managedDisk"]["id"]].inputs
             size = d.get("size", d.get("volumeSize", d.get("dataDiskSize", d.get("diskSizeGB"))))
             assert len(disks) == 1 and size == cfg.scratch_gb
 
