@@ -263,7 +263,10 @@ def parse_vm(vm: Any, instance_view: Any = None) -> Instance:
             problem = "neither timeCreated nor a ProvisioningState/succeeded time"
     except (TypeError, ValueError) as exc:
         problem = f"instance view unreadable: {exc}"
-    priority = str(_field(vm, "priority") or "Regular")
+    # The SDK hands an enum (VirtualMachinePriorityTypes, a str Enum): str() of it is
+    # "VirtualMachinePriorityTypes.SPOT", so read its value.
+    raw_priority = _field(vm, "priority")
+    priority = str(getattr(raw_priority, "value", raw_priority) or "Regular")
     return Instance(
         instance_id=name,
         state=state,
