@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,7 +35,20 @@ def wire_names(model: type[Any]) -> set[str]:
 
 
 def unknown_params(model: type[Any], params: Mapping[str, str]) -> list[str]:
-    """The parameters of ``params`` that ``model`` does not define; a repeated
-    one (``InstanceId.3``, ``Tag.1.Key``) counts as its list's name."""
+    """The parameters of ``params`` that ``model`` does not define. A repeated one
+    (``InstanceId.3``) counts as its list's name; a field of a list of objects
+    (``Tag.1.Key``, ``MetricList.2.Values``) must be one the list's item model
+    defines (the SDK names it ``<Request><List>``: TagResourcesRequestTag)."""
     known = wire_names(model) | RPC_COMMON
-    return sorted(k for k in params if k.split(".", 1)[0] not in known)
+    models = sys.modules[model.__module__]
+    unknown = []
+    for key in params:
+        name, _, rest = key.partition(".")
+        if name not in known:
+            unknown.append(key)
+            continue
+        field = rest.partition(".")[2]
+        item = getattr(models, f"{model.__name__}{name}", None)
+        if field and item is not None and field.split(".", 1)[0] not in wire_names(item):
+            unknown.append(key)
+    return sorted(unknown)

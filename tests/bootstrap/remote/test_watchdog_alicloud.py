@@ -155,3 +155,17 @@ def test_a_node_of_another_stack_may_not_stop_ours() -> None:
     ]
     ours = Request("ecs:StopInstance", _arn("i-own"), _tags(OWN_TAGS))
     assert not allowed(theirs, ours)
+
+
+def test_the_fakes_refuse_a_field_the_sdks_list_item_model_does_not_define() -> None:
+    from alibabacloud_cms20190101 import models
+
+    from tests.support.alicloud_models import unknown_params
+
+    sent = {"RegionId": "cn-shanghai", "MetricList.1.Values": "{}", "MetricList.1.GroupId": "0"}
+    assert unknown_params(models.PutCustomMetricRequest, sent) == []
+    misspelt = {**sent, "MetricList.1.Value": "{}", "MetricsList.1.Values": "{}"}
+    assert unknown_params(models.PutCustomMetricRequest, misspelt) == [
+        "MetricList.1.Value",
+        "MetricsList.1.Values",
+    ]
