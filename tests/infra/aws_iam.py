@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 SNAPSHOT = Path(__file__).resolve().parents[1] / "data" / "clouds" / "aws_iam.toml"
+_VARIABLE = re.compile(r"\$\{([^}]*)\}")  # a policy variable, ${key} or ${key, 'default'}
 # The reference's condition types and the operator families that take them.
 TYPE_FAMILIES = {
     "string": ("string",),
@@ -205,6 +206,7 @@ def statement_problems(st: Mapping[str, Any]) -> list[str]:
     if "Resource" in st or "Principal" not in st:  # a trust policy names no resource
         resources = [str(r) for r in _listed(st.get("Resource", []))]
         problems += _resource_problems(named, resources)
+        problems += [p for r in resources for p in _variable_problems(r)]
     for operator, clauses in st.get("Condition", {}).items():
         try:
             qualifier, base, _ = operator_parts(operator)
@@ -212,7 +214,12 @@ def statement_problems(st: Mapping[str, Any]) -> list[str]:
             problems.append(str(exc))
             continue
         family = operator_family(base)
-        for key in clauses:
+        for key, values in clauses.items():
+            if family not in ("string", "arn") and any(
+                _VARIABLE.search(str(v)) for v in _listed(values)
+            ):
+                # "You can't use a policy variable with other operators" (Variables and tags)
+                problems.append(f"{operator} cannot take a policy variable ({key})")
             for action in actions:
                 info = key_info(action, key)
                 if info is None:
@@ -224,6 +231,20 @@ def statement_problems(st: Mapping[str, Any]) -> list[str]:
                 if family != "null" and bool(qualifier) != multi:
                     want = "needs" if multi else "must not have"
                     problems.append(f"{key!r} {want} ForAllValues/ForAnyValue ({operator})")
+    return problems
+
+
+def _variable_problems(resource: str) -> list[str]:
+    """Variables in a Resource: "only in the resource portion of the ARN" (after the fifth
+    colon; Variables and tags), and never ``${ec2:SourceInstanceARN}`` (EC2 user guide,
+    iam-policy-structure: it "cannot be used as a variable to populate the ARN for the
+    Resource element")."""
+    problems = []
+    head = _VARIABLE.sub("\0", resource).split(":", 5)[:5]  # a variable's own colons aside
+    if any("\0" in part for part in head):
+        problems.append(f"{resource!r}: a variable before the ARN's resource part")
+    if "${ec2:sourceinstancearn" in resource.lower():
+        problems.append(f"{resource!r}: ec2:SourceInstanceARN cannot populate a Resource")
     return problems
 
 
@@ -279,7 +300,6 @@ class Request:
     context: Mapping[str, Any] = field(default_factory=dict)
 
 
-_VARIABLE = re.compile(r"\$\{([^}]*)\}")
 _SPECIAL = {"*": "*", "?": "?", "$": "$"}
 
 

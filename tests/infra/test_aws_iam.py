@@ -99,6 +99,10 @@ def test_a_correct_statement_passes_the_check():
         _with(Condition={"NumericEquals": {"aws:ResourceTag/k": "1"}}),  # a string key
         _with(Condition={"Bool": {"ec2:SourceInstanceARN": "true"}}),  # an ARN key
         _with(Condition={"NullIfExists": {"aws:TagKeys": "false"}}),  # Null takes no IfExists
+        _with(Condition={"Null": {"aws:TagKeys": "${aws:username}"}}),  # no variable there
+        _with(Resource="${ec2:SourceInstanceARN}"),  # the shared-role shortcut IAM refuses
+        _with(Resource="arn:aws:ec2:*:*:instance/${ec2:SourceInstanceARN}"),
+        _with(Resource="arn:aws:ec2:${aws:RequestedRegion}:*:instance/*"),  # before part 6
     ],
 )
 def test_a_misspelt_or_unsupported_statement_fails_the_check(statement):
