@@ -216,13 +216,18 @@ class FakeAzure:
         if result:
             return 200, None, {}
         state["polls"] += 1
+        # the shape of azure-mgmt-compute's recorded operation answers
+        # (tests/reaper/azure_recorded.py OPERATION_IN_PROGRESS / OPERATION_SUCCEEDED)
+        began = {"startTime": state.setdefault("started", arm_time(dt.datetime.now(UTC)))}
         if state["polls"] <= vm.polls_to_finish:
-            return 200, {"name": op, "status": "InProgress"}, {"Retry-After": "0"}
+            return 200, {**began, "status": "InProgress", "name": op}, {"Retry-After": "0"}
+        ended = {**began, "endTime": arm_time(dt.datetime.now(UTC))}
         if vm.operation_fails:
             vm.power = "running"
-            return 200, {"name": op, "status": "Failed", "error": _error("Conflict", "no")}, {}
+            failed = {**ended, "status": "Failed", "name": op, **_error("Conflict", "no")}
+            return 200, failed, {}
         vm.power = "deallocated"
-        return 200, {"name": op, "status": "Succeeded"}, {}
+        return 200, {**ended, "status": "Succeeded", "name": op}, {}
 
     def metrics(self, name: str, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
         if q.get("metricnamespace") != "gpufleet":
