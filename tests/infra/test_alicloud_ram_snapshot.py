@@ -90,6 +90,22 @@ def test_no_guard_rests_on_a_negated_operator(path: Path, variant: str) -> None:
             assert "Not" not in operator, f"{where}: {operator}"
 
 
+@pytest.mark.parametrize(("path", "variant"), CASES)
+def test_every_trusted_service_is_one_alibaba_documents_as_a_role_principal(
+    path: Path, variant: str
+) -> None:
+    principals = snapshot()["principals"]
+    trusted = [
+        (where, service)
+        for where, st in _statements(_planned(path, variant))
+        if isinstance(st.get("Principal"), dict)  # a bucket policy's is ["*"]
+        for service in st["Principal"].get("Service", [])
+    ]
+    assert trusted
+    for where, service in trusted:
+        assert service in principals, f"{where}: {service} is not a documented principal"
+
+
 @pytest.mark.parametrize("code", ["ecs", "cms"])
 def test_the_snapshots_action_list_is_the_installed_sdks_operation_list(code: str) -> None:
     ours = snapshot()["actions"][code]["actions"]
@@ -107,5 +123,6 @@ def test_every_snapshot_source_is_cited_with_a_url_and_a_read_date() -> None:
     for name, source in sources.items():
         assert source["url"].startswith("https://") and source["read"], name
     cited = [data["operators"]["source"], data["keys"]["global"]["source"]]
+    cited += list(data["principals"].values())
     cited += [table["source"] for table in data["actions"].values()]
     assert set(cited) <= set(sources)
