@@ -7,9 +7,12 @@ Pulumi's mocks as shipped, and as spot and two-node variants."""
 from __future__ import annotations
 
 import functools
+import inspect
+import re
 from pathlib import Path
 from typing import Any
 
+import pulumi_alicloud as ali
 import pytest
 
 from infra.config import load_stack_file
@@ -126,3 +129,25 @@ def test_every_snapshot_source_is_cited_with_a_url_and_a_read_date() -> None:
     cited += list(data["principals"].values())
     cited += [table["source"] for table in data["actions"].values()]
     assert set(cited) <= set(sources)
+
+
+def _documented_limit(model: type, arg: str, pattern: str) -> int:
+    doc = inspect.getdoc(model.__init__) or ""
+    part = doc.split(f":param pulumi.Input[_builtins.str] {arg}:", 1)[1].split(":param", 1)[0]
+    found = re.search(pattern, part)
+    assert found, f"{model.__name__}.{arg}: the SDK no longer states its limit"
+    return int(found.group(1))
+
+
+@pytest.mark.parametrize(("path", "variant"), CASES)
+def test_every_custom_policy_fits_the_length_and_name_rules_the_sdk_states(
+    path: Path, variant: str
+) -> None:
+    most = _documented_limit(ali.ram.PolicyArgs, "policy_document", r"maximum length is (\d+)")
+    longest_name = _documented_limit(ali.ram.PolicyArgs, "policy_name", r"1 to (\d+) char")
+    policies = _planned(path, variant).of_type("alicloud:ram/policy:Policy")
+    assert policies
+    for p in policies:
+        assert len(p.inputs["policyDocument"].encode()) <= most, p.name
+        name = p.inputs["policyName"]
+        assert re.fullmatch(rf"[A-Za-z0-9-]{{1,{longest_name}}}", name), name
