@@ -900,7 +900,7 @@ class TencentNode(MetadataNode):
     No custom metrics: Cloud Monitor's report action (PutMonitorData) is disused
     (tencentcloud.com/document/api/248/35974). The heartbeat is an object in the stack's
     bucket (:class:`BucketHeartbeat`), and the GPU utilization the reaper reads is the
-    monitoring agent's own (QCE/CVM GpuUtil; `fab setup` installs the agent), see
+    monitoring agent's own (QCE/CVM Gpuutil; `fab setup` installs the agent), see
     infra/reaper/tencent.py.
     """
 

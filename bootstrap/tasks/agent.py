@@ -1,6 +1,6 @@
 """The cloud's own monitoring agent on the node, where the reaper reads its metrics.
 
-On Tencent the reaper's GPU evidence is QCE/CVM GpuUtil, which only the CVM monitoring agent
+On Tencent the reaper's GPU evidence is QCE/CVM Gpuutil, which only the CVM monitoring agent
 reports (infra/reaper/tencent.py); without it the reaper keeps the node as "unknown" until
 the TTL. Which agent, its processes and its documented installer are catalog data
 (``[provider.monitoring_agent]``); a cloud without one skips the step. ``fab setup`` runs it

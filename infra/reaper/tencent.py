@@ -26,7 +26,7 @@ the SDK; COS through its S3-compatible API, SigV4):
   for that instance) is bisected down to that id and the others are stopped. A refused
   STOP_CHARGING is reported, never retried as KEEP_CHARGING (that stop would save nothing).
 - ``GetMonitorData`` (https://cloud.tencent.com/document/api/248/31014, CAM action
-  monitor:GetMonitorData), namespace ``QCE/CVM``, metric ``GpuUtil``: the GPU utilization
+  monitor:GetMonitorData), namespace ``QCE/CVM``, metric ``Gpuutil``: the GPU utilization
   the CVM monitoring agent (BaseAgent, with its GPU component) reports per instance
   (Tencent doc 248/6843 "CVM monitoring metrics"), with the service's timestamps; up to 50
   instances and 7,200 datapoints a call (the SDK's GetMonitorDataRequest docstrings,
@@ -45,8 +45,8 @@ the SDK; COS through its S3-compatible API, SigV4):
 So the rule is the other clouds' (infra/reaper/idle_rules.py ``decide_cloud``): a node is
 stopped for silence only when its heartbeat object was written this boot and then went
 stale while another node's heartbeat still arrived, with no GPU use in the window. No
-GpuUtil datapoint in the window (the agent is not installed or not reporting) is unknown,
-never idle: the instance is kept and the run fails, as for a GpuUtil answer that is
+Gpuutil datapoint in the window (the agent is not installed or not reporting) is unknown,
+never idle: the instance is kept and the run fails, as for a Gpuutil answer that is
 missing, partial or failed. Without a bucket setting (:data:`BUCKET_ENV`) no heartbeat is
 read: only the TTL and the lease cap apply.
 
@@ -112,7 +112,13 @@ STOP_BATCH = 100  # StopInstances InstanceIds ceiling
 METRIC_BATCH = 50  # GetMonitorData Instances ceiling
 METRIC_POINTS = 7200  # GetMonitorData datapoints ceiling, per request
 METRIC_NAMESPACE = "QCE/CVM"
-METRIC_GPU = "GpuUtil"
+# Spelt as Tencent's CVM metrics page spells it ("Gpuutil | GPU utilization | Returned by
+# the nvmlDeviceGetUtilizationRates API ... | % | InstanceId", 60 s period with avg):
+# tencentyun/intlcloud-documents, yehe_doc/管理工具/云监控/云产品指标/云服务器监控指标_intl_en.md
+# at d209dde3, read 2026-12-01; only reported once the CVM agent (248/6211) is installed.
+# The pages spell other names in two cases (CPUUsage, CpuUsage); DescribeBaseMetrics on an
+# account gives the canonical one.
+METRIC_GPU = "Gpuutil"
 METRIC_PERIOD = 60
 STOPPED_MODE = "STOP_CHARGING"
 REQUEST_TIMEOUT_S = 20

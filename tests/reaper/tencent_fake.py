@@ -9,7 +9,7 @@ steps and tested against the document's own example (tests/reaper/test_tencent_r
 not with the SDK's signer.
 
 Actions: CVM DescribeInstances (tag filters or InstanceIds, Offset/Limit), StopInstances (all
-or nothing, STOP_CHARGING required), Cloud Monitor GetMonitorData (QCE/CVM GpuUtil), and for
+or nothing, STOP_CHARGING required), Cloud Monitor GetMonitorData (QCE/CVM Gpuutil), and for
 the node STS GetCallerIdentity and Tag TagResources. Faults: throttling, 5xx, answers too
 slow for the client's timeout, HTML pages, partial metrics, a skewed Date.
 
@@ -46,6 +46,8 @@ from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+# The metric as Tencent's CVM metrics page names it (infra/reaper/tencent.py cites it).
+METRIC_GPU = "Gpuutil"
 SECRET_ID = "AKIDfakefakefakefakefakefakefake"
 SECRET_KEY = "fakeSecretKeyForTheLocalFake0000"
 PRODUCTS = {  # action -> (service in the credential scope, API version)
@@ -115,7 +117,7 @@ class FakeCvm:
 @dataclass
 class FakeTencent:
     instances: list[FakeCvm] = field(default_factory=list)
-    # instance id -> [(unix seconds, GpuUtil)]
+    # instance id -> [(unix seconds, Gpuutil)]
     gpu: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     # The bucket's heartbeat objects: key -> Last-Modified (unix seconds, COS's clock).
     bucket: str = "gpufleet-tc-0a1b2c3d-1250000000"
@@ -195,7 +197,7 @@ class FakeTencent:
         return {}
 
     def get_monitor_data(self, q: dict[str, Any]) -> dict[str, Any]:
-        if q.get("Namespace") != "QCE/CVM" or q.get("MetricName") != "GpuUtil":
+        if q.get("Namespace") != "QCE/CVM" or q.get("MetricName") != METRIC_GPU:
             return _error("InvalidParameterValue", f"{q.get('Namespace')} {q.get('MetricName')}")
         wanted = q.get("Instances") or []
         if not 1 <= len(wanted) <= 50:
@@ -220,7 +222,7 @@ class FakeTencent:
             )
         return {
             "Period": q.get("Period", 300),
-            "MetricName": "GpuUtil",
+            "MetricName": METRIC_GPU,
             "DataPoints": points,
             "StartTime": q["StartTime"],
             "EndTime": q["EndTime"],

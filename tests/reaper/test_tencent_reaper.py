@@ -30,7 +30,7 @@ def cvm_time(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-AGENT_MINUTES = 90  # how far back the monitoring agent has reported GpuUtil, each minute
+AGENT_MINUTES = 90  # how far back the monitoring agent has reported Gpuutil, each minute
 
 
 def build(now: datetime, *, no_agent: bool = True) -> tuple[FakeTencent, dict[str, str]]:
@@ -71,7 +71,7 @@ def build(now: datetime, *, no_agent: bool = True) -> tuple[FakeTencent, dict[st
         "other-stack": ("absent", {}),
         # An absurd limit tag keeps only its own instance (unknown) until the 14-day cap.
         "bad-tag": ("keep", {}),
-        # No monitoring agent (no GpuUtil datapoint) and a stale heartbeat: unknown, kept.
+        # No monitoring agent (no Gpuutil datapoint) and a stale heartbeat: unknown, kept.
         "no-agent": ("keep", {}),
     }
     for name, (want, overrides) in extras.items():
@@ -184,7 +184,7 @@ def test_fakes_get_monitor_data_answer_has_exactly_the_sdk_models_fields() -> No
     answer = fake.get_monitor_data(
         {
             "Namespace": "QCE/CVM",
-            "MetricName": "GpuUtil",
+            "MetricName": "Gpuutil",
             "Period": 60,
             "StartTime": "2025-11-24T00:00:00+00:00",
             "EndTime": "2025-11-24T23:00:00+00:00",
@@ -257,7 +257,7 @@ def test_dry_run_decides_every_fleet_case_and_stops_nothing() -> None:
     }
     assert silent == {i for i in expected if "-stale-heartbeat-idle-" in i or "-spot-idle-" in i}
     no_agent = [d for d in report.decisions if "-no-agent-" in d.instance_id]
-    assert no_agent and all(d.unknown and "GpuUtil datapoint" in d.reason for d in no_agent)
+    assert no_agent and all(d.unknown and "Gpuutil datapoint" in d.reason for d in no_agent)
     assert report.exit_code == 1  # the agent-less nodes: metrics unreadable, reported
     assert not fake.rejected  # every COS HEAD arrived SigV4-signed and valid
 
