@@ -68,13 +68,13 @@ BUILT_IN_ROLES = {
     METRICS_PUBLISHER: "Monitoring Metrics Publisher",
 }
 
-# A node may read and deallocate itself (the watchdog's power-off path: a shutdown from
-# inside the OS leaves the VM "Stopped" and billed) and write its own tags (the lease, through
-# Tags - Update At Scope); scoped to its own VM. Azure RBAC cannot limit a tag write to one
-# key, so a process on the node could also change its own guard tags (SECURITY.md).
+# A node may deallocate itself (the watchdog's power-off path: a shutdown from inside the
+# OS leaves the VM "Stopped" and billed) and write its own tags (the lease, through Tags -
+# Update At Scope); scoped to its own VM. Nothing else: its name, tags and events come from
+# IMDS, which needs no role (tests/infra/test_azure_rbac.py maps each of the watchdog's ARM
+# calls to its operation). Azure RBAC cannot limit a tag write to one key, so a process on
+# the node could also change its own guard tags (SECURITY.md).
 NODE_ACTIONS = (
-    "Microsoft.Compute/virtualMachines/read",
-    "Microsoft.Compute/virtualMachines/instanceView/read",
     "Microsoft.Compute/virtualMachines/deallocate/action",
     "Microsoft.Resources/tags/write",
 )
@@ -772,12 +772,12 @@ class AzureProvider:
         identity: az.managedidentity.UserAssignedIdentity,
         subscription: pulumi.Output[str],
     ) -> None:
-        """The node's own power: read and deallocate itself, post metrics against itself."""
+        """The node's own power: deallocate and tag itself, post metrics against itself."""
         node_role = _custom_role(
             parent,
             f"{spec.name}-self-role",
             f"gpufleet {spec.name} self-deallocate",
-            f"gpufleet node {spec.name}: read and deallocate this VM only",
+            f"gpufleet node {spec.name}: deallocate and tag this VM only",
             vm.id,
             NODE_ACTIONS,
         )

@@ -269,3 +269,26 @@ def test_the_reaper_reads_its_package_and_cannot_replace_it(shipped: PlanResult)
     blob = releases.id + "/blobs/azure-reaper.zip"
     assert allowed(held, BLOB_READ, blob, data=True)
     assert not allowed(held, BLOB_WRITE, blob, data=True)
+
+
+# The ARM calls the node's watchdog makes (AzureNode in bootstrap/remote/watchdog.py) and
+# the one operation each needs, from Microsoft's REST reference ("Virtual Machines -
+# Deallocate"; "Tags - Update At Scope", whose built-in Tag Contributor role grants
+# Microsoft.Resources/tags/* and no read of the tagged resource). Its identity, tags and
+# events come from IMDS, which RBAC does not govern.
+NODE_CALLS = {
+    ("POST", "{vm}/deallocate"): DEALLOCATE,
+    ("PATCH", "{vm}/providers/Microsoft.Resources/tags/default"): TAGS_WRITE,
+}
+
+
+def test_the_nodes_own_role_holds_exactly_what_its_arm_calls_need():
+    import inspect
+
+    from tests.bootstrap.remote.test_watchdog import wd
+
+    source = inspect.getsource(wd.AzureNode)
+    for (method, path), _ in NODE_CALLS.items():
+        tail = path.removeprefix("{vm}")
+        assert f'"{method}"' in source and tail in source, (method, path)
+    assert sorted(azure.NODE_ACTIONS) == sorted(set(NODE_CALLS.values()))
