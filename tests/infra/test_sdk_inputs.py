@@ -401,3 +401,34 @@ def test_each_value_the_sdk_docs_predate_is_still_missing_from_them(lag):
     field = S.resource_schema(token).by_python[name]
     assert S.documented_values(field.doc), "the SDK no longer lists values: drop the exception"
     assert value not in S.documented_values(field.doc)
+
+
+# --- the kind of a scalar: string, bool or number, as the SDK types it ----------------------
+
+
+def test_a_string_where_the_sdk_expects_a_number_fails():
+    report = S.check_constructed(
+        "aws:ec2/instance:Instance", {"root_block_device": {"volume_size": "100"}}, "kind"
+    )
+    assert [p.split(": ", 1)[1] for p in report.problems] == [
+        "root_block_device.volume_size: a str where the SDK expects int"
+    ]
+
+
+def test_a_fraction_where_the_sdk_expects_a_whole_number_fails_and_a_bool_for_a_string_too():
+    report = S.check_constructed(
+        "alicloud:ecs/instance:Instance",
+        {"data_disks": [{"size": 100.5, "category": True}]},
+        "kind",
+    )
+    assert [p.split(": ", 1)[1] for p in report.problems] == [
+        "data_disks[0].size: a float where the SDK expects int",
+        "data_disks[0].category: a bool where the SDK expects str",
+    ]
+
+
+def test_a_providers_json_encoded_setting_is_checked_as_what_it_encodes():
+    token = "pulumi:providers:aws"
+    assert S.check_constructed(token, {"skip_credentials_validation": "true"}, "p").problems == []
+    (problem,) = S.check_constructed(token, {"skip_credentials_validation": "3"}, "p").problems
+    assert problem.endswith("skip_credentials_validation: an int where the SDK expects bool")

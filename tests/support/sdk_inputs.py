@@ -1,14 +1,16 @@
 """Resource inputs checked against the installed provider SDKs' own typed classes.
 
-The truth here is the SDKs in .venv, never a list of ours: each type token is mapped to its
-resource class by the registry JSON every SDK's ``__init__.py`` hands to
-``_utilities.register``; the input names come from the resource's ``_internal_init``
-signature and its ``*Args`` class's getters (``@pulumi.getter(name="camelName")``); nested
-shapes come from the getters' type hints (``Input[...]``, ``Sequence[...]``,
-``Mapping[...]``, nested ``*Args`` classes); enum values from the SDK's ``Enum`` classes
-where a hint is ``Union[str, SomeEnum]``; where a string has no enum but the getter's
-docstring lists its values ("Valid values are `PrePaid`, `PostPaid`": all of Alicloud's and
-Tencent's choices), from that list (DOC_LAGS names the values the docs predate, cited).
+The truth here is the SDKs in .venv, never a list of ours:
+- the type token -> resource class map is the registry JSON each SDK's ``__init__.py``
+  hands to ``_utilities.register``;
+- input names are the resource's ``_internal_init`` keywords and its ``*Args`` getters
+  (``@pulumi.getter(name="camelName")``);
+- nesting and each value's kind (string, bool, number) come from the getters' type hints
+  (``Input[...]``, ``Sequence[...]``, ``Mapping[...]``, nested ``*Args`` classes);
+- enum values come from the SDK's ``Enum`` classes where a hint is ``Union[str, Enum]``;
+- a string the SDK types without an enum, whose getter's docstring lists its values
+  ("Valid values are `PrePaid`, `PostPaid`": all of Alicloud's and Tencent's choices), is
+  checked against that list (DOC_LAGS names the values the docs predate, cited).
 
 Two views of each resource are checked. What the program passed to the constructor
 (:func:`capture_constructed`, before serialization, Python names): a plain dict with an
@@ -435,10 +437,40 @@ class _Walker:
             self.mapping(value, shape, path)
         elif isinstance(value, list | tuple):
             self.sequence(value, shape, path)
+        elif isinstance(value, str) and self.json_config(value, shape):
+            self.value(json.loads(value), hint, path)
         elif isinstance(value, str):
             self.string(value, shape, path)
-        elif shape.args and not (shape.anything or shape.scalars or shape.enums):
-            self.problem(path, f"a {type(value).__name__} where the SDK expects {_names(shape)}")
+        elif isinstance(value, bool | int | float):
+            self.scalar(value, shape, path)
+
+    def json_config(self, value: str, shape: Shape) -> bool:
+        """A provider's SDK sends each input that is not a string as JSON text
+        (`.apply(pulumi.runtime.to_json)` in every Provider._internal_init): such a string
+        is checked as the value it encodes."""
+        if not self.token.startswith("pulumi:providers:") or str in shape.scalars:
+            return False
+        try:
+            return not isinstance(json.loads(value), str)
+        except ValueError:
+            return False
+
+    def scalar(self, value: bool | float, shape: Shape, path: str) -> None:
+        """A bool or number where the SDK types a bool, a number or something else."""
+        if shape.anything:
+            return
+        if isinstance(value, bool):
+            fits = bool in shape.scalars
+        elif isinstance(value, int) or value.is_integer():
+            fits = bool({int, float} & shape.scalars)  # the wire has one number type
+        else:
+            fits = float in shape.scalars
+        if not fits:
+            kind = type(value).__name__
+            self.problem(
+                path,
+                f"{'an' if kind == 'int' else 'a'} {kind} where the SDK expects {_names(shape)}",
+            )
 
     def enum_member(self, value: enum.Enum, shape: Shape, path: str) -> None:
         if shape.anything or type(value) in shape.enums:
@@ -488,9 +520,11 @@ class _Walker:
             self.problem(path, f"a list where the SDK expects {_names(shape)}")
 
     def string(self, value: str, shape: Shape, path: str) -> None:
-        if shape.anything or not shape.enums:
-            if shape.args and not (shape.anything or shape.scalars):
-                self.problem(path, f"a string where the SDK expects {_names(shape)}")
+        if shape.anything:
+            return
+        if not shape.enums:
+            if str not in shape.scalars:
+                self.problem(path, f"a str where the SDK expects {_names(shape)}")
             return
         self.report.enum_checked += 1
         members = [str(m.value) for e in shape.enums for m in e]
