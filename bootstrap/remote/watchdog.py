@@ -777,7 +777,13 @@ class AlicloudNode(MetadataNode):
             "Tag.1.Key": key,
             "Tag.1.Value": value,
         }
-        self._rpc("ecs", params, creds)
+        answer = self._rpc("ecs", params, creds)
+        try:
+            ok = "RequestId" in json.loads(answer or b"{}")
+        except ValueError:
+            ok = False
+        if not ok:  # a proxy's or captive portal's 200 is not a tag written
+            raise ValueError(f"TagResources: not an API answer: {answer[:120]!r}")
 
     def put_metrics(self, instance_id: str, metrics: Sequence[Metric], creds: Credentials) -> None:
         # CloudMonitor keeps custom metrics under acs_customMetric_<account>; the reaper

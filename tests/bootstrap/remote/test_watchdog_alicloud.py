@@ -169,3 +169,23 @@ def test_the_fakes_refuse_a_field_the_sdks_list_item_model_does_not_define() -> 
         "MetricList.1.Value",
         "MetricsList.1.Values",
     ]
+
+
+def test_a_lease_tag_answered_by_something_other_than_the_api_is_not_written(
+    tmp_path: Path,
+) -> None:
+    from tests.bootstrap.remote.watchdog_fakes import _Quiet
+
+    class Portal(_Quiet):
+        def do_POST(self) -> None:
+            self._send(200, "<html>welcome</html>", "text/html")
+
+    creds = {"access_key_id": "ak", "secret": "secret", "token": "st"}
+    with serve(Portal) as url:
+        cloud = wd.AlicloudNode("cn-shanghai", url)
+        with pytest.raises(ValueError, match="not an API answer"):
+            cloud.write_tag(INSTANCE_ID, wd.names.KEEP_ALIVE_UNTIL, "2026-12-01T12:00:00Z", creds)
+    ecs = FakeEcs()
+    with serve(ecs.handler()) as url:
+        wd.AlicloudNode("cn-shanghai", url).write_tag(INSTANCE_ID, "k", "v", creds)
+    assert ecs.tags == {INSTANCE_ID: {"k": "v"}}
