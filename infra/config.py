@@ -618,6 +618,13 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
     r = _Reader(raw)
     _check_names(r, raw, stack)
     chosen = _read_choice(r, cat)
+    info = chosen.info
+    if info and info.max_stack_name and len(stack) > info.max_stack_name:
+        r.problem(
+            "stack",
+            f"stack name {stack!r} is {len(stack)} characters; {info.title} stacks take at "
+            f"most {info.max_stack_name} (longer resource names are refused): rename the stack",
+        )
     billing, spot_max, months = _read_billing(r, cat, chosen)
     region, zone = _read_location(r, chosen.info)
     cidrs, ssh_key = _read_ssh(r)

@@ -114,3 +114,27 @@ def test_every_tag_key_the_stack_puts_on_a_node_is_one_ec2_takes_in_metadata():
         for key in instance.inputs["tags"]:
             assert re.fullmatch(f"[{info.tag_key_chars}]+", key), key
             assert key not in info.refused_tag_keys
+
+
+# Types Pulumi names "<logical name>-<7 random>" whose names AWS caps at 64 characters.
+CAPPED_AT_64 = ("aws:iam/role:Role", "aws:cloudwatch/eventRule:EventRule")
+
+
+def test_the_longest_stack_name_aws_takes_fits_every_name_pulumi_generates():
+    longest = CAT.providers["aws"].max_stack_name
+    cfg = dataclasses.replace(aws_cfg("p5.48xlarge", 2), stack="s" * longest)
+    result = evaluate(cfg)
+    capped = [r for r in result.resources if r.type in CAPPED_AT_64]
+    assert {r.type for r in capped} == set(CAPPED_AT_64)
+    assert max(len(r.name) + 1 + 7 for r in capped) == 64
+
+
+def test_a_longer_stack_name_is_refused_in_one_line_before_anything_is_made():
+    from infra.config import ConfigError
+
+    longest = CAT.providers["aws"].max_stack_name
+    raw = {"provider": "aws", "tier": "t4x1", "sshCidrs": ["203.0.113.0/24"]}
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, "s" * (longest + 1))
+    (line,) = [ln for ln in str(err.value).splitlines() if "gpufleet:stack" in ln]
+    assert f"at most {longest}" in line and "rename the stack" in line
