@@ -372,3 +372,45 @@ def test_teardown_cli_without_the_account_id_exits_2_before_any_call(
     err = capsys.readouterr().err
     assert code == 2 and "GPUFLEET_ALICLOUD_ACCOUNT_ID" in err and "Traceback" not in err
     assert not fake.calls
+
+
+# One instance of DescribeInstances' documented success example, the fields the parser
+# reads, in our own fixture (help/en/ecs/developer-reference/
+# api-ecs-2014-05-26-describeinstances, JSON example; read 2026-12-01).
+DOCUMENTED_INSTANCE = {
+    "InstanceId": "i-bp67acfmxazb4p****",
+    "InstanceChargeType": "PostPaid",
+    "InstanceType": "ecs.g5.large",
+    "Status": "Running",
+    "StoppedMode": "KeepCharging",
+    "StartTime": "2017-12-10T04:04Z",
+    "CreationTime": "2017-12-10T04:04Z",
+    "SpotStrategy": "NoSpot",
+    "Tags": {"Tag": [{"TagKey": "TestKey", "TagValue": "TestValue"}]},
+}
+
+
+def test_the_scan_parser_reads_the_documented_describe_instances_example() -> None:
+    from alibabacloud_ecs20140526 import models
+
+    from infra.reaper.alicloud import parse_instance
+
+    def through_the_sdk(raw: dict[str, object]) -> dict[str, object]:
+        body = {"RequestId": "r", "Instances": {"Instance": [raw]}}
+        read = models.DescribeInstancesResponseBody().from_map(body).to_map()
+        return read["Instances"]["Instance"][0]  # type: ignore[no-any-return]
+
+    assert through_the_sdk(DOCUMENTED_INSTANCE) == DOCUMENTED_INSTANCE  # the SDK's names
+    running = parse_instance(through_the_sdk(DOCUMENTED_INSTANCE))
+    assert (running.state, running.instance_type, running.tags) == (
+        "running",
+        "ecs.g5.large",
+        {"TestKey": "TestValue"},
+    )
+    assert running.launched_at == datetime(2017, 12, 10, 4, 4, tzinfo=UTC)
+    assert not (running.spot or running.prepaid or running.problem)
+    assert not running.billed_while_stopped  # running: the stop mode does not apply yet
+    stopped = parse_instance(through_the_sdk({**DOCUMENTED_INSTANCE, "Status": "Stopped"}))
+    assert stopped.billed_while_stopped
+    saving = {**DOCUMENTED_INSTANCE, "Status": "Stopped", "StoppedMode": "StopCharging"}
+    assert not parse_instance(through_the_sdk(saving)).billed_while_stopped
