@@ -123,6 +123,30 @@ def test_every_resource_the_engine_receives_was_constructed_from_an_sdk_class(ca
     assert engine == {(c.token, c.name) for c in result.constructed}
 
 
+@functools.cache
+def invokes_checked() -> S.Report:
+    """Every invoke's arguments, in every stack run, as the engine received them."""
+    report = S.Report()
+    for case in CASE_IDS:
+        for token, args in run(case).result.invokes:
+            _merge(report, S.check_invoke_args(token, args, f"{case}: invoke {token}"))
+    return report
+
+
+def test_every_invoke_argument_is_one_the_sdk_defines():
+    report = invokes_checked()
+    assert report.checked > 0
+    assert not report.problems, "\n".join(report.problems)
+
+
+def test_a_misspelt_key_in_an_invokes_nested_argument_fails():
+    token = "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings"
+    args = {"filters": [{"name": "instance-type", "valuez": ["p4d.24xlarge"]}]}
+    (problem,) = S.check_invoke_args(token, args, "invoke").problems
+    assert problem.startswith("invoke: filters[0].valuez: pulumi_aws 7.51.1 ")
+    assert problem.endswith("has no input 'valuez' (nearest: values)")
+
+
 def test_the_checks_cover_every_cloud_with_multi_node_and_spot_variants(capsys):
     totals: dict[str, S.Report] = {}
     for case in CASE_IDS:
@@ -144,6 +168,7 @@ def test_the_checks_cover_every_cloud_with_multi_node_and_spot_variants(capsys):
     )
     with capsys.disabled():
         print("\n" + S.coverage_line(len(CASE_IDS)))
+        print(f"SDK-checked invoke arguments: {invokes_checked().checked}")
 
 
 # --- the check can fail: a misspelt key at the top, one in a nested dict, a bad enum value ---

@@ -111,6 +111,57 @@ def resource_class(token: str) -> type:
     return typing.cast(type, getattr(importlib.import_module(module), name))
 
 
+@functools.cache
+def _module_table() -> dict[tuple[str, str], str]:
+    """(token package, first module segment) -> the Python module, from the registries."""
+    table: dict[tuple[str, str], str] = {}
+    for package in SDK_PACKAGES:
+        modules, packages = _registry_json(package)
+        for mod in modules:
+            table[(mod["pkg"], mod["mod"].split("/")[0])] = mod["fqn"]
+        for pkg in packages:
+            table[(pkg["pkg"], "index")] = pkg["fqn"]
+    return table
+
+
+@functools.cache
+def invoke_function(token: str) -> Any:
+    """The SDK function that invokes `token` (aws:ec2/getAmi:getAmi -> pulumi_aws.ec2.get_ami):
+    its module from the registries, its name the token's last segment in snake case; its
+    source must name the token."""
+    pkg, mod, name = token.split(":")
+    prefix = mod.split("/")[0]
+    root = _module_table().get((pkg, "index"), "")
+    # a module with no resources (Tencent's User) is in no registry: its lower-case name
+    candidates = [_module_table().get((pkg, prefix)), f"{root}.{prefix.lower()}"]
+    snake = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    for module in filter(None, candidates):
+        try:
+            function = getattr(importlib.import_module(module), snake, None)
+        except ImportError:
+            continue
+        if function is not None and f"'{token}'" in inspect.getsource(function):
+            return function
+    raise SdkLookupError(f"no installed SDK defines the invoke {token}")
+
+
+@functools.cache
+def invoke_schema(token: str) -> Schema:
+    """An invoke's arguments: the function's keywords, camel names from its `__args__`."""
+    function = invoke_function(token)
+    hints = typing.get_type_hints(function)
+    pairs = re.findall(r"__args__\['(\w+)'\] = (\w+)", inspect.getsource(function))
+    fields = tuple(dict.fromkeys(Field(snake, camel, hints[snake]) for camel, snake in pairs))
+    return Schema(f"{sdk_version(function.__module__.split('.')[0])} {function.__name__}", fields)
+
+
+def check_invoke_args(token: str, args: Mapping[str, Any], where: str) -> Report:
+    """An invoke's arguments as the engine received them (camelCase)."""
+    report = Report()
+    _Walker(token, "pulumi", report, where).keyed(args, invoke_schema(token), "")
+    return report
+
+
 def cloud_of(token: str) -> str:
     """'aws' for aws:ec2/instance:Instance and for pulumi:providers:aws."""
     parts = token.split(":")
