@@ -205,9 +205,35 @@ def _role_with_policy(
     return role
 
 
+# "By default, all AWS accounts are limited to five (5) Elastic IP addresses per Region"
+# (EC2 user guide, elastic-ip-addresses-eip, "Elastic IP address limit"; read 2026-12-01).
+EIP_QUOTA = 5
+
+
+def eip_note(cfg: StackConfig) -> str | None:
+    """What the plan says when the stack allocates Elastic IPs (one per EFA node)."""
+    from infra.catalog import load_catalog
+    from infra.nodes import efa_interfaces
+
+    itype = load_catalog().instance("aws", cfg.instance_type)
+    if public_ipv4_at_launch(efa_layout(efa_interfaces(cfg, itype))):
+        return None
+    return (
+        f"this stack allocates {cfg.nodes} Elastic IP address(es), one per node (EFA nodes "
+        "launch with several network interfaces, so EC2 gives them no public IPv4); an "
+        f"account has {EIP_QUOTA} per region by default: if {cfg.region}'s are in use, ask "
+        "for more (Service Quotas, EC2, 'Elastic IP addresses per Region') before `pulumi up`"
+    )
+
+
 class AwsProvider:
     name = "aws"
     UNSUPPORTED: Mapping[Feature, str] = unsupported_features("aws")
+
+    def plan_notes(self, cfg: StackConfig) -> list[str]:
+        """What the plan must tell people about this stack on AWS (scripts/plan.py)."""
+        note = eip_note(cfg)
+        return [note] if note else []
 
     def provider_resource(self, cfg: StackConfig) -> pulumi.ProviderResource:
         return aws.Provider("aws", region=cfg.region)

@@ -151,3 +151,21 @@ def test_a_longer_stack_name_is_refused_in_one_line_before_anything_is_made():
         parse_config(raw, "s" * (longest + 1))
     (line,) = [ln for ln in str(err.value).splitlines() if "gpufleet:stack" in ln]
     assert f"at most {longest}" in line and "rename the stack" in line
+
+
+@pytest.mark.parametrize("instance_type", EFA_TYPES)
+def test_the_plan_says_how_many_elastic_ips_a_stack_needs_against_the_default_quota(
+    instance_type,
+):
+    from infra.providers.aws import EIP_QUOTA, PROVIDER
+
+    for nodes in (1, 2):
+        cfg, result = planned(instance_type, nodes)
+        notes = PROVIDER.plan_notes(cfg)
+        eips = len(result.of_type(EIP))
+        if eips:
+            (note,) = notes
+            assert f"allocates {eips} Elastic IP" in note and f"has {EIP_QUOTA} per region" in note
+        else:
+            assert notes == []
+    assert PROVIDER.plan_notes(aws_cfg("g4dn.xlarge", 1)) == []  # one interface: no EIP
