@@ -1859,9 +1859,18 @@ class Watchdog:
             LOG.warning("dry run: would power off now (%s)", decision.reason)
             state.last_decision["dry_run"] = "would power off now"
             return
+        # Saved before the call: an OS power-off may end this process before it returns.
         state.last_decision["powered_off"] = now.isoformat()
         state.save(self.state_path)
-        self.poweroff()
+        try:
+            self.poweroff()
+        except Exception as exc:
+            # An API stop that raised (bounded retries spent) left the node running: the
+            # state must not say it stopped; the next run decides again.
+            del state.last_decision["powered_off"]
+            state.last_decision["poweroff_failed"] = f"{now.isoformat()}: {exc}"
+            state.save(self.state_path)
+            raise
 
 
 def wall(message: str) -> None:

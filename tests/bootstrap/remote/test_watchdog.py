@@ -345,6 +345,23 @@ def test_dry_run_decides_and_syncs_but_never_powers_off(tmp_path: Path) -> None:
     assert wd.State.load(dog.state_path).last_decision["dry_run"] == "would power off now"
 
 
+def test_a_poweroff_that_raises_is_recorded_as_failed_not_as_powered_off(
+    tmp_path: Path,
+) -> None:
+    dog, probe, rec = make_dog(tmp_path, Timeline())
+
+    def refused() -> None:
+        rec.events.append(("poweroff", probe.minutes))
+        raise OSError("StopInstance: Throttling, retries spent")
+
+    dog.poweroff = refused
+    with pytest.raises(OSError, match="Throttling"):
+        run_until_poweroff(dog, probe, rec, 200)
+    last = wd.State.load(dog.state_path).last_decision
+    assert "powered_off" not in last
+    assert "Throttling" in last["poweroff_failed"]
+
+
 def test_history_survives_between_runs_and_is_pruned(tmp_path: Path) -> None:
     dog, probe, _ = make_dog(tmp_path, Timeline(ssh=lambda m: 1))
     for _ in range(200):
