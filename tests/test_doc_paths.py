@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP = ("infra", "bootstrap", "scripts", "policy", "tests", "stacks", "examples")
+TOP = ("infra", "bootstrap", "scripts", "policy", "tests", "stacks", "examples", "docs")
 # A path into one of the top folders, naming a file by its ending (placeholders such as
 # Pulumi.<stack>.yaml, Pulumi.NAME.yaml or verify_*.py included).
 MENTION = re.compile(
@@ -18,7 +18,7 @@ MENTION = re.compile(
 PLACEHOLDER = re.compile(r"<[^>]*>|\{[^}]*\}|\b[A-Z]{2,}\b")
 # Where the mentions are read: the docs, and the shipped code and data (tests name missing
 # files on purpose, to see them refused).
-READ = ("README.md", "SECURITY.md", "Makefile", "infra", "bootstrap", "scripts", "policy")
+READ = ("README.md", "SECURITY.md", "Makefile", "docs", "infra", "bootstrap", "scripts", "policy")
 ENDINGS = (".py", ".toml", ".md", ".yaml", ".yml", ".sh", ".txt")
 
 
@@ -58,6 +58,28 @@ def missing_mentions(root: Path, names: list[str] | None = None) -> list[str]:
     return missing
 
 
+# A Markdown link to a file of this repository, relative to the page: [text](../guards.md).
+LINK = re.compile(r"\]\((?!https?://|#|mailto:)([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def broken_links(root: Path, names: list[str]) -> list[str]:
+    """`file:line: target` for each relative Markdown link in the pages `names` that leads
+    to no file (links resolve against the page's own folder, as GitHub renders them)."""
+    broken = []
+    for name in names:
+        page = root / name
+        for line_no, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            for match in LINK.finditer(line):
+                if not (page.parent / match.group(1)).exists():
+                    broken.append(f"{name}:{line_no}: {match.group(1)}")
+    return broken
+
+
+def doc_pages(root: Path) -> list[str]:
+    pages = sorted(str(p.relative_to(root)) for p in (root / "docs").rglob("*.md"))
+    return ["README.md", "SECURITY.md", *pages]
+
+
 def test_mentions_are_found_with_placeholders_as_wildcards():
     text = (
         "see bootstrap/verify.py, `infra/config.py`; stacks/Pulumi.<stack>.yaml and "
@@ -89,3 +111,24 @@ def test_a_moved_file_is_reported_where_it_is_still_named(tmp_path: Path):
 
 def test_every_repository_path_the_docs_and_code_name_exists():
     assert missing_mentions(ROOT) == []
+
+
+def test_a_link_is_resolved_against_its_own_page(tmp_path: Path):
+    (tmp_path / "docs" / "clouds").mkdir(parents=True)
+    (tmp_path / "docs" / "guards.md").write_text("# Guards\n")
+    (tmp_path / "docs" / "clouds" / "aws.md").write_text(
+        "[ok](../guards.md), [anchor](../guards.md#rules), [web](https://example.com/x.md)\n"
+        "[wrong](guards.md)\n"
+    )
+    assert broken_links(tmp_path, ["docs/clouds/aws.md"]) == ["docs/clouds/aws.md:2: guards.md"]
+
+
+def test_every_link_between_the_docs_leads_to_a_file():
+    assert broken_links(ROOT, doc_pages(ROOT)) == []
+
+
+def test_the_readme_links_to_every_docs_page():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    linked = {m.group(1) for m in LINK.finditer(readme)}
+    pages = [name for name in doc_pages(ROOT) if name.startswith("docs/")]
+    assert pages and [name for name in pages if name not in linked] == []
