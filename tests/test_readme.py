@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from infra.config import KEYS
 from tests.infra.conftest import STACK_FILES, planned, stack_id
@@ -17,6 +18,8 @@ README = (ROOT / "README.md").read_text()
 # The stacks table lives on the stacks page, the keys table on the configuration page.
 STACKS_DOC = (ROOT / "docs" / "stacks.md").read_text()
 CONFIG_DOC = (ROOT / "docs" / "configuration.md").read_text()
+TESTING_DOC = (ROOT / "docs" / "testing.md").read_text()
+GUARDS_DOC = (ROOT / "docs" / "guards.md").read_text()
 
 
 def stack_rows() -> dict[str, list[str]]:
@@ -87,3 +90,23 @@ def test_the_two_commands_are_there_and_exist_in_the_makefile():
 def test_the_readme_stays_a_short_entry_point():
     """About 250 lines (issue 23): the reference lives in docs/, one page per topic."""
     assert len(README.splitlines()) <= 250
+
+
+def shipped_clouds() -> set[str]:
+    """The clouds the shipped stacks run on, read from the stack files themselves."""
+    return {yaml.safe_load(p.read_text())["config"]["gpufleet:provider"] for p in SHIPPED}
+
+
+PROOF_SECTION = "## What is proven here, and what only a real account can prove"
+
+
+@pytest.mark.parametrize("cloud", sorted(shipped_clouds()))
+def test_every_cloud_has_one_page_with_one_proof_section_and_a_summary_row(cloud):
+    page = ROOT / "docs" / "clouds" / f"{cloud}.md"
+    assert page.is_file(), f"{cloud} ships a stack but has no docs/clouds/{cloud}.md"
+    assert page.read_text().count(PROOF_SECTION) == 1
+    link = f"[clouds/{cloud}.md](clouds/{cloud}.md)"
+    summary = TESTING_DOC.split("## Per cloud: what is proven", 1)[1]
+    assert link in summary, "docs/testing.md's per-cloud summary table lacks its row"
+    assert link in GUARDS_DOC.split("\n## ", 1)[0], "the guards page's table lacks its column"
+    assert f"(docs/clouds/{cloud}.md)" in README
