@@ -110,3 +110,35 @@ def test_every_cloud_has_one_page_with_one_proof_section_and_a_summary_row(cloud
     assert link in summary, "docs/testing.md's per-cloud summary table lacks its row"
     assert link in GUARDS_DOC.split("\n## ", 1)[0], "the guards page's table lacks its column"
     assert f"(docs/clouds/{cloud}.md)" in README
+
+
+SECURITY = (ROOT / "SECURITY.md").read_text()
+
+
+def security_sections() -> dict[str, list[str]]:
+    """Each top-level section of SECURITY.md with its subsection headings."""
+    sections: dict[str, list[str]] = {}
+    current = ""
+    for line in SECURITY.splitlines():
+        if line.startswith("## "):
+            current = line[3:]
+            sections[current] = []
+        elif line.startswith("### ") and current:
+            sections[current].append(line[4:])
+    return sections
+
+
+def test_security_names_each_cloud_once_per_topic():
+    for title, subsections in security_sections().items():
+        assert len(subsections) == len(set(subsections)), title
+
+
+@pytest.mark.parametrize("cloud", sorted(shipped_clouds()))
+def test_security_has_each_cloud_in_each_per_cloud_topic(cloud):
+    heading = (ROOT / "docs" / "clouds" / f"{cloud}.md").read_text().splitlines()[0]
+    name = heading.removeprefix("# ").split(" (", 1)[0]
+    per_cloud = [t for t, subs in security_sections().items() if "per cloud" in t]
+    per_cloud.append(next(t for t in security_sections() if t.startswith("11. ")))
+    assert len(per_cloud) == 3
+    for title in per_cloud:
+        assert name in security_sections()[title], f"SECURITY.md '{title}' lacks {name}"
