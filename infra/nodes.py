@@ -66,7 +66,7 @@ def stack_tags(cfg: StackConfig) -> dict[str, str]:
 
 
 def node_tags(cfg: StackConfig, role: str, name: str) -> dict[str, str]:
-    """Instance tags: what the reaper and the watchdog read (README: "Contract: tags")."""
+    """Instance tags: what the reaper and the watchdog read (docs/stacks.md, "Contract: tags")."""
     return {
         **stack_tags(cfg),
         "Name": name,

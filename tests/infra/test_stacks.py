@@ -110,7 +110,7 @@ def test_every_disk_is_encrypted(stack):
             for disk in n.inputs.get("ebsBlockDevices", []):
                 assert disk["encrypted"] is True
         elif n.type == TC_INSTANCE:
-            # the system disk cannot be encrypted on CVM (README: Tencent Cloud)
+            # the system disk cannot be encrypted on CVM (docs/clouds/tencent.md, known gaps)
             assert n.inputs["dataDisks"] and all(
                 d["encrypt"] is True for d in n.inputs["dataDisks"]
             )

@@ -1,6 +1,6 @@
 """`cost.py --live` for Tencent Cloud: the official SDK (tencentcloud-sdk-python, TC3-signed
 requests) against a local fake of the three CVM actions, over real HTTP on 127.0.0.1. No
-Tencent emulator exists; what only a real account can prove is in the README."""
+Tencent emulator exists; what only a real account can prove is in docs/clouds/tencent.md."""
 
 from __future__ import annotations
 

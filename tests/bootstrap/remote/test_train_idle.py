@@ -1,7 +1,7 @@
 """Idle guards that understand ``fab train`` jobs, on a simulated clock: a running job keeps
 its node busy, a stalled one does not, the idle clock starts when the job ends, and
 ``--stop-when-done`` stops the node once the job is over (the watchdog still saves scratch
-first). The watchdog reads the job runner's state files (README "fab train")."""
+first). The watchdog reads the job runner's state files (docs/train.md)."""
 
 from __future__ import annotations
 
