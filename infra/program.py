@@ -17,8 +17,8 @@ from infra.components.network import Network
 from infra.components.node import GpuNode
 from infra.components.storage import Storage
 from infra.config import ConfigError, StackConfig, parse_config, strip_namespace
-from infra.cost import hourly_estimate
 from infra.nodes import plan_nodes, tier_summary
+from infra.pricing.cost import hourly_estimate
 from infra.providers.base import get_provider
 
 # Stack outputs are a contract (README "Stack outputs"); bootstrap reads them.

@@ -1085,7 +1085,7 @@ Pricer = Callable[[Bill, int], tuple[float, str]]
 
 def catalog_pricer(bill: Bill, count: int) -> tuple[float, str]:
     """The catalog's price, the same figure `make plan` and `make cost` print."""
-    from infra.cost import hourly_estimate
+    from infra.pricing.cost import hourly_estimate
 
     est = hourly_estimate(
         bill.provider,

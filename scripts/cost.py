@@ -34,9 +34,8 @@ if str(REPO) not in sys.path:  # run as a file from a checkout without the edita
     sys.path.insert(0, str(REPO))
 
 from infra.catalog import CatalogError, load_catalog  # noqa: E402
-from infra.catalog.pricing import RESERVATION_TERM_MONTHS  # noqa: E402
 from infra.config import ConfigError, StackConfig, load_stack_file  # noqa: E402
-from infra.cost import (  # noqa: E402
+from infra.pricing.cost import (  # noqa: E402
     SORT_KEYS,
     Comparison,
     CostError,
@@ -53,6 +52,7 @@ from infra.cost import (  # noqa: E402
     parse_aws_price_list,
     term_words,
 )
+from infra.pricing.prices import RESERVATION_TERM_MONTHS  # noqa: E402
 from infra.stackfiles import STACKS_DIR as DEFAULT_STACKS_DIR  # noqa: E402
 from infra.stackfiles import StackNotFound, find_stack  # noqa: E402
 from infra.suggest import did_you_mean  # noqa: E402

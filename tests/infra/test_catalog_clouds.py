@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import infra.catalog as catalog
-from infra.catalog import CatalogError, load_catalog, pricing, provider_names
+from infra.catalog import CatalogError, load_catalog, provider_names
+from infra.pricing import prices
 
 NEW_CLOUD = """
 [provider]
@@ -62,11 +63,11 @@ def catalog_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     shutil.copytree(catalog.DATA_DIR, data, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
     monkeypatch.setattr(catalog, "DATA_DIR", data)
     monkeypatch.setattr(catalog, "CLOUDS_DIR", data / "clouds")
-    monkeypatch.setattr(pricing, "PRICING_FILE", data / "pricing.toml")
-    for cached in (catalog._cloud_files, catalog.load_catalog, pricing._load_default):
+    monkeypatch.setattr(prices, "PRICING_FILE", data / "pricing.toml")
+    for cached in (catalog._cloud_files, catalog.load_catalog, prices._load_default):
         cached.cache_clear()
     yield data
-    for cached in (catalog._cloud_files, catalog.load_catalog, pricing._load_default):
+    for cached in (catalog._cloud_files, catalog.load_catalog, prices._load_default):
         cached.cache_clear()
 
 
@@ -83,7 +84,7 @@ def test_a_new_cloud_file_adds_the_cloud_its_types_its_tier_offer_and_its_bill(c
     cat = load_catalog()
     assert cat.resolve("t4x1", "examplecloud").name == "ex.t4"
     assert cat.sources["EXC"].title.startswith("Example cloud")
-    assert pricing.load_pricing().providers["examplecloud"].block["ssd"].amount == 0.1
+    assert prices.load_pricing().providers["examplecloud"].block["ssd"].amount == 0.1
     # and the other clouds' offers of the same tier now name it as an alternative
     assert "examplecloud" in {a.provider for a in cat.alternatives("t4x1", "aws", "memory")}
 
@@ -118,7 +119,7 @@ def test_a_cloud_file_without_its_pricing_table_is_named_in_the_error(catalog_co
     text = NEW_CLOUD[: NEW_CLOUD.index("[pricing]")]
     (catalog_copy / "clouds" / "examplecloud.toml").write_text(text)
     with pytest.raises(CatalogError, match=r"no \[pricing\] table in clouds/examplecloud.toml"):
-        pricing.load_pricing()
+        prices.load_pricing()
 
 
 def test_a_file_in_clouds_without_a_provider_table_is_a_catalog_error(catalog_copy):

@@ -104,7 +104,7 @@ def test_when_nothing_fits_the_report_says_by_how_much_and_shows_the_fix():
 
 
 def test_a_recorded_report_changes_the_mfu_and_the_output_says_so(tmp_path: Path):
-    from tests.infra.test_sizing import write_report
+    from tests.infra.pricing.test_sizing import write_report
 
     # a path that rich would read as markup if markup were on
     reports = tmp_path / "[bold]reports[/bold]"

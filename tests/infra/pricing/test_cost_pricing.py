@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from infra.catalog import CatalogError, load_catalog
-from infra.catalog.pricing import Pricing, load_pricing, parse_pricing, shipped_pricing_data
-from infra.cost import CostError, CostInputs, compare_tier, estimate_cost, hourly_estimate
+from infra.pricing.cost import CostError, CostInputs, compare_tier, estimate_cost, hourly_estimate
+from infra.pricing.prices import Pricing, load_pricing, parse_pricing, shipped_pricing_data
 
 TODAY = dt.date(2026, 11, 29)
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import infra.sizing as sizing_module
+import infra.pricing.sizing as sizing_module
 from infra.catalog import load_catalog
-from infra.sizing import (
+from infra.pricing.sizing import (
     FILTERED,
     NO_FIT,
     OK,
@@ -484,13 +484,13 @@ def test_the_advisor_imports_no_provider_sdk_and_no_pulumi():
     import sys
 
     code = (
-        "import sys, infra.sizing\n"
+        "import sys, infra.pricing.sizing\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in "
         "('boto3', 'botocore', 'pulumi', 'pulumi_aws', 'pulumi_alicloud',"
         " 'alibabacloud_ecs20140526', 'fabric', 'torch')]\n"
         "print(','.join(bad))\n"
     )
-    repo = Path(sizing_module.__file__).resolve().parents[1]
+    repo = Path(sizing_module.__file__).resolve().parents[2]
     proc = subprocess.run(
         [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(repo)!r})\n" + code],
         capture_output=True,

@@ -57,9 +57,9 @@ from infra.catalog import (
     _date,
     load_catalog,
 )
-from infra.catalog.pricing import Pricing, load_pricing
 from infra.config import SUBSCRIPTION_MONTHS
-from infra.cost import CostError, CostInputs, estimate_cost
+from infra.pricing.cost import CostError, CostInputs, estimate_cost
+from infra.pricing.prices import Pricing, load_pricing
 from infra.suggest import did_you_mean
 
 GB = 1e9

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from infra.catalog import Catalog, InstanceType, Price, ProviderInfo, load_catalog
-from infra.catalog.pricing import (
+from infra.pricing.prices import (
     RESERVATION_TERM_MONTHS,
     Pricing,
     ProviderPricing,

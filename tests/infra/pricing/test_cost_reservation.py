@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from infra.catalog import CatalogError, load_catalog
-from infra.catalog.pricing import Pricing, load_pricing, parse_pricing, shipped_pricing_data
-from infra.cost import (
+from infra.pricing.cost import (
     CostError,
     CostInputs,
     ReservationCost,
@@ -25,6 +24,7 @@ from infra.cost import (
     estimate_cost,
     term_words,
 )
+from infra.pricing.prices import Pricing, load_pricing, parse_pricing, shipped_pricing_data
 
 TODAY = dt.date(2026, 12, 1)
 SIZE = "Standard_NC24ads_A100_v4"  # catalog: 3.673 USD/h pay-as-you-go (SCAZ 2024-06-01)

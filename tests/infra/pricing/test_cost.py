@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from infra.catalog import load_catalog
-from infra.cost import (
+from infra.pricing.cost import (
     CostError,
     CostEstimate,
     CostInputs,
