@@ -27,12 +27,11 @@ from infra.catalog import (
     load_catalog,
     provider_names,
 )
+from infra.pricing.billing import BILLING_MODES, SUBSCRIPTION_MONTHS, billing_problem
 from infra.reaper import tags as T
 from infra.suggest import did_you_mean
 
 NAMESPACE = "gpufleet"
-BILLING_MODES = ("on-demand", "spot", "subscription")
-SUBSCRIPTION_MONTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 24, 36)
 MIN_ROOT_DISK_GB = 100  # driver + CUDA + PyTorch + pip/HF caches outgrow anything smaller
 MAX_NODES = 64
 WORLD = ("0.0.0.0/0", "::/0")
@@ -423,12 +422,23 @@ def _read_choice(r: _Reader, cat: Catalog) -> _Choice:
     return _Choice(provider, tier, profile, instance_type, info, nodes)
 
 
+def _read_billing_mode(r: _Reader, cat: Catalog, provider: str | None) -> str:
+    """billing, case-blind like every name here, judged by the one billing rule that the
+    cost model and the sizing filters also use; on-demand where it is wrong or unset."""
+    given = r.text("billing", "on-demand") or "on-demand"
+    billing = next((m for m in BILLING_MODES if m.casefold() == given.casefold()), given)
+    problem = billing_problem(billing, provider, cat)
+    if problem:
+        r.problem("billing", problem)
+    return billing if billing in BILLING_MODES else "on-demand"
+
+
 def _read_billing(
     r: _Reader, cat: Catalog, chosen: _Choice
 ) -> tuple[str, float | None, int | None]:
     """billing, spotMaxPrice and subscriptionMonths: each valid alone, together and on the cloud."""
     info, provider, instance_type = chosen.info, chosen.provider, chosen.instance_type
-    billing = r.choice("billing", BILLING_MODES, "on-demand") or "on-demand"
+    billing = _read_billing_mode(r, cat, provider)
     spot_max = r.number("spotMaxPrice", float, None, minimum=0, maximum=MAX_PRICE)
     if spot_max == 0:
         r.problem("spotMaxPrice", "must be above 0; leave it unset to pay up to on-demand")
@@ -442,13 +452,6 @@ def _read_billing(
             r.problem("billing", "spot and subscription exclude each other: choose one")
         else:
             r.problem("subscriptionMonths", f"only applies with billing: subscription ({billing})")
-    if info and billing not in info.billing:
-        others = [p for p, i in cat.providers.items() if billing in i.billing]
-        r.problem(
-            "billing",
-            f"{provider} has no {billing} billing here (supported: {', '.join(info.billing)}); "
-            f"{billing} is available on {', '.join(others)}",
-        )
     if billing == "subscription" and months is None:
         months = 1
     if billing == "spot" and info and chosen.nodes > 1 and instance_type and provider:

@@ -33,9 +33,9 @@ if str(REPO) not in sys.path:  # run as a file from a checkout without the edita
     sys.path.insert(0, str(REPO))
 
 from infra.catalog import CatalogError, Feature, ProviderInfo, load_catalog  # noqa: E402
+from infra.pricing.billing import BILLING_MODES  # noqa: E402
 from infra.pricing.sizing import (  # noqa: E402
     ATTENTION,
-    BILLINGS,
     FILTERED,
     NO_FIT,
     NO_PRICE,
@@ -184,7 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     pick.add_argument(
         "--providers", help="comma-separated (default: every provider in the catalog)"
     )
-    pick.add_argument("--billing", help=f"comma-separated of {', '.join(BILLINGS)} (default all)")
+    pick.add_argument(
+        "--billing", help=f"comma-separated of {', '.join(BILLING_MODES)} (default all)"
+    )
     pick.add_argument("--max-nodes", default="4", help="most nodes of an 8-GPU tier (default 4)")
     pick.add_argument(
         "--reports", default=str(REPORTS_DIR), help="verify-gpu reports to calibrate MFU"
@@ -305,7 +307,7 @@ def filters_from_args(args: argparse.Namespace) -> tuple[Filters, str, int, int 
     top = parse_amount("--top", args.top, problems, whole=True)
     row = parse_amount("--row", args.row, problems, whole=True)
     providers = parse_list("--providers", args.providers, list(load_catalog().providers), problems)
-    billings = parse_list("--billing", args.billing, BILLINGS, problems)
+    billings = parse_list("--billing", args.billing, BILLING_MODES, problems)
     if args.write_stack and not STACK_NAME.match(args.write_stack):
         problems.append(
             f"--write-stack: {args.write_stack!r} is not a stack name "

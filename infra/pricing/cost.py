@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from infra.catalog import Catalog, InstanceType, Price, ProviderInfo, load_catalog
+from infra.pricing.billing import billing_problem
 from infra.pricing.prices import (
     RESERVATION_TERM_MONTHS,
     Pricing,
@@ -33,7 +34,6 @@ from infra.pricing.prices import (
 )
 from infra.suggest import did_you_mean
 
-BILLING_MODES = ("on-demand", "spot", "subscription")
 MAX_HOURS_PER_MONTH = 744.0  # 31 days: more running hours than that is a typo, not a plan
 SORT_KEYS = ("gpu-hour", "tflop-hour")
 
@@ -535,16 +535,9 @@ def _check_inputs(inputs: CostInputs, cat: Catalog, prc: Pricing, currency: str 
     if why:
         problems.append(why)
     info = cat.providers[inputs.provider]
-    if inputs.billing not in BILLING_MODES:
-        problems.append(
-            f"billing {inputs.billing!r} is unknown: use one of {', '.join(BILLING_MODES)}"
-            + did_you_mean(inputs.billing, BILLING_MODES)
-        )
-    elif inputs.billing not in info.billing:
-        problems.append(
-            f"{inputs.provider} does not sell {inputs.billing} here "
-            f"(supported: {', '.join(info.billing)})"
-        )
+    billing_why = billing_problem(inputs.billing, inputs.provider, cat)
+    if billing_why:
+        problems.append(billing_why)
     if not isinstance(inputs.nodes, int) or isinstance(inputs.nodes, bool) or inputs.nodes < 1:
         problems.append(f"nodes must be a whole number >= 1, got {inputs.nodes!r}")
     hours = prc.hours_per_month if inputs.hours_per_month is None else inputs.hours_per_month

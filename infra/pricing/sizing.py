@@ -57,7 +57,7 @@ from infra.catalog import (
     _date,
     load_catalog,
 )
-from infra.config import SUBSCRIPTION_MONTHS
+from infra.pricing.billing import SUBSCRIPTION_MONTHS, billing_problem
 from infra.pricing.cost import CostError, CostInputs, estimate_cost
 from infra.pricing.prices import Pricing, load_pricing
 from infra.suggest import did_you_mean
@@ -68,7 +68,6 @@ PRECISIONS = ("bf16", "fp16", "fp32")
 OPTIMIZERS = ("adamw", "adamw-8bit", "adafactor", "sgd")
 STRATEGIES = ("ddp", "fsdp")
 ATTENTION = ("flash", "eager")
-BILLINGS = ("on-demand", "spot", "subscription")
 REPORT_SCHEMA_PREFIX = "gpufleet.verify-report/"
 
 # status of an option, in ranking order
@@ -1013,11 +1012,10 @@ def _check_filters(f: Filters, cat: Catalog, prc: Pricing, common: str) -> list[
                 + did_you_mean(p, cat.providers)
             )
     for b in f.billings or ():
-        if b not in BILLINGS:
-            problems.append(
-                f"billing {b!r} is unknown: use one of {', '.join(BILLINGS)}"
-                + did_you_mean(b, BILLINGS)
-            )
+        # the mode alone: a mode some clouds do not sell still ranks on those that do
+        why = billing_problem(b)
+        if why:
+            problems.append(why)
     return problems
 
 

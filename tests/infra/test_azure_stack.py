@@ -205,7 +205,7 @@ def test_local_nvme_is_the_scratch_where_the_size_has_it():
         ({"region": "east-us"}, "Azure has no region 'east-us' (did you mean 'eastus'?)"),
         ({"zone": "eastus-1"}, "Azure has no zone 'eastus-1'"),
         ({"billing": "spot", "spotMaxPrice": "-1"}, "spotMaxPrice"),
-        ({"billing": "subscription"}, "azure has no subscription billing"),
+        ({"billing": "subscription"}, "azure sells no subscription billing"),
         ({"tier": "v100x1"}, "azure does not offer tier 'v100x1'"),
     ],
 )

@@ -68,6 +68,7 @@ def test_pricing_imports_no_pulumi_and_no_provider_sdk(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().split(",") == [
+        "infra.pricing.billing",
         "infra.pricing.cost",
         "infra.pricing.prices",
         "infra.pricing.sizing",
