@@ -11,6 +11,7 @@ from typing import Any
 import pulumi
 
 from infra.catalog import load_catalog
+from infra.clouds.base import get_provider
 from infra.components.access import Access
 from infra.components.guard import IdleGuard
 from infra.components.network import Network
@@ -19,7 +20,6 @@ from infra.components.storage import Storage
 from infra.config import ConfigError, StackConfig, parse_config, strip_namespace
 from infra.nodes import plan_nodes, tier_summary
 from infra.pricing.cost import hourly_estimate
-from infra.providers.base import get_provider
 
 # Stack outputs are a contract (README "Stack outputs"); bootstrap reads them.
 OUTPUT_DOCS = {

@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from infra.clouds.aws.reaper import AwsCloud, CallCounter, parse_instance  # noqa: E402
 from infra.reaper import tags as T  # noqa: E402
-from infra.reaper.aws import AwsCloud, CallCounter, parse_instance  # noqa: E402
 from infra.reaper.core import Metrics, reap  # noqa: E402
 from infra.reaper.fleet_names import (  # noqa: E402
     DIMENSION,

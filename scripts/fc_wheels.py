@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip install -e .`
     sys.path.insert(0, str(ROOT))
 
+from infra.clouds.alicloud.reaper import SDKS as ALICLOUD_SDKS  # noqa: E402
 from infra.reaper import wheelhouse as wh  # noqa: E402
-from infra.reaper.handler import ALICLOUD_SDKS  # noqa: E402
 
 # Pinned releases that PyPI has as an sdist only, each pure Python (no extension module):
 # built into a wheel by this venv's setuptools. The check refuses anything but py3-none-any.

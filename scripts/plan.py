@@ -92,7 +92,7 @@ def plan(
     }
     notes.extend(result.outputs["hourly_cost"].get("warnings", []))
     # What a cloud's program knows this stack needs said (e.g. a disk it cannot keep).
-    from infra.providers.base import get_provider
+    from infra.clouds.base import get_provider
 
     provider_notes = getattr(get_provider(cfg.provider), "plan_notes", None)
     if callable(provider_notes):

@@ -787,7 +787,7 @@ class AlicloudNode(MetadataNode):
 
     def put_metrics(self, instance_id: str, metrics: Sequence[Metric], creds: Credentials) -> None:
         # CloudMonitor keeps custom metrics under acs_customMetric_<account>; the reaper
-        # reads them there by name and dimension (infra/reaper/alicloud.py).
+        # reads them there by name and dimension (infra/clouds/alicloud/reaper.py).
         params = {"Action": "PutCustomMetric", "Version": "2019-01-01", "RegionId": self.region}
         for n, (name, value, _unit) in enumerate(metrics, start=1):
             params.update(
@@ -907,7 +907,7 @@ class TencentNode(MetadataNode):
     (tencentcloud.com/document/api/248/35974). The heartbeat is an object in the stack's
     bucket (:class:`BucketHeartbeat`), and the GPU utilization the reaper reads is the
     monitoring agent's own (QCE/CVM Gpuutil; `fab setup` installs the agent), see
-    infra/reaper/tencent.py.
+    infra/clouds/tencent/reaper.py.
     """
 
     sleep: Callable[[float], None] = time.sleep
@@ -1350,7 +1350,7 @@ class BucketHeartbeat:
     stack's bucket, written again every run. The reaper reads only its Last-Modified, which
     the storage service stamps on its own clock; the body (this node's clock and last
     values) is for people. GPU utilization reaches the reaper through the cloud's own agent
-    (infra/reaper/tencent.py)."""
+    (infra/clouds/tencent/reaper.py)."""
 
     store: Callable[[], sync.BucketStore | None]
     instance_id: str

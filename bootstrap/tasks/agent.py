@@ -1,7 +1,7 @@
 """The cloud's own monitoring agent on the node, where the reaper reads its metrics.
 
 On Tencent the reaper's GPU evidence is QCE/CVM Gpuutil, which only the CVM monitoring agent
-reports (infra/reaper/tencent.py); without it the reaper keeps the node as "unknown" until
+reports (infra/clouds/tencent/reaper.py); without it the reaper keeps the node as "unknown" until
 the TTL. Which agent, its processes and its documented installer are catalog data
 (``[provider.monitoring_agent]``); a cloud without one skips the step. ``fab setup`` runs it
 last, so a node whose agent cannot be installed still gets its driver and its watchdog.

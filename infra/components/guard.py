@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pulumi
 
+from infra.clouds.base import CloudProvider, NodeParts, StorageParts
 from infra.config import StackConfig
 from infra.nodes import NodeSpec
-from infra.providers.base import CloudProvider, NodeParts, StorageParts
 
 
 class IdleGuard(pulumi.ComponentResource):

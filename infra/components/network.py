@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pulumi
 
+from infra.clouds.base import CloudProvider
 from infra.config import StackConfig
-from infra.providers.base import CloudProvider
 
 
 class Network(pulumi.ComponentResource):

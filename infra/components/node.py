@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pulumi
 
+from infra.clouds.base import AccessParts, CloudProvider, NetworkParts
 from infra.config import StackConfig
 from infra.nodes import NodeSpec
-from infra.providers.base import AccessParts, CloudProvider, NetworkParts
 
 
 class GpuNode(pulumi.ComponentResource):

@@ -59,60 +59,106 @@ def _truthy(value: str | None) -> bool:
 # A cloud module's ``from_env``: its client, configured from the function's environment and
 # what this invocation was handed.
 FromEnv = Callable[[str, Mapping[str, str], Invocation], Cloud]
+Entries = list[tuple[str, bytes]]
+
+# This package's own files in the function (the cloud-neutral reaper: handler.py's imports,
+# transitively). A new module here is not shipped until it is listed: the clean-interpreter
+# test catches a miss. Each cloud's reaper.py travels beside them as ``<cloud>.py``.
+NEUTRAL_MODULES = (
+    "__init__.py",
+    "bucket_store.py",  # the node's own bucket client (Tencent's heartbeat objects)
+    "catalog_data.py",
+    "core.py",
+    "fleet_names.py",
+    "handler.py",
+    "idle_rules.py",
+    "tags.py",
+)
+
+
+def _in_function() -> bool:
+    """True inside the function archive (this package is ``gpufleet_reaper``, each cloud a
+    module beside this one); False in the repository (each cloud's folder under
+    infra/clouds/)."""
+    return __package__ == PACKAGE
+
+
+def _cloud_names() -> tuple[str, ...]:
+    """The clouds with a reaper: in the repository the folders under infra/clouds/ that
+    have a reaper.py; in the function the modules the archive carries beside this one."""
+    if not _in_function():
+        from infra import clouds
+
+        return clouds.names("reaper")
+    here = Path(__file__).resolve().parent
+    return tuple(sorted(p.stem for p in here.glob("*.py") if p.name not in NEUTRAL_MODULES))
 
 
 @dataclass(frozen=True)
 class CloudEntry:
-    """How the reaper reaches one cloud: its module in this package, whose ``from_env``
-    makes the client (the module, and so its SDK, imported only then); and whether the
-    function zip must carry the SDK (the platform's runtime lacks it): the distributions
-    named in ``sdks``, with their dependency closure; for a platform with its own package
-    layout, ``layout`` lays the zip's entries out instead."""
+    """How the reaper reaches one cloud: its reaper module, whose ``from_env`` makes the
+    client (the module, and so its SDK, imported only then). What the function zip carries
+    for it is the module's own declaration: VENDOR_SDK (the platform's runtime lacks the
+    SDK), SDKS (the distributions vendored, with their dependency closure) and WHEELS (that
+    closure from wheels built for the runtime, infra/reaper/wheelhouse.py, or from this
+    venv's pure-Python files); a cloud folder with a package.py lays the zip out itself."""
 
-    module: str  # this package's module for the cloud; its from_env makes the client
-    vendor_sdk: bool
-    sdks: tuple[str, ...] = ()
-    # True: the closure comes from wheels built for the function's runtime, pinned in
-    # function-requirements.txt (infra/reaper/wheelhouse.py, `make fc-wheels`); False: from
-    # this venv's installed distributions (pure Python only, compiled speed-ups left out).
-    wheels: bool = False
-    layout: Callable[[list[tuple[str, bytes]]], list[tuple[str, bytes]]] | None = None
+    name: str
+
+    @property
+    def module(self) -> str:
+        """The cloud's reaper module: infra/clouds/<name>/reaper.py in the repository,
+        ``<name>.py`` beside this one in the function."""
+        if _in_function():
+            return f"{PACKAGE}.{self.name}"
+        return f"infra.clouds.{self.name}.reaper"
+
+    def _declared(self) -> Any:
+        return importlib.import_module(self.module)
+
+    @property
+    def vendor_sdk(self) -> bool:
+        return bool(self._declared().VENDOR_SDK)
+
+    @property
+    def sdks(self) -> tuple[str, ...]:
+        return tuple(self._declared().SDKS)
+
+    @property
+    def wheels(self) -> bool:
+        return bool(self._declared().WHEELS)
+
+    @property
+    def source(self) -> Path:
+        """The reaper module's file, shipped as ``<name>.py``."""
+        return Path(str(self._declared().__file__))
+
+    @property
+    def layout(self) -> Callable[[Entries], Entries] | None:
+        """The cloud's own zip layout (its folder's package.py ``entries``), given the same
+        dependency walk as every vendored zip (:func:`sdk_closure`); None: the common one."""
+        if _in_function():
+            return None
+        from infra import clouds
+
+        if self.name not in clouds.names("package"):
+            return None
+        entries = clouds.module(self.name, "package").entries
+
+        def lay_out(common: Entries) -> Entries:
+            laid: Entries = entries(common, sdk_closure)
+            return laid
+
+        return lay_out
 
     def from_env(self) -> FromEnv:
         """The module's constructor, importing it (and so its SDK, lazily) only now."""
-        make: FromEnv = importlib.import_module(f"{__package__}.{self.module}").from_env
+        make: FromEnv = self._declared().from_env
         return make
 
 
-def _azure_layout(common: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
-    from .azure_package import azure_entries
-
-    return azure_entries(common)
-
-
-# The reaper's registry: provider name -> its cloud. Lambda's Python runtime ships boto3;
-# Function Compute's ships none of the Alibaba Cloud SDKs the reaper uses; SCF's is not
-# relied on (no source says which SDK version its Python runtime bundles, if any); the Azure
-# Functions Python runtime ships no Azure SDK (azure_package.py vendors a pure-Python closure).
-CLOUDS: Mapping[str, CloudEntry] = {
-    "aws": CloudEntry("aws", vendor_sdk=False),
-    "alicloud": CloudEntry(
-        "alicloud",
-        vendor_sdk=True,
-        sdks=("alibabacloud-ecs20140526", "alibabacloud-cms20190101"),
-        wheels=True,  # its closure has compiled modules (cryptography, cffi, aiohttp...)
-    ),
-    "tencent": CloudEntry(
-        "tencent",
-        vendor_sdk=True,
-        sdks=(
-            "tencentcloud-sdk-python-common",
-            "tencentcloud-sdk-python-cvm",
-            "tencentcloud-sdk-python-monitor",
-        ),
-    ),
-    "azure": CloudEntry("azure", vendor_sdk=True, layout=_azure_layout),
-}
+# The reaper's clouds, found (never listed by hand): one entry per cloud with a reaper.
+CLOUDS: Mapping[str, CloudEntry] = {name: CloudEntry(name) for name in _cloud_names()}
 
 
 def _known() -> str:
@@ -242,28 +288,14 @@ def azure_handler(timer: Any, context: Any) -> dict[str, Any]:
 # so `pulumi up` sees no change when nothing changed.
 _ZIP_DATE = (2020, 1, 1, 0, 0, 0)
 
-# The modules the function imports (handler.py's own imports, transitively). A new module in
-# this package is not shipped until it is listed: the clean-interpreter test catches a miss.
-FUNCTION_MODULES = (
-    "__init__.py",
-    "aws.py",
-    "alicloud.py",
-    "azure.py",
-    "bucket_store.py",  # the node's own bucket client (Tencent's heartbeat objects)
-    "catalog_data.py",
-    "core.py",
-    "fleet_names.py",
-    "handler.py",
-    "idle_rules.py",
-    "tags.py",
-    "tencent.py",
-)
-# What the Alicloud function imports beyond the standard library: the official SDKs. Their
-# whole closure is pinned in function-requirements.txt and vendored from wheels built for
-# the function's runtime (infra/reaper/wheelhouse.py; `make fc-wheels` fetches them). The
-# Tencent zip still vendors this venv's closure (below). Lambda's Python runtime ships boto3,
-# so the AWS zip carries only the code and the table.
-ALICLOUD_SDKS = CLOUDS["alicloud"].sdks
+# The function's files in this package: the neutral reaper and every cloud's module.
+FUNCTION_MODULES = NEUTRAL_MODULES + tuple(f"{name}.py" for name in CLOUDS)
+# What a cloud's function imports beyond the standard library is its reaper module's SDKS:
+# for a cloud built from wheels (WHEELS) the whole closure is pinned in
+# function-requirements.txt and vendored from wheels built for the function's runtime
+# (infra/reaper/wheelhouse.py; `make fc-wheels` fetches them); otherwise from this venv's
+# closure (below). A runtime that ships the SDK (VENDOR_SDK false) gets only the code and
+# the table.
 # Compiled speed-ups with a pure-Python fallback in the same package: left out, so those
 # packages import on any CPython (the fallback is what they run without the extension).
 _PURE_FALLBACK = frozenset(
@@ -276,7 +308,7 @@ def _dist_key(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def sdk_closure(roots: tuple[str, ...] = ALICLOUD_SDKS) -> list[Any]:
+def sdk_closure(roots: tuple[str, ...]) -> list[Any]:
     """The installed distributions the roots need, following Requires-Dist.
 
     Requirements behind an extra are not followed; one with an environment marker that is
@@ -336,6 +368,27 @@ def _vendored_files(dists: list[Any]) -> list[tuple[str, bytes]]:
     return entries
 
 
+# A cloud's reaper module imports the neutral reaper by its repository name; in the function
+# it sits beside it in this package, so those imports become relative (as pip's vendoring
+# rewrites the imports of what it vendors).
+_REPO_IMPORT = re.compile(r"^(\s*)from infra\.reaper(?:\.(\w+))? import ", re.MULTILINE)
+
+
+def function_module(source: str) -> bytes:
+    """A cloud's reaper.py as the function carries it: ``from infra.reaper.core import``
+    becomes ``from .core import``, ``from infra.reaper import`` ``from . import``. Any other
+    import of the repository refuses the build: the function has only this package."""
+
+    def relative(m: re.Match[str]) -> str:
+        return f"{m.group(1)}from .{m.group(2) or ''} import "
+
+    shipped = _REPO_IMPORT.sub(relative, source)
+    left = re.findall(r"^\s*(?:from|import) (?:infra|bootstrap|policy|scripts)\b.*$", shipped, re.M)
+    if left:
+        raise ValueError(f"a cloud's reaper imports beyond the reaper package: {left[0].strip()}")
+    return shipped.encode()
+
+
 def build_function_zip(
     source_dir: Path | None = None,
     *,
@@ -345,9 +398,10 @@ def build_function_zip(
 ) -> bytes:
     """The function archive: ``handler.py`` at the top, this package as ``gpufleet_reaper/``
     with the catalog's per-instance-type table (``instance_types.json``), and the SDKs'
-    closure beside it where the runtime lacks them: for Alicloud unpacked from the wheelhouse
-    (default ``build/fc-wheels``), whose wheels are checked against the lock and the runtime
-    first (WheelhouseError); for Tencent copied from the installed distributions.
+    closure beside it where the runtime lacks them: for a cloud built from wheels (WHEELS)
+    unpacked from the wheelhouse (default ``build/fc-wheels``), whose wheels are checked
+    against the lock and the runtime first (WheelhouseError); otherwise copied from the
+    installed distributions.
 
     Deterministic (sorted entries, fixed dates and modes) and pure: reads the sources, the
     wheels and the installed distributions, writes nothing.
@@ -364,7 +418,11 @@ def build_function_zip(
 
         catalog = load_catalog()
     entries = [("handler.py", _SHIM.encode())]
-    entries += [(f"{PACKAGE}/{n}", (src / n).read_bytes()) for n in FUNCTION_MODULES]
+    entries += [(f"{PACKAGE}/{n}", (src / n).read_bytes()) for n in NEUTRAL_MODULES]
+    entries += [
+        (f"{PACKAGE}/{name}.py", function_module(entry.source.read_text(encoding="utf-8")))
+        for name, entry in CLOUDS.items()
+    ]
     entries.append((f"{PACKAGE}/{TABLE_FILE}", table_json(catalog)))
     layout = CLOUDS[provider].layout
     if layout is not None:

@@ -26,7 +26,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-# The runtime infra/providers/alicloud.py declares, and what it is (see the module docstring).
+# The runtime infra/clouds/alicloud/program.py declares, and what it is (see the module docstring).
 FC_RUNTIME = "python3.10"
 PYTHON = (3, 10)
 GLIBC = (2, 28)  # Debian 10 "buster"

@@ -11,9 +11,9 @@ import pulumi
 import pytest
 
 import infra.offline as offline
+from infra.clouds.alicloud.program import bucket_name_for
 from infra.config import load_stack_file
 from infra.offline import PLACEHOLDER_SSH_KEY, evaluate
-from infra.providers.alicloud import bucket_name_for
 
 STACKS = Path(__file__).resolve().parents[2] / "stacks"
 RANDOM_ID = "random:index/randomId:RandomId"

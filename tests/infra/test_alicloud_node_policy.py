@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from infra.providers.alicloud import GUARDED_TAG_KEYS, lease_policy, node_policy
+from infra.clouds.alicloud.program import GUARDED_TAG_KEYS, lease_policy, node_policy
 from infra.reaper import tags as T
 from tests.infra.alicloud_ram import Request
 from tests.infra.alicloud_ram import allowed as ram_allows

@@ -9,9 +9,9 @@ import re
 
 import pulumi_alicloud as ali
 
+from infra.clouds.alicloud.program import SPOT_INTERRUPTION_BEHAVIOR
 from infra.config import load_stack_file
 from infra.offline import PLACEHOLDER_SSH_KEY, evaluate
-from infra.providers.alicloud import SPOT_INTERRUPTION_BEHAVIOR
 from tests.infra.conftest import STACKS
 
 

@@ -157,7 +157,7 @@ def test_a_longer_stack_name_is_refused_in_one_line_before_anything_is_made():
 def test_the_plan_says_how_many_elastic_ips_a_stack_needs_against_the_default_quota(
     instance_type,
 ):
-    from infra.providers.aws import EIP_QUOTA, PROVIDER
+    from infra.clouds.aws.program import EIP_QUOTA, PROVIDER
 
     for nodes in (1, 2):
         cfg, result = planned(instance_type, nodes)

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from infra.clouds.azure import program as azure
+from infra.clouds.azure import reaper as reaper
 from infra.config import load_stack_file
 from infra.offline import PLACEHOLDER_SSH_KEY, PlanResult, evaluate
-from infra.providers import azure
-from infra.reaper import azure as reaper
 from tests.support import azure_rbac as rbac
 from tests.support.azure_rbac import Assignment, Role, allowed
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from infra.catalog import load_catalog
+from infra.clouds.azure import program as azure
 from infra.config import ConfigError, load_stack_file, parse_config
 from infra.offline import PLACEHOLDER_SSH_KEY, PlanResult, evaluate
-from infra.providers import azure
 from infra.reaper import tags as T
 
 STACKS = Path(__file__).resolve().parents[2] / "stacks"
@@ -280,7 +280,9 @@ def test_the_schedule_setting_is_the_one_the_package_timer_runs_on():
     # function_app.py imports azure.functions (the Functions host's): read its constant as text
     import ast
 
-    source = (Path(__file__).resolve().parents[2] / "infra/reaper/function_app.py").read_text()
+    source = (
+        Path(__file__).resolve().parents[2] / "infra/clouds/azure/function_app.py"
+    ).read_text()
     (value,) = [
         node.value.value
         for node in ast.walk(ast.parse(source))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from infra.clouds.alicloud.program import charge_args
+from infra.clouds.aws.program import ami_parameter, market_options
+from infra.clouds.base import Feature, get_provider
 from infra.config import ConfigError, parse_config
 from infra.offline import PLACEHOLDER_SSH_KEY, evaluate
-from infra.providers.alicloud import charge_args
-from infra.providers.aws import ami_parameter, market_options
-from infra.providers.base import Feature, get_provider
 
 CIDRS = ["203.0.113.0/24"]
 

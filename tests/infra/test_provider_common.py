@@ -1,4 +1,4 @@
-"""The helpers the cloud modules share (infra/providers/common.py) and the pure steps the
+"""The helpers the cloud modules share (infra/clouds/common.py) and the pure steps the
 Azure module's node and guard are made of."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from infra.clouds.azure import program as azure
+from infra.clouds.common import ipv4_or_ipv6, managed_stack_tags, policy_json
 from infra.config import StackConfig, load_stack_file
 from infra.nodes import plan_nodes
 from infra.offline import PLACEHOLDER_SSH_KEY
-from infra.providers import azure
-from infra.providers.common import ipv4_or_ipv6, managed_stack_tags, policy_json
 from infra.reaper import tags as T
 from tests.infra.conftest import STACKS
 

@@ -1,6 +1,6 @@
-"""Provider knowledge lives in the provider: outside infra/providers/ (and the registries,
-which are mappings keyed by the provider's name) no code compares a provider's name to a
-literal; callers read the cloud's catalog facts instead. On the node (bootstrap/remote/, files
+"""Provider knowledge lives in the cloud's own folder: outside infra/clouds/<name>/ no code
+compares that cloud's name to a literal (a cloud's folder names no other cloud); callers
+read the cloud's catalog facts instead. On the node (bootstrap/remote/, files
 that must run alone) a cloud's knowledge lives in its own class, registered in a mapping of
 provider name -> class (watchdog.CLOUDS): a provider-name branch there is allowed only inside
 such a class. And every registry knows every cloud the catalog knows, so adding a cloud is
@@ -20,6 +20,7 @@ import pytest
 from bootstrap.fleet import console_keys
 from bootstrap.remote import verify_node
 from bootstrap.verify import report
+from infra import clouds
 from infra.catalog import (
     CatalogError,
     Feature,
@@ -28,15 +29,15 @@ from infra.catalog import (
     object_store,
     provider_names,
 )
-from infra.providers import base
+from infra.clouds import base
 from infra.reaper import handler
 from policy import rules
 from scripts import cost
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("infra", "bootstrap", "scripts", "policy")
-# Where provider differences are meant to live.
-EXEMPT = ("infra/providers/",)
+# Where provider differences are meant to live: infra/clouds/<name>/ may name <name> only.
+CLOUD_HOMES = "infra/clouds/"
 # Files run alone on the node: their per-cloud code is one class per cloud in a registry.
 NODE_DIR = "bootstrap/remote/"
 
@@ -91,17 +92,22 @@ def node_branches_outside_cloud_classes(source: str, names: frozenset[str]) -> l
     return [line for line in provider_name_branches(source, names) if line not in inside]
 
 
+def home_of(rel: str) -> str | None:
+    """The cloud whose folder holds ``rel`` (infra/clouds/<name>/...), else None."""
+    inside = rel.removeprefix(CLOUD_HOMES)
+    return inside.split("/")[0] if inside != rel and "/" in inside else None
+
+
 def _scan() -> Counter[str]:
     names = frozenset(provider_names())
     counts: Counter[str] = Counter()
     for folder in SCANNED:
         for path in sorted((ROOT / folder).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            if rel.startswith(EXEMPT):
-                continue
+            others = names - {home_of(rel)}
             scan = node_branches_outside_cloud_classes if rel.startswith(NODE_DIR) else None
             source = path.read_text(encoding="utf-8")
-            hits = scan(source, names) if scan else provider_name_branches(source, names)
+            hits = scan(source, others) if scan else provider_name_branches(source, others)
             if hits:
                 counts[rel] = len(hits)
     return counts
@@ -171,7 +177,7 @@ def test_no_module_outside_the_providers_branches_on_a_provider_name() -> None:
     found = _scan()
     unexpected = {path: n for path, n in found.items() if path not in ALLOWED}
     assert unexpected == {}, (
-        "compare to a provider's name outside infra/providers/: read the cloud's catalog "
+        "compare to a provider's name outside infra/clouds/<name>/: read the cloud's catalog "
         f"facts (infra.catalog ProviderInfo) or add a registry entry instead: {unexpected}"
     )
     grown = {p: n for p, n in found.items() if p in ALLOWED and n > ALLOWED[p][0]}
@@ -189,7 +195,8 @@ def test_every_registry_covers_every_provider_the_catalog_knows() -> None:
     # know a cloud before its catalog file lands (the reaper half of a new cloud comes first).
     known = set(load_catalog().providers)
     assert known == set(provider_names())
-    for registry in (base.PROGRAM_MODULES, cost.LIVE_PRICE_SOURCES, rules.GUARD_FUNCTIONS):
+    assert known <= set(clouds.names("program"))
+    for registry in (cost.LIVE_PRICE_SOURCES, rules.GUARD_FUNCTIONS):
         assert known <= set(registry)
     assert known <= set(handler.CLOUDS)
     assert known <= set(_node_watchdog().CLOUDS)

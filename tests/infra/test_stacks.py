@@ -383,7 +383,7 @@ def test_every_stack_declares_its_idle_guard(stack):
         ids = {n["instance_id"] for n in result.outputs["nodes"]}
         assert {m[3] for m in body["widgets"][0]["properties"]["metrics"]} == ids
     elif cfg.provider == "tencent":
-        from infra.reaper.tencent import (
+        from infra.clouds.tencent.reaper import (
             BUCKET_ENV,
             CAM_ACTIONS,
             FUNCTION_ENV,
@@ -414,7 +414,7 @@ def test_every_stack_declares_its_idle_guard(stack):
             if cfg.billing != "subscription":
                 assert n.inputs["stoppedMode"] == "STOP_CHARGING"
     elif cfg.provider == "azure":
-        from infra.providers.azure import AZURE_SCHEDULE, reaper_contract
+        from infra.clouds.azure.program import AZURE_SCHEDULE, reaper_contract
 
         (app,) = result.of_type("azure-native:web:WebApp")
         settings = {s["name"]: s["value"] for s in app.inputs["siteConfig"]["appSettings"]}

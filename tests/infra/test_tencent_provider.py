@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from infra.catalog import load_catalog
-from infra.providers import tencent as tp
+from infra.clouds.tencent import program as tp
+from infra.clouds.tencent.reaper import CAM_ACTIONS
 from infra.reaper import tags as T
 from infra.reaper.fleet_names import HEARTBEAT_OBJECT_PREFIX
-from infra.reaper.tencent import CAM_ACTIONS
 from tests.infra.conftest import planned
 from tests.support import tencent_cam as cam
 from tests.support.tencent_cam import ALLOW, DENY, IMPLICIT_DENY, Request
@@ -241,7 +241,7 @@ def test_the_bucket_refuses_plain_http_for_every_principal() -> None:
 
 
 def test_the_function_gets_exactly_the_reapers_contract_variables() -> None:
-    from infra.reaper.tencent import FUNCTION_ENV
+    from infra.clouds.tencent.reaper import FUNCTION_ENV
 
     env = tp.function_env(cfg_of("tencent-a100x4"))
     assert tuple(env) == FUNCTION_ENV

@@ -41,7 +41,7 @@ def test_the_policies_had_something_to_judge_on_every_stack(shipped: Planned) ->
     if shipped.cfg.provider == "azure":
         # Azure's account is private and TLS-only by its own properties, the NSG inline
         accounts = [r for r in res if r.type == R.AZ_STORAGE_ACCOUNT]
-        # the data account, the Functions host's and the package's (infra/providers/azure.py)
+        # the data account, the Functions host's and the package's (infra/clouds/azure/program.py)
         assert len(accounts) == 3
         (nsg,) = [r for r in res if r.type == R.AZ_NSG]
         rules = nsg.get("securityRules")

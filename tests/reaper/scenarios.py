@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from infra.clouds.aws.reaper import AwsCloud
 from infra.reaper import tags as T
-from infra.reaper.aws import AwsCloud
 from infra.reaper.core import reap
 from infra.reaper.fleet_names import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
 from infra.reaper.idle_rules import UTC, format_utc

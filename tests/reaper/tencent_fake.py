@@ -46,7 +46,7 @@ from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-# The metric as Tencent's CVM metrics page names it (infra/reaper/tencent.py cites it).
+# The metric as Tencent's CVM metrics page names it (infra/clouds/tencent/reaper.py cites it).
 METRIC_GPU = "Gpuutil"
 SECRET_ID = "AKIDfakefakefakefakefakefakefake"
 SECRET_KEY = "fakeSecretKeyForTheLocalFake0000"

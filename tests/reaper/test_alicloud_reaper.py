@@ -7,8 +7,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from infra.clouds.alicloud.reaper import AlicloudCloud
 from infra.reaper import tags as T
-from infra.reaper.alicloud import AlicloudCloud
 from infra.reaper.core import Report, reap
 from infra.reaper.handler import fc_handler
 from infra.reaper.idle_rules import UTC
@@ -252,7 +252,7 @@ DOCUMENTED_ANSWER = {
 def test_the_parser_reads_the_documented_describe_metric_list_example() -> None:
     from alibabacloud_cms20190101 import models
 
-    from infra.reaper.alicloud import parse_metric_list
+    from infra.clouds.alicloud.reaper import parse_metric_list
 
     # what the SDK hands the reaper: its own model, read back as a map
     body = models.DescribeMetricListResponseBody().from_map(DOCUMENTED_ANSWER).to_map()
@@ -264,7 +264,7 @@ def test_the_parser_reads_the_documented_describe_metric_list_example() -> None:
 
 
 def test_an_answer_the_parser_cannot_read_is_an_error_never_an_idle_node() -> None:
-    from infra.reaper.alicloud import parse_metric_list
+    from infra.clouds.alicloud.reaper import parse_metric_list
 
     for broken in (
         {**DOCUMENTED_ANSWER, "Code": "403", "Success": False},
@@ -308,7 +308,7 @@ def test_the_fake_refuses_a_parameter_the_sdk_request_model_does_not_define() ->
 
 
 def test_the_reaper_role_grants_exactly_the_actions_the_reaper_calls() -> None:
-    from infra.providers.alicloud import reaper_policy
+    from infra.clouds.alicloud.program import reaper_policy
     from tests.infra.alicloud_ram import SDK_PACKAGES
     from tests.reaper.alicloud_fake import REQUEST_MODELS
 
@@ -393,7 +393,7 @@ DOCUMENTED_INSTANCE = {
 def test_the_scan_parser_reads_the_documented_describe_instances_example() -> None:
     from alibabacloud_ecs20140526 import models
 
-    from infra.reaper.alicloud import parse_instance
+    from infra.clouds.alicloud.reaper import parse_instance
 
     def through_the_sdk(raw: dict[str, object]) -> dict[str, object]:
         body = {"RequestId": "r", "Instances": {"Instance": [raw]}}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from infra.reaper.aws import AwsCloud, CallCounter
+from infra.clouds.aws.reaper import AwsCloud, CallCounter
 from infra.reaper.core import Report, reap
 from scripts import teardown
 from tests.reaper.faultproxy import FaultProxy

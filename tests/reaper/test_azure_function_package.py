@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.reaper.azure_package import ENTRY, SITE, PackageError, site_files
+from infra.clouds.azure.package import ENTRY, SITE, PackageError, site_files
 from infra.reaper.handler import FUNCTION_MODULES, PACKAGE, build_function_zip
 from infra.reaper.idle_rules import UTC
 from tests.reaper.azure_fake import RESOURCE_GROUP, SUBSCRIPTION, make_tls

@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from infra.reaper import tags as T
-from infra.reaper.azure import (
+from infra.clouds.azure.reaper import (
     REQUIRED_ENV,
     ROLE_ACTIONS,
     AzureCloud,
     ManagedIdentityCredential,
     parse_vm,
 )
+from infra.reaper import tags as T
 from infra.reaper.core import Report, reap
 from infra.reaper.handler import CLOUDS, ConfigError, make_cloud, run
 from infra.reaper.idle_rules import UTC, format_utc
@@ -503,7 +503,7 @@ def test_the_contract_names_the_settings_and_a_role_without_write_or_delete() ->
 
 
 def test_managed_identity_credential_refuses_an_answer_without_a_token() -> None:
-    from infra.reaper.azure import MalformedAnswer
+    from infra.clouds.azure.reaper import MalformedAnswer
     from tests.reaper.azure_identity_fake import identity_endpoint
 
     with identity_endpoint(body={"error": "nope"}) as (endpoint, secret, _):

@@ -12,7 +12,7 @@ from azure.mgmt.compute._utils.model_base import _deserialize
 from azure.mgmt.compute.models import VirtualMachine
 from azure.monitor.query import MetricsQueryResult
 
-from infra.reaper import azure as reaper
+from infra.clouds.azure import reaper as reaper
 from tests.reaper import azure_recorded as rec
 
 

@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from infra.reaper.alicloud import AlicloudCloud
-from infra.reaper.aws import AwsCloud, MalformedAnswer
+from infra.clouds.alicloud.reaper import AlicloudCloud
+from infra.clouds.aws.reaper import AwsCloud, MalformedAnswer
 from infra.reaper.handler import ConfigError, make_cloud, run
 from scripts import teardown
 from tests.reaper.alicloud_fake import FakeAlicloud

@@ -17,7 +17,7 @@ from infra.reaper.handler import CLOUDS, ConfigError, make_cloud
 def test_every_registered_cloud_module_has_a_from_env_taking_region_env_and_invocation(
     provider: str,
 ) -> None:
-    module = importlib.import_module(f"infra.reaper.{CLOUDS[provider].module}")
+    module = importlib.import_module(CLOUDS[provider].module)
     params = inspect.signature(module.from_env).parameters
     assert list(params) == ["region", "env", "given"]
     assert params["given"].annotation in (Invocation, "Invocation")
@@ -74,3 +74,28 @@ def test_aws_refuses_an_unknown_retry_mode_as_a_config_error() -> None:
 def test_azure_checks_the_attempts_setting_before_the_missing_subscription() -> None:
     with pytest.raises(ConfigError, match="GPUFLEET_MAX_ATTEMPTS"):
         make_cloud("azure", {"GPUFLEET_REGION": "eastus", "GPUFLEET_MAX_ATTEMPTS": "0"})
+
+
+def test_the_reaper_and_every_clouds_reaper_module_import_no_pulumi() -> None:
+    # The reaper runs in a cloud function and as scripts/teardown.py: no Pulumi, even now
+    # that each cloud's module lives in infra/clouds/<name>/ beside its Pulumi program.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys, importlib\n"
+        "from infra.reaper.handler import CLOUDS\n"
+        "for entry in CLOUDS.values():\n"
+        "    importlib.import_module(entry.module)\n"
+        "print(len(CLOUDS), [m for m in sys.modules if m.split('.')[0].startswith('pulumi')])\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(repo)!r})\n" + code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert proc.stdout.split(None, 1) == [str(len(CLOUDS)), "[]\n"]

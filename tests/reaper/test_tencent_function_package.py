@@ -1,7 +1,7 @@
 """The Tencent SCF package as SCF runs it: unzipped into an empty folder, ``main_handler``
 called by a clean interpreter (``-S -E -I``, nothing of this repository or the venv on the
 path) against the local signed fake on 127.0.0.1, on this Python and on CPython 3.10 (the
-runtime infra/reaper/tencent.py names)."""
+runtime infra/clouds/tencent/reaper.py names)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from infra.clouds.tencent.reaper import BUCKET_ENV, COS_ENDPOINT_ENV, SCF_HANDLER, SCF_RUNTIME
 from infra.reaper import tags as T
 from infra.reaper.fleet_names import HEARTBEAT_OBJECT_PREFIX
 from infra.reaper.handler import build_function_zip
 from infra.reaper.idle_rules import UTC
-from infra.reaper.tencent import BUCKET_ENV, COS_ENDPOINT_ENV, SCF_HANDLER, SCF_RUNTIME
 from tests.reaper.tencent_fake import SECRET_ID, SECRET_KEY, FakeCvm, FakeTencent
 from tests.reaper.test_function_package import PY310, clean_run, unzip
 

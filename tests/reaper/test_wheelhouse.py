@@ -16,8 +16,9 @@ from packaging.tags import parse_tag
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from infra.clouds.alicloud.reaper import SDKS as ALICLOUD_SDKS
 from infra.reaper import wheelhouse as wh
-from infra.reaper.handler import ALICLOUD_SDKS, build_function_zip
+from infra.reaper.handler import build_function_zip
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "fc_wheels.py"

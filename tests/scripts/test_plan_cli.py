@@ -139,9 +139,9 @@ def international_charge_types() -> set[str]:
 
 @pytest.mark.parametrize("stack", ["tencent-t4x1", "tencent-a100x1-monthly", "tencent-a100x4"])
 def test_a_tencent_plan_says_when_its_billing_needs_a_china_site_account(stack: str) -> None:
+    from infra.clouds.tencent.program import charge_args
     from infra.config import load_stack_file
     from infra.offline import PLACEHOLDER_SSH_KEY
-    from infra.providers.tencent import charge_args
 
     path = ROOT / "stacks" / f"Pulumi.{stack}.yaml"
     cfg = load_stack_file(path, {"sshPublicKey": PLACEHOLDER_SSH_KEY})

@@ -856,7 +856,7 @@ def test_alicloud_tags_come_from_list_tag_resources_signed_as_the_sdk_signs(tmp_
 
 
 def test_alicloud_node_role_may_list_tags_so_the_watchdog_can_read_its_own() -> None:
-    from infra.providers.alicloud import node_policy
+    from infra.clouds.alicloud.program import node_policy
 
     doc = json.loads(node_policy("gpufleet-s-abc", "s"))
     allows = [st for st in doc["Statement"] if st["Effect"] == "Allow"]
@@ -943,7 +943,7 @@ def test_heartbeat_datapoints_carry_the_services_time_not_the_nodes_clock(
     )["Datapoints"]
     assert unsynced[0]["Maximum"] == 3.0
 
-    from infra.reaper.aws import AwsCloud
+    from infra.clouds.aws.reaper import AwsCloud
 
     seen = AwsCloud("us-east-1", endpoint_url=moto).metrics(
         [instance_id], start=real_now - timedelta(minutes=25), end=real_now + timedelta(minutes=1)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from infra.providers.alicloud import lease_policy, node_policy
+from infra.clouds.alicloud.program import lease_policy, node_policy
 from infra.reaper import tags as T
 from tests.bootstrap.remote.test_watchdog import Timeline, make_dog, wd
 from tests.bootstrap.remote.watchdog_fakes import INSTANCE_ID, FakeEcs, FakeIMDS, serve

@@ -458,7 +458,7 @@ def test_the_tencent_watchdog_beats_with_an_object_in_the_bucket_not_custom_metr
 
     # And the reaper reads what the node wrote: the object's Last-Modified, stamped by the
     # storage service (moto's clock here), through the reaper's own bucket client.
-    from infra.reaper.tencent import TencentCloud
+    from infra.clouds.tencent.reaper import TencentCloud
 
     reaper = TencentCloud(
         REGION,

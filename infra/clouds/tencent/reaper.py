@@ -71,8 +71,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlparse
 
-from . import tags as T
-from .core import (
+from infra.reaper import tags as T
+from infra.reaper.core import (
     MAX_ATTEMPTS_ENV,
     Instance,
     Invocation,
@@ -82,8 +82,8 @@ from .core import (
     chunks,
     int_env,
 )
-from .fleet_names import HEARTBEAT_OBJECT_PREFIX
-from .idle_rules import UTC, parse_utc
+from infra.reaper.fleet_names import HEARTBEAT_OBJECT_PREFIX
+from infra.reaper.idle_rules import UTC, parse_utc
 
 # The SCF function's settings (tencent-infra declares exactly these) and its runtime.
 FUNCTION_ENV = ("GPUFLEET_PROVIDER", "GPUFLEET_STACK", "GPUFLEET_REGION", "GPUFLEET_APPLY")
@@ -183,6 +183,18 @@ def credentials_from(env: Mapping[str, str]) -> tuple[str, str, str]:
 
 
 DEFAULT_MAX_ATTEMPTS = 5
+
+
+# What the function package carries (infra/reaper/handler.py CloudEntry): SCF's runtime is
+# not relied on (no source says which SDK version its Python runtime bundles, if any), so
+# the per-product SDKs travel with the code, from this venv's pure-Python closure.
+VENDOR_SDK = True
+SDKS: tuple[str, ...] = (
+    "tencentcloud-sdk-python-common",
+    "tencentcloud-sdk-python-cvm",
+    "tencentcloud-sdk-python-monitor",
+)
+WHEELS = False
 
 
 def from_env(region: str, env: Mapping[str, str], given: Invocation) -> TencentCloud:
@@ -385,7 +397,7 @@ class TencentCloud:
     def _bucket(self) -> Any:
         """The stack's bucket through COS's S3-compatible API (SigV4, the role's keys)."""
         if self._store is None:
-            from . import bucket_store
+            from infra.reaper import bucket_store
 
             def keys() -> dict[str, str]:
                 return {

@@ -22,9 +22,7 @@ import pulumi_random as random
 
 from infra import reaper_deploy as guard_logic
 from infra.catalog import InstanceType, load_catalog
-from infra.config import StackConfig
-from infra.nodes import NodeSpec, needs_placement_group, stack_tags
-from infra.providers.base import (
+from infra.clouds.base import (
     AccessParts,
     Feature,
     GuardParts,
@@ -33,7 +31,9 @@ from infra.providers.base import (
     StorageParts,
     unsupported_features,
 )
-from infra.providers.common import ARCHIVE_AFTER_COOL_DAYS, child_opts
+from infra.clouds.common import ARCHIVE_AFTER_COOL_DAYS, child_opts
+from infra.config import StackConfig
+from infra.nodes import NodeSpec, needs_placement_group, stack_tags
 from infra.reaper.fleet_names import METRIC_GPU_MEM, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
 
 VNET_CIDR = "10.42.0.0/16"
@@ -193,9 +193,9 @@ def lifecycle_policy(days: int) -> az.storage.ManagementPolicySchemaArgs:
 
 
 def reaper_contract() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """What the Azure reaper documents at the top of infra/reaper/azure.py: the settings it
+    """What the Azure reaper documents at the top of infra/clouds/azure/reaper.py: the settings it
     requires, and the actions its custom role must hold (read there, never copied here)."""
-    from infra.reaper import azure as reaper
+    from infra.clouds.azure import reaper
 
     return tuple(reaper.REQUIRED_ENV), tuple(reaper.ROLE_ACTIONS)
 

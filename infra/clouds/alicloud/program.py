@@ -12,10 +12,8 @@ import pulumi_alicloud as ali
 import pulumi_random as random
 
 from infra import reaper_deploy as guard_logic
-from infra.config import StackConfig
-from infra.nodes import NodeSpec, stack_tags
-from infra.providers import common
-from infra.providers.base import (
+from infra.clouds import common
+from infra.clouds.base import (
     AccessParts,
     Feature,
     GuardParts,
@@ -24,7 +22,9 @@ from infra.providers.base import (
     StorageParts,
     unsupported_features,
 )
-from infra.providers.common import child_opts
+from infra.clouds.common import child_opts
+from infra.config import StackConfig
+from infra.nodes import NodeSpec, stack_tags
 from infra.reaper import tags as T
 
 VPC_CIDR = "10.42.0.0/16"

@@ -24,10 +24,8 @@ import tencentcloud_iac_pulumi as tc
 
 from infra import reaper_deploy as guard_logic
 from infra.catalog import load_catalog
-from infra.config import ConfigError, StackConfig
-from infra.nodes import NodeSpec, stack_tags
-from infra.providers import common
-from infra.providers.base import (
+from infra.clouds import common
+from infra.clouds.base import (
     AccessParts,
     Feature,
     GuardParts,
@@ -36,7 +34,9 @@ from infra.providers.base import (
     StorageParts,
     unsupported_features,
 )
-from infra.providers.common import child_opts
+from infra.clouds.common import child_opts
+from infra.config import ConfigError, StackConfig
+from infra.nodes import NodeSpec, stack_tags
 from infra.reaper import tags as T
 from infra.reaper.fleet_names import HEARTBEAT_OBJECT_PREFIX
 
@@ -173,7 +173,7 @@ def node_policy(region: str, appid: str, bucket: str, stack: str) -> str:
     instance descriptions (CVM's metadata service serves no tags) and the caller's identity;
     tagging (the lease) and stopping (the watchdog's power-off with STOP_CHARGING) only
     instances carrying this stack's tag (_tag_condition). Never terminate, never untag. Cloud
-    Monitor needs no grant: the node publishes no custom metrics (infra/reaper/tencent.py).
+    Monitor needs no grant: the node publishes no custom metrics (infra/clouds/tencent/reaper.py).
 
     CAM's resource-tag condition scopes these to the stack, not to the node itself: a node
     may tag or stop its stack's other nodes (SECURITY.md)."""
@@ -216,8 +216,8 @@ def node_policy(region: str, appid: str, bucket: str, stack: str) -> str:
 
 
 def reaper_actions() -> tuple[str, ...]:
-    """What the reaper calls: its contract (infra/reaper/tencent.py CAM_ACTIONS)."""
-    from infra.reaper.tencent import CAM_ACTIONS
+    """What the reaper calls: its contract (infra/clouds/tencent/reaper.py CAM_ACTIONS)."""
+    from infra.clouds.tencent.reaper import CAM_ACTIONS
 
     return tuple(CAM_ACTIONS)
 
@@ -326,7 +326,7 @@ def function_zip_path() -> str:
 
 def function_env(cfg: StackConfig) -> dict[str, str]:
     """Exactly the variables the reaper's Tencent contract names (FUNCTION_ENV)."""
-    from infra.reaper.tencent import FUNCTION_ENV
+    from infra.clouds.tencent.reaper import FUNCTION_ENV
 
     env = guard_logic.function_env(cfg)
     missing = [k for k in FUNCTION_ENV if k not in env]
@@ -605,7 +605,7 @@ class TencentProvider:
         nodes: list[tuple[NodeSpec, NodeParts]],
         storage: StorageParts,
     ) -> GuardParts:
-        from infra.reaper.tencent import BUCKET_ENV, SCF_HANDLER, SCF_RUNTIME
+        from infra.clouds.tencent.reaper import BUCKET_ENV, SCF_HANDLER, SCF_RUNTIME
 
         tags = stack_tags(cfg)
         role, _ = _role_with_policy(

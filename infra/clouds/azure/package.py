@@ -11,7 +11,7 @@ azure-core, azure-functions and their helpers): the same bytes import on any CPy
 Functions runtime offers for them (3.10 to 3.12). Compiled speed-ups with a pure fallback in
 the same package are left out; any other compiled file refuses the build, so a future pin
 that needs a runtime-matched wheel fails here instead of in the cloud. The credential is
-the reaper's own stdlib managed-identity client (azure.py), which keeps msal and the
+the reaper's own stdlib managed-identity client (reaper.py), which keeps msal and the
 compiled ``cryptography`` out.
 
 Only the zip build imports this module (it is not in the function).
@@ -21,8 +21,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+# The reaper's dependency walk (handler.sdk_closure), handed in by the zip build: this module
+# does not import the handler, which finds this one by its folder.
+Closure = Callable[[tuple[str, ...]], list[Any]]
 
 AZURE_SDKS = ("azure-mgmt-compute", "azure-monitor-query", "azure-functions")
 SITE = ".python_packages/lib/site-packages"
@@ -52,11 +57,9 @@ def _key(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def closure(roots: tuple[str, ...] = AZURE_SDKS) -> list[Any]:
+def closure(sdk_closure: Closure, roots: tuple[str, ...] = AZURE_SDKS) -> list[Any]:
     """The installed distributions the roots need: the same walk as every vendored zip
     (handler.sdk_closure), a missing one a PackageError."""
-    from .handler import sdk_closure
-
     try:
         return sdk_closure(roots)
     except FileNotFoundError as exc:
@@ -93,12 +96,12 @@ def site_files(dists: list[Any]) -> list[tuple[str, bytes]]:
     return out
 
 
-def azure_entries(common: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+def entries(common: list[tuple[str, bytes]], sdk_closure: Closure) -> list[tuple[str, bytes]]:
     """The reaper's code and table (``common``) plus the Functions host's files and the
     vendored SDKs."""
     here = Path(__file__).resolve().parent
-    entries = list(common)
-    entries.append((ENTRY, (here / ENTRY).read_bytes()))
-    entries.append(("host.json", (json.dumps(HOST_JSON, indent=2) + "\n").encode()))
-    entries += site_files(closure())
-    return entries
+    out = list(common)
+    out.append((ENTRY, (here / ENTRY).read_bytes()))
+    out.append(("host.json", (json.dumps(HOST_JSON, indent=2) + "\n").encode()))
+    out += site_files(closure(sdk_closure))
+    return out

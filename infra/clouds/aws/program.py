@@ -9,16 +9,8 @@ import pulumi
 import pulumi_aws as aws
 
 from infra import reaper_deploy as guard_logic
-from infra.config import StackConfig
-from infra.nodes import (
-    NodeSpec,
-    efa_layout,
-    needs_placement_group,
-    public_ipv4_at_launch,
-    stack_tags,
-)
-from infra.providers import common
-from infra.providers.base import (
+from infra.clouds import common
+from infra.clouds.base import (
     AccessParts,
     Feature,
     GuardParts,
@@ -27,7 +19,15 @@ from infra.providers.base import (
     StorageParts,
     unsupported_features,
 )
-from infra.providers.common import child_opts
+from infra.clouds.common import child_opts
+from infra.config import StackConfig
+from infra.nodes import (
+    NodeSpec,
+    efa_layout,
+    needs_placement_group,
+    public_ipv4_at_launch,
+    stack_tags,
+)
 from infra.reaper import tags as T
 
 VPC_CIDR = "10.42.0.0/16"

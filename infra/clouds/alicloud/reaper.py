@@ -33,8 +33,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlparse
 
-from . import tags as T
-from .core import (
+from infra.reaper import tags as T
+from infra.reaper.core import (
     MAX_ATTEMPTS_ENV,
     Instance,
     Invocation,
@@ -44,8 +44,8 @@ from .core import (
     chunks,
     int_env,
 )
-from .fleet_names import CMS_DIMENSION, CMS_GROUP_ID, METRIC_GPU_UTIL, METRIC_HEARTBEAT
-from .idle_rules import UTC, parse_utc
+from infra.reaper.fleet_names import CMS_DIMENSION, CMS_GROUP_ID, METRIC_GPU_UTIL, METRIC_HEARTBEAT
+from infra.reaper.idle_rules import UTC, parse_utc
 
 PAGE = 100  # DescribeInstances MaxResults ceiling
 STOP_BATCH = 100  # StopInstances InstanceId.N ceiling
@@ -57,6 +57,14 @@ TAG_FILTER_LIMIT = 1000
 # The function's settings beyond the common ones (handler.py), all optional.
 ACCOUNT_ID_ENV = "GPUFLEET_ALICLOUD_ACCOUNT_ID"  # default: the FC context's account id
 DEFAULT_MAX_ATTEMPTS = 5
+
+
+# What the function package carries (infra/reaper/handler.py CloudEntry): Function Compute's
+# runtime ships none of the Alibaba Cloud SDKs used here; their closure has compiled modules
+# (cryptography, cffi, aiohttp...), so it comes from wheels built for the runtime.
+VENDOR_SDK = True
+SDKS: tuple[str, ...] = ("alibabacloud-ecs20140526", "alibabacloud-cms20190101")
+WHEELS = True
 
 
 def from_env(region: str, env: Mapping[str, str], given: Invocation) -> AlicloudCloud:

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import tags as T
-from .core import (
+from infra.reaper import tags as T
+from infra.reaper.core import (
     MAX_ATTEMPTS_ENV,
     ConfigError,
     Instance,
@@ -33,8 +33,8 @@ from .core import (
     chunks,
     int_env,
 )
-from .fleet_names import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
-from .idle_rules import UTC
+from infra.reaper.fleet_names import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
+from infra.reaper.idle_rules import UTC
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient
@@ -47,6 +47,13 @@ HEARTBEAT_PERIOD = 60  # one datapoint per minute: the newest one's timestamp is
 # The function's settings beyond the common ones (handler.py), all optional.
 RETRY_MODE_ENV = "GPUFLEET_RETRY_MODE"  # standard (default) | adaptive: botocore's modes
 DEFAULT_MAX_ATTEMPTS = 6
+
+
+# What the function package carries (infra/reaper/handler.py CloudEntry): Lambda's Python
+# runtime ships boto3, so only the code and the table.
+VENDOR_SDK = False
+SDKS: tuple[str, ...] = ()
+WHEELS = False
 
 
 def from_env(region: str, env: Mapping[str, str], given: Invocation) -> AwsCloud:

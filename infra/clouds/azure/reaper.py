@@ -1,6 +1,6 @@
 """Azure side of the reaper, with the official SDKs (imported lazily).
 
-Contract with the stack (infra/providers/azure.py declares the Function App with these):
+Contract with the stack (infra/clouds/azure/program.py declares the Function App with these):
 
   GPUFLEET_AZURE_SUBSCRIPTION_ID  the subscription that holds the stack's resource group
   GPUFLEET_AZURE_RESOURCE_GROUP   the stack's resource group: the only one the reaper lists
@@ -62,8 +62,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import tags as T
-from .core import (
+from infra.reaper import tags as T
+from infra.reaper.core import (
     MAX_ATTEMPTS_ENV,
     ConfigError,
     Instance,
@@ -73,8 +73,8 @@ from .core import (
     StopResult,
     int_env,
 )
-from .fleet_names import METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
-from .idle_rules import UTC
+from infra.reaper.fleet_names import METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
+from infra.reaper.idle_rules import UTC
 
 # The function's settings beyond the common ones (handler.py): the stack declares them.
 REQUIRED_ENV = ("GPUFLEET_AZURE_SUBSCRIPTION_ID", "GPUFLEET_AZURE_RESOURCE_GROUP")
@@ -570,6 +570,14 @@ def _bounded_arm_polling(interval_s: float, polls: int, max_delay_s: float) -> A
             return float(min(super()._extract_delay(), max_delay_s))
 
     return BoundedARMPolling()
+
+
+# What the function package carries (infra/reaper/handler.py CloudEntry): the Azure Functions
+# Python runtime ships no Azure SDK; package.py lays the package out and vendors a
+# pure-Python closure (its AZURE_SDKS).
+VENDOR_SDK = True
+SDKS: tuple[str, ...] = ()
+WHEELS = False
 
 
 def from_env(region: str, env: Mapping[str, str], given: Invocation) -> AzureCloud:

@@ -1,4 +1,4 @@
-"""The small interface every cloud module implements, and the registry that picks one.
+"""The small interface every cloud's program implements, and how a stack's cloud is found.
 
 Components own the resource graph's shape (one ComponentResource per concern); a provider
 module only knows how its cloud spells each concern. Capabilities are data: a provider lists
@@ -9,13 +9,13 @@ what it cannot do with the reason, in its catalog file's ``[provider.unsupported
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import pulumi
 
+from infra import clouds
 from infra.catalog import Feature, load_catalog
 from infra.config import StackConfig
 from infra.nodes import NodeSpec
@@ -96,21 +96,13 @@ class CloudProvider(Protocol):
     ) -> GuardParts: ...
 
 
-# The program's registry: provider name -> the module declaring its resources (PROVIDER).
-PROGRAM_MODULES: Mapping[str, str] = {
-    "aws": "infra.providers.aws",
-    "alicloud": "infra.providers.alicloud",
-    "tencent": "infra.providers.tencent",
-    "azure": "infra.providers.azure",
-}
-_MODULES = PROGRAM_MODULES
-
-
 def get_provider(name: str) -> CloudProvider:
-    """Import the cloud's module only when a stack asks for it (its SDK is large)."""
+    """The cloud's program (its folder's program.py, declaring PROVIDER), imported only when
+    a stack asks for it (its SDK is large)."""
     try:
-        module = importlib.import_module(_MODULES[name])
-    except KeyError:
-        raise ValueError(f"unknown provider {name!r}; known: {', '.join(_MODULES)}") from None
+        module = clouds.module(name, "program")
+    except LookupError:
+        known = ", ".join(clouds.names("program"))
+        raise ValueError(f"unknown provider {name!r}; known: {known}") from None
     provider: CloudProvider = module.PROVIDER
     return provider

@@ -1,6 +1,6 @@
 """Azure Functions entry point (Python v2 programming model): the reaper every 5 minutes.
 
-Shipped at the root of the Azure function package (infra/reaper/azure_package.py); the
+Shipped at the root of the Azure function package (infra/clouds/azure/package.py); the
 Functions host imports it and finds the timer function through the decorators. The run is
 the same as on the other clouds: gpufleet_reaper.handler.azure_handler reads the App
 settings (GPUFLEET_STACK, GPUFLEET_AZURE_SUBSCRIPTION_ID, ...; see gpufleet_reaper/azure.py)

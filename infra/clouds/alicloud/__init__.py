@@ -1,0 +1,1 @@
+"""Alibaba Cloud (ECS, OSS, Function Compute): everything gpufleet knows about this cloud."""

@@ -1,0 +1,1 @@
+"""AWS (EC2, S3, Lambda): everything gpufleet knows about this cloud."""

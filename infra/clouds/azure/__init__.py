@@ -1,0 +1,1 @@
+"""Azure (VMs, Blob storage, Functions): everything gpufleet knows about this cloud."""

@@ -1,0 +1,1 @@
+"""Tencent Cloud (CVM, COS, SCF): everything gpufleet knows about this cloud."""
