@@ -458,7 +458,7 @@ def check_disks_encrypted(r: Resource) -> list[str]:
                     "encrypted=True on the InstanceDataDiskArgs"
                 )
     elif r.type == TC_INSTANCE:
-        # CVM takes no encryption flag for the system disk (README, SECURITY.md): only the
+        # CVM takes no encryption flag for the system disk (SECURITY.md, section 12): only the
         # data disks can be held to it.
         for i, disk in enumerate(as_list(r.get("dataDisks"))):
             if isinstance(disk, Mapping) and _unencrypted(disk.get("encrypt")):
@@ -745,7 +745,7 @@ def check_buckets_private_tls(resources: Sequence[Resource]) -> list[StackFindin
 
 # ------------------------------------------------------------------------- GPU instance tags
 
-# What the watchdog and the reaper read (infra/reaper/tags.py, README "Contract: tags").
+# What the watchdog and the reaper read (infra/reaper/tags.py; docs/stacks.md, "Contract: tags").
 _TTL_OPT_OUT = ("0", "off", "none", "never", "false", "no")
 
 

@@ -648,7 +648,7 @@ class SizingResult:
         return [o for o in self.options if o.status == OK]
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON contract of `scripts/size.py --json` (see the README)."""
+        """The JSON contract of `scripts/size.py --json` (docs/cost.md)."""
         w, a, f = self.workload, self.assumptions, self.filters
         return {
             "params": w.params,
