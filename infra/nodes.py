@@ -222,7 +222,7 @@ def plan_nodes(cfg: StackConfig, catalog: Catalog | None = None) -> list[NodeSpe
 
 def tier_summary(cfg: StackConfig, catalog: Catalog | None = None) -> dict[str, object]:
     """The ``tier`` stack output. ``efa`` and ``infiniband`` say which fabric links the nodes
-    (bootstrap sets NCCL's environment from them: bootstrap/fleet/fabric.py);
+    (bootstrap sets NCCL's environment from them: bootstrap/fleet/interconnect.py);
     ``infiniband_gbps`` is the size's total InfiniBand bandwidth (0 without InfiniBand)."""
     cat = catalog or load_catalog()
     itype = cat.instance(cfg.provider, cfg.instance_type)

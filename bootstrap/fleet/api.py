@@ -112,7 +112,7 @@ class TierInfo:
     gpu_model: str | None = None
     gpu_count: int | None = None
     nvswitch: bool = False
-    efa: bool = False  # the fabric between nodes (bootstrap/fleet/fabric.py reads the output)
+    efa: bool = False  # the fabric between nodes (bootstrap/fleet/interconnect.py reads the output)
     infiniband: bool = False
 
 

@@ -42,8 +42,8 @@ from rich.table import Table
 
 from bootstrap.fleet.api import Host, HostContext, Options, StepFailed, StepResult, step
 from bootstrap.fleet.cli import FleetArgs, fleet_task, resolve_fleet
-from bootstrap.fleet.fabric import network_env
 from bootstrap.fleet.hosts import Fleet
+from bootstrap.fleet.interconnect import network_env
 from bootstrap.fleet.runner import FleetReport, run_fleet, summary_table
 from bootstrap.fleet.system import probe_step, sh
 from bootstrap.tasks.pytorch import DEFAULT_VENV

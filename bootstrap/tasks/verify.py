@@ -24,8 +24,8 @@ from rich.console import Console
 
 from bootstrap.fleet.api import Host, HostContext, Options, StepResult, step
 from bootstrap.fleet.cli import FleetArgs, fleet_task, resolve_fleet
-from bootstrap.fleet.fabric import fabric_env
 from bootstrap.fleet.hosts import Fleet
+from bootstrap.fleet.interconnect import fabric_env
 from bootstrap.fleet.runner import FleetReport, run_fleet
 from bootstrap.fleet.system import probe_step
 from bootstrap.tasks.pytorch import DEFAULT_VENV

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bootstrap.fleet.api import ScratchSpec
-from bootstrap.fleet.fabric import INFINIBAND, TCP, fabric_of
+from bootstrap.fleet.interconnect import INFINIBAND, TCP, fabric_of
 from infra.catalog import Catalog, Gpu
 
 
@@ -29,7 +29,7 @@ class Expected:
     nvlink: bool = False
     nvswitch: bool = False
     network_gbps: float | None = None
-    fabric: str = TCP  # between the nodes: efa | infiniband | tcp (bootstrap/fleet/fabric.py)
+    fabric: str = TCP  # between the nodes: efa | infiniband | tcp (bootstrap/fleet/interconnect.py)
     infiniband_gbps: float | None = None  # the size's total InfiniBand bandwidth
     scratch: ScratchSpec = field(default_factory=ScratchSpec)
     bucket: str | None = None

@@ -18,7 +18,7 @@ from typing import Any
 from fabric import Connection
 
 from bootstrap.fleet.api import Host, HostContext, StepFailed
-from bootstrap.fleet.fabric import FabricEnv
+from bootstrap.fleet.interconnect import FabricEnv
 from bootstrap.fleet.system import ProgressStream, sh
 from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.verify.expected import Expected
@@ -42,7 +42,7 @@ class VerifyOptions:
     s3_endpoint: str | None = None
     master_addr: str | None = None
     master_port: int = 29512
-    # The fabric's NCCL/UCX defaults (bootstrap/fleet/fabric.py), set for the cross-node
+    # The fabric's NCCL/UCX defaults (bootstrap/fleet/interconnect.py), set for the cross-node
     # stage; ``node_env`` (the user's --node-env) is merged over them and always wins.
     fabric: FabricEnv = field(default_factory=FabricEnv)
 

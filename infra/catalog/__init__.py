@@ -107,7 +107,7 @@ class InstanceType:
     infiniband_gbps: int = 0
     # What the size's node image needs NCCL told (InfiniBand types): the topology file the
     # image ships and the interface for NCCL's bootstrap sockets; ``fabric_source`` names the
-    # sources these come from (bootstrap/fleet/fabric.py turns them into the environment).
+    # sources these come from (bootstrap/fleet/interconnect.py turns them into the environment).
     nccl_topo_file: str = ""
     nccl_socket_ifname: str = ""
     fabric_source: str = ""

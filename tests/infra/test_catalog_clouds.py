@@ -145,7 +145,7 @@ spec_source = "EXC"
 
 
 def test_a_new_clouds_infiniband_type_gets_its_own_nccl_settings_from_its_file(catalog_copy):
-    from bootstrap.fleet.fabric import INFINIBAND, fabric_env
+    from bootstrap.fleet.interconnect import INFINIBAND, fabric_env
 
     text = NEW_CLOUD.replace("[tiers]", IB_TYPE + "\n[tiers]")
     (catalog_copy / "clouds" / "examplecloud.toml").write_text(text)

@@ -7,7 +7,7 @@ the registry. :mod:`bootstrap.verify.judge` only walks it.
 
 from __future__ import annotations
 
-from bootstrap.verify.checks import bench, health, inventory, run, storage, topology
+from bootstrap.verify.checks import bench, collective, health, inventory, storage, topology
 from bootstrap.verify.checks.base import CheckSpec
 
 CHECKS: tuple[CheckSpec, ...] = (
@@ -33,11 +33,11 @@ CHECKS: tuple[CheckSpec, ...] = (
     bench.benchmarks,
     bench.gemm,
     bench.hbm,
-    run.allreduce,
-    run.train,
-    run.mfu,
-    run.cross_nodes,
-    run.fabric,
+    collective.allreduce,
+    collective.train,
+    collective.mfu,
+    collective.cross_nodes,
+    collective.fabric,
     storage.scratch,
     storage.storage,
 )

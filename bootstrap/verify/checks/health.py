@@ -4,7 +4,7 @@ InfiniBand ports on InfiniBand tiers."""
 
 from __future__ import annotations
 
-from bootstrap.fleet.fabric import INFINIBAND
+from bootstrap.fleet.interconnect import INFINIBAND
 from bootstrap.verify.checks.base import GPU, Node, Result, Thresholds, check
 from bootstrap.verify.verdict import FAIL, NOT_RUN, PASS, SKIP, WARN, Check, gpu_list, join
 

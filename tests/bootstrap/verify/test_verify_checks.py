@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bootstrap.verify import checks as registry
-from bootstrap.verify.checks import bench, health, inventory, run, storage, topology
+from bootstrap.verify.checks import bench, collective, health, inventory, storage, topology
 from bootstrap.verify.checks.base import CPU, CROSS, GPU, CheckSpec, Node, ThresholdError, check
 from bootstrap.verify.judge import judge, judge_cluster, local_node, run_checks
 from bootstrap.verify.verdict import FAIL, NOT_RUN, PASS, SKIP, WARN, Check
@@ -364,12 +364,12 @@ def test_hbm_is_not_run_with_quick_and_graded_otherwise() -> None:
 
 
 def test_allreduce_with_one_process_has_nothing_to_reduce() -> None:
-    line = one(run.allreduce, on_run(allreduce=None, nproc=1))
+    line = one(collective.allreduce, on_run(allreduce=None, nproc=1))
     assert (line.status, line.measured) == (NOT_RUN, "1 process")
 
 
 def test_allreduce_missing_on_several_processes_fails() -> None:
-    line = one(run.allreduce, on_run(allreduce=None, errors=["rank 3: NCCL timeout"]))
+    line = one(collective.allreduce, on_run(allreduce=None, errors=["rank 3: NCCL timeout"]))
     assert (line.status, line.detail) == (FAIL, "rank 3: NCCL timeout")
 
 
@@ -379,14 +379,14 @@ def test_allreduce_on_a_gpu_the_catalog_does_not_know_is_not_called_a_cpu_run() 
 
     report = node_report(edit=on_gpus(name="NVIDIA Mystery 9000"))
     node, th = local_node(report, expected_from(None, load_catalog()))
-    (line,) = run.allreduce(node, th)
+    (line,) = collective.allreduce(node, th)
     assert line.status == PASS
     assert "no catalog reference for this GPU: correctness only" in line.detail
     assert "CPU run" not in line.detail
 
 
 def test_allreduce_is_graded_against_the_interconnect() -> None:
-    line = one(run.allreduce)
+    line = one(collective.allreduce)
     assert line.status == PASS and "nccl_busbw_fraction 0.7 x" in line.detail
 
 
@@ -398,39 +398,39 @@ def test_the_cross_node_allreduce_without_a_network_figure_is_skipped() -> None:
 
 
 def test_train_with_quick_differs_between_a_cpu_and_a_gpu_run() -> None:
-    assert one(run.train, quick=True).expected == "-"
+    assert one(collective.train, quick=True).expected == "-"
     node, th = local_node(cpu_report([4.0, 3.0]), expected(cpu=True, quick=True))
-    (line,) = run.train(node, th)
+    (line,) = collective.train(node, th)
     assert (line.status, line.detail) == (NOT_RUN, "training step skipped")
-    assert run.allreduce(node, th) == [] and run.mfu(node, th) == []
+    assert collective.allreduce(node, th) == [] and collective.mfu(node, th) == []
 
 
 def test_train_without_a_loss_curve_fails() -> None:
-    line = one(run.train, lambda r: r["torchrun"]["train"].update(losses=[]))
+    line = one(collective.train, lambda r: r["torchrun"]["train"].update(losses=[]))
     assert (line.status, line.measured) == (FAIL, "no loss curve")
 
 
 def test_train_that_did_not_run_fails_and_mfu_says_nothing() -> None:
     edit = on_run(train=None, errors=["rank 1: RuntimeError: boom"])
-    assert one(run.train, edit).detail == "rank 1: RuntimeError: boom"
-    assert on_node(run.mfu, edit) == []
+    assert one(collective.train, edit).detail == "rank 1: RuntimeError: boom"
+    assert on_node(collective.mfu, edit) == []
 
 
 def test_mfu_without_tokens_per_second_says_so() -> None:
     """Bug fixed: a GPU run with no tokens/s was reported as having "no GPU reference peak"."""
-    line = one(run.mfu, lambda r: r["torchrun"]["train"].update(tokens_per_s=0))
+    line = one(collective.mfu, lambda r: r["torchrun"]["train"].update(tokens_per_s=0))
     assert (line.status, line.detail) == (NOT_RUN, "no tokens/s measured")
 
 
 def test_mfu_between_the_floor_and_the_expectation_warns() -> None:
     node, th = local_node(node_report(), expected())
-    (line,) = run.mfu(node, {**th, "expected_mfu": 0.9, "min_mfu": 0.01})
+    (line,) = collective.mfu(node, {**th, "expected_mfu": 0.9, "min_mfu": 0.01})
     assert (line.status, line.threshold) == (WARN, "expected_mfu")
 
 
 def test_mfu_below_the_floor_fails() -> None:
     node, th = local_node(node_report(), expected())
-    (line,) = run.mfu(node, {**th, "expected_mfu": 0.95, "min_mfu": 0.9})
+    (line,) = collective.mfu(node, {**th, "expected_mfu": 0.95, "min_mfu": 0.9})
     assert (line.status, line.threshold) == (FAIL, "min_mfu")
 
 

@@ -9,9 +9,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from bootstrap.fleet.fabric import EFA, INFINIBAND, TCP, fabric_env
+from bootstrap.fleet.interconnect import EFA, INFINIBAND, TCP, fabric_env
 from bootstrap.remote.verify_node import collect_infiniband, network_environment
-from bootstrap.verify.checks import health, run
+from bootstrap.verify.checks import collective, health
 from bootstrap.verify.checks.base import CROSS, GPU, Node
 from bootstrap.verify.expected import Expected, expected_from
 from bootstrap.verify.judge import judge_cluster
@@ -263,4 +263,4 @@ def test_cross_node_bandwidth_on_infiniband_is_judged_against_the_infiniband_rat
 def test_the_cross_checks_list_the_fabric_line_last() -> None:
     verdict = judge_cluster({"n0": cross(250.0, IB_ENV)}, nd_expected())
     assert [c.name for c in verdict.checks][-1] == "fabric"
-    assert CROSS in run.fabric.runs
+    assert CROSS in collective.fabric.runs

@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from bootstrap.fleet.fabric import EFA, INFINIBAND, TCP
+from bootstrap.fleet.interconnect import EFA, INFINIBAND, TCP
 from bootstrap.verify.checks.base import (
     CPU,
     CROSS,

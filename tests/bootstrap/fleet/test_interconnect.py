@@ -3,7 +3,7 @@ stack's tier output and the real catalog (EFA on AWS, InfiniBand on Azure ND, TC
 
 from __future__ import annotations
 
-from bootstrap.fleet.fabric import EFA, INFINIBAND, TCP, FabricEnv, fabric_env, network_env
+from bootstrap.fleet.interconnect import EFA, INFINIBAND, TCP, FabricEnv, fabric_env, network_env
 from infra.catalog import load_catalog
 
 CAT = load_catalog()

@@ -1,4 +1,7 @@
-"""Which fabric links a stack's nodes, and the NCCL/UCX environment it needs: one pure
+"""The interconnect between a stack's nodes (the network fabric: EFA, InfiniBand or plain
+TCP; nothing to do with the Fabric SSH library the rest of this package wraps).
+
+Which fabric links a stack's nodes, and the NCCL/UCX environment it needs: one pure
 function, :func:`fabric_env`, that ``fab train`` and ``fab verify-gpu``'s cross-node run both
 use, so a job and the check of the fleet run with the same settings.
 
