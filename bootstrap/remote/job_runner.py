@@ -319,7 +319,7 @@ class Supervisor:
         self.state["heartbeat_at"] = utcnow()
         write_json(self.state_path, self.state)
 
-    def store(self) -> job_sync.watchdog_sync.BucketStore | None:
+    def store(self) -> job_sync.bucket.BucketStore | None:
         return job_sync.make_store(
             str(self.spec.get("provider") or "aws"),
             str(self.spec.get("bucket") or ""),

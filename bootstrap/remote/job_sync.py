@@ -2,12 +2,12 @@
 
 Standard library only; shipped by ``fab train`` next to ``job_runner.py`` with the watchdog's
 files, and run on the node with its system Python (3.10+). Uploads ARE the watchdog's scratch
-sync (``watchdog_sync.sync_scratch``: the job's checkpoint folder is under
+sync (``bucket.sync_scratch``: the job's checkpoint folder is under
 ``<scratch>/checkpoints``, which the watchdog saves to ``checkpoints/<node>/``), so a job's
 periodic upload, the watchdog's pre-stop and spot-notice saves and ``fab cancel`` share one
 code path and one record of what is in the bucket. This file adds what a resume needs: which
 checkpoint is complete, and fetching it back (through the watchdog's own store for the
-bucket's kind, ``watchdog_sync.STORES``: S3 and S3-compatible, or Azure Blob).
+node cloud's ``bucket_store``: S3 and S3-compatible, or Azure Blob).
 
 The checkpoint contract (README "fab train"): a checkpoint is a folder ``step-<N>`` (N an
 integer, zero-padded or not) under GPUFLEET_CHECKPOINT_DIR that holds a ``COMPLETE`` file,
@@ -36,15 +36,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from bootstrap.remote import watchdog, watchdog_sync
+    from bootstrap.remote import bucket, watchdog
 else:
     # On the node these files sit side by side; from a checkout the same folder goes on the
     # path, as the watchdog's own tests do (its files import each other the same way).
     _HERE = str(Path(__file__).resolve().parent)
     if _HERE not in sys.path:
         sys.path.append(_HERE)
+    import bucket
     import watchdog
-    import watchdog_sync
 
 MARKER = "COMPLETE"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -132,7 +132,7 @@ class BucketReader:
     S3-compatible stores, or Azure Blob: same signer, endpoints, retries and credentials as
     its uploads)."""
 
-    store: watchdog_sync.BucketStore
+    store: bucket.BucketStore
 
     def list(self, prefix: str) -> dict[str, int]:
         return self.store.list_objects(prefix)
@@ -147,8 +147,8 @@ class BucketReader:
 
 def make_store(
     provider: str, bucket: str, region: str, endpoint: str = "", metadata_url: str = ""
-) -> watchdog_sync.BucketStore | None:
-    """The watchdog's store for the stack's bucket (the node cloud's ``object_store`` kind,
+) -> bucket.BucketStore | None:
+    """The watchdog's store for the stack's bucket (the node cloud's ``bucket_store``,
     as the watchdog's own sync picks it), or None when checkpoints stay here."""
     if not bucket:
         return None
@@ -161,8 +161,7 @@ def make_store(
             return cloud.env_credentials()
         return cloud.credentials()
 
-    kind = watchdog_sync.STORES[getattr(cloud, "object_store", "s3")]
-    return kind.for_node(
+    return cloud.bucket_store.for_node(
         endpoint=cloud.bucket_endpoint(),
         region=region or "us-east-1",
         bucket=bucket,
@@ -198,7 +197,7 @@ def _key(prefix: str, rel: str) -> str:
 
 def push(
     checkpoint_dir: Path,
-    store: watchdog_sync.BucketStore | None,
+    store: bucket.BucketStore | None,
     node: str,
     deadline_s: float = 600.0,
 ) -> SyncOutcome:
@@ -208,7 +207,7 @@ def push(
     newest = newest_complete(
         local_listing(checkpoint_dir), lambda f: _read_text(checkpoint_dir / f / MARKER)
     )
-    out = watchdog_sync.sync_scratch(
+    out = bucket.sync_scratch(
         scratch=scratch,
         sync_dirs=(checkpoint_dir.parent.name,),
         node=node,
@@ -231,7 +230,7 @@ def restore(root: Path, store: Store, prefix: str) -> SyncOutcome:
     started = time.monotonic()
     try:
         full = store.list(prefix.rstrip("/") + "/" if prefix else "")
-    except (OSError, watchdog_sync.StoreError, ET.ParseError) as exc:
+    except (OSError, bucket.StoreError, ET.ParseError) as exc:
         return SyncOutcome(False, f"cannot list the bucket: {exc}")
     strip = len(prefix.rstrip("/")) + 1 if prefix else 0
     listing = {k[strip:]: v for k, v in full.items()}
@@ -243,7 +242,7 @@ def restore(root: Path, store: Store, prefix: str) -> SyncOutcome:
         try:
             store.get(_key(prefix, f"{folder}/{MARKER}"), tmp)
             return tmp.read_text()
-        except (OSError, watchdog_sync.StoreError):
+        except (OSError, bucket.StoreError):
             return None
         finally:
             tmp.unlink(missing_ok=True)
@@ -272,7 +271,7 @@ def restore(root: Path, store: Store, prefix: str) -> SyncOutcome:
     try:
         for name in [*names, MARKER] if MARKER not in names else names:
             store.get(_key(prefix, f"{best.folder}/{name}"), tmp / name)
-    except (OSError, watchdog_sync.StoreError) as exc:
+    except (OSError, bucket.StoreError) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         return SyncOutcome(False, f"restore of {best.folder} failed: {exc}")
     final = root / best.folder

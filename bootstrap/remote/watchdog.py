@@ -4,7 +4,7 @@
 Runs on the node from a systemd timer (gpufleet-watchdog.timer, every ~minute), as root, with
 the system Python (3.10+) and nothing but the standard library and the node's own tools
 (nvidia-smi, ss, who). Next to it: ``idle_rules.py``, the idle rules (the same file the
-cloud reaper runs, infra/reaper/idle_rules.py), and ``watchdog_sync.py``, its bucket sync. What
+cloud reaper runs, infra/reaper/idle_rules.py), and ``bucket.py``, its bucket sync. What
 differs per cloud is one class per cloud (section "clouds", registry ``CLOUDS``).
 
 One run:
@@ -51,15 +51,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:  # for mypy only; never executed
+    from bootstrap.remote import bucket
     from bootstrap.remote import fleet_names as names
     from bootstrap.remote import idle_rules as policy
-    from bootstrap.remote import watchdog_sync as sync
 else:
     # Installed side by side in /opt/gpufleet; nothing else is on the node's path. Tests run
     # these files the same way (tests/bootstrap/remote/test_watchdog_alone.py).
+    import bucket  # the one object-store client (S3 and compatible, Azure Blob)
     import fleet_names as names  # tag and metric names: the reaper's and the stack's own
     import idle_rules as policy
-    import watchdog_sync as sync
 
 UTC = policy.UTC
 LOG = logging.getLogger("gpufleet-watchdog")
@@ -282,7 +282,7 @@ class TagsUnreadable(Exception):
     """The instance's tags could not be read; the message says why (logged and published)."""
 
 
-Credentials = sync.Credentials  # access_key_id, secret, token (may be "")
+Credentials = bucket.Credentials  # access_key_id, secret, token (may be "")
 Metric = tuple[str, float, str]  # name, value, unit
 
 
@@ -376,7 +376,7 @@ def env_credentials(keys: tuple[str, str, str]) -> Credentials | None:
     return {"access_key_id": env[key], "secret": env.get(secret, ""), "token": env.get(token, "")}
 
 
-sigv4_headers = sync.sigv4_headers  # one signer for metrics, tags and the bucket
+sigv4_headers = bucket.sigv4_headers  # one signer for metrics, tags and the bucket
 
 
 def alicloud_rpc_query(
@@ -479,7 +479,7 @@ def system_poweroff() -> None:
 # ---------------------------------------------------------------------------- clouds
 #
 # Everything this node knows about its cloud lives in one class per cloud below, picked from
-# CLOUDS by the config's "provider"; nothing else in this file, watchdog_sync.py or
+# CLOUDS by the config's "provider"; nothing else in this file, bucket.py or
 # job_sync.py names a cloud (tests/infra/test_provider_knowledge.py fails if one does).
 # Adding a cloud is one class here and one CLOUDS entry. The class must provide (NodeCloud):
 #
@@ -506,12 +506,12 @@ def system_poweroff() -> None:
 #                                 them); raises
 #   bucket_endpoint()             scheme://host of the bucket's API in region (the store
 #                                 puts the bucket, or Azure's storage account, in front)
-#   object_store                  optional ClassVar: the catalog's object_store kind, a key
-#                                 of watchdog_sync.STORES (default "s3": S3 or compatible)
+#   bucket_store                  ClassVar: the bucket.py client for the cloud's object
+#                                 store (bucket.Store: S3 or compatible; bucket.BlobStore)
 #   poweroff()                    stop this instance so that billing for its GPUs ends and
 #                                 its disks stay (the watchdog calls it only after its sync)
 #
-# Credentials are {"access_key_id", "secret", "token"} (watchdog_sync.Credentials). Every
+# Credentials are {"access_key_id", "secret", "token"} (bucket.Credentials). Every
 # network call is bounded by ``timeout``. The shared helpers above (TokenMetadata,
 # sigv4_headers, alicloud_rpc_query, env_credentials, system_poweroff) may be reused, and a
 # cloud whose metadata service speaks /latest/meta-data/ states its data in a MetadataNode
@@ -522,6 +522,7 @@ class NodeCloud(Protocol):
     """One cloud, as the node sees it (see the comment above for each member's contract)."""
 
     name: ClassVar[str]
+    bucket_store: ClassVar[type[bucket.BucketStore]]
 
     def __init__(self, region: str, endpoint_url: str = "", metadata_url: str = "") -> None: ...
 
@@ -561,6 +562,8 @@ class MetadataNode:
     role_fields: ClassVar[tuple[str, str, str]] = ("", "", "")  # key id, secret, token
     spot_path: ClassVar[str] = ""  # the spot notice (404 while there is none)
     env_keys: ClassVar[tuple[str, str, str]] = ("", "", "")  # key id, secret, token
+    # S3 and the S3-compatible OSS and COS: one client (bucket.Store), the cloud's endpoint.
+    bucket_store: ClassVar[type[bucket.BucketStore]] = bucket.Store
 
     @property
     def metadata(self) -> TokenMetadata:
@@ -878,7 +881,7 @@ class AlicloudApiError(RuntimeError):
 
     @property
     def transient(self) -> bool:
-        return sync.retryable_status(self.status) or self.code.startswith(_ALICLOUD_TRANSIENT)
+        return bucket.retryable_status(self.status) or self.code.startswith(_ALICLOUD_TRANSIENT)
 
 
 _TENCENT_RETRYABLE = ("RequestLimitExceeded", "InternalError", "ResourceUnavailable")
@@ -1110,7 +1113,7 @@ class AzureNode:
     from IMDS for ARM, Azure Monitor and Blob Storage; heartbeat + GPU metrics as Azure
     Monitor custom metrics on the regional ``<location>.monitoring.azure.com`` endpoint; the
     lease tag through ARM's Tags - Update At Scope (Merge); the bucket is a Blob container
-    (watchdog_sync.BlobStore); Spot eviction from Scheduled Events (Preempt).
+    (bucket.BlobStore); Spot eviction from Scheduled Events (Preempt).
 
     Power-off is a deallocation through ARM with the VM's managed identity, never an OS
     shutdown: a VM shut down from inside is "Stopped" and still billed for its compute (and
@@ -1125,7 +1128,7 @@ class AzureNode:
     timeout: float = 10.0
     sleep: Callable[[float], None] = time.sleep
     name: ClassVar[str] = "azure"
-    object_store: ClassVar[str] = "azureblob"
+    bucket_store: ClassVar[type[bucket.BucketStore]] = bucket.BlobStore
 
     @property
     def imds(self) -> AzureImds:
@@ -1250,7 +1253,7 @@ class AzureNode:
             self._send("POST", url, token, body)
 
     def bucket_endpoint(self) -> str:
-        # The storage account goes in front of the host (watchdog_sync.BlobStore).
+        # The storage account goes in front of the host (bucket.BlobStore).
         return "https://blob.core.windows.net"
 
     def poweroff(self) -> None:
@@ -1352,7 +1355,7 @@ class BucketHeartbeat:
     values) is for people. GPU utilization reaches the reaper through the cloud's own agent
     (infra/clouds/tencent/reaper.py)."""
 
-    store: Callable[[], sync.BucketStore | None]
+    store: Callable[[], bucket.BucketStore | None]
     instance_id: str
     timeout_s: float = 30.0
 
@@ -1393,7 +1396,7 @@ def retry_idempotent(
             call()
             return
         except urllib.error.HTTPError as exc:
-            if not sync.retryable_status(exc.code) or attempt == attempts - 1:
+            if not bucket.retryable_status(exc.code) or attempt == attempts - 1:
                 raise
         except (urllib.error.URLError, TimeoutError, OSError):
             if attempt == attempts - 1:
@@ -1429,11 +1432,11 @@ def write_lease(
 # ---------------------------------------------------------------------------- sync
 
 
-SyncResult = sync.SyncResult
+SyncResult = bucket.SyncResult
 
 
 class Syncer(Protocol):
-    """Saves scratch to the bucket (watchdog_sync.py); fakes in the tests."""
+    """Saves scratch to the bucket (bucket.py); fakes in the tests."""
 
     def unsynced(self) -> int | None:
         """Checkpoint files on scratch that are not in the bucket; None when unknown."""
@@ -1450,12 +1453,11 @@ class ScratchSyncer:
     credentials: Callable[[], Credentials | None]
     retry_sleep: Callable[[float], None] = time.sleep
 
-    def store(self) -> sync.BucketStore | None:
+    def store(self) -> bucket.BucketStore | None:
         if not self.config.bucket:
             return None
         cloud = cloud_for(self.config)
-        kind = sync.STORES[getattr(cloud, "object_store", "s3")]
-        store = kind.for_node(
+        store = cloud.bucket_store.for_node(
             endpoint=cloud.bucket_endpoint(),
             region=self.config.region,
             bucket=self.config.bucket,
@@ -1468,7 +1470,7 @@ class ScratchSyncer:
     def unsynced(self) -> int | None:
         try:
             return len(
-                sync.pending(
+                bucket.pending(
                     Path(self.config.scratch_path),
                     self.config.sync_dirs,
                     self.config.node,
@@ -1479,7 +1481,7 @@ class ScratchSyncer:
             return None
 
     def sync(self, timeout_s: float) -> SyncResult:
-        return sync.sync_scratch(
+        return bucket.sync_scratch(
             scratch=Path(self.config.scratch_path),
             sync_dirs=self.config.sync_dirs,
             node=self.config.node,
@@ -1490,8 +1492,8 @@ class ScratchSyncer:
     def check(self) -> str:
         store = self.store()
         if store is None:
-            raise sync.StoreError("no bucket configured: scratch cannot be saved", "NoBucket")
-        return sync.check_store(store, self.config.node)
+            raise bucket.StoreError("no bucket configured: scratch cannot be saved", "NoBucket")
+        return bucket.check_store(store, self.config.node)
 
 
 # ---------------------------------------------------------------------------- state
@@ -1962,7 +1964,7 @@ def _sync_command(dog: Watchdog, timeout: float | None, check: bool, as_json: bo
             return 1
         try:
             detail, ok = syncer.check(), True
-        except (sync.StoreError, OSError) as exc:
+        except (bucket.StoreError, OSError) as exc:
             detail, ok = f"the bucket cannot be written: {exc}", False
         out: dict[str, Any] = {"ok": ok, "detail": detail}
     else:

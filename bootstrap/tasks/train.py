@@ -58,7 +58,7 @@ REMOTE_FILES = (
     "job_sync.py",
     "watchdog.py",
     "idle_rules.py",
-    "watchdog_sync.py",
+    "bucket.py",
     "fleet_names.py",
 )
 JOBS_ROOT = "/var/lib/gpufleet/jobs"

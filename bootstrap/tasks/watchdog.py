@@ -2,7 +2,7 @@
 
 ``install_watchdog_step`` is also the last step of ``fab setup``. The node side is
 ``bootstrap/remote/watchdog.py`` plus the shared idle rules (``idle_rules.py``, the reaper's
-own file), its bucket sync (``watchdog_sync.py``, stdlib only: nothing else to install on the
+own file), its bucket client (``bucket.py``, stdlib only: nothing else to install on the
 node, so the sync path cannot be missing) and two systemd units; everything the steps do on
 the node is a command built by a pure function below, so the plan is tested without a node.
 """
@@ -45,7 +45,7 @@ def node_files(prefix: str = PREFIX, unit_dir: str = UNIT_DIR) -> list[tuple[Pat
         (REMOTE_DIR / "watchdog.py", f"{prefix}/watchdog.py", "0755"),
         # The link resolves to infra/reaper/idle_rules.py: the node gets the reaper's own rules.
         (REMOTE_DIR / "idle_rules.py", f"{prefix}/idle_rules.py", "0644"),
-        (REMOTE_DIR / "watchdog_sync.py", f"{prefix}/watchdog_sync.py", "0644"),
+        (REMOTE_DIR / "bucket.py", f"{prefix}/bucket.py", "0644"),
         # The link resolves to infra/reaper/fleet_names.py: the tag and metric names.
         (REMOTE_DIR / "fleet_names.py", f"{prefix}/fleet_names.py", "0644"),
         (REMOTE_DIR / SERVICE, f"{unit_dir}/{SERVICE}", "0644"),

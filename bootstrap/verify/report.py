@@ -145,13 +145,13 @@ def _upload_azureblob(
     bearer token for storage.azure.com from GPUFLEET_AZURE_STORAGE_TOKEN (``az account
     get-access-token --resource https://storage.azure.com/``); the bucket is
     ``<storage account>/<container>``."""
-    from bootstrap.remote import watchdog_sync as blob
+    from bootstrap.remote import bucket
 
     token = os.environ.get("GPUFLEET_AZURE_STORAGE_TOKEN", "").strip()
     if not token:
         return {"status": "skip", "reason": "no GPUFLEET_AZURE_STORAGE_TOKEN in the environment"}
     try:
-        store = blob.BlobStore.for_node(
+        store = bucket.BlobStore.for_node(
             endpoint="https://blob.core.windows.net",
             region=exp.region or "",
             bucket=exp.bucket or "",
@@ -159,7 +159,7 @@ def _upload_azureblob(
             endpoint_url=endpoint_url or "",
         )
         store.put(key, path.read_bytes(), deadline=None)
-    except (blob.StoreError, OSError) as exc:
+    except (bucket.StoreError, OSError) as exc:
         return {"status": "error", "reason": f"{type(exc).__name__}: {exc}"}
     return {"status": "ok", "url": f"azureblob://{exp.bucket}/{key}"}
 

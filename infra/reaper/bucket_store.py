@@ -1,1 +1,1 @@
-../../bootstrap/remote/watchdog_sync.py
+../../bootstrap/remote/bucket.py

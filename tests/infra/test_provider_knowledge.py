@@ -156,8 +156,8 @@ def test_on_the_node_a_provider_name_branch_is_allowed_only_in_a_registered_clou
 
 
 def test_the_node_files_branch_on_no_provider_name_outside_their_cloud_classes() -> None:
-    # Before the node's clouds became classes: 10 in watchdog.py, 1 in watchdog_sync.py and
-    # 1 in job_sync.py.
+    # Before the node's clouds became classes: 10 in watchdog.py, 1 in watchdog_sync.py (now
+    # bucket.py) and 1 in job_sync.py.
     found = {p: n for p, n in _scan().items() if p.startswith(NODE_DIR)}
     assert found == {}, (
         "a provider-name branch on the node outside a cloud class: put it in the cloud's "

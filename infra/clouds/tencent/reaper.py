@@ -35,7 +35,7 @@ the SDK; COS through its S3-compatible API, SigV4):
 - COS ``HEAD`` of each node's heartbeat object, ``<bucket>/gpufleet/heartbeat/<instance
   id>`` (fleet_names.HEARTBEAT_OBJECT_PREFIX; CAM action cos:HeadObject), through COS's
   S3-compatible API with the node's own SigV4 client (bucket_store.py is a link to
-  bootstrap/remote/watchdog_sync.py). The heartbeat's time is the object's
+  bootstrap/remote/bucket.py). The heartbeat's time is the object's
   ``Last-Modified``, which COS stamps on its own clock: the same evidence as a datapoint's
   timestamp elsewhere. Custom metrics are no option: ``PutMonitorData`` (API 2018-07-24) is
   disused ("its related console features and backend services were deactivated", planned

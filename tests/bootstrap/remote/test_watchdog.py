@@ -4,7 +4,7 @@ credentials from fake metadata services, metrics into moto CloudWatch, and the s
 checked against botocore and the official Alibaba Cloud SDK.
 
 The node files are imported the way the node runs them: from ``bootstrap/remote`` on the
-path, as top-level modules (``watchdog``, ``idle_rules``, ``watchdog_sync``), never
+path, as top-level modules (``watchdog``, ``idle_rules``, ``bucket``), never
 through the project's packages."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ REMOTE = Path(__file__).resolve().parents[3] / "bootstrap" / "remote"
 if str(REMOTE) not in sys.path:
     sys.path.append(str(REMOTE))
 wd: Any = importlib.import_module("watchdog")
-wsync: Any = importlib.import_module("watchdog_sync")
+wsync: Any = importlib.import_module("bucket")
 KEEP, STOP, UTC = wd.policy.KEEP, wd.policy.STOP, wd.policy.UTC
 
 BOOT = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
@@ -47,7 +47,7 @@ BUCKET = "gpufleet-a100x8-test"
 def test_the_watchdog_is_loaded_from_the_node_files_not_the_project() -> None:
     assert Path(wd.__file__).resolve().parent == REMOTE
     assert Path(wd.policy.__file__).name == "idle_rules.py"
-    assert wd.sync is wsync
+    assert wd.bucket is wsync
     assert "bootstrap.remote.idle_rules" not in sys.modules
 
 

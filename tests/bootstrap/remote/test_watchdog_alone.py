@@ -237,12 +237,12 @@ def test_the_install_task_ships_the_watchdog_its_policy_sync_and_names() -> None
     assert set(NODE_FILES) == {
         "watchdog.py",
         "idle_rules.py",
-        "watchdog_sync.py",
+        "bucket.py",
         "fleet_names.py",
     }
 
 
-@pytest.mark.parametrize("missing", ["idle_rules", "watchdog_sync", "fleet_names"])
+@pytest.mark.parametrize("missing", ["idle_rules", "bucket", "fleet_names"])
 def test_shipped_watchdog_without_one_of_its_files_does_not_run(
     tmp_path: Path, missing: str
 ) -> None:

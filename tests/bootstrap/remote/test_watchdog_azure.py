@@ -570,7 +570,7 @@ def test_unsaved_scratch_refuses_the_deallocation(
 def test_azure_is_a_registered_node_cloud_with_a_blob_store() -> None:
     assert wd.CLOUDS["azure"] is wd.AzureNode
     assert wd.node_cloud("azure", REGION).name == "azure"
-    assert wsync.STORES[wd.AzureNode.object_store] is wsync.BlobStore
+    assert wd.AzureNode.bucket_store is wsync.BlobStore
 
 
 # ---------------------------------------------------------------- verify-gpu's paths

@@ -93,7 +93,7 @@ def test_install_watchdog_puts_files_config_proves_the_sync_and_is_idempotent(
     assert config["role"] == "head"
     assert config["idle_minutes"] == 20
     assert config["scratch_kind"] == "nvme"
-    for name in ("idle_rules.py", "watchdog_sync.py"):
+    for name in ("idle_rules.py", "bucket.py"):
         installed = Path(node_paths["prefix"]) / name
         assert installed.read_bytes() == (fabdog.REMOTE_DIR / name).read_bytes()
     assert (Path(node_paths["unit-dir"]) / fabdog.TIMER).exists()

@@ -1,7 +1,7 @@
 """gpufleet scratch sync: checkpoints on the node's scratch -> the stack's bucket.
 
 Standard library only, no project imports: this file is installed next to the watchdog
-(``/opt/gpufleet/watchdog_sync.py``) and runs on the node's system Python (3.10+). It speaks
+(``/opt/gpufleet/bucket.py``) and runs on the node's system Python (3.10+). It speaks
 the S3 REST API with AWS Signature Version 4, so one tested code path serves both clouds
 (which endpoint is each cloud's: ``bucket_endpoint()`` of its class in watchdog.py):
 
@@ -12,8 +12,8 @@ the S3 REST API with AWS Signature Version 4, so one tested code path serves bot
 
 Azure Blob Storage is not S3-compatible: :class:`BlobStore` speaks its own REST API (Put
 Blob, Put Block / Put Block List for large files, Get Blob Properties) with a managed-identity
-bearer token and ``x-ms-version``, behind the same methods; the cloud class picks the kind
-(``object_store`` in watchdog.py, the catalog's value), :data:`STORES` maps it to a store.
+bearer token and ``x-ms-version``, behind the same methods; the cloud class names its store
+(``bucket_store`` of its class in watchdog.py): no table here maps a kind to a store.
 
 Why not ``aws s3 sync`` / ``ossutil``: nothing installs them on the nodes, and a missing or
 broken CLI was exactly how scratch got lost. A built-in sync cannot be missing when the
@@ -574,16 +574,6 @@ class BlobStore(BucketStore):
             headers={"Content-MD5": content_md5(body)},
             deadline=deadline,
         )
-
-
-# The store for each kind of object store (the catalog's ``object_store`` values): S3 and
-# the S3-compatible OSS and COS share one client.
-STORES: dict[str, type[BucketStore]] = {
-    "s3": Store,
-    "oss": Store,
-    "cos": Store,
-    "azureblob": BlobStore,
-}
 
 
 # ---------------------------------------------------------------------------- what to sync

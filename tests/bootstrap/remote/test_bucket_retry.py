@@ -1,4 +1,4 @@
-"""The one bounded request loop both bucket stores use (``watchdog_sync.send_bounded``): how
+"""The one bounded request loop both bucket stores use (``bucket.send_bounded``): how
 many tries, which failures earn another, how long it waits, and that the deadline ends it.
 Real HTTP against a scripted server on 127.0.0.1; a fake clock where the deadline matters.
 """
@@ -22,7 +22,7 @@ from tests.bootstrap.remote.watchdog_fakes import closed_port, serve
 REMOTE = Path(__file__).resolve().parents[3] / "bootstrap" / "remote"
 if str(REMOTE) not in sys.path:
     sys.path.append(str(REMOTE))
-wsync: Any = importlib.import_module("watchdog_sync")
+wsync: Any = importlib.import_module("bucket")
 
 CREDS = {"access_key_id": "testing", "secret": "testing", "token": "", "storage": "tok"}
 
