@@ -57,7 +57,7 @@ MAX_TAG_VALUE = 128  # Alicloud's limit (AWS allows 256)
 # Every key a stack may set, with a one-line meaning (the README's config reference mirrors it).
 KEYS: Mapping[str, str] = MappingProxyType(
     {
-        "provider": "a cloud of the catalog: infra/catalog/clouds/<provider>.toml",
+        "provider": "a cloud of the catalog: infra/clouds/<provider>/catalog.toml",
         "tier": "t4x1, a10x1, a100x4, ... (see the catalog)",
         "profile": "general (default) | compute | memory, where the provider has the variant",
         "nodes": "number of GPU nodes (default 1); > 1 makes a cluster",

@@ -24,7 +24,7 @@ from infra.pricing.cost import hourly_estimate
 # Stack outputs are a contract (README "Stack outputs"); bootstrap reads them.
 OUTPUT_DOCS = {
     "stack": "stack name",
-    "provider": "aws | alicloud | tencent (a cloud in infra/catalog/clouds/)",
+    "provider": "aws | alicloud | tencent (a cloud in infra/clouds/)",
     "region": "region the stack lives in",
     "zone": "availability zone of the nodes",
     "tier": "tier summary: GPU model, count, memory, instance type, NVLink, EFA/InfiniBand",

@@ -27,7 +27,7 @@ EFA, INFINIBAND, TCP = "efa", "infiniband", "tcp"
 _EFA_ENV = {"FI_PROVIDER": "efa", "NCCL_SOCKET_IFNAME": "^lo,docker"}
 
 # NCCL over InfiniBand, as Microsoft's own scripts set it for ND A100 v4 and ND H100 v5 on the
-# Ubuntu HPC image (sources AZ-HPCIMG, AZ-HPCNCCL, AZ-MSAMP in infra/catalog/clouds/azure.toml);
+# Ubuntu HPC image (sources AZ-HPCIMG, AZ-HPCNCCL, AZ-MSAMP in infra/clouds/azure/catalog.toml);
 # the size-specific values (topology file, socket interface) are catalog data.
 _INFINIBAND_ENV = {
     # NCCL's own default (NCCL environment docs, NCCL_IB_DISABLE), said explicitly: a 1

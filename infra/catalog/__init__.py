@@ -19,10 +19,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from infra import clouds
+
 DATA_DIR = Path(__file__).resolve().parent
-# One file per cloud: [provider] facts, [sources] of its own, [instances], [tiers] offers and
-# [pricing]. Adding a cloud adds a file here (and its modules); no list elsewhere names it.
-CLOUDS_DIR = DATA_DIR / "clouds"
+# One file per cloud, in its own folder (infra/clouds/<name>/catalog.toml): [provider] facts,
+# [sources] of its own, [instances], [tiers] offers and [pricing]. Adding a cloud adds its
+# folder; no list elsewhere names it.
+CLOUDS_DIR = clouds.HOME
+CLOUD_FILE = "catalog.toml"
 PROFILES = ("general", "compute", "memory")
 
 
@@ -368,16 +372,23 @@ def _read(name: str, folder: Path | None = None) -> dict[str, Any]:
 @functools.lru_cache(maxsize=1)
 def _cloud_files() -> Mapping[str, dict[str, Any]]:
     """Each cloud's parsed file, in the order its ``[provider] order`` gives (then by name)."""
-    files = {p.stem: _read(p.name, CLOUDS_DIR) for p in CLOUDS_DIR.glob("*.toml")}
+    found = clouds.names(CLOUD_FILE, home=CLOUDS_DIR)
+    files = {name: _read(CLOUD_FILE, CLOUDS_DIR / name) for name in found}
     for name, data in files.items():
         if not isinstance(data.get("provider"), dict):
-            raise CatalogError(f"clouds/{name}.toml: a [provider] table is required")
+            raise CatalogError(f"{cloud_path(name)}: a [provider] table is required")
     ranked = sorted(files, key=lambda n: (int(files[n]["provider"].get("order", 1000)), n))
     return MappingProxyType({n: files[n] for n in ranked})
 
 
+def cloud_path(name: str) -> str:
+    """Where a cloud's catalog file is, as error messages name it."""
+    return f"clouds/{name}/{CLOUD_FILE}"
+
+
 def provider_names() -> tuple[str, ...]:
-    """The clouds the catalog knows, one per file in clouds/ (in their declared order)."""
+    """The clouds the catalog knows, one per cloud folder with a catalog file (in their
+    declared order)."""
     return tuple(_cloud_files())
 
 
@@ -413,7 +424,7 @@ def deadlines(provider: str) -> list[Deadline]:
     known = load_catalog().sources
     out = []
     for i, row in enumerate(cloud_file(provider).get("deadlines", [])):
-        where = f"clouds/{provider}.toml deadlines[{i}]"
+        where = f"{cloud_path(provider)} deadlines[{i}]"
         if row.get("source") not in known:
             raise CatalogError(f"{where}: unknown source {row.get('source')!r}")
         out.append(
@@ -488,7 +499,7 @@ _SCRATCH_KEYS = frozenset({"min_gb", "max_gb", "iops", "iops_per_gb", "max_iops"
 
 
 def _provider(p: dict[str, Any], file: str) -> ProviderInfo:
-    where = f"clouds/{file}.toml [provider]"
+    where = f"{cloud_path(file)} [provider]"
     if p.get("name") != file:
         raise CatalogError(f"{where}: name must be {file!r}, got {p.get('name')!r}")
     extra = set(p) - _PROVIDER_KEYS
@@ -611,12 +622,14 @@ def _tiers(
     for provider, by_tier in cloud_offers.items():
         unknown = sorted(set(by_tier) - set(data["tiers"]))
         if unknown:
-            raise CatalogError(f"clouds/{provider}.toml [tiers]: unknown tiers {unknown}")
+            raise CatalogError(f"{cloud_path(provider)} [tiers]: unknown tiers {unknown}")
     out = {}
     for key, t in data["tiers"].items():
         stray = sorted(set(t) - _TIER_KEYS)
         if stray:
-            raise CatalogError(f"tiers.{key}: unknown keys {stray} (offers go in clouds/*.toml)")
+            raise CatalogError(
+                f"tiers.{key}: unknown keys {stray} (offers go in clouds/<cloud>/{CLOUD_FILE})"
+            )
         allowed = (t["gpu"],) if isinstance(t["gpu"], str) else tuple(t["gpu"])
         offers: dict[str, Mapping[str, str]] = {}
         for provider, by_tier in cloud_offers.items():
@@ -660,7 +673,7 @@ def load_catalog() -> Catalog:
     for name, data in clouds.items():
         for key, value in data.get("sources", {}).items():
             if key in raw_sources:
-                raise CatalogError(f"clouds/{name}.toml: source {key!r} is already defined")
+                raise CatalogError(f"{cloud_path(name)}: source {key!r} is already defined")
             raw_sources[key] = value
     sources = {
         k: Source(k, v["title"], v["url"], _date(v["retrieved"], f"sources.{k}"), v.get("note", ""))

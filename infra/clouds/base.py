@@ -102,7 +102,7 @@ def get_provider(name: str) -> CloudProvider:
     try:
         module = clouds.module(name, "program")
     except LookupError:
-        known = ", ".join(clouds.names("program"))
+        known = ", ".join(clouds.names("program.py"))
         raise ValueError(f"unknown provider {name!r}; known: {known}") from None
     provider: CloudProvider = module.PROVIDER
     return provider

@@ -450,7 +450,7 @@ def _priced_instance(
         return (
             it,
             f"{provider} {name} has no price in the catalog: "
-            f"add one to infra/catalog/clouds/{provider}.toml",
+            f"add one to infra/clouds/{provider}/catalog.toml",
         )
     return it, None
 
@@ -508,7 +508,7 @@ def _reservation_problem(inputs: CostInputs, pp: ProviderPricing) -> str | None:
     if res is None:
         return (
             f"{inputs.provider} sells no reservations through this tool (its catalog file, "
-            f"infra/catalog/clouds/{inputs.provider}.toml, has no [pricing.reservations])"
+            f"infra/clouds/{inputs.provider}/catalog.toml, has no [pricing.reservations])"
         )
     if term not in res.terms:
         return f"{inputs.provider} sells no {term} reservation: use one of {', '.join(res.terms)}"
@@ -665,7 +665,7 @@ def _subscription_terms(
                 [
                     f"{label} has no subscription quote: add its monthly price under "
                     "[pricing.subscription.monthly] in "
-                    f"infra/catalog/clouds/{inputs.provider}.toml, or use on-demand or spot"
+                    f"infra/clouds/{inputs.provider}/catalog.toml, or use on-demand or spot"
                 ]
             )
         return _SubscriptionTerms(None, None, False)

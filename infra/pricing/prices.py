@@ -17,7 +17,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from infra.catalog import DATA_DIR, Catalog, CatalogError, _date, cloud_file, load_catalog
+from infra.catalog import (
+    DATA_DIR,
+    Catalog,
+    CatalogError,
+    _date,
+    cloud_file,
+    cloud_path,
+    load_catalog,
+)
 
 # The shared part (meta, spot band, FX); each cloud's own rates are its file's [pricing] table.
 PRICING_FILE = DATA_DIR / "pricing.toml"
@@ -284,7 +292,7 @@ def parse_pricing(data: Mapping[str, Any], catalog: Catalog) -> Pricing:
         raise CatalogError(f"pricing.toml: missing key {exc}") from None
     missing = [p for p in catalog.providers if p not in providers]
     if missing:
-        where = ", ".join(f"clouds/{p}.toml" for p in missing)
+        where = ", ".join(cloud_path(p) for p in missing)
         raise CatalogError(f"pricing: no [pricing] table in {where}")
     return Pricing(
         stale_after_days=int(meta["stale_after_days"]),
@@ -302,7 +310,7 @@ def shipped_pricing_data(catalog: Catalog | None = None) -> dict[str, Any]:
         data = tomllib.load(fh)
     for name in (catalog or load_catalog()).providers:
         if name in data:
-            raise CatalogError(f"pricing.toml: [{name}] belongs in clouds/{name}.toml [pricing]")
+            raise CatalogError(f"pricing.toml: [{name}] belongs in {cloud_path(name)} [pricing]")
         if "pricing" in cloud_file(name):
             data[name] = cloud_file(name)["pricing"]
     return data

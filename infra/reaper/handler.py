@@ -89,7 +89,7 @@ def _cloud_names() -> tuple[str, ...]:
     if not _in_function():
         from infra import clouds
 
-        return clouds.names("reaper")
+        return clouds.names("reaper.py")
     here = Path(__file__).resolve().parent
     return tuple(sorted(p.stem for p in here.glob("*.py") if p.name not in NEUTRAL_MODULES))
 
@@ -141,7 +141,7 @@ class CloudEntry:
             return None
         from infra import clouds
 
-        if self.name not in clouds.names("package"):
+        if self.name not in clouds.names("package.py"):
             return None
         entries = clouds.module(self.name, "package").entries
 

@@ -1,4 +1,4 @@
-"""The catalog's clouds are its files: adding one is a new clouds/<name>.toml, nothing else."""
+"""The catalog's clouds are its cloud folders: adding one is a new clouds/<name>/catalog.toml."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import infra.catalog as catalog
+from infra import clouds
 from infra.catalog import CatalogError, load_catalog, provider_names
 from infra.pricing import prices
 
@@ -56,13 +57,24 @@ snapshot = { per_gb_month = 0.05, date = "2026-11-30", source = "EXC" }
 """
 
 
+def add_cloud(homes: Path, name: str, text: str) -> Path:
+    """A cloud folder (a package) holding ``text`` as its catalog file."""
+    (homes / name).mkdir(parents=True, exist_ok=True)
+    (homes / name / "__init__.py").write_text("")
+    (homes / name / catalog.CLOUD_FILE).write_text(text)
+    return homes / name
+
+
 @pytest.fixture
 def catalog_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A private copy of the shipped catalog that the loaders read instead of the real one."""
     data = tmp_path / "catalog"
     shutil.copytree(catalog.DATA_DIR, data, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    homes = data / "clouds"  # each cloud's folder with only its catalog file
+    for name in clouds.names(catalog.CLOUD_FILE):
+        add_cloud(homes, name, (catalog.CLOUDS_DIR / name / catalog.CLOUD_FILE).read_text())
     monkeypatch.setattr(catalog, "DATA_DIR", data)
-    monkeypatch.setattr(catalog, "CLOUDS_DIR", data / "clouds")
+    monkeypatch.setattr(catalog, "CLOUDS_DIR", homes)
     monkeypatch.setattr(prices, "PRICING_FILE", data / "pricing.toml")
     for cached in (catalog._cloud_files, catalog.load_catalog, prices._load_default):
         cached.cache_clear()
@@ -72,14 +84,14 @@ def catalog_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
 
 
 def test_the_shipped_clouds_are_the_files_in_the_clouds_folder_in_their_declared_order():
-    files = {p.stem for p in catalog.CLOUDS_DIR.glob("*.toml")}
+    files = {p.parent.name for p in catalog.CLOUDS_DIR.glob(f"*/{catalog.CLOUD_FILE}")}
     assert set(provider_names()) == files == set(load_catalog().providers)
     orders = [catalog.cloud_file(n)["provider"]["order"] for n in provider_names()]
     assert orders == sorted(orders)
 
 
 def test_a_new_cloud_file_adds_the_cloud_its_types_its_tier_offer_and_its_bill(catalog_copy):
-    (catalog_copy / "clouds" / "examplecloud.toml").write_text(NEW_CLOUD)
+    add_cloud(catalog_copy / "clouds", "examplecloud", NEW_CLOUD)
     assert provider_names()[-1] == "examplecloud"
     cat = load_catalog()
     assert cat.resolve("t4x1", "examplecloud").name == "ex.t4"
@@ -91,9 +103,9 @@ def test_a_new_cloud_file_adds_the_cloud_its_types_its_tier_offer_and_its_bill(c
 
 def test_a_tier_offer_for_a_tier_that_does_not_exist_is_a_catalog_error(catalog_copy):
     text = NEW_CLOUD.replace("t4x1 = {", "t4x9 = {")
-    (catalog_copy / "clouds" / "examplecloud.toml").write_text(text)
+    add_cloud(catalog_copy / "clouds", "examplecloud", text)
     with pytest.raises(
-        CatalogError, match=r"examplecloud.toml \[tiers\]: unknown tiers \['t4x9'\]"
+        CatalogError, match=r"examplecloud/catalog.toml \[tiers\]: unknown tiers \['t4x9'\]"
     ):
         load_catalog()
 
@@ -110,21 +122,25 @@ def test_an_offer_left_in_tiers_toml_is_refused_with_where_it_belongs(catalog_co
 
 def test_a_source_defined_twice_is_a_catalog_error(catalog_copy):
     text = NEW_CLOUD.replace("[sources.EXC]", "[sources.AD]")
-    (catalog_copy / "clouds" / "examplecloud.toml").write_text(text)
+    add_cloud(catalog_copy / "clouds", "examplecloud", text)
     with pytest.raises(CatalogError, match="source 'AD' is already defined"):
         load_catalog()
 
 
 def test_a_cloud_file_without_its_pricing_table_is_named_in_the_error(catalog_copy):
     text = NEW_CLOUD[: NEW_CLOUD.index("[pricing]")]
-    (catalog_copy / "clouds" / "examplecloud.toml").write_text(text)
-    with pytest.raises(CatalogError, match=r"no \[pricing\] table in clouds/examplecloud.toml"):
+    add_cloud(catalog_copy / "clouds", "examplecloud", text)
+    with pytest.raises(
+        CatalogError, match=r"no \[pricing\] table in clouds/examplecloud/catalog.toml"
+    ):
         prices.load_pricing()
 
 
 def test_a_file_in_clouds_without_a_provider_table_is_a_catalog_error(catalog_copy):
-    (catalog_copy / "clouds" / "notes.toml").write_text('title = "scratch notes"\n')
-    with pytest.raises(CatalogError, match=r"clouds/notes.toml: a \[provider\] table is required"):
+    add_cloud(catalog_copy / "clouds", "notes", 'title = "scratch notes"\n')
+    with pytest.raises(
+        CatalogError, match=r"clouds/notes/catalog.toml: a \[provider\] table is required"
+    ):
         provider_names()
 
 
@@ -148,7 +164,7 @@ def test_a_new_clouds_infiniband_type_gets_its_own_nccl_settings_from_its_file(c
     from bootstrap.fleet.interconnect import INFINIBAND, fabric_env
 
     text = NEW_CLOUD.replace("[tiers]", IB_TYPE + "\n[tiers]")
-    (catalog_copy / "clouds" / "examplecloud.toml").write_text(text)
+    add_cloud(catalog_copy / "clouds", "examplecloud", text)
     got = fabric_env({"instance_type": "ex.ib8"}, "examplecloud", load_catalog())
     assert got.fabric == INFINIBAND and got.source == "EXC"
     assert got.env["NCCL_SOCKET_IFNAME"] == "ens5"
@@ -164,7 +180,7 @@ def test_a_new_clouds_infiniband_type_gets_its_own_nccl_settings_from_its_file(c
 )
 def test_nccl_settings_without_a_known_source_are_a_catalog_error(catalog_copy, edit, says):
     text = NEW_CLOUD.replace("[tiers]", IB_TYPE.replace(*edit) + "\n[tiers]")
-    (catalog_copy / "clouds" / "examplecloud.toml").write_text(text)
+    add_cloud(catalog_copy / "clouds", "examplecloud", text)
     with pytest.raises(CatalogError, match=says):
         load_catalog()
 
@@ -172,7 +188,7 @@ def test_nccl_settings_without_a_known_source_are_a_catalog_error(catalog_copy, 
 def test_a_billing_note_is_read_for_a_mode_the_cloud_sells(catalog_copy):
     note = '\n[provider.billing_notes]\non-demand = "needs an account of kind X"\n'
     text = NEW_CLOUD.replace("\n[provider.unsupported]", note + "\n[provider.unsupported]")
-    (catalog_copy / "clouds" / "examplecloud.toml").write_text(text)
+    add_cloud(catalog_copy / "clouds", "examplecloud", text)
     info = load_catalog().providers["examplecloud"]
     assert info.billing_notes == {"on-demand": "needs an account of kind X"}
 
@@ -180,6 +196,6 @@ def test_a_billing_note_is_read_for_a_mode_the_cloud_sells(catalog_copy):
 def test_a_billing_note_for_a_mode_the_cloud_does_not_sell_is_a_catalog_error(catalog_copy):
     note = '\n[provider.billing_notes]\nspot = "needs X"\n'
     text = NEW_CLOUD.replace("\n[provider.unsupported]", note + "\n[provider.unsupported]")
-    (catalog_copy / "clouds" / "examplecloud.toml").write_text(text)
+    add_cloud(catalog_copy / "clouds", "examplecloud", text)
     with pytest.raises(CatalogError, match=r"billing_notes: \['spot'\] are not billing modes"):
         load_catalog()

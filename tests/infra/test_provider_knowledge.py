@@ -195,7 +195,7 @@ def test_every_registry_covers_every_provider_the_catalog_knows() -> None:
     # know a cloud before its catalog file lands (the reaper half of a new cloud comes first).
     known = set(load_catalog().providers)
     assert known == set(provider_names())
-    assert known <= set(clouds.names("program"))
+    assert known <= set(clouds.names("program.py"))
     for registry in (cost.LIVE_PRICE_SOURCES, rules.GUARD_FUNCTIONS):
         assert known <= set(registry)
     assert known <= set(handler.CLOUDS)

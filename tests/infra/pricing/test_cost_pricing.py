@@ -88,7 +88,7 @@ def test_a_currency_that_disagrees_with_the_catalog_is_refused(raw: dict[str, An
 def test_a_provider_section_is_required_for_every_catalog_provider(raw: dict[str, Any]):
     bad = copy.deepcopy(raw)
     del bad["alicloud"]
-    with pytest.raises(CatalogError, match=r"no \[pricing\] table in clouds/alicloud.toml"):
+    with pytest.raises(CatalogError, match=r"no \[pricing\] table in clouds/alicloud/catalog.toml"):
         parse(bad)
 
 

@@ -176,7 +176,7 @@ def test_a_cloud_whose_catalog_sells_no_reservations_is_refused_in_one_line(prov
         check_cost_inputs(CostInputs(provider, it.name, reservation="1y"))
     assert exc.value.problems == [
         f"{provider} sells no reservations through this tool (its catalog file, "
-        f"infra/catalog/clouds/{provider}.toml, has no [pricing.reservations])"
+        f"infra/clouds/{provider}/catalog.toml, has no [pricing.reservations])"
     ]
 
 
