@@ -22,9 +22,8 @@ import argparse
 import datetime as dt
 import json
 import math
-import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
@@ -34,6 +33,7 @@ if str(REPO) not in sys.path:  # run as a file from a checkout without the edita
     sys.path.insert(0, str(REPO))
 
 from infra.catalog import CatalogError, load_catalog  # noqa: E402
+from infra.clouds.live import LivePriceError  # noqa: E402
 from infra.config import ConfigError, StackConfig, load_stack_file  # noqa: E402
 from infra.pricing.cost import (  # noqa: E402
     SORT_KEYS,
@@ -43,13 +43,10 @@ from infra.pricing.cost import (  # noqa: E402
     CostInputs,
     LiveCheck,
     ReservationQuote,
-    aws_pricing_filters,
     catalog_reservation_quote,
     check_cost_inputs,
     compare_tier,
     estimate_cost,
-    parse_alicloud_price,
-    parse_aws_price_list,
     term_words,
 )
 from infra.pricing.prices import RESERVATION_TERM_MONTHS  # noqa: E402
@@ -162,133 +159,18 @@ def inputs_from_stack(cfg: StackConfig, args: argparse.Namespace) -> CostInputs:
 
 
 # ----------------------------------------------------------------------------------------------
-# live prices (SDK imports stay here, inside the functions: the model never needs them)
+# live prices: each cloud's own prices.py (its SDK imported there, only when asked)
 
 
-def aws_location(region: str) -> str:
-    """The Price List API's `location` for a region code ('US East (N. Virginia)')."""
-    import botocore.loaders
-
-    for partition in botocore.loaders.create_loader().load_data("endpoints")["partitions"]:
-        if region in partition["regions"]:
-            return str(partition["regions"][region]["description"])
-    raise LiveUnavailable(f"region {region!r} is not known to botocore: cannot name its location")
-
-
-def live_aws_price(instance_type: str, region: str) -> float:
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    session = boto3.session.Session()
-    if session.get_credentials() is None:
-        raise LiveUnavailable(
-            "no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
-            "to compare with the Price List API"
-        )
-    # The Price List API is served from us-east-1 whatever region is priced.
-    client = session.client("pricing", region_name="us-east-1")
-    kwargs: dict[str, Any] = {
-        "ServiceCode": "AmazonEC2",
-        "Filters": aws_pricing_filters(instance_type, aws_location(region)),
-        "FormatVersion": "aws_v1",
-        "MaxResults": 100,
-    }
-    items: list[str] = []
-    try:
-        while True:
-            page = client.get_products(**kwargs)
-            items.extend(page.get("PriceList", []))
-            if not page.get("NextToken"):
-                break
-            kwargs["NextToken"] = page["NextToken"]
-    except (BotoCoreError, ClientError) as exc:
-        raise LiveUnavailable(f"AWS Price List API: {exc}") from None
-    try:
-        return parse_aws_price_list(items)
-    except LookupError as exc:
-        raise LiveUnavailable(
-            f"AWS Price List API: {exc} for {instance_type} in {region}"
-        ) from None
-
-
-def live_alicloud_price(instance_type: str, region: str) -> tuple[float, str]:
-    key = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID") or os.environ.get("ALICLOUD_ACCESS_KEY")
-    secret = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET") or os.environ.get(
-        "ALICLOUD_SECRET_KEY"
-    )
-    if not key or not secret:
-        raise LiveUnavailable(
-            "no Alibaba Cloud credentials: set ALIBABA_CLOUD_ACCESS_KEY_ID and "
-            "ALIBABA_CLOUD_ACCESS_KEY_SECRET to compare with DescribePrice"
-        )
-    from alibabacloud_ecs20140526 import models as ecs_models
-    from alibabacloud_ecs20140526.client import Client
-    from alibabacloud_tea_openapi import models as api_models
-
-    # ALIBABA_CLOUD_ECS_ENDPOINT points the client elsewhere (tests: a local fake on 127.0.0.1).
-    endpoint = os.environ.get("ALIBABA_CLOUD_ECS_ENDPOINT") or f"ecs.{region}.aliyuncs.com"
-    local = endpoint.startswith(("127.0.0.1", "localhost"))
-    client = Client(
-        api_models.Config(
-            access_key_id=key,
-            access_key_secret=secret,
-            region_id=region,
-            endpoint=endpoint,
-            protocol="http" if local else "https",
-        )
-    )
-    request = ecs_models.DescribePriceRequest(
-        region_id=region,
-        resource_type="instance",
-        instance_type=instance_type,
-        price_unit="Hour",
-        period=1,
-    )
-    try:
-        body = client.describe_price(request).body.to_map()
-    except Exception as exc:  # the Tea SDK raises its own hierarchy plus transport errors
-        code = getattr(exc, "code", None)
-        text = str(getattr(exc, "message", None) or exc).split(" request id:")[0]
-        raise LiveUnavailable(
-            f"Alibaba Cloud DescribePrice: {code + ': ' if code else ''}{text}"
-        ) from None
-    try:
-        return parse_alicloud_price(body)
-    except LookupError as exc:
-        raise LiveUnavailable(f"Alibaba Cloud DescribePrice: {exc}") from None
-
-
-def live_tencent_price(instance_type: str, region: str) -> tuple[float, str]:
-    from infra.live_tencent import LivePriceError
-    from infra.live_tencent import live_tencent_price as price
+def live_prices(provider: str) -> Any:
+    """The cloud's prices module (infra/clouds/<provider>/prices.py, infra.clouds.live): its
+    SDK is imported only when a price is asked for."""
+    from infra import clouds
 
     try:
-        return price(instance_type, region)
-    except LivePriceError as exc:
-        raise LiveUnavailable(str(exc)) from None
-
-
-def _live_aws_price_usd(instance_type: str, region: str) -> tuple[float, str]:
-    return live_aws_price(instance_type, region), "USD"  # the Price List API's currency
-
-
-# The live-price registry: provider name -> (instance type, region) -> (price per hour,
-# currency). A cloud without an entry has its catalog price only (--live says so).
-def _live_azure_price(instance_type: str, region: str) -> tuple[float, str]:
-    from infra.azure_prices import RetailPricesError, live_azure_price
-
-    try:
-        return live_azure_price(instance_type, region)
-    except RetailPricesError as exc:
-        raise LiveUnavailable(f"{exc} for {instance_type} in {region}") from None
-
-
-LIVE_PRICE_SOURCES: Mapping[str, Callable[[str, str], tuple[float, str]]] = {
-    "aws": _live_aws_price_usd,
-    "alicloud": live_alicloud_price,
-    "tencent": live_tencent_price,
-    "azure": _live_azure_price,
-}
+        return clouds.module(provider, "prices")
+    except LookupError:
+        raise LiveUnavailable(f"no live price source for {provider}") from None
 
 
 def live_check(inputs: CostInputs) -> LiveCheck:
@@ -296,34 +178,15 @@ def live_check(inputs: CostInputs) -> LiveCheck:
     it = cat.instance(inputs.provider, inputs.instance_type)
     assert it.price is not None
     region = inputs.region or it.price.region
-    source = LIVE_PRICE_SOURCES.get(inputs.provider)
-    if source is None:
-        raise LiveUnavailable(f"no live price source for {inputs.provider}")
-    live, currency = source(it.name, region)
+    try:
+        live, currency = live_prices(inputs.provider).live_price(it.name, region)
+    except LivePriceError as exc:
+        raise LiveUnavailable(str(exc)) from None
     if currency != it.price.currency:
         raise LiveUnavailable(
             f"live price came in {currency}, the catalog is in {it.price.currency}"
         )
     return LiveCheck(inputs.provider, it.name, region, currency, it.price.on_demand, live)
-
-
-Terms = Mapping[str, tuple[float, str]]  # term -> (total for the whole term, currency)
-
-
-def _live_azure_reservations(instance_type: str, region: str) -> tuple[Terms, str]:
-    from infra.azure_prices import RetailPricesError, live_azure_reservations
-
-    try:
-        return live_azure_reservations(instance_type, region), "Azure Retail Prices API"
-    except RetailPricesError as exc:
-        raise LiveUnavailable(f"{exc} for {instance_type} in {region}") from None
-
-
-# The live reservation registry: provider name -> (instance type, region) -> (terms, the name
-# of the source). Whether a cloud sells reservations at all is its catalog data.
-LIVE_RESERVATION_SOURCES: Mapping[str, Callable[[str, str], tuple[Terms, str]]] = {
-    "azure": _live_azure_reservations,
-}
 
 
 def live_reservation_quote(inputs: CostInputs, check: LiveCheck | None) -> ReservationQuote:
@@ -333,10 +196,10 @@ def live_reservation_quote(inputs: CostInputs, check: LiveCheck | None) -> Reser
     it = load_catalog().instance(inputs.provider, inputs.instance_type)
     assert it.price is not None
     region = inputs.region or it.price.region
-    source = LIVE_RESERVATION_SOURCES.get(inputs.provider)
-    if source is None:
-        raise LiveUnavailable(f"no live reservation price source for {inputs.provider}")
-    terms, name = source(it.name, region)
+    try:
+        terms, name = live_prices(inputs.provider).live_reservations(it.name, region)
+    except LivePriceError as exc:
+        raise LiveUnavailable(str(exc)) from None
     if inputs.reservation not in terms:
         raise LiveUnavailable(
             f"no {term_words(inputs.reservation)} reservation price for {it.name} in {region} "

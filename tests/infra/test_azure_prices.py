@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from infra.azure_prices import (
+from infra.clouds.azure.prices import (
     RetailPricesError,
     fetch_items,
     live_azure_price,

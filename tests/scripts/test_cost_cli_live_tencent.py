@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from infra.live_tencent import first_selling_zone, parse_tencent_price
+from infra.clouds.tencent.prices import first_selling_zone, parse_tencent_price
 
 ROOT = Path(__file__).resolve().parents[2]
 

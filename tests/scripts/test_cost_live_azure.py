@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from infra.azure_prices import retail_filter
+from infra.clouds.azure.prices import retail_filter
 from scripts import cost
 from tests.infra.test_azure_prices import PAGES, FakeRetailPrices, _serve
 

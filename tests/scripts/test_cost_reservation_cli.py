@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from infra.azure_prices import reservation_filter
+from infra.clouds.azure.prices import reservation_filter
 from scripts import cost
 from tests.infra.test_azure_prices import (
     PAGES,

@@ -19,9 +19,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-
-class LivePriceError(RuntimeError):
-    """The live price could not be had; the message says why, in one line."""
+from infra.clouds.live import LivePriceError, Terms
 
 
 def parse_tencent_price(body: Mapping[str, Any]) -> float:
@@ -62,7 +60,7 @@ def _credentials() -> tuple[str, str]:
     return key, secret
 
 
-def live_tencent_price(instance_type: str, region: str) -> tuple[float, str]:
+def live_price(instance_type: str, region: str) -> tuple[float, str]:
     """(CNY per hour, "CNY") for one pay-as-you-go instance of the type in the region."""
     key, secret = _credentials()
     from tencentcloud.common import credential
@@ -130,3 +128,7 @@ def _filter(models: Any, name: str, value: str) -> Any:
     f = models.Filter()
     f.Name, f.Values = name, [value]
     return f
+
+
+def live_reservations(instance_type: str, region: str) -> tuple[Terms, str]:
+    raise LivePriceError("no live reservation price source for tencent")

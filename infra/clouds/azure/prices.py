@@ -22,6 +22,8 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from infra.clouds.live import LivePriceError, Terms
+
 DEFAULT_URL = "https://prices.azure.com/api/retail/prices"
 URL_ENV = "GPUFLEET_AZURE_PRICES_URL"
 MAX_PAGES = 10  # one size in one region is a handful of rows: more means a bad filter
@@ -143,3 +145,17 @@ def live_azure_reservations(size: str, region: str) -> dict[str, tuple[float, st
     if not found:
         raise RetailPricesError("no Linux reservation price in the answer")
     return found
+
+
+def live_price(size: str, region: str) -> tuple[float, str]:
+    try:
+        return live_azure_price(size, region)
+    except RetailPricesError as exc:
+        raise LivePriceError(f"{exc} for {size} in {region}") from None
+
+
+def live_reservations(size: str, region: str) -> tuple[Terms, str]:
+    try:
+        return live_azure_reservations(size, region), "Azure Retail Prices API"
+    except RetailPricesError as exc:
+        raise LivePriceError(f"{exc} for {size} in {region}") from None

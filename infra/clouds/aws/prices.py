@@ -1,0 +1,66 @@
+"""AWS's live instance-hour price: the Price List API (GetProducts, served from us-east-1
+whatever region is priced), through boto3 with the account's credentials.
+
+AWS_ENDPOINT_URL_PRICING points the client elsewhere (tests: a local fake on 127.0.0.1).
+The SDK is imported inside the functions: nothing else needs it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.clouds.live import LivePriceError, Terms
+from infra.pricing.cost import aws_pricing_filters, parse_aws_price_list
+
+
+def aws_location(region: str) -> str:
+    """The Price List API's `location` for a region code ('US East (N. Virginia)')."""
+    import botocore.loaders
+
+    for partition in botocore.loaders.create_loader().load_data("endpoints")["partitions"]:
+        if region in partition["regions"]:
+            return str(partition["regions"][region]["description"])
+    raise LivePriceError(f"region {region!r} is not known to botocore: cannot name its location")
+
+
+def live_aws_price(instance_type: str, region: str) -> float:
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    session = boto3.session.Session()
+    if session.get_credentials() is None:
+        raise LivePriceError(
+            "no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+            "to compare with the Price List API"
+        )
+    # The Price List API is served from us-east-1 whatever region is priced.
+    client = session.client("pricing", region_name="us-east-1")
+    kwargs: dict[str, Any] = {
+        "ServiceCode": "AmazonEC2",
+        "Filters": aws_pricing_filters(instance_type, aws_location(region)),
+        "FormatVersion": "aws_v1",
+        "MaxResults": 100,
+    }
+    items: list[str] = []
+    try:
+        while True:
+            page = client.get_products(**kwargs)
+            items.extend(page.get("PriceList", []))
+            if not page.get("NextToken"):
+                break
+            kwargs["NextToken"] = page["NextToken"]
+    except (BotoCoreError, ClientError) as exc:
+        raise LivePriceError(f"AWS Price List API: {exc}") from None
+    try:
+        return parse_aws_price_list(items)
+    except LookupError as exc:
+        raise LivePriceError(f"AWS Price List API: {exc} for {instance_type} in {region}") from None
+
+
+def live_price(instance_type: str, region: str) -> tuple[float, str]:
+    """(USD per hour, "USD"): the Price List API's currency."""
+    return live_aws_price(instance_type, region), "USD"
+
+
+def live_reservations(instance_type: str, region: str) -> tuple[Terms, str]:
+    raise LivePriceError("no live reservation price source for aws")
