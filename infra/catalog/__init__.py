@@ -25,8 +25,9 @@ DATA_DIR = Path(__file__).resolve().parent
 # One file per cloud, in its own folder (infra/clouds/<name>/catalog.toml): [provider] facts,
 # [sources] of its own, [instances], [tiers] offers and [pricing]. Adding a cloud adds its
 # folder; no list elsewhere names it.
-CLOUDS_DIR = clouds.HOME
 CLOUD_FILE = "catalog.toml"
+# Where the cloud folders are: None, the infra.clouds package's path (tests set a folder).
+CLOUDS_DIR: Path | None = None
 PROFILES = ("general", "compute", "memory")
 
 
@@ -372,8 +373,9 @@ def _read(name: str, folder: Path | None = None) -> dict[str, Any]:
 @functools.lru_cache(maxsize=1)
 def _cloud_files() -> Mapping[str, dict[str, Any]]:
     """Each cloud's parsed file, in the order its ``[provider] order`` gives (then by name)."""
-    found = clouds.names(CLOUD_FILE, home=CLOUDS_DIR)
-    files = {name: _read(CLOUD_FILE, CLOUDS_DIR / name) for name in found}
+    homes = None if CLOUDS_DIR is None else [CLOUDS_DIR]
+    found = clouds.folders(CLOUD_FILE, homes)
+    files = {name: _read(CLOUD_FILE, folder) for name, folder in found.items()}
     for name, data in files.items():
         if not isinstance(data.get("provider"), dict):
             raise CatalogError(f"{cloud_path(name)}: a [provider] table is required")

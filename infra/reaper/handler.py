@@ -32,7 +32,7 @@ import json
 import os
 import re
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,8 +157,23 @@ class CloudEntry:
         return make
 
 
-# The reaper's clouds, found (never listed by hand): one entry per cloud with a reaper.
-CLOUDS: Mapping[str, CloudEntry] = {name: CloudEntry(name) for name in _cloud_names()}
+class _Found(Mapping[str, CloudEntry]):
+    """The reaper's clouds, found on each use (never listed by hand): one entry per cloud
+    with a reaper module."""
+
+    def __getitem__(self, name: str) -> CloudEntry:
+        if name not in _cloud_names():
+            raise KeyError(name)
+        return CloudEntry(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_cloud_names())
+
+    def __len__(self) -> int:
+        return len(_cloud_names())
+
+
+CLOUDS: Mapping[str, CloudEntry] = _Found()
 
 
 def _known() -> str:

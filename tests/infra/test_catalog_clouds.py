@@ -72,7 +72,7 @@ def catalog_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     shutil.copytree(catalog.DATA_DIR, data, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
     homes = data / "clouds"  # each cloud's folder with only its catalog file
     for name in clouds.names(catalog.CLOUD_FILE):
-        add_cloud(homes, name, (catalog.CLOUDS_DIR / name / catalog.CLOUD_FILE).read_text())
+        add_cloud(homes, name, (clouds.HOME / name / catalog.CLOUD_FILE).read_text())
     monkeypatch.setattr(catalog, "DATA_DIR", data)
     monkeypatch.setattr(catalog, "CLOUDS_DIR", homes)
     monkeypatch.setattr(prices, "PRICING_FILE", data / "pricing.toml")
@@ -84,7 +84,7 @@ def catalog_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
 
 
 def test_the_shipped_clouds_are_the_files_in_the_clouds_folder_in_their_declared_order():
-    files = {p.parent.name for p in catalog.CLOUDS_DIR.glob(f"*/{catalog.CLOUD_FILE}")}
+    files = {p.parent.name for p in clouds.HOME.glob(f"*/{catalog.CLOUD_FILE}")}
     assert set(provider_names()) == files == set(load_catalog().providers)
     orders = [catalog.cloud_file(n)["provider"]["order"] for n in provider_names()]
     assert orders == sorted(orders)
