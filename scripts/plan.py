@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip install -e .`
     sys.path.insert(0, str(ROOT))
 
-from infra.catalog import load_catalog, plan_notes  # noqa: E402
 from infra.config import ConfigError, load_stack_file  # noqa: E402
 from infra.stackfiles import STACKS_DIR, StackNotFound, find_stack  # noqa: E402
 from policy.rules import PolicyConfigError  # noqa: E402
@@ -65,10 +64,6 @@ def plan(
             "gpufleet:sshPublicKey is not set: planned with a placeholder key; "
             "`pulumi up` refuses until you set yours"
         )
-    # What this cloud says a person must know about the billing mode (catalog data).
-    billing_note = load_catalog().providers[cfg.provider].billing_notes.get(cfg.billing)
-    if billing_note:
-        notes.append(billing_note)
     try:
         result = evaluate(cfg)
     except Exception as exc:
@@ -90,16 +85,15 @@ def plan(
         "notes": notes,
         "policies": summary(check_plan(cfg, result, policy_config)),
     }
-    notes.extend(result.outputs["hourly_cost"].get("warnings", []))
-    # What a cloud's program knows this stack needs said (e.g. a disk it cannot keep).
+    # What the cloud says about this stack (infra/clouds/base.py PlanNotes): its billing
+    # mode's note before the bill's warnings; then what its program knows the stack needs
+    # said (e.g. a disk it cannot keep), its catalog's notes and deadlines near their date.
     from infra.clouds.base import get_provider
 
-    provider_notes = getattr(get_provider(cfg.provider), "plan_notes", None)
-    if callable(provider_notes):
-        notes.extend(provider_notes(cfg))
-    # the cloud's own notes (catalog data: a prerequisite, a step after `pulumi up`, a
-    # deadline near its date)
-    notes.extend(plan_notes(cfg.provider, cfg.stack, dt.date.today()))
+    said = get_provider(cfg.provider).plan_notes(cfg, dt.date.today())
+    notes.extend(said.billing)
+    notes.extend(result.outputs["hourly_cost"].get("warnings", []))
+    notes.extend(said.stack)
     return doc, notes
 
 

@@ -9,14 +9,15 @@ what it cannot do with the reason, in its catalog file's ``[provider.unsupported
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import datetime as dt
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import pulumi
 
 from infra import clouds
-from infra.catalog import Feature, load_catalog
+from infra.catalog import Feature, load_catalog, plan_notes
 from infra.config import StackConfig
 from infra.nodes import NodeSpec
 
@@ -63,9 +64,34 @@ class GuardParts:
     dashboard: pulumi.Output[str] | None
 
 
+@dataclass(frozen=True)
+class PlanNotes:
+    """What a plan tells people about the stack's cloud, in the plan's order: ``billing``
+    before the bill's own warnings, ``stack`` after them."""
+
+    billing: tuple[str, ...] = ()
+    stack: tuple[str, ...] = ()
+
+
+def catalog_notes(cfg: StackConfig, today: dt.date, own: Sequence[str] = ()) -> PlanNotes:
+    """A cloud's plan notes from its catalog file around its program's ``own``: the billing
+    mode's note ([provider.billing_notes]); then ``own``, the [plan] notes and each deadline
+    near its date."""
+    note = load_catalog().providers[cfg.provider].billing_notes.get(cfg.billing)
+    return PlanNotes(
+        billing=(note,) if note else (),
+        stack=(*own, *plan_notes(cfg.provider, cfg.stack, today)),
+    )
+
+
 class CloudProvider(Protocol):
     name: str
     UNSUPPORTED: Mapping[Feature, str]
+
+    def plan_notes(self, cfg: StackConfig, today: dt.date) -> PlanNotes:
+        """What the plan must tell people about this stack on this cloud (scripts/plan.py):
+        most clouds answer :func:`catalog_notes` with what their program knows."""
+        ...
 
     def provider_resource(self, cfg: StackConfig) -> pulumi.ProviderResource: ...
 

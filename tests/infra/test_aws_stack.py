@@ -161,11 +161,11 @@ def test_the_plan_says_how_many_elastic_ips_a_stack_needs_against_the_default_qu
 
     for nodes in (1, 2):
         cfg, result = planned(instance_type, nodes)
-        notes = PROVIDER.plan_notes(cfg)
+        notes = PROVIDER.stack_notes(cfg)
         eips = len(result.of_type(EIP))
         if eips:
             (note,) = notes
             assert f"allocates {eips} Elastic IP" in note and f"has {EIP_QUOTA} per region" in note
         else:
             assert notes == []
-    assert PROVIDER.plan_notes(aws_cfg("g4dn.xlarge", 1)) == []  # one interface: no EIP
+    assert PROVIDER.stack_notes(aws_cfg("g4dn.xlarge", 1)) == []  # one interface: no EIP

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from infra.catalog import provider_names
 from infra.clouds.alicloud.program import charge_args
 from infra.clouds.aws.program import ami_parameter, market_options
 from infra.clouds.base import Feature, get_provider
@@ -93,3 +94,29 @@ def test_capabilities_are_data_not_branches():
     assert Feature.EFA in get_provider("alicloud").UNSUPPORTED
     with pytest.raises(ValueError, match="unknown provider"):
         get_provider("gcp")
+
+
+@pytest.mark.parametrize("name", provider_names())
+def test_every_clouds_program_answers_its_plan_notes_itself(name: str) -> None:
+    # One call on the cloud (the CloudProvider protocol), never an optional attribute.
+    assert "plan_notes" in type(get_provider(name)).__dict__
+
+
+def test_the_plan_notes_put_the_billing_note_first_and_the_catalogs_after_the_programs():
+    import datetime as dt
+    from pathlib import Path
+
+    from infra.catalog import load_catalog, plan_notes
+    from infra.clouds.base import PlanNotes
+    from infra.config import load_stack_file
+
+    stacks = Path(__file__).resolve().parents[2] / "stacks"
+    path = stacks / "Pulumi.tencent-a100x4.yaml"
+    cfg = load_stack_file(path, {"sshPublicKey": PLACEHOLDER_SSH_KEY, "billing": "subscription"})
+    today = dt.date(2026, 12, 1)
+    provider = get_provider(cfg.provider)
+    said = provider.plan_notes(cfg, today)
+    billing = load_catalog().providers[cfg.provider].billing_notes["subscription"]
+    own = provider.stack_notes(cfg)  # type: ignore[attr-defined]
+    assert own  # the kept data disk's fate: the program's own note
+    assert said == PlanNotes((billing,), (*own, *plan_notes(cfg.provider, cfg.stack, today)))

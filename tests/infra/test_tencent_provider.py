@@ -281,7 +281,7 @@ def test_the_disks_kept_after_their_instance_are_the_providers_own_list() -> Non
 
 
 def plan_notes(stack: str, **changes: object) -> list[str]:
-    return tp.PROVIDER.plan_notes(replace(cfg_of(stack), **changes))
+    return tp.PROVIDER.stack_notes(replace(cfg_of(stack), **changes))
 
 
 def test_the_plan_says_a_reclaimed_spot_node_takes_its_scratch_disk_with_it() -> None:

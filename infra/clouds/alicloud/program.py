@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -19,7 +20,9 @@ from infra.clouds.base import (
     GuardParts,
     NetworkParts,
     NodeParts,
+    PlanNotes,
     StorageParts,
+    catalog_notes,
     unsupported_features,
 )
 from infra.clouds.common import child_opts
@@ -301,6 +304,9 @@ def _role_with_policy(
 class AlicloudProvider:
     name = "alicloud"
     UNSUPPORTED: Mapping[Feature, str] = unsupported_features("alicloud")
+
+    def plan_notes(self, cfg: StackConfig, today: dt.date) -> PlanNotes:
+        return catalog_notes(cfg, today)
 
     def provider_resource(self, cfg: StackConfig) -> pulumi.ProviderResource:
         return ali.Provider("alicloud", region=cfg.region)

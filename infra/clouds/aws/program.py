@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Mapping
 
@@ -16,7 +17,9 @@ from infra.clouds.base import (
     GuardParts,
     NetworkParts,
     NodeParts,
+    PlanNotes,
     StorageParts,
+    catalog_notes,
     unsupported_features,
 )
 from infra.clouds.common import child_opts
@@ -230,8 +233,11 @@ class AwsProvider:
     name = "aws"
     UNSUPPORTED: Mapping[Feature, str] = unsupported_features("aws")
 
-    def plan_notes(self, cfg: StackConfig) -> list[str]:
-        """What the plan must tell people about this stack on AWS (scripts/plan.py)."""
+    def plan_notes(self, cfg: StackConfig, today: dt.date) -> PlanNotes:
+        return catalog_notes(cfg, today, self.stack_notes(cfg))
+
+    def stack_notes(self, cfg: StackConfig) -> list[str]:
+        """What the plan must tell people about this stack on AWS (its Elastic IPs)."""
         note = eip_note(cfg)
         return [note] if note else []
 

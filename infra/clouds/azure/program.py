@@ -10,6 +10,7 @@ resource group deletes what is inside it, so the kept data cannot share the comp
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import uuid
 from collections.abc import Mapping
@@ -28,7 +29,9 @@ from infra.clouds.base import (
     GuardParts,
     NetworkParts,
     NodeParts,
+    PlanNotes,
     StorageParts,
+    catalog_notes,
     unsupported_features,
 )
 from infra.clouds.common import ARCHIVE_AFTER_COOL_DAYS, child_opts
@@ -449,6 +452,9 @@ def package_blob_name(package: Path) -> str:
 class AzureProvider:
     name = "azure"
     UNSUPPORTED: Mapping[Feature, str] = unsupported_features("azure")
+
+    def plan_notes(self, cfg: StackConfig, today: dt.date) -> PlanNotes:
+        return catalog_notes(cfg, today)
 
     def __init__(self) -> None:
         # The compute resource group of the stack being declared: network() creates it and

@@ -14,6 +14,7 @@ Known limits of CVM / the SDK, kept visible here:
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -31,7 +32,9 @@ from infra.clouds.base import (
     GuardParts,
     NetworkParts,
     NodeParts,
+    PlanNotes,
     StorageParts,
+    catalog_notes,
     unsupported_features,
 )
 from infra.clouds.common import child_opts
@@ -344,8 +347,11 @@ class TencentProvider:
     name = NAME
     UNSUPPORTED: Mapping[Feature, str] = unsupported_features(NAME)
 
-    def plan_notes(self, cfg: StackConfig) -> list[str]:
-        """What the plan must tell people about this stack on Tencent (scripts/plan.py)."""
+    def plan_notes(self, cfg: StackConfig, today: dt.date) -> PlanNotes:
+        return catalog_notes(cfg, today, self.stack_notes(cfg))
+
+    def stack_notes(self, cfg: StackConfig) -> list[str]:
+        """What the plan must tell people about this stack on Tencent (a disk it keeps)."""
         from infra.nodes import plan_scratch
 
         itype = load_catalog().instance(NAME, cfg.instance_type)
@@ -565,7 +571,7 @@ class TencentProvider:
                     encrypt=True,
                     # Asked to stay after the instance unless the stack says data may go;
                     # the provider applies it to some types and charges only
-                    # (KEEPABLE_DATA_DISKS; the plan says when: plan_notes).
+                    # (KEEPABLE_DATA_DISKS; the plan says when: stack_notes).
                     delete_with_instance=cfg.destroy_data,
                     delete_with_instance_prepaid=cfg.destroy_data,
                 )
