@@ -321,7 +321,7 @@ class Supervisor:
 
     def store(self) -> job_sync.bucket.BucketStore | None:
         return job_sync.make_store(
-            str(self.spec.get("provider") or "aws"),
+            str(self.spec.get("provider") or ""),
             str(self.spec.get("bucket") or ""),
             str(self.spec.get("region") or ""),
             str(self.spec.get("s3_endpoint") or ""),

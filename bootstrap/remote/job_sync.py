@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from bootstrap.remote import bucket, watchdog
+    from bootstrap.remote import bucket, clouds
 else:
     # On the node these files sit side by side; from a checkout the same folder goes on the
     # path, as the watchdog's own tests do (its files import each other the same way).
@@ -44,7 +44,7 @@ else:
     if _HERE not in sys.path:
         sys.path.append(_HERE)
     import bucket
-    import watchdog
+    import clouds
 
 MARKER = "COMPLETE"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -152,7 +152,7 @@ def make_store(
     as the watchdog's own sync picks it), or None when checkpoints stay here."""
     if not bucket:
         return None
-    cloud = watchdog.node_cloud(provider or "aws", region or "us-east-1", "", metadata_url)
+    cloud = clouds.node_cloud(provider or "aws", region or "us-east-1", "", metadata_url)
 
     def creds() -> dict[str, str] | None:
         # The instance role only on a real node: never the metadata address for a test

@@ -60,6 +60,8 @@ REMOTE_FILES = (
     "idle_rules.py",
     "bucket.py",
     "fleet_names.py",
+    # The watchdog's clouds, one module each (the folder as it is: no list here).
+    *(f"clouds/{p.name}" for p in sorted((REMOTE_DIR / "clouds").glob("*.py"))),
 )
 JOBS_ROOT = "/var/lib/gpufleet/jobs"
 DEFAULT_MAX_WORKDIR_MB = 200.0

@@ -1,9 +1,10 @@
 """The idle watchdog on the nodes: `fab install-watchdog`, `fab keep-alive`, `fab idle-status`.
 
 ``install_watchdog_step`` is also the last step of ``fab setup``. The node side is
-``bootstrap/remote/watchdog.py`` plus the shared idle rules (``idle_rules.py``, the reaper's
-own file), its bucket client (``bucket.py``, stdlib only: nothing else to install on the
-node, so the sync path cannot be missing) and two systemd units; everything the steps do on
+``bootstrap/remote/watchdog.py`` with its clouds (``clouds/<name>.py``), the shared idle
+rules (``idle_rules.py``, the reaper's own file), its bucket client (``bucket.py``, stdlib
+only: nothing else to install on the node, so the sync path cannot be missing) and two
+systemd units; everything the steps do on
 the node is a command built by a pure function below, so the plan is tested without a node.
 """
 
@@ -48,6 +49,11 @@ def node_files(prefix: str = PREFIX, unit_dir: str = UNIT_DIR) -> list[tuple[Pat
         (REMOTE_DIR / "bucket.py", f"{prefix}/bucket.py", "0644"),
         # The link resolves to infra/reaper/fleet_names.py: the tag and metric names.
         (REMOTE_DIR / "fleet_names.py", f"{prefix}/fleet_names.py", "0644"),
+        # One module per cloud (and their shared base), the folder as it is: no list here.
+        *(
+            (src, f"{prefix}/clouds/{src.name}", "0644")
+            for src in sorted((REMOTE_DIR / "clouds").glob("*.py"))
+        ),
         (REMOTE_DIR / SERVICE, f"{unit_dir}/{SERVICE}", "0644"),
         (REMOTE_DIR / TIMER, f"{unit_dir}/{TIMER}", "0644"),
     ]

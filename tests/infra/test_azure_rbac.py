@@ -271,7 +271,7 @@ def test_the_reaper_reads_its_package_and_cannot_replace_it(shipped: PlanResult)
     assert not allowed(held, BLOB_WRITE, blob, data=True)
 
 
-# The ARM calls the node's watchdog makes (AzureNode in bootstrap/remote/watchdog.py) and
+# The ARM calls the node's watchdog makes (AzureNode in bootstrap/remote/clouds/azure.py) and
 # the one operation each needs, from Microsoft's REST reference ("Virtual Machines -
 # Deallocate"; "Tags - Update At Scope", whose built-in Tag Contributor role grants
 # Microsoft.Resources/tags/* and no read of the tagged resource). Its identity, tags and
@@ -285,9 +285,9 @@ NODE_CALLS = {
 def test_the_nodes_own_role_holds_exactly_what_its_arm_calls_need():
     import inspect
 
-    from tests.bootstrap.remote.test_watchdog import wd
+    from tests.bootstrap.remote.test_watchdog import azure_node
 
-    source = inspect.getsource(wd.AzureNode)
+    source = inspect.getsource(azure_node.AzureNode)
     for (method, path), _ in NODE_CALLS.items():
         tail = path.removeprefix("{vm}")
         assert f'"{method}"' in source and tail in source, (method, path)

@@ -38,6 +38,13 @@ if str(REMOTE) not in sys.path:
     sys.path.append(str(REMOTE))
 wd: Any = importlib.import_module("watchdog")
 wsync: Any = importlib.import_module("bucket")
+# The node's clouds, one module each, imported the node's way too (clouds/ beside watchdog).
+nodeclouds: Any = importlib.import_module("clouds")
+nodebase: Any = importlib.import_module("clouds.base")
+aws_node: Any = importlib.import_module("clouds.aws")
+alicloud_node: Any = importlib.import_module("clouds.alicloud")
+tencent_node: Any = importlib.import_module("clouds.tencent")
+azure_node: Any = importlib.import_module("clouds.azure")
 KEEP, STOP, UTC = wd.policy.KEEP, wd.policy.STOP, wd.policy.UTC
 
 BOOT = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
@@ -213,7 +220,7 @@ class Tags:
     def __call__(self) -> dict[str, str]:
         tags = self.read(self.probe.minutes)
         if tags is None:
-            raise wd.TagsUnreadable("metadata service: HTTP 500")
+            raise nodebase.TagsUnreadable("metadata service: HTTP 500")
         return tags
 
 
@@ -760,7 +767,7 @@ def test_bucket_urls_are_virtual_hosted_on_both_clouds_and_path_style_on_an_over
         return None
 
     aws_store = wsync.Store.for_node(
-        endpoint=wd.AwsNode("us-east-1").bucket_endpoint(),
+        endpoint=aws_node.AwsNode("us-east-1").bucket_endpoint(),
         region="us-east-1",
         bucket="b",
         credentials=creds,
@@ -768,14 +775,14 @@ def test_bucket_urls_are_virtual_hosted_on_both_clouds_and_path_style_on_an_over
     want = "https://b.s3.us-east-1.amazonaws.com/checkpoints/n/a%20b"
     assert aws_store.url("checkpoints/n/a b") == want
     oss = wsync.Store.for_node(
-        endpoint=wd.AlicloudNode("cn-beijing").bucket_endpoint(),
+        endpoint=alicloud_node.AlicloudNode("cn-beijing").bucket_endpoint(),
         region="cn-beijing",
         bucket="b",
         credentials=creds,
     )
     assert oss.url("k") == "https://b.s3.oss-cn-beijing-internal.aliyuncs.com/k"
     local = wsync.Store.for_node(
-        endpoint=wd.AwsNode("r").bucket_endpoint(),
+        endpoint=aws_node.AwsNode("r").bucket_endpoint(),
         region="r",
         bucket="b",
         credentials=creds,
@@ -792,7 +799,7 @@ def aws_tags(metadata_url: str) -> dict[str, str]:
         raise AssertionError("IMDS tags need no credentials")
 
     return dict(
-        wd.AwsNode("us-east-1", metadata_url=metadata_url).instance_tags("", no_credentials)
+        aws_node.AwsNode("us-east-1", metadata_url=metadata_url).instance_tags("", no_credentials)
     )
 
 
@@ -808,12 +815,12 @@ def test_aws_tags_come_from_imds_with_a_session_token(imds: tuple[FakeIMDS, str]
 def test_aws_tags_not_enabled_in_imds_are_unreadable_not_empty(imds: tuple[FakeIMDS, str]) -> None:
     fake, url = imds
     fake.tags = None
-    with pytest.raises(wd.TagsUnreadable, match="InstanceMetadataTags"):
+    with pytest.raises(nodebase.TagsUnreadable, match="InstanceMetadataTags"):
         aws_tags(url)
     fake.tags, fake.down = {"a": "b"}, True
-    with pytest.raises(wd.TagsUnreadable, match="metadata service"):
+    with pytest.raises(nodebase.TagsUnreadable, match="metadata service"):
         aws_tags(url)
-    with pytest.raises(wd.TagsUnreadable):
+    with pytest.raises(nodebase.TagsUnreadable):
         aws_tags(closed_port())
 
 
@@ -822,7 +829,7 @@ def test_alicloud_metadata_uses_its_hardened_mode_token(monkeypatch: pytest.Monk
     monkeypatch.delenv("ALIBABA_CLOUD_ACCESS_KEY_ID", raising=False)  # the RAM role's, then
     fake = FakeIMDS(provider="alicloud")
     with serve(fake.handler()) as url:
-        cloud = wd.AlicloudNode("cn-beijing", metadata_url=url)
+        cloud = alicloud_node.AlicloudNode("cn-beijing", metadata_url=url)
         assert cloud.instance_id() == INSTANCE_ID
         assert cloud.credentials() == {
             "access_key_id": "ak",
@@ -849,9 +856,9 @@ def test_alicloud_tags_come_from_list_tag_resources_signed_as_the_sdk_signs(tmp_
             "st",
         )
         ecs.fail = 503
-        with pytest.raises(wd.TagsUnreadable, match="HTTP 503"):
+        with pytest.raises(nodebase.TagsUnreadable, match="HTTP 503"):
             cloud.instance_tags(INSTANCE_ID, lambda: creds)
-        with pytest.raises(wd.TagsUnreadable, match="no credentials"):
+        with pytest.raises(nodebase.TagsUnreadable, match="no credentials"):
             cloud.instance_tags(INSTANCE_ID, lambda: None)
 
 
@@ -888,7 +895,7 @@ def test_spot_interruption_notice_syncs_scratch_at_once_and_only_once(
 ) -> None:
     fake, url = imds
     dog, _probe, rec = make_dog(tmp_path, Timeline(util=lambda m: 100.0))
-    dog.cloud = wd.AwsNode("us-east-1", metadata_url=url)
+    dog.cloud = aws_node.AwsNode("us-east-1", metadata_url=url)
     dog.run_once()
     assert not rec.syncs()
     fake.notice = json.dumps({"action": "stop", "time": "2026-03-01T08:40:00Z"})
@@ -978,7 +985,7 @@ def test_sigv4_matches_botocore_for_the_same_request(monkeypatch: pytest.MonkeyP
     url = "https://monitoring.us-east-1.amazonaws.com/"
     body = b"Action=PutMetricData&Version=2010-08-01&Namespace=gpufleet"
     when = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
-    ours = wd.sigv4_headers(
+    ours = nodebase.sigv4_headers(
         method="POST",
         url=url,
         body=body,
@@ -1052,7 +1059,7 @@ def test_s3_sigv4_matches_botocores_s3_signer_for_a_part_upload(
 def test_alicloud_rpc_signature_is_what_the_official_sdk_computes() -> None:
     from alibabacloud_tea_openapi.utils import Utils
 
-    query = wd.alicloud_rpc_query(
+    query = alicloud_node.alicloud_rpc_query(
         {"Action": "PutCustomMetric", "Version": "2019-01-01", "MetricList.1.Values": '{"v": 1}'},
         access_key_id="id",
         secret="secret",
@@ -1114,7 +1121,7 @@ def test_lease_tag_write_is_tried_again_when_the_api_times_out_or_throttles() ->
     throttled = urllib.error.HTTPError("http://127.0.0.1/", 503, "SlowDown", {}, None)  # type: ignore[arg-type]
     call, calls = _failing([TimeoutError("timed out"), throttled])
     slept: list[float] = []
-    wd.retry_idempotent(call, attempts=3, sleep=slept.append)
+    nodebase.retry_idempotent(call, attempts=3, sleep=slept.append)
     assert len(calls) == 3 and slept == [2.0, 4.0]
 
 
@@ -1124,9 +1131,9 @@ def test_lease_tag_write_stops_at_a_refusal_and_after_its_last_attempt() -> None
     refused = urllib.error.HTTPError("http://127.0.0.1/", 403, "Forbidden", {}, None)  # type: ignore[arg-type]
     call, calls = _failing([refused])
     with pytest.raises(urllib.error.HTTPError):
-        wd.retry_idempotent(call, attempts=3, sleep=lambda _s: None)
+        nodebase.retry_idempotent(call, attempts=3, sleep=lambda _s: None)
     assert len(calls) == 1
     call, calls = _failing([TimeoutError("t1"), TimeoutError("t2"), TimeoutError("t3")])
     with pytest.raises(TimeoutError, match="t3"):
-        wd.retry_idempotent(call, attempts=3, sleep=lambda _s: None)
+        nodebase.retry_idempotent(call, attempts=3, sleep=lambda _s: None)
     assert len(calls) == 3

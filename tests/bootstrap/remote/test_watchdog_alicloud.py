@@ -14,7 +14,7 @@ import pytest
 
 from infra.clouds.alicloud.program import lease_policy, node_policy
 from infra.reaper import tags as T
-from tests.bootstrap.remote.test_watchdog import Timeline, make_dog, wd
+from tests.bootstrap.remote.test_watchdog import Timeline, alicloud_node, make_dog, nodebase, wd
 from tests.bootstrap.remote.watchdog_fakes import INSTANCE_ID, FakeEcs, FakeIMDS, serve
 from tests.infra.alicloud_ram import Request, allowed
 
@@ -32,13 +32,13 @@ def clouds(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeIMDS, FakeEcs,
 
 def node(meta_url: str, api_url: str, naps: list[float] | None = None) -> Any:
     sleep = (naps if naps is not None else []).append
-    return wd.AlicloudNode("cn-shanghai", api_url, meta_url, sleep=sleep)
+    return alicloud_node.AlicloudNode("cn-shanghai", api_url, meta_url, sleep=sleep)
 
 
 @pytest.fixture
 def os_poweroffs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
-    monkeypatch.setattr(wd, "system_poweroff", lambda: calls.append(1))
+    monkeypatch.setattr(alicloud_node, "system_poweroff", lambda: calls.append(1))
     return calls
 
 
@@ -69,10 +69,10 @@ def test_throttling_and_5xx_are_retried_then_raised_for_the_next_run(
     assert ecs.stopped == {INSTANCE_ID: "StopCharging"} and naps == [2.0, 4.0]
     ecs.stopped.clear()
     ecs.stop_errors = [(503, "ServiceUnavailable")] * 10
-    with pytest.raises(wd.AlicloudApiError, match="503"):
+    with pytest.raises(alicloud_node.AlicloudApiError, match="503"):
         node(meta_url, api_url, naps).poweroff()
     assert not ecs.stopped and not os_poweroffs  # still running: the next run tries again
-    assert len(ecs.stop_errors) == 10 - wd.LEASE_TAG_ATTEMPTS  # bounded
+    assert len(ecs.stop_errors) == 10 - nodebase.LEASE_TAG_ATTEMPTS  # bounded
 
 
 def test_a_refusal_falls_back_to_the_os_poweroff_once(
@@ -182,10 +182,10 @@ def test_a_lease_tag_answered_by_something_other_than_the_api_is_not_written(
 
     creds = {"access_key_id": "ak", "secret": "secret", "token": "st"}
     with serve(Portal) as url:
-        cloud = wd.AlicloudNode("cn-shanghai", url)
+        cloud = alicloud_node.AlicloudNode("cn-shanghai", url)
         with pytest.raises(ValueError, match="not an API answer"):
             cloud.write_tag(INSTANCE_ID, wd.names.KEEP_ALIVE_UNTIL, "2026-12-01T12:00:00Z", creds)
     ecs = FakeEcs()
     with serve(ecs.handler()) as url:
-        wd.AlicloudNode("cn-shanghai", url).write_tag(INSTANCE_ID, "k", "v", creds)
+        alicloud_node.AlicloudNode("cn-shanghai", url).write_tag(INSTANCE_ID, "k", "v", creds)
     assert ecs.tags == {INSTANCE_ID: {"k": "v"}}

@@ -24,13 +24,15 @@ from tests.bootstrap.remote.watchdog_fakes import INSTANCE_ID, FakeIMDS, moto_se
 
 REMOTE = Path(__file__).resolve().parents[3] / "bootstrap" / "remote"
 # What `fab install-watchdog` ships to /opt/gpufleet: its own list, not a copy of it.
-NODE_FILES = tuple(src.name for src, _dest, _mode in node_files() if src.suffix == ".py")
+NODE_FILES = tuple(
+    src.relative_to(REMOTE).as_posix() for src, _dest, _mode in node_files() if src.suffix == ".py"
+)
 PYTHON310 = Path("/root/.pyenv/versions/3.10.13/bin/python3.10")
 BUCKET = "gpufleet-alone-test"
 
 
 def remote_modules() -> list[Path]:
-    return sorted(REMOTE.glob("*.py"))
+    return sorted(REMOTE.rglob("*.py"))
 
 
 def _optional(node: ast.Try) -> bool:
@@ -63,14 +65,15 @@ def imports_of(tree: ast.Module) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("path", remote_modules(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", remote_modules(), ids=lambda p: p.relative_to(REMOTE).as_posix())
 def test_every_node_file_parses_as_python_3_10(path: Path) -> None:
     ast.parse(path.read_text(), filename=str(path), feature_version=(3, 10))
 
 
-@pytest.mark.parametrize("path", remote_modules(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", remote_modules(), ids=lambda p: p.relative_to(REMOTE).as_posix())
 def test_every_node_file_imports_only_the_stdlib_or_its_neighbours(path: Path) -> None:
-    allowed = set(sys.stdlib_module_names) | {p.stem for p in remote_modules()}
+    neighbours = {p.relative_to(REMOTE).parts[0].removesuffix(".py") for p in remote_modules()}
+    allowed = set(sys.stdlib_module_names) | neighbours
     if path.name == "verify_train.py":
         allowed.add("torch")
     foreign = imports_of(ast.parse(path.read_text())) - allowed - {"__future__"}
@@ -104,6 +107,7 @@ def ship(tmp_path: Path, files: tuple[str, ...] = NODE_FILES) -> Path:
     node_dir = tmp_path / "opt"
     node_dir.mkdir()
     for name in files:
+        (node_dir / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REMOTE / name, node_dir / name)
     return node_dir
 
@@ -239,6 +243,12 @@ def test_the_install_task_ships_the_watchdog_its_policy_sync_and_names() -> None
         "idle_rules.py",
         "bucket.py",
         "fleet_names.py",
+        "clouds/__init__.py",
+        "clouds/base.py",
+        "clouds/aws.py",
+        "clouds/alicloud.py",
+        "clouds/tencent.py",
+        "clouds/azure.py",
     }
 
 

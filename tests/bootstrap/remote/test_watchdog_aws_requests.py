@@ -17,7 +17,7 @@ import pytest
 from botocore.serialize import create_serializer
 from botocore.validate import ParamValidator
 
-from tests.bootstrap.remote.test_watchdog import wd
+from tests.bootstrap.remote.test_watchdog import aws_node, wd
 
 # The protocol each service's query requests follow (CloudWatch's model lists
 # smithy-rpc-v2-cbor, json and query; the node speaks query).
@@ -147,12 +147,12 @@ CREDS = {"access_key_id": "AKIDEXAMPLE", "secret": "s", "token": "t"}
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> Sent:
     capture = Sent()
-    monkeypatch.setattr(wd.urllib.request, "urlopen", capture)
+    monkeypatch.setattr(aws_node.urllib.request, "urlopen", capture)
     return capture
 
 
 def test_the_lease_write_is_a_create_tags_request_botocore_would_send(sent):
-    wd.AwsNode("eu-west-1").write_tag(
+    aws_node.AwsNode("eu-west-1").write_tag(
         "i-0123456789abcdef0", "gpufleet:keep-alive-until", "2026-12-02T10:00:00Z", CREDS
     )
     ((service, body),) = sent.requests
@@ -163,7 +163,9 @@ def test_the_lease_write_is_a_create_tags_request_botocore_would_send(sent):
 def test_what_the_publisher_sends_is_a_put_metric_data_botocore_would_send(sent):
     # Every metric the watchdog publishes, with its unit (StandardUnit is an enum in the
     # model, so the validator refuses a unit CloudWatch does not define).
-    publisher = wd.MetricsPublisher(wd.AwsNode("eu-west-1"), "i-0123456789abcdef0", lambda: CREDS)
+    publisher = wd.MetricsPublisher(
+        aws_node.AwsNode("eu-west-1"), "i-0123456789abcdef0", lambda: CREDS
+    )
     at = dt.datetime(2026, 12, 1, 22, 0, tzinfo=dt.UTC)
     publisher.publish(at=at, gpu_util=87.5, gpu_mem=40.0, unsynced=3)
     ((service, body),) = sent.requests

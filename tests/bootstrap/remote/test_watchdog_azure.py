@@ -23,7 +23,10 @@ from bootstrap.remote import job_sync
 from tests.bootstrap.remote.test_watchdog import (
     RecordingSyncer,
     Timeline,
+    azure_node,
     make_dog,
+    nodebase,
+    nodeclouds,
     run_until_poweroff,
     wd,
     wsync,
@@ -224,7 +227,9 @@ def azure() -> Iterator[tuple[FakeAzureNode, str]]:
 
 
 def node(url: str, **kw: Any) -> Any:
-    return wd.AzureNode(REGION, endpoint_url=url, metadata_url=url, sleep=lambda s: None, **kw)
+    return azure_node.AzureNode(
+        REGION, endpoint_url=url, metadata_url=url, sleep=lambda s: None, **kw
+    )
 
 
 # ---------------------------------------------------------------- Scheduled Events (pure)
@@ -243,10 +248,10 @@ def test_a_preempt_event_for_this_vm_is_a_notice_that_changes_per_event() -> Non
         "EventStatus": "Scheduled",
         "NotBefore": "Mon, 19 Sep 2026 18:29:47 GMT",
     }
-    notice = wd.parse_scheduled_events(_events(event), VM)
+    notice = azure_node.parse_scheduled_events(_events(event), VM)
     assert notice == f"Preempt {event['EventId']} {event['NotBefore']}"
     other = dict(event, EventId="another")
-    assert wd.parse_scheduled_events(_events(other), VM) != notice
+    assert azure_node.parse_scheduled_events(_events(other), VM) != notice
 
 
 @pytest.mark.parametrize(
@@ -262,7 +267,7 @@ def test_a_preempt_event_for_this_vm_is_a_notice_that_changes_per_event() -> Non
     ],
 )
 def test_anything_but_a_preempt_of_this_vm_is_no_notice(text: str | None) -> None:
-    assert wd.parse_scheduled_events(text, VM) is None
+    assert azure_node.parse_scheduled_events(text, VM) is None
 
 
 # ---------------------------------------------------------------- IMDS
@@ -306,7 +311,7 @@ def test_no_imds_means_no_id_no_credentials_no_notice_and_unreadable_tags() -> N
     assert n.instance_id() is None
     assert n.credentials() is None
     assert n.spot_notice() is None
-    with pytest.raises(wd.TagsUnreadable):
+    with pytest.raises(nodebase.TagsUnreadable):
         n.instance_tags(VM, lambda: None)
 
 
@@ -353,7 +358,7 @@ def test_poweroff_deallocates_through_arm_and_retries_throttling(
     azure: tuple[FakeAzureNode, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake, url = azure
-    monkeypatch.setattr(wd, "system_poweroff", _no_os_shutdown)
+    monkeypatch.setattr(nodebase, "system_poweroff", _no_os_shutdown)
     fake.deallocate_answers = [429, 503]
     node(url).poweroff()
     assert fake.power == "deallocating"
@@ -367,9 +372,9 @@ def test_a_refused_deallocation_raises_and_never_falls_back_to_an_os_shutdown(
     azure: tuple[FakeAzureNode, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake, url = azure
-    monkeypatch.setattr(wd, "system_poweroff", _no_os_shutdown)
+    monkeypatch.setattr(nodebase, "system_poweroff", _no_os_shutdown)
     fake.deallocate_answers = [403]
-    with pytest.raises(wd.urllib.error.HTTPError):
+    with pytest.raises(azure_node.urllib.error.HTTPError):
         node(url).poweroff()
     assert fake.power == "running"
     fake.identity = False
@@ -513,7 +518,7 @@ def test_idle_node_saves_scratch_to_blob_then_deallocates_never_an_os_shutdown(
     tmp_path: Path, azure: tuple[FakeAzureNode, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake, url = azure
-    monkeypatch.setattr(wd, "system_poweroff", _no_os_shutdown)
+    monkeypatch.setattr(nodebase, "system_poweroff", _no_os_shutdown)
     dog, probe, rec = make_dog(
         tmp_path,
         Timeline(util=lambda m: 0.0),
@@ -568,9 +573,9 @@ def test_unsaved_scratch_refuses_the_deallocation(
 
 
 def test_azure_is_a_registered_node_cloud_with_a_blob_store() -> None:
-    assert wd.CLOUDS["azure"] is wd.AzureNode
-    assert wd.node_cloud("azure", REGION).name == "azure"
-    assert wd.AzureNode.bucket_store is wsync.BlobStore
+    assert nodeclouds.CLOUDS["azure"] is azure_node.AzureNode
+    assert nodeclouds.node_cloud("azure", REGION).name == "azure"
+    assert azure_node.AzureNode.bucket_store is wsync.BlobStore
 
 
 # ---------------------------------------------------------------- verify-gpu's paths

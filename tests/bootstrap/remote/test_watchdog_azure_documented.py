@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.bootstrap.remote.test_watchdog import wd
+from tests.bootstrap.remote.test_watchdog import azure_node
 
 VM = "azure-t4x1-0"
 SUB = "00000000-0000-4000-8000-00000000bbbb"
@@ -160,7 +160,7 @@ def imds() -> Iterator[tuple[Imds, str]]:
 
 
 def node(url: str) -> Any:
-    return wd.AzureNode("eastus", endpoint_url=url, metadata_url=url, sleep=lambda s: None)
+    return azure_node.AzureNode("eastus", endpoint_url=url, metadata_url=url, sleep=lambda s: None)
 
 
 def test_the_documented_compute_answer_gives_the_vms_name_resource_id_and_tags(imds) -> None:

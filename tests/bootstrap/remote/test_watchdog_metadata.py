@@ -21,9 +21,11 @@ from tests.bootstrap.remote.watchdog_fakes import serve
 REMOTE = Path(__file__).resolve().parents[3] / "bootstrap" / "remote"
 if str(REMOTE) not in sys.path:
     sys.path.append(str(REMOTE))
-wd: Any = importlib.import_module("watchdog")
+aws_node: Any = importlib.import_module("clouds.aws")
+alicloud_node: Any = importlib.import_module("clouds.alicloud")
+tencent_node: Any = importlib.import_module("clouds.tencent")
 
-METADATA_CLOUDS = [wd.AwsNode, wd.AlicloudNode, wd.TencentNode]
+METADATA_CLOUDS = [aws_node.AwsNode, alicloud_node.AlicloudNode, tencent_node.TencentNode]
 
 
 @dataclass
@@ -131,7 +133,9 @@ def test_an_empty_or_missing_instance_id_is_none(metadata: Any, cls: Any) -> Non
     assert node.spot_notice() is None  # 404: no notice
 
 
-@pytest.mark.parametrize("cls", [wd.AwsNode, wd.AlicloudNode], ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "cls", [aws_node.AwsNode, alicloud_node.AlicloudNode], ids=lambda c: c.name
+)
 def test_token_mode_asks_for_a_token_with_its_ttl_header_and_sends_it_with_each_read(
     metadata: Any, cls: Any
 ) -> None:
@@ -144,7 +148,9 @@ def test_token_mode_asks_for_a_token_with_its_ttl_header_and_sends_it_with_each_
 
 
 def test_a_plain_metadata_service_is_never_asked_for_a_token(metadata: Any) -> None:
-    meta, node = metadata(wd.TencentNode, {wd.TencentNode.instance_id_path: "ins-1"})
+    meta, node = metadata(
+        tencent_node.TencentNode, {tencent_node.TencentNode.instance_id_path: "ins-1"}
+    )
     assert node.instance_id() == "ins-1"
     assert [(method, path) for method, path, _ in meta.requests] == [
         ("GET", "/latest/meta-data/instance-id")
@@ -154,7 +160,7 @@ def test_a_plain_metadata_service_is_never_asked_for_a_token(metadata: Any) -> N
 def test_environment_keys_come_before_the_role(
     metadata: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cls = wd.TencentNode
+    cls = tencent_node.TencentNode
     key_id, secret, _ = cls.env_keys
     monkeypatch.setenv(key_id, "env-id")
     monkeypatch.setenv(secret, "env-secret")

@@ -23,6 +23,9 @@ from tests.bootstrap.remote.test_watchdog import (
     RecordingSyncer,
     Timeline,
     make_dog,
+    nodebase,
+    nodeclouds,
+    tencent_node,
     wd,
     write_checkpoints,
 )
@@ -106,7 +109,7 @@ def api() -> Iterator[tuple[FakeTencent, str]]:
 
 
 def node(meta_url: str, api_url: str = "", **kw: Any) -> Any:
-    return wd.TencentNode(REGION, endpoint_url=api_url, metadata_url=meta_url, **kw)
+    return tencent_node.TencentNode(REGION, endpoint_url=api_url, metadata_url=meta_url, **kw)
 
 
 # ---------------------------------------------------------------- the signer
@@ -138,7 +141,7 @@ def test_node_tc3_signature_is_what_the_official_sdk_signs(monkeypatch: pytest.M
         client.DescribeInstances(request)
     sdk = sent["header"]
     body = sent["data"].encode() if isinstance(sent["data"], str) else sent["data"]
-    ours = wd.tc3_headers(
+    ours = tencent_node.tc3_headers(
         service="cvm",
         host="cvm.tencentcloudapi.com",
         action="DescribeInstances",
@@ -189,7 +192,7 @@ def test_instance_id_and_cam_role_keys_come_from_the_metadata_service(
         "secret": SECRET_KEY,
         "token": "role-token",
     }
-    assert wd.node_cloud("tencent", REGION).bucket_endpoint() == (
+    assert nodeclouds.node_cloud("tencent", REGION).bucket_endpoint() == (
         "https://cos.ap-guangzhou.myqcloud.com"
     )
 
@@ -238,7 +241,7 @@ def test_unreadable_tags_raise_tags_unreadable_never_empty(
         fake.fail_actions.add("DescribeInstances")
     cloud = node(meta_url, closed_port() if fault == "closed" else api_url, timeout=2.0)
     creds = (lambda: None) if fault == "nocreds" else cloud.credentials
-    with pytest.raises(wd.TagsUnreadable):
+    with pytest.raises(nodebase.TagsUnreadable):
         cloud.instance_tags(IID, creds)
 
 
@@ -286,11 +289,11 @@ def test_poweroff_retries_throttling_and_raises_on_a_refusal_without_keep_chargi
     fake.status_actions["StopInstances"] = 503
     with pytest.raises(Exception, match="503"):
         node(meta_url, api_url, sleep=naps.append).poweroff()
-    assert len([a for a, _ in fake.calls if a == "StopInstances"]) == wd.LEASE_TAG_ATTEMPTS
-    assert len(naps) == wd.LEASE_TAG_ATTEMPTS - 1  # bounded
+    assert len([a for a, _ in fake.calls if a == "StopInstances"]) == nodebase.LEASE_TAG_ATTEMPTS
+    assert len(naps) == nodebase.LEASE_TAG_ATTEMPTS - 1  # bounded
     del fake.status_actions["StopInstances"]
     fake.instances[0].refuses_stop = True
-    with pytest.raises(wd.TencentApiError, match="StoppedModeStopCharging"):
+    with pytest.raises(tencent_node.TencentApiError, match="StoppedModeStopCharging"):
         node(meta_url, api_url, sleep=naps.append).poweroff()
     stops = [q for a, q in fake.calls if a == "StopInstances"]
     assert all(q["StoppedMode"] == "STOP_CHARGING" for q in stops)
@@ -475,5 +478,5 @@ def test_the_tencent_watchdog_beats_with_an_object_in_the_bucket_not_custom_metr
 
 
 def test_tencent_is_a_registered_node_cloud() -> None:
-    assert wd.CLOUDS["tencent"] is wd.TencentNode
-    assert wd.node_cloud("tencent", REGION).name == "tencent"
+    assert nodeclouds.CLOUDS["tencent"] is tencent_node.TencentNode
+    assert nodeclouds.node_cloud("tencent", REGION).name == "tencent"

@@ -509,6 +509,7 @@ def test_the_node_files_run_on_a_bare_interpreter_with_only_the_shipped_files(
 ) -> None:
     """The boundary: job_*.py need nothing from the repo, only their shipped neighbours."""
     for name in train.REMOTE_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes((train.REMOTE_DIR / name).read_bytes())
     code = "import job_runner, job_sync, job_launch; print(job_runner.STATE_SCHEMA)"
     done = subprocess.run(
