@@ -36,9 +36,9 @@ MIN_ROOT_DISK_GB = 100  # driver + CUDA + PyTorch + pip/HF caches outgrow anythi
 MAX_NODES = 64
 WORLD = ("0.0.0.0/0", "::/0")
 # Upper bounds: a value past these is a typo or a unit mix-up (minutes for hours), and some
-# would break later (a tag of 1e12 minutes, a disk the cloud refuses). README mirrors them.
-# The per-cloud ones (root disk, scratch classes and their sizes) are each provider's
-# catalog facts ([provider] in infra/catalog/<cloud>.toml).
+# would break later (a tag of 1e12 minutes, a disk the cloud refuses); docs/configuration.md
+# mirrors them. The per-cloud ones (root disk, scratch classes and their sizes) are each
+# provider's catalog facts ([provider] in infra/clouds/<cloud>/catalog.toml).
 MAX_IDLE_MINUTES = 1440  # a day: longer is no idle guard (use a lease: fab keep-alive)
 MAX_TTL_HOURS = 720  # 30 days; 0 turns the TTL off explicitly
 MAX_ARCHIVE_DAYS = 3650
@@ -54,7 +54,7 @@ SCRATCH_ROOTS = ("/scratch", "/mnt", "/data", "/nvme", "/local", "/workspace")
 RESERVED_TAG_PREFIXES = ("gpufleet:", "aws:", "acs:", "aliyun", "http://", "https://")
 MAX_TAG_VALUE = 128  # Alicloud's limit (AWS allows 256)
 
-# Every key a stack may set, with a one-line meaning (the README's config reference mirrors it).
+# Every key a stack may set, with a one-line meaning (docs/configuration.md mirrors it).
 KEYS: Mapping[str, str] = MappingProxyType(
     {
         "provider": "a cloud of the catalog: infra/clouds/<provider>/catalog.toml",
@@ -399,7 +399,8 @@ def _check_names(r: _Reader, raw: Mapping[str, Any], stack: str) -> None:
         )
     for key in raw:
         if key not in KEYS:
-            r.problem(key, f"unknown key{did_you_mean(key, KEYS)}; valid keys: see README")
+            valid = "valid keys: see docs/configuration.md"
+            r.problem(key, f"unknown key{did_you_mean(key, KEYS)}; {valid}")
 
 
 def _read_choice(r: _Reader, cat: Catalog) -> _Choice:

@@ -21,7 +21,7 @@ from infra.config import ConfigError, StackConfig, parse_config, strip_namespace
 from infra.nodes import plan_nodes, tier_summary
 from infra.pricing.cost import hourly_estimate
 
-# Stack outputs are a contract (README "Stack outputs"); bootstrap reads them.
+# Stack outputs are a contract (docs/stacks.md, "Stack outputs"); bootstrap reads them.
 OUTPUT_DOCS = {
     "stack": "stack name",
     "provider": "aws | alicloud | tencent (a cloud in infra/clouds/)",

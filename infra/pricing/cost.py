@@ -322,7 +322,7 @@ class CostEstimate:
         return per.on_demand
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON contract of `scripts/cost.py --json` (see the README)."""
+        """The JSON contract of `scripts/cost.py --json` (docs/cost.md)."""
         sel_hourly = self.selected(self.hourly)
         sel_monthly = self.selected(self.monthly_total)
         doc = {

@@ -7,7 +7,7 @@ mocks (tests, `make plan`) the resource classes below run as they are.
 Known limits of CVM / the SDK, kept visible here:
 - The system disk cannot be encrypted at creation: CVM's RunInstances (and so the SDK's
   ``instance.Instance``) takes no encryption flag for it. The scratch data disk is encrypted
-  CBS; keep secrets off the system disk (README, SECURITY.md).
+  CBS; keep secrets off the system disk (docs/clouds/tencent.md, SECURITY.md).
 - COS bucket names carry the account's APPID (``<name>-<appid>``); the program reads it from
   the ``user.get_info`` data source.
 """
