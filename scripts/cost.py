@@ -340,8 +340,6 @@ def render_reservation(con: Any, est: CostEstimate, not_priced: str | None = Non
 def render_estimate(
     est: CostEstimate, out: TextIO, live: str | None = None, not_priced: str | None = None
 ) -> None:
-    from rich.table import Table
-
     con = _console(out)
     i = est.inputs
     cur = est.currency
@@ -362,6 +360,17 @@ def render_estimate(
             ),
         )
     )
+    con.print(_compute_table(est))
+    con.print(_monthly_table(est))
+    _render_notes(con, est, live, not_priced)
+
+
+def _compute_table(est: CostEstimate) -> Any:
+    """Compute for all nodes per hour, day and month, one row per billing mode priced."""
+    from rich.table import Table
+    from rich.text import Text
+
+    i, cur = est.inputs, est.currency
     compute = Table(title="Compute, all nodes", title_justify="left")
     for col in (
         "billing",
@@ -386,8 +395,14 @@ def render_estimate(
             _money(d.subscription),
             _money(m.subscription) + " (fixed)",
         )
-    con.print(compute)
+    return compute
 
+
+def _monthly_table(est: CostEstimate) -> Any:
+    """The month's bill: the chosen compute, each storage line with its source, the total."""
+    from rich.table import Table
+
+    i, cur = est.inputs, est.currency
     monthly = Table(
         title=f"Monthly bill at {est.hours_per_month:g} running hours", title_justify="left"
     )
@@ -396,7 +411,7 @@ def render_estimate(
             monthly.add_column(col, overflow="fold")
         else:
             monthly.add_column(col, justify="right", no_wrap=True)
-    sel_compute = est.selected(m)
+    sel_compute = est.selected(est.compute_monthly)
     monthly.add_row(f"compute ({i.billing})", "", "", _money(sel_compute), "catalog")
     for item in est.storage:
         src = item.source + (" (estimate)" if item.estimate else "") + f" {item.date}"
@@ -408,8 +423,14 @@ def render_estimate(
             src,
         )
     monthly.add_row(_bold("total"), "", "", _bold(_money(est.selected(est.monthly_total))), "")
-    con.print(monthly)
+    return monthly
 
+
+def _render_notes(con: Any, est: CostEstimate, live: str | None, not_priced: str | None) -> None:
+    """Below the tables: break-even, reservation, spot saving, the live note, warnings."""
+    from rich.text import Text
+
+    i, cur = est.inputs, est.currency
     if est.break_even:
         be = est.break_even
         con.print(

@@ -44,6 +44,7 @@ from infra.pricing.sizing import (  # noqa: E402
     PRECISIONS,
     STRATEGIES,
     Filters,
+    ModelSpec,
     Option,
     SizingError,
     SizingResult,
@@ -205,8 +206,43 @@ def build_parser() -> argparse.ArgumentParser:
 def workload_from_args(args: argparse.Namespace) -> Workload:
     """Every problem with the model, data and training flags at once (UsageError)."""
     problems: list[str] = []
+    spec = _model_from_args(args, problems)
+    params = parse_amount("--params", args.params, problems)
+    shape = {
+        k: parse_amount(f"--{k.replace('_', '-')}", getattr(args, k), problems, whole=True)
+        for k in ("layers", "hidden", "heads", "seq_len", "micro_batch", "vocab")
+    }
+    seq = shape["seq_len"] or (spec.seq_len if spec else None)
+    tokens = _tokens_from_args(args, seq, problems)
+    _check_training_flags(args, problems)
+    if problems:
+        raise UsageError(problems)
+    common = {
+        "precision": args.precision,
+        "optimizer": args.optimizer,
+        "momentum": not args.no_momentum,
+        "strategy": args.strategy,
+        "grad_checkpointing": args.grad_checkpointing,
+        "attention": args.attention,
+    }
+    assert tokens is not None
+    try:
+        if spec is not None:
+            return workload_for_model(spec, tokens, **common, **shape)
+        shape["micro_batch"] = shape["micro_batch"] or 1
+        return Workload(
+            params=params,
+            tokens=tokens,
+            **common,
+            **{k: v for k, v in shape.items() if v is not None},
+        )
+    except SizingError as exc:
+        raise UsageError(exc.problems) from None
+
+
+def _model_from_args(args: argparse.Namespace, problems: list[str]) -> ModelSpec | None:
+    """The models.toml row --model names (None with --params); problems appended."""
     models = load_models()
-    spec = None
     if args.model and args.params:
         problems.append("give --model or --params, not both")
     elif args.model:
@@ -218,19 +254,22 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
                 f"--model: unknown model {args.model!r}{did_you_mean(args.model.lower(), models)}; "
                 f"known: {', '.join(models)} (or give --params)"
             )
+        return spec
     elif not args.params:
         problems.append("give --model NAME (see --list-models) or --params N")
-    params = parse_amount("--params", args.params, problems)
-    shape = {
-        k: parse_amount(f"--{k.replace('_', '-')}", getattr(args, k), problems, whole=True)
-        for k in ("layers", "hidden", "heads", "seq_len", "micro_batch", "vocab")
-    }
+    return None
+
+
+def _tokens_from_args(
+    args: argparse.Namespace, seq: float | None, problems: list[str]
+) -> float | None:
+    """The training tokens, from exactly one of --tokens, --samples or --epochs (with the
+    dataset's size); problems appended."""
     tokens = parse_amount("--tokens", args.tokens, problems)
     samples = parse_amount("--samples", args.samples, problems)
     epochs = parse_amount("--epochs", args.epochs, problems)
     ds_samples = parse_amount("--dataset-samples", args.dataset_samples, problems)
     ds_tokens = parse_amount("--dataset-tokens", args.dataset_tokens, problems)
-    seq = shape["seq_len"] or (spec.seq_len if spec else None)
     given = [
         n
         for n, v in (
@@ -259,6 +298,11 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
                 tokens = (epochs or 0) * ds_samples * seq
         elif args.dataset_samples is None and args.dataset_tokens is None:
             problems.append("--epochs needs --dataset-samples N or --dataset-tokens N")
+    return tokens
+
+
+def _check_training_flags(args: argparse.Namespace, problems: list[str]) -> None:
+    """--precision, --optimizer, --strategy, --attention and --no-momentum."""
     for flag, value, choices in (
         ("--precision", args.precision, PRECISIONS),
         ("--optimizer", args.optimizer, OPTIMIZERS),
@@ -274,29 +318,6 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
             )
     if args.no_momentum and args.optimizer != "sgd":
         problems.append("--no-momentum applies to --optimizer sgd only")
-    if problems:
-        raise UsageError(problems)
-    common = {
-        "precision": args.precision,
-        "optimizer": args.optimizer,
-        "momentum": not args.no_momentum,
-        "strategy": args.strategy,
-        "grad_checkpointing": args.grad_checkpointing,
-        "attention": args.attention,
-    }
-    assert tokens is not None
-    try:
-        if spec is not None:
-            return workload_for_model(spec, tokens, **common, **shape)
-        shape["micro_batch"] = shape["micro_batch"] or 1
-        return Workload(
-            params=params,
-            tokens=tokens,
-            **common,
-            **{k: v for k, v in shape.items() if v is not None},
-        )
-    except SizingError as exc:
-        raise UsageError(exc.problems) from None
 
 
 def filters_from_args(args: argparse.Namespace) -> tuple[Filters, str, int, int | None]:

@@ -1043,88 +1043,116 @@ def _offers(
     today: dt.date,
 ) -> list[Offer]:
     """One instance type's offers: on-demand, spot (observed or band), subscription terms."""
-    price = it.price
-    assert price is not None
     info = cat.providers[it.provider]
     pp = prc.providers[it.provider]
-    per_gpu = k / it.gpus
-    hours = prc.hours_per_month
+    on_demand = _on_demand_offer(tier, profile, it, cat, prc, currency, k, today)
+    out = [on_demand]
+    if "spot" in info.billing:
+        out.append(_spot_offer(on_demand, it, prc, k, today))
+    if "subscription" in info.billing:
+        out += _subscription_offers(on_demand, it, pp, prc.hours_per_month, k)
+    return out
 
-    def stale(date: dt.date) -> bool:
-        return stale_days(date, today, prc.stale_after_days) is not None
 
-    on_demand = Offer(
+def _on_demand_offer(
+    tier: str,
+    profile: str,
+    it: InstanceType,
+    cat: Catalog,
+    prc: Pricing,
+    currency: str,
+    k: float,
+    today: dt.date,
+) -> Offer:
+    """The on-demand offer; the spot and subscription offers are copies of it."""
+    price = it.price
+    assert price is not None
+    return Offer(
         tier=tier,
         provider=it.provider,
-        region=info.price_region,
+        region=cat.providers[it.provider].price_region,
         profile=profile,
         instance_type=it.name,
         gpu=it.gpu,
         gpus=it.gpus,
         billing="on-demand",
         currency=currency,
-        per_gpu_hour=price.on_demand * per_gpu,
+        per_gpu_hour=price.on_demand * (k / it.gpus),
         per_gpu_hour_range=None,
         peak_tflops=cat.gpu_for(it).peak_tflops,
-        native_currency=pp.currency,
+        native_currency=prc.providers[it.provider].currency,
         native_node_hour=price.on_demand,
         price_date=price.date,
         source=price.source,
         estimate=price.estimate,
-        stale=stale(price.date),
+        stale=stale_days(price.date, today, prc.stale_after_days) is not None,
     )
-    out = [on_demand]
-    if "spot" in info.billing:
-        if price.spot:
-            lo, hi = price.spot
-            date, source, estimate = (
-                price.spot_date or price.date,
-                price.spot_source or price.source,
-                False,
-            )
-        else:
-            lo, hi = (price.on_demand * f for f in prc.spot_band)
-            date, source, estimate = price.date, price.source, True
-        mid = (lo + hi) / 2
-        out.append(
-            replace(
-                on_demand,
-                billing="spot",
-                per_gpu_hour=mid * per_gpu,
-                per_gpu_hour_range=(lo * per_gpu, hi * per_gpu),
-                native_node_hour=mid,
-                price_date=date,
-                source=source,
-                estimate=estimate,
-                stale=stale(date),
-            )
+
+
+def _spot_offer(
+    on_demand: Offer, it: InstanceType, prc: Pricing, k: float, today: dt.date
+) -> Offer:
+    """Spot at the middle of its observed range, or of pricing.toml's band (an estimate)."""
+    price = it.price
+    assert price is not None
+    per_gpu = k / it.gpus
+    if price.spot:
+        lo, hi = price.spot
+        date, source, estimate = (
+            price.spot_date or price.date,
+            price.spot_source or price.source,
+            False,
         )
-    sub = subscription_month_price(it, pp, hours) if "subscription" in info.billing else None
-    if sub is not None and pp.subscription is not None:
-        month, rate = sub
-        quoted = pp.subscription.monthly.get(it.name) is rate
-        source = rate.source if quoted else f"{price.source} x {rate.source}"
-        yearly = pp.subscription.yearly
-        for billing, node_hour, estimate, src in (
-            ("subscription-month", month / hours, rate.estimate, source),
-            (
-                "subscription-year",
-                month * yearly.amount / hours,
-                rate.estimate or yearly.estimate,
-                f"{source} x {yearly.source}",
-            ),
-        ):
-            out.append(
-                replace(
-                    on_demand,
-                    billing=billing,
-                    per_gpu_hour=node_hour * per_gpu,
-                    native_node_hour=node_hour,
-                    estimate=estimate,
-                    source=src,
-                )
-            )
-    return out
+    else:
+        lo, hi = (price.on_demand * f for f in prc.spot_band)
+        date, source, estimate = price.date, price.source, True
+    mid = (lo + hi) / 2
+    return replace(
+        on_demand,
+        billing="spot",
+        per_gpu_hour=mid * per_gpu,
+        per_gpu_hour_range=(lo * per_gpu, hi * per_gpu),
+        native_node_hour=mid,
+        price_date=date,
+        source=source,
+        estimate=estimate,
+        stale=stale_days(date, today, prc.stale_after_days) is not None,
+    )
+
+
+def _subscription_offers(
+    on_demand: Offer, it: InstanceType, pp: ProviderPricing, hours: float, k: float
+) -> list[Offer]:
+    """A month's and a year's term per running hour; none without a subscription price."""
+    price = it.price
+    assert price is not None
+    sub = subscription_month_price(it, pp, hours)
+    if sub is None or pp.subscription is None:
+        return []
+    month, rate = sub
+    quoted = pp.subscription.monthly.get(it.name) is rate
+    source = rate.source if quoted else f"{price.source} x {rate.source}"
+    yearly = pp.subscription.yearly
+    terms = (
+        ("subscription-month", month / hours, rate.estimate, source),
+        (
+            "subscription-year",
+            month * yearly.amount / hours,
+            rate.estimate or yearly.estimate,
+            f"{source} x {yearly.source}",
+        ),
+    )
+    return [
+        replace(
+            on_demand,
+            billing=billing,
+            per_gpu_hour=node_hour * (k / it.gpus),
+            native_node_hour=node_hour,
+            estimate=estimate,
+            source=src,
+        )
+        for billing, node_hour, estimate, src in terms
+    ]
 
 
 def compare_tier(

@@ -58,7 +58,7 @@ from infra.catalog import (
     load_catalog,
 )
 from infra.pricing.billing import SUBSCRIPTION_MONTHS, billing_problem
-from infra.pricing.cost import CostError, CostInputs, estimate_cost
+from infra.pricing.cost import CostError, CostEstimate, CostInputs, estimate_cost
 from infra.pricing.prices import Pricing, load_pricing
 from infra.suggest import did_you_mean
 
@@ -1064,30 +1064,11 @@ def _priced(
             notes.append(f"spot estimated as {lo_f:.0%}-{hi_f:.0%} of on-demand")
         notes.append(f"+{a.spot_overhead:.0%} hours for interruptions and restarts")
     else:
-        needed = max(1, math.ceil(hours / HOURS_PER_MONTH))
-        months = next((m for m in SUBSCRIPTION_MONTHS if m >= needed), None)
-        term = None
-        if months is not None and est.subscription_month is not None:
-            # a whole number of years is priced at the yearly rate
-            term = estimate_cost(
-                CostInputs(
-                    it.provider,
-                    it.name,
-                    nodes=base.nodes,
-                    root_disk_gb=0,
-                    subscription_months=months,
-                ),
-                catalog=cat,
-                pricing=prc,
-                today=today,
-            )
-        if term is None or term.subscription_month is None or months is None:
-            why = (
-                f"{it.provider} {it.name} has no subscription quote in the catalog"
-                if est.subscription_month is None
-                else f"the run needs {needed} months: longer than the longest term"
-            )
-            return replace(base, billing=billing, status=NO_PRICE, hours=None, why=why)
+        priced = _subscription_term(base, it, est, cat, prc, today)
+        if isinstance(priced, str):
+            return replace(base, billing=billing, status=NO_PRICE, hours=None, why=priced)
+        months, term = priced
+        assert term.subscription_month is not None
         cost = term.subscription_month * months
         est = term
         on_demand = est.hourly.on_demand * hours
@@ -1113,6 +1094,42 @@ def _priced(
         why=why,
         notes=tuple(notes),
     )
+
+
+def _subscription_term(
+    base: Option,
+    it: InstanceType,
+    est: CostEstimate,
+    cat: Catalog,
+    prc: Pricing,
+    today: dt.date,
+) -> tuple[int, CostEstimate] | str:
+    """The shortest term that covers the run, and its bill; or why none can be priced."""
+    assert base.hours is not None
+    needed = max(1, math.ceil(base.hours / HOURS_PER_MONTH))
+    months = next((m for m in SUBSCRIPTION_MONTHS if m >= needed), None)
+    term = None
+    if months is not None and est.subscription_month is not None:
+        # a whole number of years is priced at the yearly rate
+        term = estimate_cost(
+            CostInputs(
+                it.provider,
+                it.name,
+                nodes=base.nodes,
+                root_disk_gb=0,
+                subscription_months=months,
+            ),
+            catalog=cat,
+            pricing=prc,
+            today=today,
+        )
+    if term is None or term.subscription_month is None or months is None:
+        return (
+            f"{it.provider} {it.name} has no subscription quote in the catalog"
+            if est.subscription_month is None
+            else f"the run needs {needed} months: longer than the longest term"
+        )
+    return months, term
 
 
 def _filter(o: Option, f: Filters, budget_common: float | None) -> Option:
