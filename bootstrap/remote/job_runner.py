@@ -215,7 +215,7 @@ def last_line(path: Path, limit: int = 8192) -> str:
 
 
 def rank_env(spec: Mapping[str, Any], node_rank: int) -> dict[str, str]:
-    """The job's environment contract (README "fab train"), on top of the spec's own env."""
+    """The job's environment contract (docs/train.md), on top of the spec's own env."""
     env = {str(k): str(v) for k, v in (spec.get("env") or {}).items()}
     env.update(
         {

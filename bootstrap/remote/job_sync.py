@@ -9,7 +9,7 @@ code path and one record of what is in the bucket. This file adds what a resume 
 checkpoint is complete, and fetching it back (through the watchdog's own store for the
 node cloud's ``bucket_store``: S3 and S3-compatible, or Azure Blob).
 
-The checkpoint contract (README "fab train"): a checkpoint is a folder ``step-<N>`` (N an
+The checkpoint contract (docs/train.md): a checkpoint is a folder ``step-<N>`` (N an
 integer, zero-padded or not) under GPUFLEET_CHECKPOINT_DIR that holds a ``COMPLETE`` file,
 written last, whose JSON lists the folder's files and their sizes::
 

@@ -117,7 +117,7 @@ class Config:
     metadata_url: str = ""  # metadata service override (tests)
     alicloud_account_id: str = ""
     state_dir: str = str(STATE_DIR)
-    jobs_dir: str = JOBS_DIR  # fab train's job folders (their state.json: README "fab train")
+    jobs_dir: str = JOBS_DIR  # fab train's job folders (their state.json: docs/train.md)
 
     @classmethod
     def load(cls, path: Path = CONFIG_PATH, node_info: Path = NODE_INFO_PATH) -> Config:

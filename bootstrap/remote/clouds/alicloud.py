@@ -240,7 +240,7 @@ class AlicloudNode(MetadataNode):
         from inside the OS instead: the instance stops in the account's default mode,
         which bills the GPUs unless economical mode is on by default, and the reaper
         reports every instance stopped in standard mode until someone starts it and
-        stops it in economical mode (README, "Alibaba Cloud")."""
+        stops it in economical mode (docs/clouds/alicloud.md)."""
         instance_id = self.instance_id()
         creds = self.credentials()
         if not instance_id or not creds:
