@@ -13,7 +13,7 @@ One run:
      SSH sessions and connections from ss/who), checking the spot interruption notice
      before each: a notice saves scratch to the bucket at once;
   3. gathers the other signals (Watchdog.gather_signals: its instance tags for protected,
-     lease and limits; unreadable ones count as activity), decides (policy.decide_node),
+     lease and limits; unreadable ones count as activity), decides (idle_rules.decide_node),
      publishes heartbeat + GPU metrics + the unsynced file count, logs the decision;
   4. on "stop": saves the checkpoints on scratch to the bucket within a bounded time, then
      powers off (the instance's shutdown behaviour is stop). While checkpoint files are not
@@ -45,9 +45,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # for mypy only; never executed
-    from bootstrap.remote import bucket, clouds
+    from bootstrap.remote import bucket, clouds, idle_rules
     from bootstrap.remote import fleet_names as names
-    from bootstrap.remote import idle_rules as policy
     from bootstrap.remote.clouds.base import (
         Credentials,
         Metric,
@@ -61,7 +60,7 @@ else:
     import bucket  # the one object-store client (S3 and compatible, Azure Blob)
     import clouds  # one module per cloud (clouds/<name>.py), found by listing the folder
     import fleet_names as names  # tag and metric names: the reaper's and the stack's own
-    import idle_rules as policy
+    import idle_rules  # the idle rules: the reaper's own file (infra/reaper/idle_rules.py)
     from clouds.base import (
         Credentials,
         Metric,
@@ -70,7 +69,7 @@ else:
         retry_idempotent,
     )
 
-UTC = policy.UTC
+UTC = idle_rules.UTC
 LOG = logging.getLogger("gpufleet-watchdog")
 
 CONFIG_PATH = Path("/etc/gpufleet/watchdog.json")
@@ -148,7 +147,7 @@ class Config:
             data["sync_dirs"] = tuple(data["sync_dirs"])
         return cls(**data)
 
-    def limits(self, tags: dict[str, str] | None = None) -> policy.Limits:
+    def limits(self, tags: dict[str, str] | None = None) -> idle_rules.Limits:
         """Idle and TTL limits: the instance's tags where set (what the reaper reads, and
         what a person changes on a running node), else this config, else the tier's."""
         tags = tags or {}
@@ -158,7 +157,7 @@ class Config:
             else ("off" if self.ttl_hours <= 0 else str(self.ttl_hours))
         )
         idle = None if self.idle_minutes is None else str(self.idle_minutes)
-        return policy.resolve_limits(
+        return idle_rules.resolve_limits(
             tier=tags.get(names.TIER) or self.tier or None,
             instance_type=self.instance_type or None,
             idle_minutes_tag=tags.get(names.IDLE_MINUTES) or idle,
@@ -275,9 +274,9 @@ class SystemProbe:
         return max(connections or 0, sessions or 0)
 
 
-def take_sample(probe: Probe) -> tuple[policy.Sample, float | None]:
+def take_sample(probe: Probe) -> tuple[idle_rules.Sample, float | None]:
     gpu = probe.gpu()
-    sample = policy.Sample(
+    sample = idle_rules.Sample(
         at=probe.now(),
         gpu_util=None if gpu is None else gpu[0],
         gpu_procs=probe.gpu_procs(),
@@ -371,7 +370,7 @@ class BucketHeartbeat:
         if store is None:
             raise RuntimeError("no bucket configured: no heartbeat object written")
         body = {
-            "node_time": policy.format_utc(at),
+            "node_time": idle_rules.format_utc(at),
             "gpu_util": gpu_util,
             "gpu_mem": gpu_mem,
             "unsynced": unsynced,
@@ -384,11 +383,11 @@ def write_lease(
     config: Config, hours: float, now: dt.datetime, tagger: Callable[[str], None] | None
 ) -> dict[str, Any]:
     """The lease file (what this watchdog reads) and the instance tag (what the reaper reads)."""
-    if not 0 < hours <= policy.MAX_LEASE_HOURS:
+    if not 0 < hours <= idle_rules.MAX_LEASE_HOURS:
         raise ValueError(
-            f"--hours must be more than 0 and at most {policy.MAX_LEASE_HOURS}, got {hours}"
+            f"--hours must be more than 0 and at most {idle_rules.MAX_LEASE_HOURS}, got {hours}"
         )
-    until = policy.format_utc(now + dt.timedelta(hours=hours))
+    until = idle_rules.format_utc(now + dt.timedelta(hours=hours))
     path = Path(config.state_dir) / LEASE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(until + "\n")
@@ -474,7 +473,7 @@ class ScratchSyncer:
 
 @dataclass
 class State:
-    samples: list[policy.Sample] = field(default_factory=list)
+    samples: list[idle_rules.Sample] = field(default_factory=list)
     stall_warned: bool = False
     spot_notice_synced: str = ""  # the notice we already saved scratch for
     refused_since: str = ""  # ISO time since when power-off is refused (unsynced scratch)
@@ -493,8 +492,8 @@ class State:
         for s in raw.get("samples", []):
             try:
                 samples.append(
-                    policy.Sample(
-                        at=policy.parse_utc(s["at"]),
+                    idle_rules.Sample(
+                        at=idle_rules.parse_utc(s["at"]),
                         gpu_util=None if s.get("gpu_util") is None else tuple(s["gpu_util"]),
                         gpu_procs=s.get("gpu_procs"),
                         ssh=s.get("ssh"),
@@ -538,15 +537,15 @@ class State:
         self.samples = [s for s in self.samples if s.at >= cutoff]
 
 
-def read_lease(state_dir: Path) -> policy.Lease:
+def read_lease(state_dir: Path) -> idle_rules.Lease:
     path = state_dir / LEASE_FILE
     try:
         text = path.read_text()
     except FileNotFoundError:
-        return policy.Lease()
+        return idle_rules.Lease()
     except OSError as exc:
-        return policy.Lease(error=f"{path}: {exc}")
-    return policy.Lease.parse(text)
+        return idle_rules.Lease(error=f"{path}: {exc}")
+    return idle_rules.Lease.parse(text)
 
 
 # ---------------------------------------------------------------------------- signals
@@ -560,10 +559,10 @@ class Signals:
     unreadable (``problems``), which counts as activity until the hard TTL."""
 
     protected: bool
-    lease: policy.Lease
-    limits: policy.Limits
+    lease: idle_rules.Lease
+    limits: idle_rules.Limits
     problems: tuple[str, ...] = ()  # what could not be read: logged, published in status
-    jobs: policy.Jobs = field(default_factory=policy.Jobs)  # fab train jobs (read_jobs)
+    jobs: idle_rules.Jobs = field(default_factory=idle_rules.Jobs)  # fab train jobs (read_jobs)
 
 
 def _pid_runs(pid: int, name: bytes) -> bool:
@@ -577,7 +576,7 @@ def _pid_runs(pid: int, name: bytes) -> bool:
     return name in cmd
 
 
-def read_jobs(jobs_dir: Path, boot: dt.datetime) -> tuple[policy.Jobs, list[str]]:
+def read_jobs(jobs_dir: Path, boot: dt.datetime) -> tuple[idle_rules.Jobs, list[str]]:
     """This node's ``fab train`` jobs from their state files (the job runner's contract): a
     job runs while its state is starting/running in this boot and its supervisor lives."""
     try:
@@ -601,28 +600,28 @@ def read_jobs(jobs_dir: Path, boot: dt.datetime) -> tuple[policy.Jobs, list[str]
                 running += 1
             continue
         try:
-            end = policy.parse_utc(str(st.get("ended_at") or ""))
+            end = idle_rules.parse_utc(str(st.get("ended_at") or ""))
         except ValueError:
             continue
         if end >= boot:
             ended.append(end)
             if st.get("stop_when_done") and not st.get("syncing"):
                 stop_when_done = str(st.get("job"))
-    jobs = policy.Jobs(running, max(ended) if ended else None, stop_when_done)
+    jobs = idle_rules.Jobs(running, max(ended) if ended else None, stop_when_done)
     return jobs, problems
 
 
-def merge_leases(leases: Sequence[policy.Lease], now: dt.datetime) -> policy.Lease:
+def merge_leases(leases: Sequence[idle_rules.Lease], now: dt.datetime) -> idle_rules.Lease:
     """The lease that holds: the latest valid one; else an error if any was unreadable."""
-    cap = now + dt.timedelta(hours=policy.MAX_LEASE_HOURS)
+    cap = now + dt.timedelta(hours=idle_rules.MAX_LEASE_HOURS)
     valid = [lease.until for lease in leases if lease.until and now < lease.until <= cap]
     if valid:
-        return policy.Lease(until=max(valid))
+        return idle_rules.Lease(until=max(valid))
     errors = [lease.error for lease in leases if lease.error]
     if errors:
-        return policy.Lease(error="; ".join(errors))
+        return idle_rules.Lease(error="; ".join(errors))
     ends = [lease.until for lease in leases if lease.until]
-    return policy.Lease(until=max(ends)) if ends else policy.Lease()
+    return idle_rules.Lease(until=max(ends)) if ends else idle_rules.Lease()
 
 
 def is_protected(tags: dict[str, str]) -> bool:
@@ -644,7 +643,7 @@ class Watchdog:
     poweroff: Callable[[], None]
     warn: Callable[[str], None]
     tags: Callable[[], dict[str, str]] | None  # raises TagsUnreadable
-    rules: policy.Policy = field(default_factory=policy.Policy)
+    rules: idle_rules.Policy = field(default_factory=idle_rules.Policy)
 
     @property
     def state_path(self) -> Path:
@@ -664,21 +663,23 @@ class Watchdog:
         known = tags
         if known is None and state.tags.get("boot"):
             try:
-                same_boot = abs((policy.parse_utc(state.tags["boot"]) - boot).total_seconds())
+                same_boot = abs((idle_rules.parse_utc(state.tags["boot"]) - boot).total_seconds())
             except (ValueError, TypeError):
                 same_boot = float("inf")
             if same_boot < 120:
                 known = {str(k): str(v) for k, v in dict(state.tags.get("tags") or {}).items()}
         leases = [read_lease(Path(self.config.state_dir))]
         if known is not None and known.get(names.KEEP_ALIVE_UNTIL, "").strip():
-            tag_lease = policy.Lease.parse(known[names.KEEP_ALIVE_UNTIL])
+            tag_lease = idle_rules.Lease.parse(known[names.KEEP_ALIVE_UNTIL])
             if tag_lease.error:
-                tag_lease = policy.Lease(error=f"{names.KEEP_ALIVE_UNTIL} tag: {tag_lease.error}")
+                tag_lease = idle_rules.Lease(
+                    error=f"{names.KEEP_ALIVE_UNTIL} tag: {tag_lease.error}"
+                )
             leases.append(tag_lease)
         if tags is None:
             # Unknown tags count as activity (a lease or protection may be there): the node
             # is never stopped for idleness, and the hard TTL still bounds the cost.
-            leases.append(policy.Lease(error=problems[-1]))
+            leases.append(idle_rules.Lease(error=problems[-1]))
         jobs, job_problems = read_jobs(Path(self.config.jobs_dir), boot)
         return Signals(
             protected=known is not None and is_protected(known),
@@ -688,8 +689,8 @@ class Watchdog:
             jobs=jobs,
         )
 
-    def decide(self, state: State, signals: Signals, now: dt.datetime) -> policy.Decision:
-        return policy.decide_node(
+    def decide(self, state: State, signals: Signals, now: dt.datetime) -> idle_rules.Decision:
+        return idle_rules.decide_node(
             state.samples,
             now=now,
             boot_time=self.probe.boot_time(),
@@ -701,11 +702,11 @@ class Watchdog:
             jobs=signals.jobs,
         )
 
-    def ttl_reached(self, limits: policy.Limits, now: dt.datetime) -> bool:
+    def ttl_reached(self, limits: idle_rules.Limits, now: dt.datetime) -> bool:
         up_hours = (now - self.probe.boot_time()).total_seconds() / 3600
         return limits.ttl_hours is not None and up_hours >= limits.ttl_hours
 
-    def status(self, state: State | None = None) -> tuple[policy.Decision, State, Signals]:
+    def status(self, state: State | None = None) -> tuple[idle_rules.Decision, State, Signals]:
         state = state or State.load(self.state_path)
         now = self.probe.now()
         signals = self.gather_signals(state, now)
@@ -735,7 +736,7 @@ class Watchdog:
         if result.ok:
             state.spot_notice_synced = notice
 
-    def run_once(self) -> policy.Decision:
+    def run_once(self) -> idle_rules.Decision:
         state = State.load(self.state_path)
         utils: list[float] = []
         mems: list[float] = []
@@ -776,7 +777,7 @@ class Watchdog:
         if decision.warning and not state.stall_warned:
             self.warn(decision.warning)
             state.stall_warned = True
-        elif not decision.warning and decision.action == policy.KEEP:
+        elif not decision.warning and decision.action == idle_rules.KEEP:
             state.stall_warned = False
 
         state.last_decision = {
@@ -796,7 +797,7 @@ class Watchdog:
         return decision
 
     def _stop(
-        self, state: State, decision: policy.Decision, signals: Signals, now: dt.datetime
+        self, state: State, decision: idle_rules.Decision, signals: Signals, now: dt.datetime
     ) -> None:
         ttl_forced = self.ttl_reached(signals.limits, now)
         result = self.syncer.sync(self.config.sync_timeout_s)  # bounded, even under the TTL
@@ -917,7 +918,7 @@ def _status_command(config: Config, dog: Watchdog, as_json: bool) -> int:
         "idle_limit_minutes": signals.limits.idle_minutes,
         "ttl_hours": signals.limits.ttl_hours,
         "protected": signals.protected,
-        "lease_until": policy.format_utc(signals.lease.until) if signals.lease.until else None,
+        "lease_until": idle_rules.format_utc(signals.lease.until) if signals.lease.until else None,
         "unreadable": list(signals.problems),
         "running_jobs": signals.jobs.running,
         "unsynced_files": dog.syncer.unsynced(),

@@ -114,7 +114,7 @@ def test_the_watchdog_reads_running_ended_stale_and_unreadable_job_states(
     tmp_path: Path, supervisor: int
 ) -> None:
     jobs = tmp_path / "jobs"
-    fmt = wd.policy.format_utc
+    fmt = wd.idle_rules.format_utc
     write_state(jobs, "live", state="running", pid=supervisor, boot_id=boot_id())
     write_state(jobs, "killed", state="running", pid=999_999_999, boot_id=boot_id())
     write_state(jobs, "old-boot", state="running", pid=supervisor, boot_id="another-boot")
@@ -127,7 +127,7 @@ def test_the_watchdog_reads_running_ended_stale_and_unreadable_job_states(
     assert seen.running == 2
     assert seen.ended_at == at(90) and seen.stop_when_done == "done"
     assert len(problems) == 1 and "broken" in problems[0]
-    assert wd.read_jobs(tmp_path / "none", BOOT) == (wd.policy.Jobs(), [])
+    assert wd.read_jobs(tmp_path / "none", BOOT) == (wd.idle_rules.Jobs(), [])
 
 
 def test_watchdog_loop_keeps_a_node_while_its_job_runs_and_stops_15_min_after(
@@ -135,7 +135,7 @@ def test_watchdog_loop_keeps_a_node_while_its_job_runs_and_stops_15_min_after(
 ) -> None:
     jobs = tmp_path / "jobs"
     dog, probe, rec = make_dog(tmp_path, Timeline(), jobs_dir=str(jobs))
-    fmt = wd.policy.format_utc
+    fmt = wd.idle_rules.format_utc
     while probe.minutes < 200 and not rec.poweroffs():
         if probe.minutes < 90:  # a CPU-only job: no GPU use, no SSH, only the job
             write_state(jobs, "lm", state="running", pid=supervisor, boot_id=boot_id())
@@ -153,7 +153,7 @@ def test_stop_when_done_powers_off_right_after_the_job_and_its_sync(
 ) -> None:
     jobs = tmp_path / "jobs"
     dog, probe, rec = make_dog(tmp_path, Timeline(util=lambda m: 90.0), jobs_dir=str(jobs))
-    fmt = wd.policy.format_utc
+    fmt = wd.idle_rules.format_utc
     while probe.minutes < 200 and not rec.poweroffs():
         if probe.minutes < 60:
             write_state(jobs, "lm", state="running", pid=supervisor, boot_id=boot_id())

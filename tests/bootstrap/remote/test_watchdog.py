@@ -45,7 +45,7 @@ aws_node: Any = importlib.import_module("clouds.aws")
 alicloud_node: Any = importlib.import_module("clouds.alicloud")
 tencent_node: Any = importlib.import_module("clouds.tencent")
 azure_node: Any = importlib.import_module("clouds.azure")
-KEEP, STOP, UTC = wd.policy.KEEP, wd.policy.STOP, wd.policy.UTC
+KEEP, STOP, UTC = wd.idle_rules.KEEP, wd.idle_rules.STOP, wd.idle_rules.UTC
 
 BOOT = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
 BUCKET = "gpufleet-a100x8-test"
@@ -53,7 +53,7 @@ BUCKET = "gpufleet-a100x8-test"
 
 def test_the_watchdog_is_loaded_from_the_node_files_not_the_project() -> None:
     assert Path(wd.__file__).resolve().parent == REMOTE
-    assert Path(wd.policy.__file__).name == "idle_rules.py"
+    assert Path(wd.idle_rules.__file__).name == "idle_rules.py"
     assert wd.bucket is wsync
     assert "bootstrap.remote.idle_rules" not in sys.modules
 
@@ -437,7 +437,7 @@ def test_protected_node_stays_protected_when_its_tags_become_unreadable(tmp_path
 
 
 def test_lease_tag_holds_an_idle_node_past_the_ttl_until_it_ends(tmp_path: Path) -> None:
-    until = wd.policy.format_utc(BOOT + timedelta(hours=5))
+    until = wd.idle_rules.format_utc(BOOT + timedelta(hours=5))
     dog, probe, rec = make_dog(
         tmp_path, Timeline(), ttl_hours=3, tags=lambda m: {"gpufleet:keep-alive-until": until}
     )

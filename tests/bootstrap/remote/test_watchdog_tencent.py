@@ -455,7 +455,7 @@ def test_the_tencent_watchdog_beats_with_an_object_in_the_bucket_not_custom_metr
     dog.publisher.publish(at=now, gpu_util=42.0, gpu_mem=10.0, unsynced=0)
     key = f"{wd.names.HEARTBEAT_OBJECT_PREFIX}{IID}"
     body = json.loads(s3.get_object(Bucket="gpufleet-tc-beat", Key=key)["Body"].read())
-    assert body["gpu_util"] == 42.0 and body["node_time"] == wd.policy.format_utc(now)
+    assert body["gpu_util"] == 42.0 and body["node_time"] == wd.idle_rules.format_utc(now)
     with pytest.raises(RuntimeError, match="PutMonitorData"):
         node(url).put_metrics(IID, [("Heartbeat", 1.0, "None")], {})
 
