@@ -425,4 +425,9 @@ def evaluate(cfg: StackConfig, project: str = "gpufleet") -> PlanResult:
             loop.run_until_complete(loop.shutdown_default_executor())
             asyncio.set_event_loop(None)
             loop.close()
-        return PlanResult(mocks.resources, captured, mocks.invokes, monitor.stack_urn)
+        # Resources and invokes register from concurrent threads, so their arrival order
+        # changes run to run: the plan is handed out in URN (and token) order instead, so
+        # `plan.py --json` is byte-identical for an unchanged stack.
+        resources = sorted(mocks.resources, key=lambda r: r.urn)
+        invokes = sorted(mocks.invokes, key=lambda i: (i[0], repr(sorted(i[1].items()))))
+        return PlanResult(resources, captured, invokes, monitor.stack_urn)
