@@ -255,5 +255,5 @@ def render_plan(
         lines.extend(wrap_line(line, width))
     lines += ["", *cost_lines(doc["cost"], width)]
     for note in notes:
-        lines.extend(wrap(note, width, "note: ", "      "))
+        lines.extend(wrap(note, width, "note: ", "      ", break_words=False))
     return "\n".join(lines) + "\n"

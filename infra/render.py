@@ -71,18 +71,27 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def wrap(text: str, width: int | None, first: str = "", rest: str | None = None) -> list[str]:
+def wrap(
+    text: str,
+    width: int | None,
+    first: str = "",
+    rest: str | None = None,
+    *,
+    break_words: bool = True,
+) -> list[str]:
     """`first` + text, continued under `rest` (default: spaces as wide as `first`).
 
     Breaks at spaces where it can and inside long words where it must, so every character of
-    `text` is kept; with no width, one line."""
+    `text` is kept; with no width, one line. With ``break_words=False`` a word longer than
+    the line (a URL in a command to copy) stays whole on a line of its own, past the width:
+    a terminal soft-wraps it and a copy keeps it intact."""
     rest = " " * len(first) if rest is None else rest
     if width is None or len(first) + len(text) <= width:
         return [first + text]
     room = max(width - max(len(first), len(rest)), 10)
     wrapper = textwrap.TextWrapper(
         width=room,
-        break_long_words=True,
+        break_long_words=break_words,
         break_on_hyphens=False,
         replace_whitespace=False,
         drop_whitespace=True,

@@ -269,3 +269,14 @@ def test_fab_jobs_table_prints_job_names_and_log_lines_verbatim(
     out = capsys.readouterr().out
     # with markup on, rich would swallow every [bold] and draw :guard: as an emoji
     assert "[bold]" in out and ":guard:" in out and "💂" not in out
+
+
+def test_a_plan_note_keeps_a_long_url_whole_for_copying_and_wraps_the_rest_at_80() -> None:
+    url = "https://management.azure.com/subscriptions/<ID>/resourceGroups/gpufleet-x/" + (
+        "providers/Microsoft.Web/sites/gpufleet-x-reaper/syncfunctiontriggers?api-version=1"
+    )
+    note = f"after each deploy sync the trigger once: `az rest --method post --url {url}` " * 2
+    text = render_plan(tricky_plan(), [note.strip()], "Policies:", 80)
+    note_lines = text[text.index("note: after") :].splitlines()
+    assert sum(f"{url}`" in line for line in note_lines) == 2  # whole, never cut
+    assert all(len(line) <= 80 for line in note_lines if url not in line)
