@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.render import value_text, wrap, wrap_line
+from infra.render import value_text, wrap, wrap_line, wrap_prose
 
 STACK_TYPE = "pulumi:pulumi:Stack"
 
@@ -255,5 +255,5 @@ def render_plan(
         lines.extend(wrap_line(line, width))
     lines += ["", *cost_lines(doc["cost"], width)]
     for note in notes:
-        lines.extend(wrap(note, width, "note: ", "      ", break_words=False))
+        lines.extend(wrap_prose(note, width, "note: ", "      "))
     return "\n".join(lines) + "\n"

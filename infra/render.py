@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -71,33 +72,89 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def wrap(
-    text: str,
-    width: int | None,
-    first: str = "",
-    rest: str | None = None,
-    *,
-    break_words: bool = True,
-) -> list[str]:
+def wrap(text: str, width: int | None, first: str = "", rest: str | None = None) -> list[str]:
     """`first` + text, continued under `rest` (default: spaces as wide as `first`).
 
     Breaks at spaces where it can and inside long words where it must, so every character of
-    `text` is kept; with no width, one line. With ``break_words=False`` a word longer than
-    the line (a URL in a command to copy) stays whole on a line of its own, past the width:
-    a terminal soft-wraps it and a copy keeps it intact."""
+    `text` is kept; with no width, one line."""
     rest = " " * len(first) if rest is None else rest
     if width is None or len(first) + len(text) <= width:
         return [first + text]
     room = max(width - max(len(first), len(rest)), 10)
-    wrapper = textwrap.TextWrapper(
+    return _joined(_wrapper(room).wrap(text) or [""], first, rest)
+
+
+def _wrapper(room: int) -> textwrap.TextWrapper:
+    return textwrap.TextWrapper(
         width=room,
-        break_long_words=break_words,
+        break_long_words=True,
         break_on_hyphens=False,
         replace_whitespace=False,
         drop_whitespace=True,
     )
-    pieces = wrapper.wrap(text) or [""]
+
+
+def _joined(pieces: list[str], first: str, rest: str) -> list[str]:
     return [first + pieces[0], *(rest + p for p in pieces[1:])]
+
+
+CODE_SPAN = re.compile(r"`([^`]+)`")
+HELD = "\0"  # a space inside a command, while the prose around it is split into words
+
+
+def wrap_prose(text: str, width: int | None, first: str = "", rest: str | None = None) -> list[str]:
+    """Like `wrap`, for prose that quotes shell commands in backticks, so each command can be
+    copied whole: a command that fits the line is never split across lines, and one longer
+    than the line goes on lines of its own (indented, without its backticks), continued with
+    a backslash as a shell reads it. With no width, one line."""
+    rest = " " * len(first) if rest is None else rest
+    if width is None or len(first) + len(text) <= width:
+        return [first + text]
+    room = max(width - max(len(first), len(rest)), 10)
+    pieces: list[str] = []
+    line = ""
+    for word in CODE_SPAN.sub(lambda m: m[0].replace(" ", HELD), text).split():
+        word = word.replace(HELD, " ")
+        span = CODE_SPAN.search(word)
+        if span and len(word) > room:
+            before, after = word[: span.start()], word[span.end() :]
+            if line or before:
+                pieces.append(f"{line} {before}".strip())
+            pieces += _continued(span[1], room)
+            line = after
+        elif not line:
+            line = word
+        elif len(line) + 1 + len(word) <= room:
+            line += " " + word
+        else:
+            pieces.append(line)
+            line = word
+    if line or not pieces:
+        pieces.append(line)
+    return _joined(pieces, first, rest)
+
+
+def _continued(command: str, room: int) -> list[str]:
+    """A shell command in lines of `room` columns: the first indented two, the rest four,
+    each but the last ending in a backslash. Words are never split, and an option stays on
+    the line of its value."""
+    units: list[str] = []
+    for word in command.split():
+        option = units and units[-1].startswith("-") and " " not in units[-1]
+        if option and not word.startswith("-"):
+            units[-1] += " " + word
+        else:
+            units.append(word)
+    parts: list[str] = []
+    for unit in units:
+        if parts and len(parts[-1]) + 1 + len(unit) <= room - 6:
+            parts[-1] += " " + unit
+        else:
+            parts.append(unit)
+    return [
+        ("  " if i == 0 else "    ") + part + (" \\" if i < len(parts) - 1 else "")
+        for i, part in enumerate(parts)
+    ]
 
 
 def wrap_line(line: str, width: int | None) -> list[str]:

@@ -271,12 +271,24 @@ def test_fab_jobs_table_prints_job_names_and_log_lines_verbatim(
     assert "[bold]" in out and ":guard:" in out and "💂" not in out
 
 
-def test_a_plan_note_keeps_a_long_url_whole_for_copying_and_wraps_the_rest_at_80() -> None:
-    url = "https://management.azure.com/subscriptions/<ID>/resourceGroups/gpufleet-x/" + (
-        "providers/Microsoft.Web/sites/gpufleet-x-reaper/syncfunctiontriggers?api-version=1"
+def test_a_plan_note_sets_a_long_command_on_continued_lines_a_shell_can_paste() -> None:
+    command = (
+        "az resource invoke-action --action syncfunctiontriggers --resource-type "
+        "Microsoft.Web/sites -g gpufleet-some-long-stack -n gpufleet-some-long-stack-reaper"
     )
-    note = f"after each deploy sync the trigger once: `az rest --method post --url {url}` " * 2
-    text = render_plan(tricky_plan(), [note.strip()], "Policies:", 80)
+    short = "az provider register -n Microsoft.Compute"
+    note = f"after each deploy sync it: `{command}` (else it never runs), then `{short}`"
+    text = render_plan(tricky_plan(), [note, note], "Policies:", 80)
     note_lines = text[text.index("note: after") :].splitlines()
-    assert sum(f"{url}`" in line for line in note_lines) == 2  # whole, never cut
-    assert all(len(line) <= 80 for line in note_lines if url not in line)
+    assert all(len(line) <= 80 for line in note_lines)
+    # the command's own lines: joined as a shell joins backslash-newline, it is the command
+    block = [line for line in note_lines if line.startswith("        ")]
+    assert block[0].startswith("        az resource") and block[0].endswith(" \\")
+    pasted = " ".join(line.strip().removesuffix("\\").strip() for line in block[:3])
+    assert pasted == command
+    assert not any(line.endswith("-n \\") or line.endswith("-g \\") for line in block)
+    # a command that fits the line is never split, and no character of the prose is lost
+    assert sum(f"`{short}`" in line for line in note_lines) == 2
+    assert "(else it never runs), then" in text.replace("\n      ", " ")
+    piped = render_plan(tricky_plan(), [note], "Policies:", None)
+    assert f"note: {note}\n" in piped

@@ -409,7 +409,17 @@ def test_the_plan_says_how_to_sync_the_reapers_timer_trigger_after_deploy():
     notes = plan_notes("azure", "azure-t4x1", dt.date(2026, 12, 1))
     (sync,) = [n for n in notes if "syncfunctiontriggers" in n]
     app = reaper_deploy.function_name("azure-t4x1")
-    assert f"/resourceGroups/gpufleet-azure-t4x1/providers/Microsoft.Web/sites/{app}/" in sync
+    # ARM's POST .../Microsoft.Web/sites/{app}/syncfunctiontriggers, in the az account's
+    # own subscription (no placeholder to fill in)
+    command = sync[sync.index("`az resource") + 1 :].split("`")[0].split()
+    assert command[:4] == ["az", "resource", "invoke-action", "--action"]
+    assert command[4] == "syncfunctiontriggers"
+    pairs = dict(zip(command[5::2], command[6::2], strict=True))
+    assert pairs == {
+        "--resource-type": "Microsoft.Web/sites",
+        "-g": "gpufleet-azure-t4x1",
+        "-n": app,
+    }
 
 
 def test_a_deadline_is_noted_inside_its_window_and_silent_before():
