@@ -1,0 +1,69 @@
+"""AWS's availability signal (infra/clouds/aws/availability.py) through boto3 against a moto
+server on 127.0.0.1: real HTTP, real botocore, moto's copy of EC2's offerings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from infra.clouds.availability import OFFERED, NoSignal
+from infra.clouds.aws import availability
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def ec2(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", moto_url)
+    return moto_url
+
+
+def test_the_zones_offering_the_type_come_back_with_their_spot_price(ec2: str) -> None:
+    zones = availability.live_zones("p4d.24xlarge", ["us-east-1", "eu-west-1"])
+    names = [z.zone for z in zones]
+    # moto answers from the same AWS snapshot zones.toml was written from
+    assert names == ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d", "eu-west-1c"]
+    assert {z.state for z in zones} == {OFFERED}
+    assert all(z.spot_price == pytest.approx(0.00001) for z in zones)  # moto's fixed price
+
+
+def test_a_region_that_offers_the_type_nowhere_answers_no_zone(ec2: str) -> None:
+    assert availability.live_zones("p5.48xlarge", ["af-south-1"]) == []
+
+
+def test_no_credentials_is_one_line_saying_so(ec2: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    with pytest.raises(NoSignal, match=r"^no AWS credentials .*offline rows only$"):
+        availability.live_zones("p4d.24xlarge", ["us-east-1"])
+
+
+def test_an_ec2_that_cannot_be_reached_is_one_line_naming_the_region(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    with pytest.raises(NoSignal, match=r"^EC2 in us-east-1: ") as info:
+        availability.live_zones("p4d.24xlarge", ["us-east-1"])
+    assert "\n" not in str(info.value)
+
+
+def test_the_newest_spot_price_of_each_zone_wins() -> None:
+    history = [
+        {"AvailabilityZone": "a", "Timestamp": "2026-12-01T00:00:00Z", "SpotPrice": "1.0"},
+        {"AvailabilityZone": "a", "Timestamp": "2026-12-02T00:00:00Z", "SpotPrice": "2.0"},
+        {"AvailabilityZone": "b", "Timestamp": "2026-12-01T00:00:00Z", "SpotPrice": "3.0"},
+    ]
+    assert availability.latest_spot(history) == {"a": 2.0, "b": 3.0}

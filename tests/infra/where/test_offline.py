@@ -1,0 +1,149 @@
+"""infra/where.py offline: every tier's rows from the catalog and the clouds' zones.toml."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from infra import where
+from infra.catalog import CatalogError, load_catalog
+from infra.clouds import HOME
+from infra.pricing.prices import load_pricing
+
+CAT = load_catalog()
+PRC = load_pricing()
+
+
+def usd(currency: str) -> float | None:
+    return PRC.fx_rate(currency, "USD")[0]
+
+
+def rows_for(query: str) -> list[where.Offer]:
+    _, found = where.targets(CAT, query)
+    return where.offers(CAT, where.load_zone_data(), found, usd)
+
+
+@pytest.mark.parametrize("tier", list(CAT.tiers))
+def test_every_tier_gets_a_row_or_a_reason_on_each_cloud_that_offers_it(tier: str) -> None:
+    _, found = where.targets(CAT, tier)
+    rows = where.offers(CAT, where.load_zone_data(), found, usd)
+    gone = where.missing(where.load_zone_data(), found, rows)
+    for provider, by_profile in CAT.tiers[tier].offers.items():
+        for name in by_profile.values():
+            answered = any(r.provider == provider and r.instance_type == name for r in rows)
+            said = any(line.startswith(f"{provider} {name}:") for line in gone)
+            assert answered or said, (tier, provider, name)
+
+
+def test_rows_are_sorted_by_usd_per_hour_and_unpriced_rows_come_last() -> None:
+    rows = rows_for("a100x8")
+    priced = [r.usd_per_hour for r in rows if r.usd_per_hour is not None]
+    assert priced == sorted(priced) and len(priced) >= 4
+    first_unpriced = next(i for i, r in enumerate(rows) if r.usd_per_hour is None)
+    assert all(r.usd_per_hour is None for r in rows[first_unpriced:])
+
+
+def test_a_cny_price_sorts_by_its_usd_value_at_the_catalogs_rate() -> None:
+    row = next(r for r in rows_for("a100x8") if r.currency == "CNY")
+    assert row.on_demand is not None and row.usd_per_hour is not None
+    assert row.usd_per_hour == pytest.approx(row.on_demand / PRC.fx[("USD", "CNY")].amount)
+
+
+def test_an_instance_type_is_found_whatever_its_case_with_its_tier() -> None:
+    kind, found = where.targets(CAT, "P4D.24XLARGE")
+    assert kind == "instance type"
+    assert [(it.provider, it.name, tier) for it, tier in found] == [
+        ("aws", "p4d.24xlarge", "a100x8")
+    ]
+
+
+def test_an_unknown_query_says_the_nearest_tier() -> None:
+    with pytest.raises(where.UsageError, match=r"did you mean 'h100x8'\?"):
+        where.targets(CAT, "h100x9")
+
+
+def test_an_aws_type_the_snapshot_lists_nowhere_gets_no_row_and_a_reason() -> None:
+    _, found = where.targets(CAT, "p3.2xlarge")
+    rows = where.offers(CAT, where.load_zone_data(), found, usd)
+    assert rows == []
+    (line,) = where.missing(where.load_zone_data(), found, rows)
+    assert line.startswith("aws p3.2xlarge: no zone offers it in MOTO-OFFER")
+
+
+def test_aws_zones_are_motos_describe_instance_type_offerings_zone_for_zone() -> None:
+    import moto
+
+    base = Path(moto.__file__).parent / "ec2/resources/instance_type_offerings/availability-zone"
+    ours = tomllib.loads((HOME / "aws" / "zones.toml").read_text())["offerings"]
+    types = {name for prov, name in CAT.instances if prov == "aws"}
+    theirs: dict[str, dict[str, list[str]]] = {}
+    for f in sorted(base.glob("*.json.gz")):
+        for o in json.loads(gzip.decompress(f.read_bytes())):
+            if o["InstanceType"] in types:
+                region = f.name.removesuffix(".json.gz")
+                theirs.setdefault(o["InstanceType"], {}).setdefault(region, []).append(
+                    o["Location"]
+                )
+    ours.pop("source")
+    assert {t: {r: sorted(z) for r, z in by.items()} for t, by in theirs.items()} == ours
+
+
+def test_azure_eastus_prices_are_the_catalogs_own_eastus_prices() -> None:
+    prices = where.load_zone_data()["azure"].prices
+    for (provider, name), it in CAT.instances.items():
+        if provider == "azure" and name in prices and it.price is not None:
+            od, _ = prices[name]["eastus"]
+            assert od == it.price.on_demand, name
+
+
+def test_a_price_region_row_carries_the_catalog_price_and_its_source() -> None:
+    row = next(r for r in rows_for("a100x8") if r.provider == "aws" and r.region == "us-east-1")
+    it = CAT.instance("aws", "p4d.24xlarge")
+    assert it.price is not None
+    assert (row.on_demand, row.spot) == (it.price.on_demand, it.price.spot)
+    assert row.price_source == "KP; spot SC8" and row.zones_basis == where.OFFERED
+
+
+def test_a_region_with_no_source_zone_list_says_its_zones_are_unknown() -> None:
+    row = next(r for r in rows_for("a100x8") if r.provider == "alicloud")
+    assert (row.region, row.zones, row.zones_basis) == ("cn-shanghai", (), where.UNKNOWN)
+
+
+def _raw(**tables: object) -> dict[str, object]:
+    return {"sources": {"X": {"title": "t", "url": "u", "retrieved": "2026-12-02"}}, **tables}
+
+
+def test_zone_data_refuses_a_source_it_does_not_know() -> None:
+    with pytest.raises(CatalogError, match=r"\[regions\]: source 'NOPE'"):
+        where.parse_zone_data(_raw(regions={"source": "NOPE", "eastus": ["1"]}), "azure", CAT)
+
+
+def test_zone_data_refuses_a_region_the_cloud_does_not_have_with_the_nearest() -> None:
+    raw = _raw(regions={"source": "X", "eastus9": ["1"]})
+    with pytest.raises(CatalogError, match=r"'eastus9' is not a region of azure \(did you mean"):
+        where.parse_zone_data(raw, "azure", CAT)
+
+
+def test_zone_data_refuses_a_type_the_cloud_does_not_sell() -> None:
+    raw = _raw(prices={"source": "X", "date": "2024-06-01", "Standard_X": {"eastus": {}}})
+    with pytest.raises(CatalogError, match=r"'Standard_X' is not a azure type"):
+        where.parse_zone_data(raw, "azure", CAT)
+
+
+def test_every_shipped_zone_file_parses_against_the_catalog() -> None:
+    data = where.load_zone_data()
+    assert set(data) == set(CAT.providers)
+    assert data["aws"].offerings and data["azure"].prices and data["tencent"].regions
+
+
+def test_the_table_fits_80_columns_at_80_and_keeps_lines_whole_when_piped() -> None:
+    rows = rows_for("t4x1")
+    at80 = where.render("t4x1", "tier", rows, [], 80)
+    assert max(len(line) for line in at80.splitlines()) <= 80
+    piped = where.render("t4x1", "tier", rows, [], None)
+    assert any(len(line) > 80 for line in piped.splitlines())
+    assert "us-east-1a us-east-1b us-east-1c us-east-1d us-east-1f" in piped

@@ -1,0 +1,83 @@
+"""scripts/where.py: where a tier or a type can be had, offline and with --live."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.catalog import load_catalog
+
+REPO = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("where_cli", REPO / "scripts" / "where.py")
+assert spec and spec.loader
+cli = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cli)
+CAT = load_catalog()
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def run_json(*argv: str) -> dict[str, Any]:
+    code, out, err = run(*argv, "--json")
+    assert code == 0, err
+    doc: dict[str, Any] = json.loads(out)
+    return doc
+
+
+@pytest.fixture
+def no_cloud_reachable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every cloud's endpoint a closed port on loopback, and no credentials at all."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", "http://127.0.0.1:9")
+    monkeypatch.setenv("ALIBABA_CLOUD_ECS_ENDPOINT", "127.0.0.1:9")
+    monkeypatch.setenv("TENCENTCLOUD_CVM_ENDPOINT", "127.0.0.1:9")
+    monkeypatch.setenv("GPUFLEET_AZURE_ARM_ENDPOINT", "http://127.0.0.1:9")
+
+
+def test_a_tier_lists_a_row_per_cloud_region_sorted_by_price() -> None:
+    doc = run_json("a100x8")
+    assert doc["kind"] == "tier" and doc["live"] is None
+    assert {r["provider"] for r in doc["rows"]} == set(CAT.tiers["a100x8"].offers)
+    usd = [r["usd_per_hour"] for r in doc["rows"] if r["usd_per_hour"] is not None]
+    assert usd == sorted(usd)
+
+
+def test_an_unknown_tier_is_one_line_with_the_nearest_and_exit_2() -> None:
+    code, out, err = run("a100x9")
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and "did you mean 'a100x8'?" in err
+
+
+def test_region_without_live_is_refused_before_anything_is_asked() -> None:
+    code, _, err = run("a100x8", "--region", "us-east-1")
+    assert code == 2 and "--region only narrows --live" in err
+
+
+def test_the_human_table_fits_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run("t4x1")
+    assert code == 0 and "sorted by on-demand USD/h" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_live_without_credentials_says_so_per_cloud_and_keeps_the_offline_rows(
+    no_cloud_reachable: None,
+) -> None:
+    code, out, err = run("a100x8", "--live")
+    assert code == 0, err
+    assert "aws p4d.24xlarge: no AWS credentials" in out
+    for provider in CAT.tiers["a100x8"].offers:
+        assert any(line.startswith(f"  {provider} ") for line in out.splitlines()), provider
+    assert out.count("us-east-1") >= 1 and "Traceback" not in out + err
+    doc = run_json("a100x8", "--live")
+    assert all(a["error"] for a in doc["live"]) and doc["rows"]
