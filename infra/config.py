@@ -685,15 +685,29 @@ def read_stack_file(path: Path) -> dict[str, Any]:
     """The raw `config:` mapping of a Pulumi stack file."""
     import yaml  # local: only the file-based entry points need PyYAML
 
+    from infra import stack_yaml
+
     text = read_text_file(path, "stack file", ConfigError)
     try:
-        doc = yaml.safe_load(text) or {}
+        doc = stack_yaml.load(text) or {}
+    except stack_yaml.StackYamlError as exc:
+        raise ConfigError([f"{path}: {exc}"]) from None
     except (yaml.YAMLError, RecursionError) as exc:
         # PyYAML's messages span lines (mark, snippet, caret): one line, as everywhere here
         raise ConfigError([f"{path}: not valid YAML ({_one_line(exc)})"]) from None
     config = doc.get("config", {}) if isinstance(doc, dict) else None
     if not isinstance(config, dict):
         raise ConfigError([f"{path}: 'config:' must be a mapping of key: value"])
+    secrets = [k for k, v in config.items() if isinstance(v, dict) and set(v) == {"secure"}]
+    if secrets:
+        # a `pulumi config set --secret` value is ciphertext only the Pulumi CLI can open
+        raise ConfigError(
+            [
+                f"{path}: {key} is a Pulumi secret (secure:), which the offline tools cannot "
+                f"decrypt; no gpufleet setting is secret: `pulumi config set {key} VALUE`"
+                for key in secrets
+            ]
+        )
     return config
 
 

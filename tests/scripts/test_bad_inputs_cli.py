@@ -30,6 +30,14 @@ GOOD = {
     "gpufleet:tier": "t4x1",
     "gpufleet:sshCidrs": ["203.0.113.0/24"],
 }
+GOOD_YAML = (
+    b"config:\n  gpufleet:provider: aws\n  gpufleet:tier: t4x1\n"
+    b"  gpufleet:sshCidrs: [203.0.113.0/24]\n"
+)
+# ten levels of nine aliases: 9**10 values once expanded (PyYAML builds them all)
+ALIAS_BOMB = b"  bomb0: &b0 [x, x, x, x, x, x, x, x, x]\n" + b"".join(
+    f"  bomb{i}: &b{i} [{', '.join([f'*b{i - 1}'] * 9)}]\n".encode() for i in range(1, 10)
+)
 GOOD_NODE = {"name": "n-0", "role": "head", "public_ip": "127.0.0.1"}
 
 
@@ -151,6 +159,50 @@ CASES = [
         "plan-stack-file-config-is-a-list",
         plan("--stack-file", raw_file("Pulumi.c.yaml", b"config: [1, 2]\n")),
         "'config:' must",
+    ),
+    # yaml.v3's reading (the Pulumi CLI's), not PyYAML's YAML 1.1: see infra/stack_yaml.py
+    Case(
+        "plan-stack-file-duplicate-key",
+        plan("--stack-file", raw_file("Pulumi.k.yaml", GOOD_YAML + b"  gpufleet:tier: h100x8\n")),
+        "gpufleet:tier is set twice (first at line 3)",
+    ),
+    Case(
+        "cost-stack-file-duplicate-key",
+        cost("--stack-file", raw_file("Pulumi.k.yaml", GOOD_YAML + b"  gpufleet:tier: h100x8\n")),
+        "the Pulumi CLI refuses that",
+    ),
+    Case(
+        "plan-stack-file-base-60-ttl",
+        plan("--stack-file", raw_file("Pulumi.t.yaml", GOOD_YAML + b"  gpufleet:ttlHours: 1:30\n")),
+        "'1:30' is not a whole number",
+    ),
+    Case(
+        "plan-stack-file-alias-bomb",
+        plan("--stack-file", raw_file("Pulumi.a.yaml", GOOD_YAML + ALIAS_BOMB)),
+        "once its aliases are expanded",
+    ),
+    Case(
+        "cost-stack-file-alias-bomb",
+        cost("--stack-file", raw_file("Pulumi.a.yaml", GOOD_YAML + ALIAS_BOMB)),
+        "once its aliases are expanded",
+    ),
+    Case(
+        "plan-stack-file-oversized",
+        plan("--stack-file", raw_file("Pulumi.o.yaml", GOOD_YAML + b"# padding\n" * 40_000)),
+        "limit 262,144",
+    ),
+    Case(
+        "plan-stack-file-number-key",
+        plan("--stack-file", raw_file("Pulumi.n.yaml", GOOD_YAML + b"  1: x\n")),
+        "the key 1 is read as a number, not text",
+    ),
+    Case(
+        "plan-stack-file-secret-value",
+        plan(
+            "--stack-file",
+            raw_file("Pulumi.s.yaml", GOOD_YAML + b"  gpufleet:ttlHours:\n    secure: AAABAHd=\n"),
+        ),
+        "is a Pulumi secret (secure:)",
     ),
     Case(
         "plan-stack-file-misnamed",
