@@ -27,7 +27,7 @@ import functools
 import inspect
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -42,6 +42,7 @@ from bootstrap.fleet.api import Host, HostContext, Options, Step
 from bootstrap.fleet.console_keys import Fetch
 from bootstrap.fleet.hostkeys import KNOWN_HOSTS_ENV, resolve_settings, unmatched_selectors
 from bootstrap.fleet.hosts import Fleet, HostDiscoveryError, discover, parse_stack_outputs
+from bootstrap.fleet.numbers import Bound, CheckedTask, numeric_params
 from bootstrap.fleet.runner import HOST_KEY_SETTINGS_KEY, FleetReport, emit, run_fleet
 from bootstrap.fleet.system import preflight_step, probe_step
 from infra.catalog import Feature, load_catalog
@@ -80,6 +81,9 @@ HOST_KEY_HELP = {
 }
 _HOST_KEY_PARAMS = ("known_hosts", "accept_new_host_key")
 
+# A handshake cannot take no time; a negative one used to go on and connect.
+FLEET_BOUNDS = {"connect_timeout": Bound(0, above=True, example="10")}
+
 
 class FleetExecutor(fabric.Executor):
     """Runs fleet tasks once, with the ``-H`` host list, instead of once per host."""
@@ -109,6 +113,7 @@ def fleet_task(
     *args: Any,
     shared: Sequence[str] = FLEET_OPTIONS,
     host_key_options: bool = True,
+    bounds: Mapping[str, Bound] | None = None,
     **kwargs: Any,
 ) -> Callable[[Callable[..., Any]], Task[Any]]:
     """``@task`` that marks the task as running on the whole fleet in parallel.
@@ -118,6 +123,10 @@ def fleet_task(
     its body receives them as one ``fleet_args`` argument. With ``host_key_options`` (the
     default) it also takes ``--known-hosts`` and ``--accept-new-host-key``; they reach the
     runner through the config, so task bodies need not pass them on.
+
+    Every numeric option needs its :class:`~bootstrap.fleet.numbers.Bound` in ``bounds``
+    (the shared ones have theirs): the task is refused at import otherwise, so no option
+    is left to invoke's parser, whose bad-number error is a traceback.
     """
     unknown = [name for name in shared if name not in FLEET_OPTIONS]
     if unknown:
@@ -133,7 +142,15 @@ def fleet_task(
 
     def wrap(fn: Callable[..., Any]) -> Task[Any]:
         body = with_fleet_options(fn, tuple(shared), host_key_options=host_key_options)
-        t: Task[Any] = task(*args, **kwargs)(body)
+        params = inspect.signature(body).parameters
+        checked = {**FLEET_BOUNDS, **(bounds or {})}
+        numeric = numeric_params({n: p.default for n, p in params.items()})
+        missing = [name for name in numeric if name not in checked]
+        if missing:
+            raise TypeError(f"{fn.__qualname__}: give a Bound for {', '.join(missing)}")
+        t = task(*args, klass=CheckedTask, **kwargs)(body)
+        assert isinstance(t, CheckedTask)
+        t.bounds = {name: checked[name] for name in numeric}
         t.gpufleet_fleet = True  # type: ignore[attr-defined]
         return t
 

@@ -27,6 +27,7 @@ from invoke import Context
 
 from bootstrap.fleet.api import HostContext, Options, StepFailed, StepResult, step
 from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
+from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.system import OsInfo, apt_get, check, root_sh, sh
 
 DEFAULT_BRANCH = "580"
@@ -282,7 +283,8 @@ def _start_service(conn: Connection, ctx: HostContext, service: str, driver: str
         "allow_no_gpu": "report GPU steps as skipped on nodes without an NVIDIA GPU",
         "driver_branch": "driver branch, e.g. 580 (default: R580, the last with Volta support)",
         "apt_lock_timeout": "seconds to wait for the apt lock held by unattended upgrades",
-    }
+    },
+    bounds={"apt_lock_timeout": Bound(0, example="300")},
 )
 def install_driver(
     c: Context,

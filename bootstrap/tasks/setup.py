@@ -6,6 +6,7 @@ from invoke import Context
 
 from bootstrap.fleet.api import Options, Step
 from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
+from bootstrap.fleet.numbers import Bound
 from bootstrap.tasks.agent import monitoring_agent_step
 from bootstrap.tasks.driver import install_driver_step
 from bootstrap.tasks.pytorch import DEFAULT_TORCH, DEFAULT_VENV, install_pytorch_step
@@ -38,7 +39,8 @@ def setup_steps() -> list[Step]:
         "apt_lock_timeout": "seconds to wait for an apt lock held by unattended upgrades",
         "watchdog_timer": "arm the idle watchdog's systemd timer (--no-watchdog-timer: install "
         "its files only, for images and hosts without systemd)",
-    }
+    },
+    bounds={"apt_lock_timeout": Bound(0, example="300")},
 )
 def setup(
     c: Context,

@@ -44,6 +44,7 @@ from bootstrap.fleet.api import Host, HostContext, Options, StepFailed, StepResu
 from bootstrap.fleet.cli import FleetArgs, fleet_task, resolve_fleet
 from bootstrap.fleet.hosts import Fleet
 from bootstrap.fleet.interconnect import network_env
+from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.runner import FleetReport, run_fleet, summary_table
 from bootstrap.fleet.system import probe_step, sh
 from bootstrap.tasks.pytorch import DEFAULT_VENV
@@ -453,6 +454,7 @@ def check_command(req_python: str, jobs_dir: str, ckpt_parent: str, want_port: b
         "2>/dev/null)",
         f"echo torch=$({py} -c 'import torch; print(torch.__version__)' 2>/dev/null)",
         "echo gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')",
+        "echo cpus=$(nproc 2>/dev/null)",
         "echo systemd=$(test -d /run/systemd/system && echo yes || echo no)",
         "echo sudo=$(sudo -n true 2>/dev/null && echo yes || echo no)",
     ]
@@ -479,8 +481,11 @@ def parse_check(text: str) -> dict[str, str]:
     return out
 
 
-def judge_check(facts: Mapping[str, str], *, cpu: bool, venv: str, host: str) -> str | None:
-    """Why this node cannot run the job (one line), or None."""
+def judge_check(
+    facts: Mapping[str, str], *, cpu: bool, venv: str, host: str, nproc: int = 0
+) -> str | None:
+    """Why this node cannot run the job (one line), or None. ``nproc`` (0: the default, one
+    per GPU) may not exceed the node's GPUs, or its CPUs with ``cpu``."""
     py = facts.get("python3", "")
     try:
         major, minor = (int(x) for x in py.split(".")[:2])
@@ -496,10 +501,22 @@ def judge_check(facts: Mapping[str, str], *, cpu: bool, venv: str, host: str) ->
         )
     if not cpu and int(facts.get("gpus") or 0) == 0:
         return f"{host}: no NVIDIA GPU on the node: pass --cpu to run the job on CPUs with gloo"
+    why = _too_many_processes(facts, cpu=cpu, nproc=nproc)
+    if why:
+        return f"{host}: {why}"
     for key in ("jobs_dir", "ckpt_dir"):
         if facts.get(key) != "writable" and facts.get("sudo") != "yes":
             return f"{host}: cannot create the {key.replace('_', ' ')} (no write access, no sudo)"
     return None
+
+
+def _too_many_processes(facts: Mapping[str, str], *, cpu: bool, nproc: int) -> str | None:
+    # More ranks than GPUs puts two on one card (NCCL refuses it), and more than CPUs
+    # under gloo only thrashes: either way torchrun would start spawning to no use.
+    what, have = ("CPU(s)", facts.get("cpus")) if cpu else ("GPU(s)", facts.get("gpus"))
+    if not nproc or not (have or "").isdigit() or nproc <= int(have or 0):
+        return None
+    return f"--nproc-per-node {nproc}: the node has {have} {what}; give at most {have}"
 
 
 # ---------------------------------------------------------------------------- node files
@@ -612,7 +629,9 @@ def train_check_step(conn: Connection, ctx: HostContext) -> StepResult:
         timeout=60,
     )
     facts = parse_check(str(done.stdout))
-    why = judge_check(facts, cpu=x["cpu"], venv=x["venv"], host=ctx.host.label)
+    why = judge_check(
+        facts, cpu=x["cpu"], venv=x["venv"], host=ctx.host.label, nproc=int(x.get("nproc") or 0)
+    )
     if why:
         return StepResult.failed(why, facts=facts)
     return StepResult.ok(
@@ -1068,6 +1087,14 @@ TRAIN_HELP = {
     "detach": "auto (systemd where it runs, else a supervised process), systemd or fork",
 }
 
+# The node's own ceiling (its GPUs, or its CPUs with --cpu) is judged once its facts are in.
+TRAIN_BOUNDS = {
+    "nproc_per_node": Bound(1, example="2"),
+    "max_workdir_mb": Bound(0, above=True, example="500"),
+    "sync_interval": Bound(0, above=True, example="60"),
+    "master_port": Bound(0, high=65535, example="29500"),
+}
+
 
 def _job_to_resume(
     c: Context, fleet: Fleet, resume: str, jobs_dir: str, max_workdir_mb: float, timeout: float
@@ -1185,7 +1212,7 @@ def _follow_to_end(c: Context, fleet: Fleet, spec: Mapping[str, Any], timeout: f
         raise Exit(code=1)
 
 
-@fleet_task(help=TRAIN_HELP)
+@fleet_task(help=TRAIN_HELP, bounds=TRAIN_BOUNDS)
 def train(
     c: Context,
     fleet_args: FleetArgs,
@@ -1263,6 +1290,7 @@ def train(
         "ckpt_parent": f"{fleet.scratch.path.rstrip('/')}/checkpoints",
         "cpu": req.cpu if req else bool(old and old.get("cpu")),
         "master_port": req.master_port if req else 0,
+        "nproc": req.nproc_per_node if req else int(old["nproc_per_node"]) if old else 0,
     }
     facts = _checked_node_facts(c, fleet, check_extra, console, quiet, timeout)
     port = (req.master_port if req else 0) or int(facts[head].get("port") or 29500)
@@ -1341,6 +1369,7 @@ def _resolve(
         "rank": "only this global rank",
         "jobs_dir": TRAIN_HELP["jobs_dir"],
     },
+    bounds={"rank": Bound(0, example="0")},
 )
 def logs(
     c: Context,
@@ -1375,6 +1404,7 @@ def logs(
         "wait": "seconds to wait after SIGTERM before SIGKILL (default 60)",
         "jobs_dir": TRAIN_HELP["jobs_dir"],
     },
+    bounds={"wait": Bound(0, example="60")},
 )
 def cancel(
     c: Context,

@@ -26,6 +26,7 @@ from bootstrap.fleet.api import Host, HostContext, Options, StepResult, step
 from bootstrap.fleet.cli import FleetArgs, fleet_task, resolve_fleet
 from bootstrap.fleet.hosts import Fleet
 from bootstrap.fleet.interconnect import fabric_env
+from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.runner import FleetReport, run_fleet
 from bootstrap.fleet.system import probe_step
 from bootstrap.tasks.pytorch import DEFAULT_VENV
@@ -205,7 +206,14 @@ def verify_fleet(
         "timeout": "seconds before a node's benchmark run is killed (default 600)",
         "reports": "folder for the JSON report (default reports/)",
         "upload": "upload the report to the stack's bucket (default on; --no-upload)",
-    }
+    },
+    bounds={
+        "nproc": Bound(1, example="2"),
+        "steps": Bound(1, example="30"),
+        "scratch_mb": Bound(1, example="4096"),
+        "master_port": Bound(1, high=65535, example="29512"),
+        "timeout": Bound(0, above=True, example="600"),
+    },
 )
 def verify_gpu(
     c: Context,

@@ -20,16 +20,15 @@ from typing import Any
 
 from fabric import Connection
 from invoke import Context
-from invoke.exceptions import Exit
 from rich.table import Table
 
 from bootstrap.fleet.api import HostContext, Options, StepResult, step
 from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
+from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.runner import FleetReport
 from bootstrap.fleet.system import root_sh, sh
 from infra.nodes import NODE_INFO_PATH as NODE_INFO  # the stack's first-boot facts
 from infra.reaper.idle_rules import MAX_LEASE_HOURS
-from infra.render import number
 
 REMOTE_DIR = Path(__file__).resolve().parents[1] / "remote"
 # (file in bootstrap/remote, where it goes on the node, mode)
@@ -341,7 +340,9 @@ def install_watchdog(
         "hours": "keep every node alive this many hours from now (at most 336)",
         "prefix": f"where the watchdog is on the node (default {PREFIX})",
         "etc": f"its config directory (default {ETC})",
-    }
+    },
+    # Checked before any connection: a lease of no time, or one past the cap.
+    bounds={"hours": Bound(0, high=MAX_LEASE_HOURS, above=True, example="8")},
 )
 def keep_alive(
     c: Context,
@@ -351,12 +352,6 @@ def keep_alive(
     etc: str = "",
 ) -> None:
     """Lease the nodes for N hours: the watchdog and the reaper leave them running."""
-    if not 0 < hours <= MAX_LEASE_HOURS:  # said here, before any connection
-        raise Exit(
-            f"gpufleet: --hours must be more than 0 and at most {MAX_LEASE_HOURS} "
-            f"(14 days), got {number(hours)}",
-            code=2,
-        )
     fleet_run(
         c,
         "keep-alive",

@@ -9,6 +9,9 @@ import pytest
 from invoke import Context
 
 from bootstrap.fleet.cli import FLEET_OPTIONS, HOST_KEY_OPTIONS_KEY, FleetArgs, fleet_task
+from bootstrap.fleet.numbers import Bound
+
+HOURS = {"hours": Bound(1, example="2")}
 
 
 def flags(t: Any) -> dict[str, Any]:
@@ -16,7 +19,7 @@ def flags(t: Any) -> dict[str, Any]:
 
 
 def test_a_fleet_task_takes_the_shared_options_with_their_kinds_and_help() -> None:
-    @fleet_task(help={"hours": "how long"})
+    @fleet_task(help={"hours": "how long"}, bounds=HOURS)
     def lease(c: Context, fleet_args: FleetArgs, hours: int = 2) -> None:
         """Lease."""
 
@@ -31,7 +34,7 @@ def test_a_fleet_task_takes_the_shared_options_with_their_kinds_and_help() -> No
 def test_the_body_gets_one_fleet_args_and_its_own_options() -> None:
     seen: list[Any] = []
 
-    @fleet_task()
+    @fleet_task(bounds=HOURS)
     def probe(c: Context, fleet_args: FleetArgs, hours: int = 2) -> None:
         """Probe."""
         seen.append((fleet_args, hours))
@@ -40,6 +43,15 @@ def test_the_body_gets_one_fleet_args_and_its_own_options() -> None:
     probe(c, hours=3, stack="a100x8", json=True, connect_timeout=4.0, known_hosts="/kh")
     assert seen == [(FleetArgs(stack="a100x8", json=True, connect_timeout=4.0), 3)]
     assert c.config[HOST_KEY_OPTIONS_KEY] == ("/kh", "")
+
+
+def test_a_numeric_option_without_a_bound_is_refused_when_the_task_is_defined() -> None:
+    # Left to invoke, a bad number would be its 22-line traceback.
+    with pytest.raises(TypeError, match="give a Bound for hours"):
+
+        @fleet_task()
+        def lease(c: Context, fleet_args: FleetArgs, hours: float = 2.0) -> None:
+            """Lease."""
 
 
 def test_a_positional_argument_still_binds_after_fleet_args() -> None:

@@ -300,6 +300,35 @@ def test_a_node_that_cannot_run_the_job_is_named_with_the_fix(
     assert why is not None and says in why and why.startswith("n1 (10.0.0.2)")
 
 
+@pytest.mark.parametrize(
+    ("nproc", "cpu", "says"),
+    [
+        (9, False, "--nproc-per-node 9: the node has 8 GPU(s); give at most 8"),
+        (100000, True, "--nproc-per-node 100000: the node has 4 CPU(s); give at most 4"),
+    ],
+)
+def test_more_processes_than_the_node_has_gpus_or_cpus_are_refused(
+    nproc: int, cpu: bool, says: str
+) -> None:
+    facts = {**READY, "cpus": "4"}
+    assert train.judge_check(facts, cpu=cpu, venv="/v", host="h", nproc=nproc) == f"h: {says}"
+
+
+@pytest.mark.parametrize(("nproc", "cpu"), [(8, False), (4, True), (0, False)])
+def test_up_to_the_node_s_count_runs(nproc: int, cpu: bool) -> None:
+    facts = {**READY, "cpus": "4"}
+    assert train.judge_check(facts, cpu=cpu, venv="/v", host="h", nproc=nproc) is None
+
+
+READY = {
+    "python3": "3.10",
+    "torch": "2.13.0",
+    "gpus": "8",
+    "jobs_dir": "writable",
+    "ckpt_dir": "writable",
+}
+
+
 def test_a_ready_node_passes_the_check() -> None:
     facts = {
         "python3": "3.10",

@@ -158,7 +158,7 @@ def test_keep_alive_refuses_an_absurd_lease(
     )  # fmt: skip
     # refused before any connection, exit status 2, naming the number as typed
     assert lease.returncode == 2 and lease.stdout == ""
-    assert "at most 336 (14 days), got 1000" in lease.stderr
+    assert "--hours 1000: give a number above 0 and at most 336" in lease.stderr
     assert "1000.0" not in lease.stderr and "Traceback" not in lease.stderr
 
 
