@@ -8,6 +8,8 @@ cost.py and the tests. No provider SDK and no Pulumi import here.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import json
 import math
@@ -245,7 +247,17 @@ _TAG_KEY = re.compile(r"^[\w.:/=+@ -]{1,127}$")
 # The stack name becomes host names (<stack>-<i>), bucket and role names: Pulumi allows more
 # (upper case, _ and .), which would only fail later, deep inside the program.
 _STACK_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,59}")
-_SSH_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp\d+|sk-ssh-ed25519@openssh\.com) ")
+# OpenSSH public key types (PROTOCOL / RFC 4253 6.6, RFC 5656, RFC 8709, PROTOCOL.u2f) and the
+# one thing their blob must say: its own type name first, as an SSH string.
+SSH_KEY_TYPES = (
+    "ssh-ed25519",
+    "ssh-rsa",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "sk-ssh-ed25519@openssh.com",
+    "sk-ecdsa-sha2-nistp256@openssh.com",
+)
 
 
 AnyNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -521,6 +533,11 @@ def _read_ssh(r: _Reader) -> tuple[tuple[str, ...], str | None]:
         except ValueError as exc:
             r.problem(f"sshCidrs[{i}]", f"{c!r} is not a valid CIDR ({exc})")
             continue
+        if str(net) in cidrs:
+            # AWS refuses the second rule (InvalidPermission.Duplicate) and pulumi up stops
+            first = nets[cidrs.index(str(net))][0]
+            r.problem(f"sshCidrs[{i}]", f"repeats sshCidrs[{first}] ({net}): remove one")
+            continue
         nets.append((i, net))
         cidrs.append(str(net))
     if not allow_world:
@@ -529,9 +546,38 @@ def _read_ssh(r: _Reader) -> tuple[tuple[str, ...], str | None]:
             r.problem(key, message)
 
     ssh_key = r.text("sshPublicKey")
-    if ssh_key and not _SSH_KEY.match(ssh_key):
-        r.problem("sshPublicKey", "not an OpenSSH public key (expected 'ssh-ed25519 AAAA...')")
+    problem = ssh_key_problem(ssh_key) if ssh_key else None
+    if problem:
+        r.problem("sshPublicKey", problem)
     return tuple(cidrs), ssh_key
+
+
+def ssh_key_problem(key: str) -> str | None:
+    """Why `key` is not one OpenSSH public key line ("type base64 [comment]"), or None.
+
+    The line goes into authorized_keys as it is, so anything past one line would be a second
+    entry there; the base64 must decode, and the blob must start with the key's own type
+    (RFC 4253 section 6.6), which catches a key pasted with the wrong prefix or cut short."""
+    if any(c in key for c in "\r\n\x00"):
+        return "must be one line: the key holds a line break (paste the .pub file's one line)"
+    fields = key.split(None, 2)
+    if fields[0] not in SSH_KEY_TYPES:
+        return (
+            f"{fields[0][:40]!r} is not an OpenSSH public key type (expected one of "
+            f"{', '.join(SSH_KEY_TYPES[:2])}, ...: paste the .pub file, e.g. ~/.ssh/id_ed25519.pub)"
+        )
+    if len(fields) < 2:
+        return "the key's base64 part is missing (expected 'ssh-ed25519 AAAA... comment')"
+    try:
+        blob = base64.b64decode(fields[1], validate=True)
+    except (binascii.Error, ValueError):
+        return "the key's second field is not base64: paste the whole .pub line"
+    size = int.from_bytes(blob[:4], "big")
+    if len(blob) < 4 + size or blob[4 : 4 + size] != fields[0].encode():
+        return f"the key's data does not say {fields[0]}: it is cut short or of another type"
+    if fields[0] == "ssh-ed25519" and len(blob) != 4 + size + 4 + 32:
+        return "an ssh-ed25519 key is 32 bytes: this one is cut short or has extra data"
+    return None
 
 
 def _read_disks(r: _Reader, info: ProviderInfo | None) -> tuple[int, int, str, str]:

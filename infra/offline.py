@@ -24,7 +24,7 @@ from pulumi.runtime.mocks import MockMonitor
 from infra.config import StackConfig
 
 PLACEHOLDER_SSH_KEY = (
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPLANONLYPLACEHOLDERKEYxxxxxxxxxxxxxxxxxxxxxxx "
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPLANONLYPLACEHOLDERKEYxxxxxxxxxxxxxxxxxxxxx "
     "gpufleet-plan-placeholder"
 )
 ACCOUNT_ID = "123456789012"

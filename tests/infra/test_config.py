@@ -325,3 +325,64 @@ def test_plain_tag_values_are_kept_as_text():
 def test_every_bad_tag_is_its_own_line():
     found = problems(tags={"AWS:x": "1", "a": None, "b": {"c": "d"}})
     assert [p.split(":")[1] for p in found] == ["tags.AWS", "tags.a", "tags.b"]
+
+
+# --- sshPublicKey: one OpenSSH public key line, parsed, not only its prefix -------------------
+
+
+@pytest.fixture(scope="module")
+def real_keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Public keys as ssh-keygen writes them (ed25519, rsa, ecdsa), comment included."""
+    import subprocess
+
+    keys = {}
+    for kind in ("ed25519", "rsa", "ecdsa"):
+        path = tmp_path_factory.mktemp("keys") / f"id_{kind}"
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", "me@laptop", "-f", str(path)],
+            check=True,
+            timeout=60,
+        )
+        keys[kind] = path.with_suffix(".pub").read_text()
+    return keys
+
+
+def test_the_keys_ssh_keygen_writes_are_accepted_as_they_are(real_keys: dict[str, str]) -> None:
+    for key in real_keys.values():
+        assert parse_config({**GOOD, "sshPublicKey": key}, "t").ssh_public_key == key.strip()
+
+
+def test_a_key_with_a_second_line_is_refused(real_keys: dict[str, str]) -> None:
+    injected = real_keys["ed25519"].strip() + "\nssh-ed25519 AAAAC3Nza attacker"
+    assert "must be one line" in one(sshPublicKey=injected)
+
+
+@pytest.mark.parametrize(
+    "key,says",
+    [
+        ("ssh-rsa notbase64!!!", "not base64"),
+        ("ssh-rsa", "base64 part is missing"),
+        ("ssh-dss AAAAB3NzaC1kc3MAAACBAP", "'ssh-dss' is not an OpenSSH public key type"),
+        ("AAAAC3NzaC1lZDI1NTE5AAAAI me@laptop", "is not an OpenSSH public key type"),
+        # an ed25519 blob behind an rsa prefix, and an ed25519 key cut short
+        (
+            "ssh-rsa AAAAC3NzaC1lZDI1NTE5AAAAIPLANONLYPLACEHOLDERKEYxxxxxxxxxxxxxxxxxxxxx",
+            "say ssh-rsa",
+        ),
+        ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPLANONL", "is 32 bytes"),
+    ],
+)
+def test_a_key_that_is_not_one_openssh_public_key_is_refused(key: str, says: str) -> None:
+    assert says in one(sshPublicKey=key)
+
+
+def test_the_plans_placeholder_key_is_a_well_formed_key() -> None:
+    from infra.config import ssh_key_problem
+    from infra.offline import PLACEHOLDER_SSH_KEY
+
+    assert ssh_key_problem(PLACEHOLDER_SSH_KEY) is None
+
+
+def test_a_cidr_given_twice_is_refused_even_when_written_differently() -> None:
+    said = one(sshCidrs=["203.0.113.0/24", "198.51.100.7/32", " 203.0.113.0/24"])
+    assert said.startswith("gpufleet:sshCidrs[2]") and "repeats sshCidrs[0] (203.0.113.0/24)" in said
