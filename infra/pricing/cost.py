@@ -2,8 +2,8 @@
 same tier compared across providers, regions, billing modes and profiles.
 
 Pure arithmetic over the catalog (instance-hour prices) and pricing.toml (everything else). No
-provider SDK and no Pulumi here: `scripts/cost.py` does the live price look-ups and passes what
-they return to the parsers at the bottom of this module.
+provider SDK and no Pulumi here: a live price comes from the cloud's own prices.py
+(infra/clouds/<name>/), which `scripts/cost.py` asks and sets against the catalog (LiveCheck).
 
 Conventions:
 - amounts are in the provider's currency unless a target currency is asked for; conversions use
@@ -18,8 +18,7 @@ Conventions:
 from __future__ import annotations
 
 import datetime as dt
-import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -1241,56 +1240,7 @@ def compare_tier(
 
 
 # ----------------------------------------------------------------------------------------------
-# live price checks (parsers only: scripts/cost.py makes the calls)
-
-
-def aws_pricing_filters(instance_type: str, location: str) -> list[dict[str, str]]:
-    """GetProducts filters selecting the Linux, shared-tenancy, no-licence on-demand product."""
-    wanted = {
-        "instanceType": instance_type,
-        "location": location,
-        "tenancy": "Shared",
-        "operatingSystem": "Linux",
-        "preInstalledSw": "NA",
-        "capacitystatus": "Used",
-        "licenseModel": "No License required",
-    }
-    return [{"Type": "TERM_MATCH", "Field": f, "Value": v} for f, v in wanted.items()]
-
-
-def parse_aws_price_list(price_list: Iterable[str | Mapping[str, Any]]) -> float:
-    """The on-demand USD/hour from GetProducts' PriceList (JSON strings). Raises LookupError."""
-    found: list[float] = []
-    for entry in price_list:
-        doc = json.loads(entry) if isinstance(entry, str) else entry
-        for term in doc.get("terms", {}).get("OnDemand", {}).values():
-            for dim in term.get("priceDimensions", {}).values():
-                usd = dim.get("pricePerUnit", {}).get("USD")
-                if usd is not None and dim.get("unit", "Hrs").lower().startswith("hr"):
-                    value = float(usd)
-                    if value > 0:
-                        found.append(value)
-    if not found:
-        raise LookupError("the Price List answer holds no on-demand hourly USD price")
-    return min(found)
-
-
-def parse_alicloud_price(body: Mapping[str, Any]) -> tuple[float, str]:
-    """Instance-hour price and currency from DescribePrice's response body (as a map).
-
-    Prefers the instanceType detail line (the total also carries the system disk)."""
-    info = body.get("PriceInfo", {}).get("Price", {})
-    currency = str(info.get("Currency", "CNY"))
-    details = info.get("DetailInfos", {}).get("DetailInfo", []) or []
-    for d in details:
-        if str(d.get("Resource", "")).lower() == "instancetype":
-            value = d.get("TradePrice", d.get("OriginalPrice"))
-            if value is not None:
-                return float(value), currency
-    for key in ("TradePrice", "OriginalPrice"):
-        if info.get(key) is not None:
-            return float(info[key]), currency
-    raise LookupError("the DescribePrice answer holds no price")
+# the catalog against a live price (the cloud's prices.py fetches it, scripts/cost.py asks)
 
 
 @dataclass(frozen=True)

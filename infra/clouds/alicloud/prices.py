@@ -8,9 +8,28 @@ The SDK is imported inside the function: nothing else needs it.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from infra.clouds.live import LivePriceError, Terms
-from infra.pricing.cost import parse_alicloud_price
+
+
+def parse_alicloud_price(body: Mapping[str, Any]) -> tuple[float, str]:
+    """Instance-hour price and currency from DescribePrice's response body (as a map).
+
+    Prefers the instanceType detail line (the total also carries the system disk)."""
+    info = body.get("PriceInfo", {}).get("Price", {})
+    currency = str(info.get("Currency", "CNY"))
+    details = info.get("DetailInfos", {}).get("DetailInfo", []) or []
+    for d in details:
+        if str(d.get("Resource", "")).lower() == "instancetype":
+            value = d.get("TradePrice", d.get("OriginalPrice"))
+            if value is not None:
+                return float(value), currency
+    for key in ("TradePrice", "OriginalPrice"):
+        if info.get(key) is not None:
+            return float(info[key]), currency
+    raise LookupError("the DescribePrice answer holds no price")
 
 
 def live_price(instance_type: str, region: str) -> tuple[float, str]:

@@ -7,10 +7,42 @@ The SDK is imported inside the functions: nothing else needs it.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from infra.clouds.live import LivePriceError, Terms
-from infra.pricing.cost import aws_pricing_filters, parse_aws_price_list
+
+
+def aws_pricing_filters(instance_type: str, location: str) -> list[dict[str, str]]:
+    """GetProducts filters selecting the Linux, shared-tenancy, no-licence on-demand product."""
+    wanted = {
+        "instanceType": instance_type,
+        "location": location,
+        "tenancy": "Shared",
+        "operatingSystem": "Linux",
+        "preInstalledSw": "NA",
+        "capacitystatus": "Used",
+        "licenseModel": "No License required",
+    }
+    return [{"Type": "TERM_MATCH", "Field": f, "Value": v} for f, v in wanted.items()]
+
+
+def parse_aws_price_list(price_list: Iterable[str | Mapping[str, Any]]) -> float:
+    """The on-demand USD/hour from GetProducts' PriceList (JSON strings). Raises LookupError."""
+    found: list[float] = []
+    for entry in price_list:
+        doc = json.loads(entry) if isinstance(entry, str) else entry
+        for term in doc.get("terms", {}).get("OnDemand", {}).values():
+            for dim in term.get("priceDimensions", {}).values():
+                usd = dim.get("pricePerUnit", {}).get("USD")
+                if usd is not None and dim.get("unit", "Hrs").lower().startswith("hr"):
+                    value = float(usd)
+                    if value > 0:
+                        found.append(value)
+    if not found:
+        raise LookupError("the Price List answer holds no on-demand hourly USD price")
+    return min(found)
 
 
 def aws_location(region: str) -> str:
