@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import paramiko
 from fabric import Connection
 from invoke import Context
 from invoke.exceptions import Exit
@@ -656,7 +657,7 @@ def sync_workdir(conn: Connection, ctx: HostContext, runner: str) -> str:
         return f"workdir unchanged ({len(manifest)} file(s))"
     data = pack(root, send, {"files": manifest, "delete": delete})
     tmp = f"{remote_dir.rstrip('/')}/../.upload-{secrets.token_hex(4)}.tar.gz"
-    conn.put(io.BytesIO(data), tmp)
+    put_bytes(conn, data, tmp)
     out = _json_out(
         sh(
             conn,
@@ -668,6 +669,23 @@ def sync_workdir(conn: Connection, ctx: HostContext, runner: str) -> str:
     if not out.get("ok"):
         raise StepFailed(f"workdir update refused: {out.get('error')}")
     return f"workdir: {len(send)} file(s) sent ({len(data) / 1e3:.0f} kB), {len(delete)} removed"
+
+
+def put_bytes(conn: Connection, data: bytes, path: str) -> None:
+    """Copy ``data`` to ``path`` on the node over SFTP, naming a missing SFTP subsystem."""
+    try:
+        conn.put(io.BytesIO(data), path)
+    except paramiko.SSHException as exc:
+        # sshd refuses the subsystem by closing the channel: paramiko says only "Channel
+        # closed." while the session itself is fine. A dead session is a lost connection.
+        transport = conn.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise
+        raise StepFailed(
+            f"the node's sshd has no SFTP subsystem ({exc}): add `Subsystem sftp "
+            "internal-sftp` to /etc/ssh/sshd_config and reload sshd; fab train copies "
+            "the workdir over SFTP"
+        ) from None
 
 
 @step("train-start")
@@ -1184,11 +1202,15 @@ def _report_started(
     else:
         console.print(summary_table(started))
     if started.failed_hosts:
-        console.print(
-            f"job {spec['job']}: not started on every node; `fab cancel {spec['job']}` stops "
-            "the nodes where it did start",
-            highlight=False,
-        )
+        if len(started.failed_hosts) == nodes:
+            # No node has the job: a `fab cancel` hint would only answer "no job".
+            console.print(f"job {spec['job']}: not started on any node", highlight=False)
+        else:
+            console.print(
+                f"job {spec['job']}: not started on every node; `fab cancel {spec['job']}` "
+                "stops the nodes where it did start",
+                highlight=False,
+            )
         raise Exit(code=1)
     verb = "resumed" if resumed else "running"
     if not json:

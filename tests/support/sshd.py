@@ -184,10 +184,13 @@ def make_workdir() -> Path:
     return path
 
 
-def start_sshd(workdir: Path | None = None, *, timeout_s: float = 10.0) -> SshServer:
+def start_sshd(
+    workdir: Path | None = None, *, timeout_s: float = 10.0, sftp: bool = True
+) -> SshServer:
     """Create the users and keys, start sshd on a free loopback port, wait until it answers.
 
     ``workdir`` must be traversable by the test users (see :func:`make_workdir`, the default).
+    ``sftp=False`` leaves out the SFTP subsystem, as on a node whose sshd_config lacks it.
     """
     reason = skip_reason()
     if reason:
@@ -226,7 +229,7 @@ def start_sshd(workdir: Path | None = None, *, timeout_s: float = 10.0) -> SshSe
                 "MaxSessions 64",
                 "LogLevel VERBOSE",
                 # Fabric's put/get speak SFTP; without this line the channel just closes.
-                "Subsystem sftp internal-sftp",
+                "Subsystem sftp internal-sftp" if sftp else "",
                 "",
             ]
         )

@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from bootstrap.fleet.api import StepFailed
+from bootstrap.tasks.train import put_bytes
 from tests.bootstrap.conftest import REPO, FabResult, node_dir, run_fab
 from tests.support.sshd import SshServer, free_port, start_sshd, stop_sshd
 
@@ -395,3 +397,26 @@ def test_bad_input_is_refused_in_one_line_before_any_node_changes(
 
     unknown = run_fab("logs", "no-such-job", "--inventory", str(inv), "--jobs-dir", str(jobs))
     assert unknown.returncode == 2 and "no job 'no-such-job' on these nodes" in unknown.stderr
+
+
+@pytest.fixture(scope="module")
+def node_without_sftp(sshd_server: SshServer) -> Iterator[SshServer]:
+    server = start_sshd(sftp=False)
+    try:
+        yield server
+    finally:
+        stop_sshd(server)
+
+
+def test_a_node_without_the_sftp_subsystem_is_named_as_such(
+    node_without_sftp: SshServer, sshd_server: SshServer
+) -> None:
+    # Issue 24: this said "SSH connection lost: Channel closed."
+    dest = f"/tmp/gpufleet-put-{os.getpid()}"
+    with node_without_sftp.connection() as conn, pytest.raises(StepFailed) as refused:
+        put_bytes(conn, b"workdir", dest)
+    assert str(refused.value).startswith("the node's sshd has no SFTP subsystem")
+    assert "Subsystem sftp internal-sftp" in str(refused.value)
+    with sshd_server.connection() as conn:
+        put_bytes(conn, b"workdir", dest)  # the same copy where sshd has it
+        assert conn.run(f"cat {dest} && rm {dest}", hide=True, in_stream=False).stdout == "workdir"
