@@ -2,29 +2,25 @@
 
 Components own the resource graph's shape (one ComponentResource per concern); a provider
 module only knows how its cloud spells each concern. Capabilities are data: a provider lists
-what it cannot do with the reason, in its catalog file's ``[provider.unsupported]`` table
-(UNSUPPORTED mirrors it here), and callers outside this folder consult that data through
-``infra.catalog`` (which imports no SDK) instead of branching on the provider's name.
+what it cannot do with the reason, in its catalog file's ``[provider.unsupported]`` table,
+and every caller (the config's validation, the node plan, the program) consults that data
+through ``infra.catalog`` (which imports no SDK) instead of branching on the provider's
+name; the program module keeps no copy of it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import pulumi
 
 from infra import clouds
-from infra.catalog import Feature, load_catalog, plan_notes
+from infra.catalog import load_catalog, plan_notes
 from infra.config import StackConfig
 from infra.nodes import NodeSpec
-
-
-def unsupported_features(name: str) -> Mapping[Feature, str]:
-    """A provider module's UNSUPPORTED: its catalog file's data, one source for both."""
-    return load_catalog().providers[name].unsupported
 
 
 @dataclass
@@ -86,7 +82,6 @@ def catalog_notes(cfg: StackConfig, today: dt.date, own: Sequence[str] = ()) -> 
 
 class CloudProvider(Protocol):
     name: str
-    UNSUPPORTED: Mapping[Feature, str]
 
     def plan_notes(self, cfg: StackConfig, today: dt.date) -> PlanNotes:
         """What the plan must tell people about this stack on this cloud (scripts/plan.py):

@@ -30,7 +30,6 @@ NAME = "examplecloud"
 
 class ExampleProvider:
     name = NAME
-    UNSUPPORTED: dict[str, str] = {}
 
 
 PROVIDER = ExampleProvider()

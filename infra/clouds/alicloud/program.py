@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-from collections.abc import Mapping
 from typing import Any
 
 import pulumi
@@ -16,14 +15,12 @@ from infra import reaper_deploy as guard_logic
 from infra.clouds import common
 from infra.clouds.base import (
     AccessParts,
-    Feature,
     GuardParts,
     NetworkParts,
     NodeParts,
     PlanNotes,
     StorageParts,
     catalog_notes,
-    unsupported_features,
 )
 from infra.clouds.common import child_opts
 from infra.config import StackConfig
@@ -303,7 +300,6 @@ def _role_with_policy(
 
 class AlicloudProvider:
     name = "alicloud"
-    UNSUPPORTED: Mapping[Feature, str] = unsupported_features("alicloud")
 
     def plan_notes(self, cfg: StackConfig, today: dt.date) -> PlanNotes:
         return catalog_notes(cfg, today)

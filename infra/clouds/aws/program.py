@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
 
 import pulumi
 import pulumi_aws as aws
@@ -13,14 +12,12 @@ from infra import reaper_deploy as guard_logic
 from infra.clouds import common
 from infra.clouds.base import (
     AccessParts,
-    Feature,
     GuardParts,
     NetworkParts,
     NodeParts,
     PlanNotes,
     StorageParts,
     catalog_notes,
-    unsupported_features,
 )
 from infra.clouds.common import child_opts
 from infra.config import StackConfig
@@ -231,7 +228,6 @@ def eip_note(cfg: StackConfig) -> str | None:
 
 class AwsProvider:
     name = "aws"
-    UNSUPPORTED: Mapping[Feature, str] = unsupported_features("aws")
 
     def plan_notes(self, cfg: StackConfig, today: dt.date) -> PlanNotes:
         return catalog_notes(cfg, today, self.stack_notes(cfg))

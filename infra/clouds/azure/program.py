@@ -13,7 +13,6 @@ import base64
 import datetime as dt
 import json
 import uuid
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +21,15 @@ import pulumi_azure_native as az
 import pulumi_random as random
 
 from infra import reaper_deploy as guard_logic
-from infra.catalog import InstanceType, load_catalog
+from infra.catalog import Feature, InstanceType, load_catalog
 from infra.clouds.base import (
     AccessParts,
-    Feature,
     GuardParts,
     NetworkParts,
     NodeParts,
     PlanNotes,
     StorageParts,
     catalog_notes,
-    unsupported_features,
 )
 from infra.clouds.common import ARCHIVE_AFTER_COOL_DAYS, child_opts
 from infra.config import StackConfig
@@ -451,7 +448,6 @@ def package_blob_name(package: Path) -> str:
 
 class AzureProvider:
     name = "azure"
-    UNSUPPORTED: Mapping[Feature, str] = unsupported_features("azure")
 
     def plan_notes(self, cfg: StackConfig, today: dt.date) -> PlanNotes:
         return catalog_notes(cfg, today)

@@ -28,14 +28,12 @@ from infra.catalog import load_catalog
 from infra.clouds import common
 from infra.clouds.base import (
     AccessParts,
-    Feature,
     GuardParts,
     NetworkParts,
     NodeParts,
     PlanNotes,
     StorageParts,
     catalog_notes,
-    unsupported_features,
 )
 from infra.clouds.common import child_opts
 from infra.config import ConfigError, StackConfig
@@ -345,7 +343,6 @@ def _first(found: Any, key: str) -> Any:
 
 class TencentProvider:
     name = NAME
-    UNSUPPORTED: Mapping[Feature, str] = unsupported_features(NAME)
 
     def plan_notes(self, cfg: StackConfig, today: dt.date) -> PlanNotes:
         return catalog_notes(cfg, today, self.stack_notes(cfg))
