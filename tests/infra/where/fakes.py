@@ -1,0 +1,64 @@
+"""Small local HTTP fakes of the clouds' availability APIs, on 127.0.0.1 only.
+
+Each answers one action with a body the test gives, shaped like the cloud's own recorded
+example (cited where the test builds it), and keeps what it was asked."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+# (method, path, query, headers, body) -> (status, JSON answer)
+Answer = Callable[[str, str, dict[str, str], dict[str, str], bytes], tuple[int, Any]]
+
+
+@contextmanager
+def serving(answer: Answer) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """(the fake's host:port, the requests it got), while the block runs."""
+    seen: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _any(self) -> None:
+            url = urlparse(self.path)
+            query = {k: v[0] for k, v in parse_qs(url.query).items()}
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            seen.append(
+                {
+                    "method": self.command,
+                    "path": url.path,
+                    "query": query,
+                    "headers": headers,
+                    "body": body,
+                }
+            )
+            status, doc = answer(self.command, url.path, query, headers, body)
+            data = json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = _any
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.daemon = True
+    thread.start()
+    try:
+        host, port = str(server.server_address[0]), int(server.server_address[1])
+        yield f"{host}:{port}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
