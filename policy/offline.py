@@ -17,16 +17,15 @@ from infra.config import StackConfig, read_text_file
 from infra.offline import PlanResult
 from policy import rules as R
 from policy.pack import identifiers
+from policy.resources import Resource
 
 # `scripts/plan.py` exits with this when a mandatory policy fails (2 is invalid config).
 EXIT_MANDATORY = 3
 
 
-def resources_from_plan(result: PlanResult, cfg: StackConfig) -> list[R.Resource]:
+def resources_from_plan(result: PlanResult, cfg: StackConfig) -> list[Resource]:
     return [
-        R.Resource(
-            rec.type, rec.name, rec.inputs, ids=identifiers(rec.type, rec.outputs) | {rec.id}
-        )
+        Resource(rec.type, rec.name, rec.inputs, ids=identifiers(rec.type, rec.outputs) | {rec.id})
         for rec in result.resources
     ]
 

@@ -2,7 +2,7 @@
 
 `pulumi preview --policy-pack policy/` runs policy/__main__.py, which builds a PolicyPack from
 `build_policies()`. Each policy here only converts what the engine hands over (a
-ResourceValidationArgs or the StackValidationArgs' PolicyResource list) into rules.Resource,
+ResourceValidationArgs or the StackValidationArgs' PolicyResource list) into resources.Resource,
 asks the rule, and reports each finding with the offending resource's URN.
 """
 
@@ -29,6 +29,7 @@ from pulumi_policy import (
 from pulumi_policy.proxy import _DictProxy, _is_unknown, _ListProxy
 
 from policy import rules as R
+from policy.resources import UNKNOWN, Resource
 
 # Inputs/outputs that identify a resource (what other resources use to point at it). `bucket`
 # and `functionName` identify only buckets and functions: elsewhere they are references.
@@ -41,7 +42,7 @@ STACK_CONFIG_KEYS = ("maxHourlyCost",)
 
 
 def plain(value: Any) -> Any:
-    """The SDK's unknown-checking proxies -> plain dicts/lists, unknowns -> rules.UNKNOWN.
+    """The SDK's unknown-checking proxies -> plain dicts/lists, unknowns -> resources.UNKNOWN.
 
     Rules must be able to look at a resource during preview without tripping over a value the
     engine does not know yet (the proxy would raise and skip the whole policy).
@@ -57,7 +58,7 @@ def plain(value: Any) -> Any:
     if isinstance(value, Secret):
         return plain(value.value)
     if _is_unknown(value):
-        return R.UNKNOWN
+        return UNKNOWN
     return value
 
 
@@ -66,20 +67,20 @@ def identifiers(type_: str, props: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(v for k in keys if isinstance(v := props.get(k), str) and v)
 
 
-def from_args(args: ResourceValidationArgs) -> R.Resource:
+def from_args(args: ResourceValidationArgs) -> Resource:
     inputs = plain(args.props)
-    return R.Resource(
+    return Resource(
         args.resource_type, args.name, inputs, args.urn, identifiers(args.resource_type, inputs)
     )
 
 
-def from_policy_resource(resource: PolicyResource) -> R.Resource:
+def from_policy_resource(resource: PolicyResource) -> Resource:
     props = plain(resource.props)
     deps = {
         key: frozenset(d.urn for d in targets)
         for key, targets in (resource.property_dependencies or {}).items()
     }
-    return R.Resource(
+    return Resource(
         resource.resource_type,
         resource.name,
         props,

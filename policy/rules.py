@@ -1,21 +1,15 @@
 """The guardrails as pure functions over the resources a stack declares.
 
-Every rule reads plain data: a list of :class:`Resource` (type token, logical name, inputs in
-the engine's camelCase). The same functions run in two places:
+Every rule reads plain data: a list of :class:`policy.resources.Resource` (type token,
+logical name, inputs in the engine's camelCase). The same functions run in two places:
 
 * inside ``pulumi preview/up --policy-pack policy/`` (``policy/pack.py`` turns the engine's
-  ``PolicyResource`` objects into :class:`Resource`), and
+  ``PolicyResource`` objects into resources), and
 * offline, in ``scripts/plan.py``, on the resources Pulumi's mocks recorded
   (``policy/offline.py``).
 
-During a preview some inputs are not known yet (an id the cloud assigns, a JSON document built
-from one). They arrive here as :data:`UNKNOWN`; a rule never reports a value it cannot see,
-because the engine runs the policies again with the real values before it creates anything
-(resource policies) and after the update (stack policies).
-
-Resources refer to one another (a bucket policy names its bucket). :func:`refers_to` answers
-"does this input point at that resource?" from the engine's property dependencies when there
-are any, else from the identifiers the target is known by (id, ARN, name).
+Inputs not known yet during a preview, and how one resource refers to another, are
+policy/resources.py's business.
 """
 
 from __future__ import annotations
@@ -23,12 +17,25 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from infra.config import SSH_MIN_PREFIX
 from infra.reaper import tags as T
+from policy.resources import (
+    UNKNOWN,
+    Bill,
+    Resource,
+    StackFinding,
+    as_list,
+    attached,
+    is_true,
+    known,
+    positive,
+    refers_to,
+    unencrypted,
+)
 
 PACK_NAME = "gpufleet-guardrails"
 PACK_VERSION = "0.1.0"
@@ -36,91 +43,6 @@ MANDATORY = "mandatory"
 ADVISORY = "advisory"
 DISABLED = "disabled"
 LEVELS = (MANDATORY, ADVISORY, DISABLED)
-
-
-class _Unknown:
-    """A value the engine does not know yet (preview); compares unequal to everything."""
-
-    _instance: _Unknown | None = None
-
-    def __new__(cls) -> _Unknown:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "<unknown during preview>"
-
-
-UNKNOWN: Any = _Unknown()
-
-
-def known(value: Any) -> bool:
-    return value is not UNKNOWN
-
-
-@dataclass(frozen=True)
-class Resource:
-    """One declared resource, as the engine sends it to a policy pack."""
-
-    type: str
-    name: str
-    inputs: Mapping[str, Any]
-    urn: str = ""
-    # What other resources may use to point at this one: id, ARN, physical name.
-    ids: frozenset[str] = frozenset()
-    # Input key -> keys (see `key`) of the resources that input was computed from.
-    deps: Mapping[str, frozenset[str]] = field(default_factory=dict)
-
-    @property
-    def key(self) -> str:
-        return self.urn or f"{self.type}::{self.name}"
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} ({self.type})"
-
-    def get(self, *path: str | int) -> Any:
-        """Nested input lookup: None when absent, UNKNOWN when not known yet."""
-        value: Any = self.inputs
-        for step in path:
-            if value is UNKNOWN:
-                return UNKNOWN
-            if isinstance(step, int):
-                if not isinstance(value, list | tuple) or step >= len(value):
-                    return None
-                value = value[step]
-            else:
-                if not isinstance(value, Mapping):
-                    return None
-                value = value.get(step)
-        return value
-
-    @property
-    def tags(self) -> Mapping[str, Any]:
-        tags = self.inputs.get("tags")
-        return tags if isinstance(tags, Mapping) else {}
-
-
-def refers_to(source: Resource, prop: str, target: Resource) -> bool:
-    """Whether `source.inputs[prop]` points at `target`."""
-    if target.key in source.deps.get(prop, frozenset()):
-        return True
-    value = source.inputs.get(prop)
-    return isinstance(value, str) and value in target.ids
-
-
-def as_list(value: Any) -> list[Any]:
-    if value is None or value is UNKNOWN:
-        return []
-    if isinstance(value, list | tuple):
-        return list(value)
-    return [value]
-
-
-def is_true(value: Any) -> bool:
-    """True for a boolean true, and for "true": some SDK fields are typed as strings."""
-    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
 
 
 # ---------------------------------------------------------------------------------- types
@@ -406,10 +328,6 @@ def check_imdsv2(r: Resource) -> list[str]:
 # ---------------------------------------------------------------------------- disk encryption
 
 
-def _unencrypted(value: Any) -> bool:
-    return known(value) and not is_true(value)
-
-
 def check_disks_encrypted(r: Resource) -> list[str]:
     found: list[str] = []
     if r.type == AZ_VM:
@@ -424,13 +342,13 @@ def check_disks_encrypted(r: Resource) -> list[str]:
             )
     if r.type == AWS_INSTANCE:
         root = r.get("rootBlockDevice")
-        if root is None or (isinstance(root, Mapping) and _unencrypted(root.get("encrypted"))):
+        if root is None or (isinstance(root, Mapping) and unencrypted(root.get("encrypted"))):
             found.append(
                 f"{r.label}: the root EBS volume is not encrypted; set "
                 "root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(encrypted=True, ...)"
             )
         for i, disk in enumerate(as_list(r.get("ebsBlockDevices"))):
-            if isinstance(disk, Mapping) and _unencrypted(disk.get("encrypted")):
+            if isinstance(disk, Mapping) and unencrypted(disk.get("encrypted")):
                 found.append(
                     f"{r.label}: ebsBlockDevices[{i}] ({disk.get('deviceName')}) is not "
                     "encrypted; set encrypted=True on the InstanceEbsBlockDeviceArgs"
@@ -438,21 +356,21 @@ def check_disks_encrypted(r: Resource) -> list[str]:
     elif r.type == AWS_LAUNCH_TEMPLATE:
         for i, mapping in enumerate(as_list(r.get("blockDeviceMappings"))):
             ebs = mapping.get("ebs") if isinstance(mapping, Mapping) else None
-            if isinstance(ebs, Mapping) and _unencrypted(ebs.get("encrypted")):
+            if isinstance(ebs, Mapping) and unencrypted(ebs.get("encrypted")):
                 found.append(
                     f"{r.label}: blockDeviceMappings[{i}] EBS volume is not encrypted; set "
                     "encrypted='true' on the LaunchTemplateBlockDeviceMappingEbsArgs"
                 )
     elif r.type == AWS_EBS_VOLUME:
-        if _unencrypted(r.get("encrypted")):
+        if unencrypted(r.get("encrypted")):
             found.append(f"{r.label}: the EBS volume is not encrypted; set encrypted=True")
     elif r.type == ALI_INSTANCE:
-        if _unencrypted(r.get("systemDiskEncrypted")):
+        if unencrypted(r.get("systemDiskEncrypted")):
             found.append(
                 f"{r.label}: the system disk is not encrypted; set system_disk_encrypted=True"
             )
         for i, disk in enumerate(as_list(r.get("dataDisks"))):
-            if isinstance(disk, Mapping) and _unencrypted(disk.get("encrypted")):
+            if isinstance(disk, Mapping) and unencrypted(disk.get("encrypted")):
                 found.append(
                     f"{r.label}: dataDisks[{i}] ({disk.get('name')}) is not encrypted; set "
                     "encrypted=True on the InstanceDataDiskArgs"
@@ -461,28 +379,19 @@ def check_disks_encrypted(r: Resource) -> list[str]:
         # CVM takes no encryption flag for the system disk (SECURITY.md, section 12): only the
         # data disks can be held to it.
         for i, disk in enumerate(as_list(r.get("dataDisks"))):
-            if isinstance(disk, Mapping) and _unencrypted(disk.get("encrypt")):
+            if isinstance(disk, Mapping) and unencrypted(disk.get("encrypt")):
                 found.append(
                     f"{r.label}: dataDisks[{i}] ({disk.get('dataDiskName')}) is not "
                     "encrypted; set encrypt=True on the InstanceDataDiskArgs"
                 )
-    elif r.type == TC_DISK and _unencrypted(r.get("encrypt")):
+    elif r.type == TC_DISK and unencrypted(r.get("encrypt")):
         found.append(f"{r.label}: the CBS disk is not encrypted; set encrypt=True")
-    elif r.type in ALI_DISKS and _unencrypted(r.get("encrypted")):
+    elif r.type in ALI_DISKS and unencrypted(r.get("encrypted")):
         found.append(f"{r.label}: the disk is not encrypted; set encrypted=True")
     return found
 
 
 # ------------------------------------------------------------------------------- buckets
-
-StackFinding = tuple[Resource | None, str]
-
-
-def _attached(
-    resources: Sequence[Resource], types: Iterable[str], bucket: Resource
-) -> list[Resource]:
-    types = tuple(types)
-    return [r for r in resources if r.type in types and refers_to(r, "bucket", bucket)]
 
 
 def _s3_sse_ok(rules: Any) -> bool | None:
@@ -510,9 +419,7 @@ def check_buckets_encrypted(resources: Sequence[Resource]) -> list[StackFinding]
         if b.type in AWS_BUCKETS:
             inline = b.get("serverSideEncryptionConfiguration", "rule")
             verdicts = [_s3_sse_ok([inline])] if isinstance(inline, Mapping) else []
-            verdicts += [
-                _s3_sse_ok(c.get("rules")) for c in _attached(resources, AWS_BUCKET_SSE, b)
-            ]
+            verdicts += [_s3_sse_ok(c.get("rules")) for c in attached(resources, AWS_BUCKET_SSE, b)]
             if not any(v is not False for v in verdicts):
                 found.append(
                     (
@@ -700,7 +607,7 @@ def check_buckets_private_tls(resources: Sequence[Resource]) -> list[StackFindin
             continue
         # Public access blocked: some block attached to the bucket with every flag on (a flag
         # not known yet during preview is given the benefit of the doubt).
-        blocks = _attached(resources, (kind.block_type,), b)
+        blocks = attached(resources, (kind.block_type,), b)
         if kind.required_acl is not None:
             acl = b.get("acl")
             if known(acl) and acl != kind.required_acl:
@@ -718,7 +625,7 @@ def check_buckets_private_tls(resources: Sequence[Resource]) -> list[StackFindin
                 why = "it has no public access block"
             found.append((b, f"{b.label} may become public: {why}; {kind.block_fix}"))
         # No public canned ACL, neither on the bucket nor as a separate ACL resource.
-        for holder in [b, *_attached(resources, kind.acl_types, b)]:
+        for holder in [b, *attached(resources, kind.acl_types, b)]:
             acl = holder.get("acl")
             if isinstance(acl, str) and acl in PUBLIC_ACLS:
                 found.append(
@@ -729,7 +636,7 @@ def check_buckets_private_tls(resources: Sequence[Resource]) -> list[StackFindin
                 )
         # TLS only: some attached policy denies everything when the request is plain HTTP.
         documents = [
-            _statements(p.get("policy")) for p in _attached(resources, (kind.policy_type,), b)
+            _statements(p.get("policy")) for p in attached(resources, (kind.policy_type,), b)
         ]
         if not any(d is None or _denies_insecure_transport(d, kind) for d in documents):
             found.append(
@@ -1021,38 +928,19 @@ def check_no_blind_stop_alarms(r: Resource) -> list[str]:
 # ------------------------------------------------------------------------------------ cost
 
 
-@dataclass(frozen=True)
-class Bill:
-    """How one instance is paid for, read from its inputs."""
-
-    provider: str
-    instance_type: str
-    billing: str  # on-demand | spot | subscription
-    spot_max_price: float | None = None
-    months: int = 1
-
-
-def _number(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) and number > 0 else None
-
-
 def instance_bill(r: Resource) -> Bill | None:
     itype = instance_size(r)
     if r.type not in INSTANCES or not isinstance(itype, str):
         return None
     if r.type == AZ_VM:
         if r.get("priority") == "Spot":
-            cap = _number(r.get("billingProfile", "maxPrice"))  # -1: up to on-demand
+            cap = positive(r.get("billingProfile", "maxPrice"))  # -1: up to on-demand
             return Bill("azure", itype, "spot", cap)
         return Bill("azure", itype, "on-demand")
     if r.type == AWS_INSTANCE:
         market = r.get("instanceMarketOptions", "marketType")
         if market == "spot":
-            cap = _number(r.get("instanceMarketOptions", "spotOptions", "maxPrice"))
+            cap = positive(r.get("instanceMarketOptions", "spotOptions", "maxPrice"))
             return Bill("aws", itype, "spot", cap)
         return Bill("aws", itype, "on-demand")
     if r.type == TC_INSTANCE:
@@ -1062,7 +950,7 @@ def instance_bill(r: Resource) -> Bill | None:
             count = int(months) if isinstance(months, int | float) and months > 0 else 1
             return Bill("tencent", itype, "subscription", None, count)
         if charge == TC_SPOT:
-            return Bill("tencent", itype, "spot", _number(r.get("spotMaxPrice")))
+            return Bill("tencent", itype, "spot", positive(r.get("spotMaxPrice")))
         return Bill("tencent", itype, "on-demand")
     if r.get("instanceChargeType") == "PrePaid":
         months = r.get("period")
@@ -1070,7 +958,7 @@ def instance_bill(r: Resource) -> Bill | None:
         count = int(months) if isinstance(months, int | float) and months > 0 else 1
         return Bill("alicloud", itype, "subscription", None, count if unit == "Month" else 1)
     if r.get("spotStrategy") in ALI_SPOT:
-        return Bill("alicloud", itype, "spot", _number(r.get("spotPriceLimit")))
+        return Bill("alicloud", itype, "spot", positive(r.get("spotPriceLimit")))
     return Bill("alicloud", itype, "on-demand")
 
 
@@ -1124,7 +1012,7 @@ def stack_cost(
 def check_cost_ceiling(
     resources: Sequence[Resource], config: Mapping[str, Any], pricer: Pricer
 ) -> list[StackFinding]:
-    ceiling = _number(config.get("maxHourlyCost"))
+    ceiling = positive(config.get("maxHourlyCost"))
     if ceiling is None:
         if is_true(config.get("requireCeiling")) and any(instance_bill(r) for r in resources):
             return [

@@ -13,8 +13,8 @@ import pytest
 
 from infra.config import StackConfig, load_stack_file
 from infra.offline import PLACEHOLDER_SSH_KEY, PlanResult, evaluate
-from policy import rules as R
 from policy.offline import resources_from_plan
+from policy.resources import Resource
 
 STACKS = Path(__file__).resolve().parents[2] / "stacks"
 STACK_FILES = sorted(STACKS.glob("Pulumi.*.yaml"))
@@ -28,16 +28,14 @@ def stack_id(path: Path) -> str:
 class Planned:
     cfg: StackConfig
     result: PlanResult
-    resources: tuple[R.Resource, ...]
+    resources: tuple[Resource, ...]
 
-    def one(self, type_: str, name_suffix: str = "") -> R.Resource:
+    def one(self, type_: str, name_suffix: str = "") -> Resource:
         found = [r for r in self.resources if r.type == type_ and r.name.endswith(name_suffix)]
         assert found, f"{self.cfg.stack} declares no {type_} named *{name_suffix}"
         return found[0]
 
-    def mutate(
-        self, target: R.Resource, change: Callable[[dict[str, Any]], None]
-    ) -> list[R.Resource]:
+    def mutate(self, target: Resource, change: Callable[[dict[str, Any]], None]) -> list[Resource]:
         """The recorded resources with `target`'s inputs changed (deep copy; the cache stays)."""
         out = []
         for r in self.resources:
@@ -48,7 +46,7 @@ class Planned:
             out.append(r)
         return out
 
-    def without(self, *targets: R.Resource) -> list[R.Resource]:
+    def without(self, *targets: Resource) -> list[Resource]:
         return [r for r in self.resources if all(r is not t for t in targets)]
 
 

@@ -16,9 +16,10 @@ import pytest
 
 from infra.reaper import tags as T
 from policy import rules as R
+from policy.resources import UNKNOWN, Resource
 from tests.policy.conftest import Planned, planned
 
-Mutation = Callable[[Planned], list[R.Resource]]
+Mutation = Callable[[Planned], list[Resource]]
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Case:
 
 
 def set_input(type_: str, suffix: str, **changes: Any) -> Mutation:
-    def mutate(p: Planned) -> list[R.Resource]:
+    def mutate(p: Planned) -> list[Resource]:
         def change(inputs: dict[str, Any]) -> None:
             for key, value in changes.items():
                 if value is DROP:
@@ -97,7 +98,7 @@ def _trigger_config(**changes: Any) -> Callable[[dict[str, Any]], None]:
     return change
 
 
-def _extra_node(p: Planned) -> list[R.Resource]:
+def _extra_node(p: Planned) -> list[Resource]:
     """A third p5.48xlarge slipped into the two-node stack."""
     import dataclasses
 
@@ -114,9 +115,9 @@ def _set_ebs(inputs: dict[str, Any]) -> None:
 def _cpu_stop_alarm(action: str, key: str = "alarmActions") -> Mutation:
     """The CPU backstop gpufleet used to declare: CPU Maximum < 2 % for 24 x 5 min -> stop."""
 
-    def mutate(p: Planned) -> list[R.Resource]:
+    def mutate(p: Planned) -> list[Resource]:
         node = p.one(R.AWS_INSTANCE, "-0")
-        alarm = R.Resource(
+        alarm = Resource(
             R.AWS_METRIC_ALARM,
             f"{node.name}-cpu-backstop",
             {
@@ -637,7 +638,7 @@ def test_crafted_violation_is_caught_naming_the_resource_and_the_fix(case: Case)
 
 
 def cost_violations(
-    resources: list[R.Resource], config: dict[str, Any] | None = None, **stack: Any
+    resources: list[Resource], config: dict[str, Any] | None = None, **stack: Any
 ) -> list[R.Violation]:
     return [
         v for v in R.evaluate(resources, config, stack_config=stack) if v.policy == "cost-ceiling"
@@ -705,10 +706,10 @@ def test_values_unknown_during_preview_are_not_reported() -> None:
     """The engine re-runs policies with the real values before creating anything."""
     p = planned("t4x1")
     node = p.one(R.AWS_INSTANCE, "-0")
-    unknown = p.mutate(node, lambda i: i["metadataOptions"].update(httpTokens=R.UNKNOWN))
+    unknown = p.mutate(node, lambda i: i["metadataOptions"].update(httpTokens=UNKNOWN))
     assert [v for v in R.evaluate(unknown) if v.policy == "imdsv2-required"] == []
     policy = p.one(R.AWS_BUCKET_POLICY)
-    unknown_doc = p.mutate(policy, lambda i: i.update(policy=R.UNKNOWN))
+    unknown_doc = p.mutate(policy, lambda i: i.update(policy=UNKNOWN))
     assert [v for v in R.evaluate(unknown_doc) if v.level == R.MANDATORY] == []
 
 

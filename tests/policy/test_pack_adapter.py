@@ -34,13 +34,14 @@ from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
 from policy import pack as P
 from policy import rules as R
+from policy.resources import UNKNOWN, Resource
 from tests.policy.conftest import Planned, planned
 
 ROOT = Path(__file__).resolve().parents[2]
 CEILING = 100  # the stack config the engine hands the pack in these tests (USD/h)
 
 
-def urn(stack: str, r: R.Resource) -> str:
+def urn(stack: str, r: Resource) -> str:
     return f"urn:pulumi:{stack}::gpufleet::{r.type}::{r.name}"
 
 
@@ -49,7 +50,7 @@ def jsonable(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(inputs, default=lambda _: None))
 
 
-def preview_view(p: Planned) -> list[tuple[R.Resource, dict[str, Any], dict[str, list[str]]]]:
+def preview_view(p: Planned) -> list[tuple[Resource, dict[str, Any], dict[str, list[str]]]]:
     """Each resource as a preview shows it: every input computed from another resource's id,
     ARN or name is unknown, and the engine says which resource it depends on."""
     out = []
@@ -78,7 +79,7 @@ def struct(props: Mapping[str, Any]) -> struct_pb2.Struct:
 
 
 def analyzer_resource(
-    stack: str, r: R.Resource, props: dict[str, Any], deps: dict[str, list[str]]
+    stack: str, r: Resource, props: dict[str, Any], deps: dict[str, list[str]]
 ) -> pb.AnalyzerResource:
     return pb.AnalyzerResource(
         type=r.type,
@@ -98,7 +99,7 @@ def test_plain_turns_the_sdk_proxies_into_data_with_unknowns_marked() -> None:
     props["vswitchId"] = UNKNOWN_STRING_VALUE
     proxied = unknown_checking_proxy(props)
     data = P.plain(proxied)
-    assert data["vswitchId"] is R.UNKNOWN
+    assert data["vswitchId"] is UNKNOWN
     assert data["dataDisks"][0]["encrypted"] is True
     assert data["tags"] == node.inputs["tags"]
 

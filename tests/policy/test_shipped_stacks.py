@@ -6,6 +6,7 @@ import pytest
 
 from infra.reaper import tags as T
 from policy import rules as R
+from policy.resources import as_list, refers_to
 from tests.policy.conftest import Planned
 
 
@@ -55,9 +56,9 @@ def test_the_policies_had_something_to_judge_on_every_stack(shipped: Planned) ->
     if kind.required_acl:
         assert buckets[0].get("acl") == kind.required_acl
     for attached_type in attached:
-        assert [r for r in res if r.type == attached_type and R.refers_to(r, "bucket", buckets[0])]
+        assert [r for r in res if r.type == attached_type and refers_to(r, "bucket", buckets[0])]
     ssh_rules = [r for r in res if r.type in (R.AWS_SG_INGRESS, R.ALI_SG_RULE)]
     # Tencent declares its rules as one rule set: each ingress entry is a rule.
     for rule_set in (r for r in res if r.type == R.TC_SG_RULE_SET):
-        ssh_rules += R.as_list(rule_set.get("ingresses"))
+        ssh_rules += as_list(rule_set.get("ingresses"))
     assert len(ssh_rules) >= len(shipped.cfg.ssh_cidrs) + 1  # + the rule between the nodes
