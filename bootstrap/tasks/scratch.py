@@ -289,36 +289,12 @@ def plan_scratch(
     path = spec.path
     if not path.startswith("/") or path in SYSTEM_MOUNTS:
         raise ScratchRefused(f"scratch path {path!r} must be an absolute, non-system path")
-    everything = [d for top in devices for d in top.walk()]
     # 1. Already mounted where it belongs: nothing to do (the step still checks fstab).
-    for dev in everything:
-        if path in dev.mountpoints:
-            if dev.label != LABEL and not force:
-                return ScratchPlan(
-                    "mounted",
-                    f"{path} is already a mount of {dev.path} ({dev.fstype or 'unknown fs'}), "
-                    "not a gpufleet scratch volume; left as it is",
-                    path,
-                    target=dev.path,
-                    warnings=("foreign mount at the scratch path",),
-                )
-            return ScratchPlan(
-                "mounted",
-                f"{dev.path} already mounted at {path}",
-                path,
-                target=dev.path,
-                fstab_line=fstab_line(path),
-            )
-    by_path = {d.path: d for d in devices}
+    mounted = _already_mounted(devices, path, force)
+    if mounted is not None:
+        return mounted
     if explicit_devices:
-        chosen = []
-        for p in explicit_devices:
-            found = by_path.get(p)
-            if found is None:
-                raise ScratchRefused(f"{p} is not a whole block device on this node (lsblk)")
-            if is_system_disk(found):
-                raise ScratchRefused(f"{p} holds the running system ({found.describe()}); refusing")
-            chosen.append(found)
+        chosen = _named_devices(devices, explicit_devices)
     else:
         chosen = candidate_devices(devices, spec.kind, nvme_models(nvme_list))
     if not chosen:
@@ -360,7 +336,56 @@ def plan_scratch(
             + " | ".join(d.describe() for d in busy)
             + ". Rerun with --force to ERASE them."
         )
+    return _create_plan(chosen, busy, path, owner, warnings)
+
+
+def _already_mounted(devices: Sequence[BlockDevice], path: str, force: bool) -> ScratchPlan | None:
+    """The plan when something is mounted at ``path`` already (ours or not), else None."""
+    for dev in (d for top in devices for d in top.walk()):
+        if path in dev.mountpoints:
+            if dev.label != LABEL and not force:
+                return ScratchPlan(
+                    "mounted",
+                    f"{path} is already a mount of {dev.path} ({dev.fstype or 'unknown fs'}), "
+                    "not a gpufleet scratch volume; left as it is",
+                    path,
+                    target=dev.path,
+                    warnings=("foreign mount at the scratch path",),
+                )
+            return ScratchPlan(
+                "mounted",
+                f"{dev.path} already mounted at {path}",
+                path,
+                target=dev.path,
+                fstab_line=fstab_line(path),
+            )
+    return None
+
+
+def _named_devices(devices: Sequence[BlockDevice], names: Sequence[str]) -> list[BlockDevice]:
+    """The --devices the person named, each a whole disk that does not hold the system."""
+    by_path = {d.path: d for d in devices}
+    chosen = []
+    for p in names:
+        found = by_path.get(p)
+        if found is None:
+            raise ScratchRefused(f"{p} is not a whole block device on this node (lsblk)")
+        if is_system_disk(found):
+            raise ScratchRefused(f"{p} holds the running system ({found.describe()}); refusing")
+        chosen.append(found)
+    return chosen
+
+
+def _create_plan(
+    chosen: Sequence[BlockDevice],
+    busy: Sequence[BlockDevice],
+    path: str,
+    owner: str | None,
+    warnings: Sequence[str],
+) -> ScratchPlan:
+    """Erase ``busy`` (already allowed by --force), then one ext4 volume over ``chosen``."""
     q = shlex.quote
+    names = tuple(d.path for d in chosen)
     commands: list[str] = []
     erase = tuple(f"{d.describe()}" for d in busy)
     for dev in busy:
