@@ -341,7 +341,11 @@ def live(rows: Sequence[Offer], regions: Sequence[str] = ()) -> list[LiveAnswer]
             continue
         module = clouds.module(provider, "availability")
         if not asked:
-            out.append(LiveAnswer(provider, itype, module.SIGNAL, error="no region of it asked"))
+            out.append(
+                LiveAnswer(
+                    provider, itype, module.SIGNAL, error="no --region given is one of its regions"
+                )
+            )
             continue
         try:
             zones = tuple(module.live_zones(itype, asked))

@@ -81,3 +81,27 @@ def test_live_without_credentials_says_so_per_cloud_and_keeps_the_offline_rows(
     assert out.count("us-east-1") >= 1 and "Traceback" not in out + err
     doc = run_json("a100x8", "--live")
     assert all(a["error"] for a in doc["live"]) and doc["rows"]
+
+
+def test_live_shows_a_clouds_zones_from_its_signal_and_why_others_have_none(
+    no_cloud_reachable: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.infra.where.fakes import serving
+    from tests.infra.where.test_live_tencent import ZONES
+
+    def answer(
+        method: str, path: str, q: dict[str, str], headers: dict[str, str], body: bytes
+    ) -> tuple[int, Any]:
+        rows = ZONES.get(headers.get("x-tc-region", ""), [])
+        return 200, {"Response": {"InstanceTypeQuotaSet": rows, "RequestId": "r"}}
+
+    with serving(answer) as (endpoint, seen):
+        monkeypatch.setenv("TENCENTCLOUD_CVM_ENDPOINT", endpoint)
+        monkeypatch.setenv("TENCENTCLOUD_SECRET_ID", "AKIDfake")
+        monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", "fake-secret")
+        code, out, err = run("a100x8", "--live", "--region", "ap-guangzhou")
+    assert code == 0, err
+    assert "    ap-guangzhou-6: available (SELL, UnderStock)" in out
+    assert "    ap-guangzhou-3: sold out (SOLD_OUT, 售罄)" in out
+    assert "aws p4d.24xlarge: no --region given is one of its regions" in out
+    assert [r["headers"]["x-tc-region"] for r in seen] == ["ap-guangzhou"]

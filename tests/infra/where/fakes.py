@@ -6,10 +6,12 @@ example (cited where the test builds it), and keeps what it was asked."""
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -18,8 +20,11 @@ Answer = Callable[[str, str, dict[str, str], dict[str, str], bytes], tuple[int, 
 
 
 @contextmanager
-def serving(answer: Answer) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """(the fake's host:port, the requests it got), while the block runs."""
+def serving(
+    answer: Answer, tls: tuple[Path, Path] | None = None
+) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """(the fake's host:port, the requests it got), while the block runs; with ``tls``
+    (certificate, key), over HTTPS."""
     seen: list[dict[str, Any]] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -53,6 +58,10 @@ def serving(answer: Answer) -> Iterator[tuple[str, list[dict[str, Any]]]]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
+    if tls is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(tls[0]), str(tls[1]))
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.daemon = True
     thread.start()
