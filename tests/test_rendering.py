@@ -26,7 +26,7 @@ from bootstrap.fleet.runner import (
 )
 from bootstrap.tasks.status import render_status
 from infra.plan_view import render_plan
-from infra.pricing.cost import compare_tier
+from infra.pricing.compare import compare_tier
 from infra.render import literal_console, number, output_width, value_text, wrap
 
 ROOT = Path(__file__).resolve().parents[1]

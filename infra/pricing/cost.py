@@ -1,9 +1,8 @@
-"""The bill before `pulumi up`: compute, disks, bucket, egress and snapshots for one stack, and the
-same tier compared across providers, regions, billing modes and profiles.
+"""The bill before `pulumi up`: compute, disks, bucket, egress and snapshots for one stack.
 
 Pure arithmetic over the catalog (instance-hour prices) and pricing.toml (everything else). No
-provider SDK and no Pulumi here: a live price comes from the cloud's own prices.py
-(infra/clouds/<name>/), which `scripts/cost.py` asks and sets against the catalog (LiveCheck).
+provider SDK and no Pulumi here. What the bill holds is infra.pricing.bill; the same tier
+compared across clouds, and the catalog against a live price, is infra.pricing.compare.
 
 Conventions:
 - amounts are in the provider's currency unless a target currency is asked for; conversions use
@@ -18,11 +17,25 @@ Conventions:
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from infra.catalog import Catalog, InstanceType, Price, ProviderInfo, load_catalog
+from infra.pricing.bill import (
+    BreakEven,
+    Compute,
+    CostError,
+    CostEstimate,
+    CostInputs,
+    LineItem,
+    Range,
+    ReservationCost,
+    ReservationQuote,
+    SpotSaving,
+    Warnings,
+    term_words,
+)
 from infra.pricing.billing import billing_problem
 from infra.pricing.prices import (
     RESERVATION_TERM_MONTHS,
@@ -34,393 +47,10 @@ from infra.pricing.prices import (
 from infra.suggest import did_you_mean
 
 MAX_HOURS_PER_MONTH = 744.0  # 31 days: more running hours than that is a typo, not a plan
-SORT_KEYS = ("gpu-hour", "tflop-hour")
-
-Range = tuple[float, float]
-
-
-class CostError(ValueError):
-    """Bad input to the cost model; `.problems` holds one line per problem, each saying the fix."""
-
-    def __init__(self, problems: Sequence[str]):
-        self.problems = list(problems)
-        super().__init__("; ".join(self.problems))
-
-
-@dataclass(frozen=True)
-class CostInputs:
-    """What the model needs to know about a stack (the CLI fills it from a StackConfig)."""
-
-    provider: str
-    instance_type: str
-    nodes: int = 1
-    billing: str = "on-demand"
-    region: str | None = None  # None: the catalog's price region
-    root_disk_gb: float = 200
-    root_disk_class: str | None = None  # None: the provider's default in pricing.toml
-    scratch_gb: float = 0  # ignored where the instance type has local NVMe (no disk is created)
-    scratch_class: str | None = None
-    spot_max_price: float | None = None  # per node-hour, provider currency
-    subscription_months: int = 1
-    hours_per_month: float | None = None  # running hours; None: pricing.toml's 730
-    bucket_gb: float = 0
-    bucket_class: str | None = None
-    egress_gb: float = 0  # per month
-    snapshot_gb: float = 0  # stored, per month
-    stack: str | None = None
-    tier: str | None = None
-    # a reservation term to price beside the bill ("1y", "3y"): not a VM setting, the VMs
-    # stay pay-as-you-go and the reservation, bought separately, discounts them
-    reservation: str | None = None
-
-
-@dataclass(frozen=True)
-class LineItem:
-    """One monthly storage/transfer charge, with the figure it came from."""
-
-    item: str
-    quantity: float
-    unit: str
-    unit_price: float
-    amount: float
-    date: dt.date
-    source: str
-    estimate: bool
-    note: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "item": self.item,
-            "quantity": self.quantity,
-            "unit": self.unit,
-            "unit_price": _r(self.unit_price, 6),
-            "amount": _r(self.amount),
-            "date": self.date.isoformat(),
-            "source": self.source,
-            "estimate": self.estimate,
-        }
-
-
-@dataclass(frozen=True)
-class Compute:
-    """Compute price per running hour of the whole stack, for each billing mode."""
-
-    on_demand: float
-    spot: Range | None
-    spot_estimated: bool
-    subscription: float | None  # the subscription's monthly price spread over 730 hours
-
-    def times(self, k: float) -> Compute:
-        return Compute(
-            on_demand=self.on_demand * k,
-            spot=(self.spot[0] * k, self.spot[1] * k) if self.spot else None,
-            spot_estimated=self.spot_estimated,
-            subscription=None if self.subscription is None else self.subscription * k,
-        )
-
-    def to_dict(self, digits: int = 4) -> dict[str, Any]:
-        return {
-            "on_demand": _r(self.on_demand, digits),
-            "spot": [_r(self.spot[0], digits), _r(self.spot[1], digits)] if self.spot else None,
-            "spot_estimated": self.spot_estimated if self.spot else None,
-            "subscription": _r(self.subscription, digits),
-        }
-
-
-@dataclass(frozen=True)
-class BreakEven:
-    """Running hours per month above which the subscription is the cheaper way to pay."""
-
-    hours_per_month: float
-    utilisation: float  # of a 730-hour month
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"hours_per_month": _r(self.hours_per_month, 1), "utilisation": _r(self.utilisation)}
-
-
-@dataclass(frozen=True)
-class SpotSaving:
-    fraction: Range  # (least, most) saved against on-demand, 0..1
-    per_hour: Range  # (least, most) saved per stack-hour
-    estimated: bool
-    caveat: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "fraction": [_r(self.fraction[0]), _r(self.fraction[1])],
-            "per_hour": [_r(self.per_hour[0]), _r(self.per_hour[1])],
-            "estimated": self.estimated,
-            "caveat": self.caveat,
-        }
-
-
-def term_words(term: str) -> str:
-    """'1y' -> '1-year', '3y' -> '3-year' (how a sentence names a reservation term)."""
-    return f"{RESERVATION_TERM_MONTHS[term] // 12}-year"
-
-
-@dataclass(frozen=True)
-class ReservationQuote:
-    """A reservation's price for one VM: the total for the whole term, and where it came from.
-
-    ``payg_node_hour`` is the pay-as-you-go price to compare it with when it was fetched the
-    same way (live); None compares with the catalog's on-demand price."""
-
-    term: str  # a key of RESERVATION_TERM_MONTHS
-    total: float  # one VM, the whole term, provider currency
-    date: dt.date
-    source: str
-    estimate: bool = False
-    live: bool = False
-    payg_node_hour: float | None = None
-    payg_source: str | None = None
-
-
-@dataclass(frozen=True)
-class ReservationCost:
-    """A reservation for every node of the stack, against pay-as-you-go.
-
-    A reservation is a commitment: ``total`` is owed whatever the VMs do. Spread over the
-    term's hours it is an effective hourly rate; the VMs must run more than
-    ``break_even_utilisation`` of the term's hours for it to cost less than pay-as-you-go."""
-
-    term: str
-    months: int
-    term_hours: float
-    nodes: int
-    total: float  # every node, the whole term
-    payg_hourly: float  # every node, pay-as-you-go
-    run_hours: float  # running hours per month the estimate assumes
-    month_hours: float  # hours in the month the term is counted in (730)
-    date: dt.date
-    source: str
-    estimate: bool
-    live: bool
-    payg_source: str
-    bought_with: str
-    covers: str
-
-    @property
-    def effective_hourly(self) -> float:
-        return self.total / self.term_hours
-
-    @property
-    def per_month(self) -> float:
-        """What the reservation costs each month of the term, run or idle."""
-        return self.total / self.months
-
-    @property
-    def run_share(self) -> float:
-        """The month's running hours at the effective rate: the part of the commitment used."""
-        return self.effective_hourly * self.run_hours
-
-    @property
-    def unused_per_month(self) -> float:
-        """Paid each month for reserved hours the VMs do not run (lost, not carried over)."""
-        return self.per_month - self.run_share
-
-    @property
-    def payg_month(self) -> float:
-        """The same running hours at pay-as-you-go."""
-        return self.payg_hourly * self.run_hours
-
-    @property
-    def break_even_utilisation(self) -> float:
-        """The fraction of the term's hours the VMs must run for the reservation to be cheaper."""
-        return self.effective_hourly / self.payg_hourly
-
-    @property
-    def break_even_hours_per_month(self) -> float:
-        return self.break_even_utilisation * self.month_hours
-
-    @property
-    def saving_at_full_use(self) -> float:
-        """What it saves against pay-as-you-go when the VMs run every hour of the term."""
-        return 1 - self.break_even_utilisation
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "term": self.term,
-            "months": self.months,
-            "term_hours": self.term_hours,
-            "nodes": self.nodes,
-            "total": _r(self.total),
-            "committed": _r(self.total),
-            "per_month": _r(self.per_month),
-            "effective_hourly": _r(self.effective_hourly, 4),
-            "payg_hourly": _r(self.payg_hourly, 4),
-            "payg_source": self.payg_source,
-            "run_hours_per_month": self.run_hours,
-            "run_share_per_month": _r(self.run_share),
-            "unused_per_month": _r(self.unused_per_month),
-            "payg_per_month": _r(self.payg_month),
-            "break_even": {
-                "utilisation": _r(self.break_even_utilisation, 4),
-                "hours_per_month": _r(self.break_even_hours_per_month, 1),
-            },
-            "saving_at_full_use": _r(self.saving_at_full_use, 4),
-            "date": self.date.isoformat(),
-            "source": self.source,
-            "live": self.live,
-            "estimate": self.estimate,
-            "bought_separately": True,
-            "bought_with": self.bought_with,
-            "covers": self.covers,
-        }
-
-
-@dataclass(frozen=True)
-class CostEstimate:
-    inputs: CostInputs
-    currency: str
-    native_currency: str
-    fx: Rate | None  # the exchange rate applied, when currency != native_currency
-    price_region: str
-    gpu: str
-    gpus_per_node: int
-    hours_per_month: float
-    hourly: Compute  # whole stack, per running hour
-    subscription_month: float | None  # whole stack, one month at the chosen term
-    subscription_year: float | None  # whole stack, one year at the yearly rate
-    storage: tuple[LineItem, ...]
-    break_even: BreakEven | None
-    spot_saving: SpotSaving | None
-    warnings: tuple[str, ...] = field(default_factory=tuple)
-    subscription_estimated: bool = False  # from a discount factor, not a quoted price
-    reservation: ReservationCost | None = None  # priced only when inputs.reservation asks
-
-    @property
-    def storage_monthly(self) -> float:
-        return sum(item.amount for item in self.storage)
-
-    @property
-    def compute_monthly(self) -> Compute:
-        """Compute per month at `hours_per_month` running hours; subscription is the full price."""
-        h = self.hours_per_month
-        per_hour = self.hourly.times(h)
-        return replace(per_hour, subscription=self.subscription_month)
-
-    @property
-    def monthly_total(self) -> Compute:
-        c, s = self.compute_monthly, self.storage_monthly
-        return Compute(
-            on_demand=c.on_demand + s,
-            spot=(c.spot[0] + s, c.spot[1] + s) if c.spot else None,
-            spot_estimated=c.spot_estimated,
-            subscription=None if c.subscription is None else c.subscription + s,
-        )
-
-    def selected(self, per: Compute) -> float | Range:
-        billing = self.inputs.billing
-        if billing == "spot":
-            assert per.spot is not None  # spot is always priced (catalog range or band)
-            return per.spot
-        if billing == "subscription":
-            assert per.subscription is not None  # checked in estimate_cost
-            return per.subscription
-        return per.on_demand
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON contract of `scripts/cost.py --json` (docs/cost.md)."""
-        sel_hourly = self.selected(self.hourly)
-        sel_monthly = self.selected(self.monthly_total)
-        doc = {
-            "stack": self.inputs.stack,
-            "tier": self.inputs.tier,
-            "provider": self.inputs.provider,
-            "region": self.inputs.region or self.price_region,
-            "price_region": self.price_region,
-            "instance_type": self.inputs.instance_type,
-            "gpu": self.gpu,
-            "gpus_per_node": self.gpus_per_node,
-            "nodes": self.inputs.nodes,
-            "billing": self.inputs.billing,
-            "currency": self.currency,
-            "fx": _fx_dict(self.native_currency, self.currency, self.fx),
-            "hourly": {**self.hourly.to_dict(), "selected": _rr(sel_hourly, 4)},
-            "daily": self.hourly.times(24).to_dict(2),
-            "monthly": {
-                "hours": self.hours_per_month,
-                "compute": self.compute_monthly.to_dict(2),
-                "storage": [item.to_dict() for item in self.storage],
-                "storage_total": _r(self.storage_monthly),
-                "total": self.monthly_total.to_dict(2),
-                "selected": _rr(sel_monthly, 2),
-            },
-            "subscription": None
-            if self.subscription_month is None
-            else {
-                "months": self.inputs.subscription_months,
-                "per_month": _r(self.subscription_month),
-                "per_year": _r(self.subscription_year),
-                "estimated": self.subscription_estimated,
-            },
-            "break_even": self.break_even.to_dict() if self.break_even else None,
-            "spot_saving": self.spot_saving.to_dict() if self.spot_saving else None,
-            "warnings": list(self.warnings),
-        }
-        if self.inputs.reservation is not None:  # the key appears only when one is asked for
-            res = self.reservation
-            doc["reservation"] = None if res is None else res.to_dict()
-        return doc
 
 
 # ----------------------------------------------------------------------------------------------
 # helpers
-
-
-def _r(value: float | None, digits: int = 2) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-def _rr(value: float | Range, digits: int) -> float | list[float]:
-    if isinstance(value, tuple):
-        return [round(value[0], digits), round(value[1], digits)]
-    return round(value, digits)
-
-
-def _fx_dict(native: str, target: str, rate: Rate | None) -> dict[str, Any] | None:
-    if rate is None:
-        return None
-    return {
-        "from": native,
-        "to": target,
-        "rate": rate.amount,
-        "date": rate.date.isoformat(),
-        "source": rate.source,
-    }
-
-
-class _Warnings:
-    """Collects one line per stale or estimated figure that feeds a number on the bill."""
-
-    def __init__(self, pricing: Pricing, today: dt.date):
-        self.pricing, self.today = pricing, today
-        self.lines: list[str] = []
-
-    def add(self, line: str) -> None:
-        if line not in self.lines:
-            self.lines.append(line)
-
-    def check(self, what: str, date: dt.date, source: str, estimate: bool = False) -> None:
-        age = (self.today - date).days
-        limit = self.pricing.stale_after_days
-        if age > limit:
-            self.add(
-                f"{what}: figure from {source} dated {date.isoformat()} is {age} days old "
-                f"(> {limit}): refresh the catalog or check with --live"
-            )
-        if estimate:
-            self.add(f"{what}: an estimate ({source}), not a quoted price: verify before relying")
-
-    def rate(self, what: str, rate: Rate) -> None:
-        self.check(what, rate.date, rate.source, rate.estimate)
-
-
-def stale_days(date: dt.date, today: dt.date, limit: int) -> int | None:
-    """Days past the limit a price is, or None when it is fresh enough."""
-    age = (today - date).days
-    return age if age > limit else None
 
 
 def _normalise_class(name: str | None, table: Mapping[str, Rate], default: str) -> str | None:
@@ -610,7 +240,7 @@ def check_cost_inputs(
 
 
 def _spot_range(
-    inputs: CostInputs, c: _Checked, prc: Pricing, warn: _Warnings, label: str
+    inputs: CostInputs, c: _Checked, prc: Pricing, warn: Warnings, label: str
 ) -> tuple[Range, bool]:
     """One node's spot range per hour (native currency, capped at the max price) and whether
     it is estimated from the band rather than observed."""
@@ -652,7 +282,7 @@ class _SubscriptionTerms:
 
 
 def _subscription_terms(
-    inputs: CostInputs, c: _Checked, prc: Pricing, warn: _Warnings, label: str
+    inputs: CostInputs, c: _Checked, prc: Pricing, warn: Warnings, label: str
 ) -> _SubscriptionTerms:
     """One node's PrePaid month and year; refuses subscription billing without a quote."""
     pp, billing = c.pp, inputs.billing
@@ -682,7 +312,7 @@ def _subscription_terms(
     return _SubscriptionTerms(node_month, node_year, estimated)
 
 
-def _storage_items(inputs: CostInputs, c: _Checked, warn: _Warnings) -> tuple[LineItem, ...]:
+def _storage_items(inputs: CostInputs, c: _Checked, warn: Warnings) -> tuple[LineItem, ...]:
     """Disks, bucket, egress and snapshots per month, in the target currency."""
     pp, it, k, nodes = c.pp, c.it, c.k, inputs.nodes
     items: list[LineItem] = []
@@ -768,7 +398,7 @@ def _reservation_cost(
     inputs: CostInputs,
     c: _Checked,
     prc: Pricing,
-    warn: _Warnings,
+    warn: Warnings,
     label: str,
     quote: ReservationQuote | None,
 ) -> ReservationCost | None:
@@ -838,7 +468,7 @@ def estimate_cost(
     today = today or dt.date.today()
     c = _check_inputs(inputs, cat, prc, currency)
 
-    warn = _Warnings(prc, today)
+    warn = Warnings(prc, today)
     price, pp, nodes = c.price, c.pp, inputs.nodes
     month = prc.hours_per_month  # hours in the month subscriptions are priced over
     label = f"{inputs.provider} {c.it.name}"
@@ -947,334 +577,3 @@ def hourly_estimate(
     if isinstance(selected, tuple):
         out["low"], out["high"] = round(selected[0], 4), round(selected[1], 4)
     return out
-
-
-# ----------------------------------------------------------------------------------------------
-# comparison across providers
-
-
-@dataclass(frozen=True)
-class Offer:
-    """One way to rent a tier: provider, region, profile, instance type and billing mode."""
-
-    tier: str
-    provider: str
-    region: str
-    profile: str
-    instance_type: str
-    gpu: str
-    gpus: int
-    billing: str  # on-demand | spot | subscription-month | subscription-year
-    currency: str
-    per_gpu_hour: float  # point used for sorting (spot: middle of the range)
-    per_gpu_hour_range: Range | None  # spot only
-    peak_tflops: float  # the GPU's dense peak in its training dtype
-    native_currency: str
-    native_node_hour: float
-    price_date: dt.date
-    source: str
-    estimate: bool
-    stale: bool
-
-    @property
-    def per_tflop_hour(self) -> float:
-        return self.per_gpu_hour / self.peak_tflops
-
-    @property
-    def label(self) -> str:
-        profile = "" if self.profile == "general" else f" [{self.profile}]"
-        return f"{self.provider} {self.instance_type}{profile} {self.billing}"
-
-    def to_dict(self) -> dict[str, Any]:
-        rng = self.per_gpu_hour_range
-        return {
-            "provider": self.provider,
-            "region": self.region,
-            "profile": self.profile,
-            "instance_type": self.instance_type,
-            "gpu": self.gpu,
-            "gpus": self.gpus,
-            "billing": self.billing,
-            "currency": self.currency,
-            "per_gpu_hour": round(self.per_gpu_hour, 4),
-            "per_gpu_hour_range": [round(rng[0], 4), round(rng[1], 4)] if rng else None,
-            "per_tflop_hour": round(self.per_tflop_hour, 6),
-            "peak_tflops": self.peak_tflops,
-            "node_hour_native": round(self.native_node_hour, 4),
-            "native_currency": self.native_currency,
-            "price_date": self.price_date.isoformat(),
-            "source": self.source,
-            "estimate": self.estimate,
-            "stale": self.stale,
-        }
-
-
-@dataclass(frozen=True)
-class Comparison:
-    tier: str
-    currency: str
-    sort_by: str
-    offers: tuple[Offer, ...]
-    fx: tuple[Rate, ...]
-    warnings: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tier": self.tier,
-            "currency": self.currency,
-            "sort_by": self.sort_by,
-            "fx": [
-                {"rate": r.amount, "date": r.date.isoformat(), "source": r.source} for r in self.fx
-            ],
-            "offers": [o.to_dict() for o in self.offers],
-            "warnings": list(self.warnings),
-        }
-
-
-def _offers(
-    tier: str,
-    profile: str,
-    it: InstanceType,
-    cat: Catalog,
-    prc: Pricing,
-    currency: str,
-    k: float,
-    today: dt.date,
-) -> list[Offer]:
-    """One instance type's offers: on-demand, spot (observed or band), subscription terms."""
-    info = cat.providers[it.provider]
-    pp = prc.providers[it.provider]
-    on_demand = _on_demand_offer(tier, profile, it, cat, prc, currency, k, today)
-    out = [on_demand]
-    if "spot" in info.billing:
-        out.append(_spot_offer(on_demand, it, prc, k, today))
-    if "subscription" in info.billing:
-        out += _subscription_offers(on_demand, it, pp, prc.hours_per_month, k)
-    return out
-
-
-def _on_demand_offer(
-    tier: str,
-    profile: str,
-    it: InstanceType,
-    cat: Catalog,
-    prc: Pricing,
-    currency: str,
-    k: float,
-    today: dt.date,
-) -> Offer:
-    """The on-demand offer; the spot and subscription offers are copies of it."""
-    price = it.price
-    assert price is not None
-    return Offer(
-        tier=tier,
-        provider=it.provider,
-        region=cat.providers[it.provider].price_region,
-        profile=profile,
-        instance_type=it.name,
-        gpu=it.gpu,
-        gpus=it.gpus,
-        billing="on-demand",
-        currency=currency,
-        per_gpu_hour=price.on_demand * (k / it.gpus),
-        per_gpu_hour_range=None,
-        peak_tflops=cat.gpu_for(it).peak_tflops,
-        native_currency=prc.providers[it.provider].currency,
-        native_node_hour=price.on_demand,
-        price_date=price.date,
-        source=price.source,
-        estimate=price.estimate,
-        stale=stale_days(price.date, today, prc.stale_after_days) is not None,
-    )
-
-
-def _spot_offer(
-    on_demand: Offer, it: InstanceType, prc: Pricing, k: float, today: dt.date
-) -> Offer:
-    """Spot at the middle of its observed range, or of pricing.toml's band (an estimate)."""
-    price = it.price
-    assert price is not None
-    per_gpu = k / it.gpus
-    if price.spot:
-        lo, hi = price.spot
-        date, source, estimate = (
-            price.spot_date or price.date,
-            price.spot_source or price.source,
-            False,
-        )
-    else:
-        lo, hi = (price.on_demand * f for f in prc.spot_band)
-        date, source, estimate = price.date, price.source, True
-    mid = (lo + hi) / 2
-    return replace(
-        on_demand,
-        billing="spot",
-        per_gpu_hour=mid * per_gpu,
-        per_gpu_hour_range=(lo * per_gpu, hi * per_gpu),
-        native_node_hour=mid,
-        price_date=date,
-        source=source,
-        estimate=estimate,
-        stale=stale_days(date, today, prc.stale_after_days) is not None,
-    )
-
-
-def _subscription_offers(
-    on_demand: Offer, it: InstanceType, pp: ProviderPricing, hours: float, k: float
-) -> list[Offer]:
-    """A month's and a year's term per running hour; none without a subscription price."""
-    price = it.price
-    assert price is not None
-    sub = subscription_month_price(it, pp, hours)
-    if sub is None or pp.subscription is None:
-        return []
-    month, rate = sub
-    quoted = pp.subscription.monthly.get(it.name) is rate
-    source = rate.source if quoted else f"{price.source} x {rate.source}"
-    yearly = pp.subscription.yearly
-    terms = (
-        ("subscription-month", month / hours, rate.estimate, source),
-        (
-            "subscription-year",
-            month * yearly.amount / hours,
-            rate.estimate or yearly.estimate,
-            f"{source} x {yearly.source}",
-        ),
-    )
-    return [
-        replace(
-            on_demand,
-            billing=billing,
-            per_gpu_hour=node_hour * (k / it.gpus),
-            native_node_hour=node_hour,
-            estimate=estimate,
-            source=src,
-        )
-        for billing, node_hour, estimate, src in terms
-    ]
-
-
-def compare_tier(
-    tier: str,
-    *,
-    currency: str = "USD",
-    sort_by: str = "gpu-hour",
-    catalog: Catalog | None = None,
-    pricing: Pricing | None = None,
-    today: dt.date | None = None,
-) -> Comparison:
-    """Every priced offer of a tier, cheapest first by GPU-hour (or by reference TFLOP-hour)."""
-    cat = catalog or load_catalog()
-    prc = pricing or load_pricing()
-    today = today or dt.date.today()
-    problems = []
-    # tier names and currency codes are case-blind (`--compare A100x8 --currency cny`)
-    tier = next((t for t in cat.tiers if t.casefold() == tier.strip().casefold()), tier)
-    currency = currency.strip().upper()
-    if tier not in cat.tiers:
-        problems.append(
-            f"unknown tier {tier!r}{did_you_mean(tier, cat.tiers)}: "
-            f"known tiers are {', '.join(cat.tiers)}"
-        )
-    if currency not in prc.currencies:
-        problems.append(
-            f"unknown currency {currency!r}{did_you_mean(currency, prc.currencies)}: "
-            f"use one of {', '.join(prc.currencies)}"
-        )
-    if sort_by not in SORT_KEYS:
-        problems.append(f"sort by {sort_by!r} is unknown: use one of {', '.join(SORT_KEYS)}")
-    if problems:
-        raise CostError(problems)
-
-    t = cat.tiers[tier]
-    warn = _Warnings(prc, today)
-    limit = prc.stale_after_days
-    offers: list[Offer] = []
-    fx_used: list[Rate] = []
-    for provider, profiles in t.offers.items():
-        pp = prc.providers[provider]
-        k, fx = prc.fx_rate(pp.currency, currency)
-        if fx is not None and fx not in fx_used:
-            fx_used.append(fx)
-            warn.rate(f"exchange rate {pp.currency}->{currency}", fx)
-        for profile, name in profiles.items():
-            it = cat.instance(provider, name)
-            if it.price is None:
-                warn.add(f"{provider} {name} ({profile}) has no price in the catalog: left out")
-                continue
-            if stale_days(it.price.date, today, limit) is not None or it.price.estimate:
-                warn.check(
-                    f"{provider} {name} on-demand",
-                    it.price.date,
-                    it.price.source,
-                    it.price.estimate,
-                )
-            offers.extend(_offers(tier, profile, it, cat, prc, currency, k, today))
-    for provider, info in cat.providers.items():
-        # A cloud without the tier still gets a line: what it has nearest, and where to look.
-        near = [a for a in cat.alternatives(tier, provider) if a.provider == provider]
-        if provider not in t.offers and near:
-            names = "; ".join(f"{a.instance_type} ({a.gpus}x {a.gpu})" for a in near)
-            other = cat.tier_of(provider, near[0].instance_type)
-            see = f" (see --compare {other})" if other else ""
-            warn.add(f"{info.title} offers no {tier}; its nearest: {names}{see}")
-    if any(o.billing == "spot" and o.estimate for o in offers):
-        lo, hi = prc.spot_band
-        warn.add(
-            f"spot rows marked estimate use {lo:.0%}-{hi:.0%} of on-demand "
-            "(no observed spot range in the catalog)"
-        )
-    if any(o.billing.startswith("subscription") and o.estimate for o in offers):
-        warn.add(
-            "subscription rows marked estimate rest on an unquoted factor (the yearly "
-            "discount, or on-demand x a monthly factor): quote the real PrePaid price before "
-            "committing (rows assume 100 % use)"
-        )
-    key = (
-        (lambda o: (o.per_gpu_hour, o.provider, o.instance_type, o.billing))
-        if sort_by == "gpu-hour"
-        else (lambda o: (o.per_tflop_hour, o.provider, o.instance_type, o.billing))
-    )
-    offers.sort(key=key)
-    return Comparison(tier, currency, sort_by, tuple(offers), tuple(fx_used), tuple(warn.lines))
-
-
-# ----------------------------------------------------------------------------------------------
-# the catalog against a live price (the cloud's prices.py fetches it, scripts/cost.py asks)
-
-
-@dataclass(frozen=True)
-class LiveCheck:
-    provider: str
-    instance_type: str
-    region: str
-    currency: str
-    catalog: float
-    live: float
-
-    @property
-    def off(self) -> float:
-        """How far the catalog is from the live price, as a fraction of the live price."""
-        return (self.catalog - self.live) / self.live
-
-    def message(self) -> str:
-        where = f"{self.provider} {self.instance_type} in {self.region}"
-        base = (
-            f"{where}: catalog {self.catalog:g} {self.currency}/h, "
-            f"live {self.live:g} {self.currency}/h"
-        )
-        if abs(self.off) < 0.005:
-            return f"{base}: the catalog is current"
-        side = "above" if self.off > 0 else "below"
-        return f"{base}: the catalog is {abs(self.off):.1%} {side} the live price"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "provider": self.provider,
-            "instance_type": self.instance_type,
-            "region": self.region,
-            "currency": self.currency,
-            "catalog": self.catalog,
-            "live": self.live,
-            "off": round(self.off, 4),
-        }

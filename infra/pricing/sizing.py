@@ -57,8 +57,9 @@ from infra.catalog import (
     _date,
     load_catalog,
 )
+from infra.pricing.bill import CostError, CostEstimate, CostInputs
 from infra.pricing.billing import SUBSCRIPTION_MONTHS, billing_problem
-from infra.pricing.cost import CostError, CostEstimate, CostInputs, estimate_cost
+from infra.pricing.cost import estimate_cost
 from infra.pricing.prices import Pricing, load_pricing
 from infra.suggest import did_you_mean
 

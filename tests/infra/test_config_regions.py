@@ -8,7 +8,7 @@ import pytest
 
 from infra.catalog import load_catalog, provider_names
 from infra.config import ConfigError, parse_config
-from infra.pricing.cost import compare_tier
+from infra.pricing.compare import compare_tier
 
 AWS = {"provider": "aws", "tier": "t4x1", "sshCidrs": ["203.0.113.0/24"]}
 ALI = {**AWS, "provider": "alicloud"}

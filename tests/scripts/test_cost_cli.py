@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from infra.pricing.cost import compare_tier
+from infra.pricing.compare import compare_tier
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "cost.py"

@@ -7,8 +7,9 @@ import pytest
 
 from infra.catalog import load_catalog
 from infra.config import ConfigError, parse_config
+from infra.pricing.bill import CostError, CostInputs
 from infra.pricing.billing import BILLING_MODES, billing_problem
-from infra.pricing.cost import CostError, CostInputs, estimate_cost
+from infra.pricing.cost import estimate_cost
 from infra.pricing.sizing import Filters, SizingError, Workload, size
 
 STACK = {"provider": "aws", "tier": "a100x8", "sshCidrs": ["203.0.113.0/24"]}

@@ -45,7 +45,8 @@ assert infra.pricing.__file__.startswith({root!r}), infra.pricing.__file__
 names = sorted(m.name for m in pkgutil.iter_modules(infra.pricing.__path__, "infra.pricing."))
 for name in names:
     importlib.import_module(name)
-from infra.pricing.cost import CostInputs, estimate_cost
+from infra.pricing.bill import CostInputs
+from infra.pricing.cost import estimate_cost
 from infra.pricing.sizing import load_models, size, workload_for_model
 estimate_cost(CostInputs(provider="aws", instance_type="p4d.24xlarge", billing="spot"))
 size(workload_for_model(load_models()["gpt2"], 1e9))
@@ -68,7 +69,9 @@ def test_pricing_imports_no_pulumi_and_no_provider_sdk(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().split(",") == [
+        "infra.pricing.bill",
         "infra.pricing.billing",
+        "infra.pricing.compare",
         "infra.pricing.cost",
         "infra.pricing.prices",
         "infra.pricing.sizing",

@@ -14,16 +14,8 @@ from typing import Any
 import pytest
 
 from infra.catalog import CatalogError, load_catalog
-from infra.pricing.cost import (
-    CostError,
-    CostInputs,
-    ReservationCost,
-    ReservationQuote,
-    catalog_reservation_quote,
-    check_cost_inputs,
-    estimate_cost,
-    term_words,
-)
+from infra.pricing.bill import CostError, CostInputs, ReservationCost, ReservationQuote, term_words
+from infra.pricing.cost import catalog_reservation_quote, check_cost_inputs, estimate_cost
 from infra.pricing.prices import Pricing, load_pricing, parse_pricing, shipped_pricing_data
 
 TODAY = dt.date(2026, 12, 1)
