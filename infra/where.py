@@ -449,3 +449,15 @@ def missing(
                 "never sold); --live asks the cloud"
             )
     return out
+
+
+def not_offered(catalog: Catalog, tier: str) -> list[str]:
+    """A line for each cloud that offers no type for ``tier``, with the nearest it has."""
+    out = []
+    for provider in catalog.providers:
+        if provider in catalog.tiers[tier].offers:
+            continue
+        near = [a for a in catalog.alternatives(tier, provider) if a.provider == provider]
+        hint = "; ".join(str(a) for a in near[:2]) or "none of the same GPU"
+        out.append(f"{provider}: offers no {tier} type; nearest there: {hint}")
+    return out

@@ -71,6 +71,8 @@ def main(
 
     rows = where.offers(catalog, zone_data, found, usd)
     gone = where.missing(zone_data, found, rows)
+    if kind == "tier":
+        gone += where.not_offered(catalog, args.query)
     answers = where.live(rows, args.region) if args.live else []
     if args.json:
         doc = {

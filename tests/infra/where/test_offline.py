@@ -147,3 +147,10 @@ def test_the_table_fits_80_columns_at_80_and_keeps_lines_whole_when_piped() -> N
     piped = where.render("t4x1", "tier", rows, [], None)
     assert any(len(line) > 80 for line in piped.splitlines())
     assert "us-east-1a us-east-1b us-east-1c us-east-1d us-east-1f" in piped
+
+
+def test_a_cloud_without_the_tier_says_so_with_its_nearest_types() -> None:
+    lines = where.not_offered(CAT, "h100x8")
+    clouds = {line.split(":")[0] for line in lines}
+    assert clouds == set(CAT.providers) - set(CAT.tiers["h100x8"].offers)
+    assert all("offers no h100x8 type; nearest there: " in line for line in lines)
