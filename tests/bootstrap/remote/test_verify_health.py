@@ -1,0 +1,127 @@
+"""The node health parsers on recorded shapes (tests/fixtures/health/README.md names each
+fixture's source): DCGM's JSON, nvidia-smi nvlink -e, ibstat, sysfs ports, the journal's Xid
+lines, and the stored verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bootstrap.remote import verify_health as vh
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "health"
+
+
+def read(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+# --- dcgmi diag -j --------------------------------------------------------------------------
+
+
+def test_a_passing_level_1_diag_lists_its_test_and_every_gpu_passing() -> None:
+    diag = vh.parse_dcgm_diag(read("dcgm_r1_pass.json"))
+    assert diag["version"] == "4.2.3" and diag["runtime_error"] is None
+    assert [(t["category"], t["name"], t["status"]) for t in diag["tests"]] == [
+        ("Deployment", "software", "Pass")
+    ]
+    assert [r["status"] for r in diag["tests"][0]["gpus"]] == ["Pass", "Pass"]
+
+
+def test_a_failing_level_2_diag_keeps_the_gpu_error_id_and_severity() -> None:
+    diag = vh.parse_dcgm_diag(read("dcgm_r2_fail_pending_remap.json"))
+    memory = next(t for t in diag["tests"] if t["name"] == "memory")
+    assert memory["status"] == "Fail"
+    bad = memory["gpus"][1]
+    assert (bad["gpu"], bad["status"]) == (1, "Fail")
+    assert bad["warnings"][0]["error_id"] == 85 and bad["warnings"][0]["severity"] == 6
+
+
+def test_a_level_3_diag_reads_the_stress_category() -> None:
+    diag = vh.parse_dcgm_diag(read("dcgm_r3_fail_thermal.json"))
+    assert {t["category"] for t in diag["tests"]} == {
+        "Deployment",
+        "Integration",
+        "Hardware",
+        "Stress",
+    }
+
+
+def test_a_diag_that_could_not_run_says_why() -> None:
+    diag = vh.parse_dcgm_diag(read("dcgm_runtime_error.json"))
+    assert "host engine" in diag["runtime_error"] and diag["tests"] == []
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [("Error: unable to connect", "not JSON"), ('{"x": 1}', "no 'DCGM Diagnostic'")],
+)
+def test_text_that_is_not_dcgm_json_is_refused_in_one_line(text: str, said: str) -> None:
+    with pytest.raises(ValueError, match=said):
+        vh.parse_dcgm_diag(text)
+
+
+# --- nvidia-smi nvlink -e, ibstat, sysfs ----------------------------------------------------
+
+
+def test_nvlink_error_counters_are_read_per_link_and_na_is_none() -> None:
+    gpus = vh.parse_nvlink_errors(read("nvlink_errors_h100.txt"))
+    assert [g["index"] for g in gpus] == [0, 1]
+    assert gpus[1]["links"][1] == {"link": 1, "replay": 3, "recovery": 2, "crc": None}
+    assert gpus[0]["links"][0] == {"link": 0, "replay": 0, "recovery": 0, "crc": 0}
+
+
+def test_ibstat_ports_keep_state_rate_and_layer_and_skip_the_panic_line() -> None:
+    ports = vh.parse_ibstat(read("ibstat_ndr.txt"))
+    assert [(p["device"], p["state"], p["rate_gbps"]) for p in ports] == [
+        ("mlx5_0", "Active", 400.0),
+        ("mlx5_1", "Down", 10.0),
+        ("mlx5_2", "Active", 200.0),
+    ]
+    assert all(p["link_layer"] == "InfiniBand" for p in ports)
+
+
+def test_a_sysfs_port_reads_in_ibstat_words() -> None:
+    port = {
+        "device": "mlx5_0",
+        "port": 1,
+        "state": "4: ACTIVE",
+        "phys_state": "5: LinkUp",
+        "rate": "400 Gb/sec (4X NDR)",
+        "link_layer": "InfiniBand",
+    }
+    assert vh.port_from_sysfs(port) == {
+        "device": "mlx5_0",
+        "port": 1,
+        "state": "Active",
+        "phys_state": "LinkUp",
+        "rate_gbps": 400.0,
+        "link_layer": "InfiniBand",
+    }
+
+
+# --- the snapshot and the stored verdict -----------------------------------------------------
+
+
+def test_the_snapshot_keeps_what_parsed_and_names_what_did_not() -> None:
+    doc = vh.snapshot(
+        taken_at="2026-12-02T01:00:00Z",
+        kernel_log=read("journal_xids.txt"),
+        kernel_source="journalctl -k -b",
+        dcgm="dcgmi: command not found",
+        ibstat=read("ibstat_ndr.txt"),
+    )
+    assert doc["schema"] == vh.SCHEMA
+    assert [e["xid"] for e in doc["xid"]["events"]] == [13, 63, 79]
+    assert len(doc["infiniband"]) == 3
+    assert doc["errors"] == ["dcgm: dcgmi diag -j output is not JSON (Expecting value at char 0)"]
+    assert "dcgm" not in doc and "nvidia" not in doc
+
+
+def test_the_verdict_is_stored_whole_and_read_back(tmp_path: Path) -> None:
+    assert vh.read_verdict(tmp_path) is None
+    path = vh.store_verdict({"status": "failed"}, tmp_path)
+    assert path == tmp_path / "health" / "verdict.json"
+    assert vh.read_verdict(tmp_path) == {"status": "failed"}
+    assert [p.name for p in path.parent.iterdir()] == ["verdict.json"]
