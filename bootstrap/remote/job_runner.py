@@ -572,14 +572,17 @@ def list_jobs(root: Path) -> list[dict[str, Any]]:
     return out
 
 
-def cancel(job_dir: Path, node_rank: int, wait_s: float) -> dict[str, Any]:
+def cancel(job_dir: Path, node_rank: int, wait_s: float, endpoint: str = "") -> dict[str, Any]:
+    """Stop the node's ranks and save their last checkpoint; ``endpoint`` replaces the
+    job's bucket endpoint for a save done here (a running supervisor saves with its own)."""
     nd = node_dir(job_dir, node_rank)
     path = nd / "state.json"
     state = state_now(path)
     if state is None:
         return {"ok": False, "error": "no state for this node"}
     if state["effective"] in TERMINAL:
-        return {"ok": True, "state": state, "note": f"already {state['effective']}"}
+        note = f"already {state['effective']}"
+        return {"ok": True, "changed": False, "state": state, "note": note}
     (nd / "cancel").write_text(utcnow() + "\n")
     if state["effective"] in ACTIVE:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -597,11 +600,35 @@ def cancel(job_dir: Path, node_rank: int, wait_s: float) -> dict[str, Any]:
     now = state_now(path) or state
     kill_node(nd, int(now.get("pgid") or 0), signal.SIGKILL)
     sup = Supervisor(job_dir, node_rank)
+    if endpoint:
+        sup.spec["s3_endpoint"] = endpoint
     final = sup.sync()
     now.pop("effective", None)
     now.update(state="cancelled", ended_at=now.get("ended_at") or utcnow(), final_sync=final)
     write_json(path, now)
     return {"ok": True, "state": state_now(path), "note": "supervisor gone: cancelled here"}
+
+
+def restorable(job_dir: Path) -> dict[str, Any]:
+    """What a resume would start from, read on the head before anything starts: the files
+    in the job's checkpoint folder here (reused as they are) and the newest complete
+    checkpoint in the bucket."""
+    sup = Supervisor(job_dir, 0)  # the job's own environment: its bucket credentials
+    root = Path(sup.spec["checkpoint_dir"])
+    local = len(job_sync.local_listing(root))
+    store = sup.store()
+    out: dict[str, Any] = {"ok": True, "local_files": local, "checkpoint_dir": str(root)}
+    if store is None:
+        return {**out, "bucket": None, "bucket_step": None}
+    where = f"{sup.spec['bucket']}/{sup.spec['bucket_prefix']}"
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        best = job_sync.newest_in_bucket(
+            root, job_sync.BucketReader(store), str(sup.spec["bucket_prefix"])
+        )
+    except job_sync.LIST_ERRORS as exc:
+        return {"ok": False, "error": f"cannot list {where}: {exc}"}
+    return {**out, "bucket": where, "bucket_step": best.step if best else None}
 
 
 def follow(
@@ -717,7 +744,8 @@ def ranks_of(state: Mapping[str, Any] | None, spec: Mapping[str, Any], node_rank
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="gpufleet job runner (node side of fab train)")
     p.add_argument(
-        "command", choices=["start", "supervise", "list", "cancel", "follow", "sync", "unpack"]
+        "command",
+        choices=["start", "supervise", "list", "cancel", "follow", "sync", "unpack", "restorable"],
     )
     p.add_argument("--job-dir", type=Path)
     p.add_argument("--node-rank", type=int, default=0)
@@ -726,6 +754,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--wait", type=float, default=60.0)
     p.add_argument("--rank", type=int, action="append", help="follow: only these global ranks")
     p.add_argument("--follow", action="store_true")
+    p.add_argument("--s3-endpoint", default="", help="cancel: the bucket's endpoint")
     p.add_argument("--workdir", type=Path, help="unpack: the node's copy of the workdir")
     p.add_argument("--tar", type=Path, help="unpack: the update fab sent")
     args = p.parse_args(argv)
@@ -748,7 +777,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "start":
         out = start(job_dir, args.node_rank, args.detach, args.wait)
     elif args.command == "cancel":
-        out = cancel(job_dir, args.node_rank, args.wait)
+        out = cancel(job_dir, args.node_rank, args.wait, args.s3_endpoint)
+    elif args.command == "restorable":
+        out = restorable(job_dir)
     elif args.command == "sync":
         sup = Supervisor(job_dir, args.node_rank)
         out = {"ok": True, "sync": sup.sync()}

@@ -225,17 +225,15 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-def restore(root: Path, store: Store, prefix: str) -> SyncOutcome:
-    """Put the newest complete checkpoint in the bucket under ``root`` (nothing else)."""
-    started = time.monotonic()
-    try:
-        full = store.list(prefix.rstrip("/") + "/" if prefix else "")
-    except (OSError, bucket.StoreError, ET.ParseError) as exc:
-        return SyncOutcome(False, f"cannot list the bucket: {exc}")
+LIST_ERRORS = (OSError, bucket.StoreError, ET.ParseError)
+
+
+def newest_in_bucket(root: Path, store: Store, prefix: str) -> Checkpoint | None:
+    """The newest complete checkpoint under ``prefix`` in the bucket (its markers are read
+    through hidden files in ``root``); raises LIST_ERRORS when the bucket cannot be listed."""
+    full = store.list(prefix.rstrip("/") + "/" if prefix else "")
     strip = len(prefix.rstrip("/")) + 1 if prefix else 0
     listing = {k[strip:]: v for k, v in full.items()}
-    local = local_listing(root)
-    local_best = newest_complete(local, lambda f: _read_text(root / f / MARKER))
 
     def marker(folder: str) -> str | None:
         tmp = root / f".marker-{folder}"
@@ -247,7 +245,17 @@ def restore(root: Path, store: Store, prefix: str) -> SyncOutcome:
         finally:
             tmp.unlink(missing_ok=True)
 
-    best = newest_complete(listing, marker)
+    return newest_complete(listing, marker)
+
+
+def restore(root: Path, store: Store, prefix: str) -> SyncOutcome:
+    """Put the newest complete checkpoint in the bucket under ``root`` (nothing else)."""
+    started = time.monotonic()
+    try:
+        best = newest_in_bucket(root, store, prefix)
+    except LIST_ERRORS as exc:
+        return SyncOutcome(False, f"cannot list the bucket: {exc}")
+    local_best = newest_complete(local_listing(root), lambda f: _read_text(root / f / MARKER))
     if best is None:
         where = "local " + local_best.folder if local_best else "none"
         return SyncOutcome(

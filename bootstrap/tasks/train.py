@@ -30,7 +30,7 @@ import sys
 import tarfile
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -802,11 +802,13 @@ def cancel_step(conn: Connection, ctx: HostContext) -> StepResult:
     if job is None:
         return StepResult.skipped("not a node of this job")
     wait = float(ctx.options.extra.get("wait", 120.0))
+    endpoint = str(ctx.options.extra.get("s3_endpoint") or "")
     out = _json_out(
         sh(
             conn,
             f"python3 {shlex.quote(job.runner)} cancel --job-dir {shlex.quote(job.job_dir)} "
-            f"--node-rank {job.rank} --wait {wait:g}",
+            f"--node-rank {job.rank} --wait {wait:g}"
+            + (f" --s3-endpoint {shlex.quote(endpoint)}" if endpoint else ""),
             timeout=wait + 700,
         ),
         "cancel",
@@ -817,9 +819,44 @@ def cancel_step(conn: Connection, ctx: HostContext) -> StepResult:
     final = state.get("final_sync") or {}
     sync = f"; last checkpoint: {final.get('detail')}" if final else ""
     note = f" ({out['note']})" if out.get("note") else ""
-    return StepResult.changed(
-        f"node rank {job.rank}: {state.get('effective')}{note}{sync}", state=state
+    message = f"node rank {job.rank}: {state.get('effective')}{note}{sync}"
+    if out.get("changed") is False:  # it had ended already: nothing was stopped
+        return StepResult.ok(message, state=state)
+    return StepResult.changed(message, state=state)
+
+
+@step("resume-check")
+def resume_check_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """What a resume would start from, on the head: its checkpoint folder and the bucket."""
+    job = node_job(conn, ctx)
+    if job is None:
+        return StepResult.skipped("not a node of this job")
+    out = _json_out(
+        sh(
+            conn,
+            f"python3 {shlex.quote(job.runner)} restorable --job-dir {shlex.quote(job.job_dir)}",
+            timeout=300,
+        ),
+        "resume check",
     )
+    if not out.get("ok"):
+        return StepResult.failed(f"cannot tell what to resume from: {out.get('error')}")
+    return StepResult.ok(restorable_line(out), restorable=out)
+
+
+def restorable_line(found: Mapping[str, Any]) -> str:
+    """What ``job_runner.py restorable`` found, in words."""
+    local = int(found.get("local_files") or 0)
+    where = f"{local} file(s) in {found.get('checkpoint_dir')}" if local else "no local files"
+    if not found.get("bucket"):
+        return f"{where}; no bucket"
+    step_ = found.get("bucket_step")
+    kept = f"step {step_}" if step_ is not None else "no complete checkpoint"
+    return f"{where}; {kept} in {found['bucket']}"
+
+
+def nothing_to_restore(found: Mapping[str, Any]) -> bool:
+    return not found.get("local_files") and found.get("bucket_step") is None
 
 
 # ---------------------------------------------------------------------------- job table
@@ -1103,6 +1140,9 @@ TRAIN_HELP = {
     "s3_endpoint": "S3-compatible endpoint for the bucket (tests, MinIO)",
     "master_port": "rendezvous port on the head (default: a free one)",
     "detach": "auto (systemd where it runs, else a supervised process), systemd or fork",
+    "from_scratch": "with --resume: start again from step 0 when there is no checkpoint "
+    "to restore (refused otherwise)",
+    "rerun": "with --resume: run a job that already succeeded again",
 }
 
 # The node's own ceiling (its GPUs, or its CPUs with --cpu) is judged once its facts are in.
@@ -1115,7 +1155,13 @@ TRAIN_BOUNDS = {
 
 
 def _job_to_resume(
-    c: Context, fleet: Fleet, resume: str, jobs_dir: str, max_workdir_mb: float, timeout: float
+    c: Context,
+    fleet: Fleet,
+    resume: str,
+    jobs_dir: str,
+    max_workdir_mb: float,
+    timeout: float,
+    rerun: bool = False,
 ) -> tuple[Mapping[str, Any], Fleet, dict[str, list[Any]] | None] | None:
     """The recorded job ``--resume`` names (``auto``: the newest interrupted one), the hosts
     it ran on and its workdir's manifest when the workdir is still here; None: nothing to
@@ -1137,6 +1183,8 @@ def _job_to_resume(
         raise _fail(str(exc)) from None
     if row.state in ("running", "starting"):
         raise _fail(f"job {row.job} is {row.state}: `fab cancel {row.job}` first")
+    if row.state == "succeeded" and not rerun:
+        raise _fail(f"job {row.job} already succeeded: nothing to resume (--rerun runs it again)")
     old = row.spec
     fleet = _job_hosts(fleet, old)
     if len(fleet.hosts) != int(old.get("nnodes") or 1):
@@ -1234,6 +1282,120 @@ def _follow_to_end(c: Context, fleet: Fleet, spec: Mapping[str, Any], timeout: f
         raise Exit(code=1)
 
 
+def _new_request(**options: Any) -> tuple[TrainRequest, dict[str, list[Any]]]:
+    """A new job's request (``parse_request``'s options) and its workdir's manifest."""
+    try:
+        req = parse_request(**options, cwd=Path.cwd())
+        return req, build_manifest(
+            req.workdir, workdir_files(req.workdir), req.max_workdir_mb * 1e6
+        )
+    except TrainError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _check_restorable(
+    c: Context,
+    fleet: Fleet,
+    old: Mapping[str, Any],
+    from_scratch: bool,
+    console: Console,
+    quiet: bool,
+    timeout: float,
+) -> None:
+    """Refuse a resume with nothing to restore (no checkpoint on the head, none complete in
+    the bucket) unless ``from_scratch``: it would start from step 0 and call it resumed."""
+    head = replace(fleet, hosts=tuple(h for h in fleet.hosts if rank_of(old, h) == 0))
+    report = _run(
+        c,
+        head,
+        "train",
+        [resume_check_step],
+        {"spec": old},
+        console=None if quiet else console,
+        connect_timeout=timeout,
+    )
+    problems = _problems(report)
+    if problems or not head.hosts:
+        for line in problems:
+            console.print(f"gpufleet: {line}", highlight=False, soft_wrap=True)
+        raise _fail(f"job {old['job']}: cannot tell what to resume from: nothing started")
+    found = next(s for s in report.hosts[0].steps if s.name == "resume-check").result.details
+    if not nothing_to_restore(found["restorable"]):
+        return
+    said = restorable_line(found["restorable"])
+    if not from_scratch:
+        raise _fail(
+            f"job {old['job']}: nothing to restore ({said}); --from-scratch starts it "
+            "again from step 0"
+        )
+    console.print(
+        f"gpufleet: job {old['job']}: nothing to restore ({said}): starting from step 0 "
+        "(--from-scratch)",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _job_spec_for(
+    c: Context,
+    fleet: Fleet,
+    req: TrainRequest | None,
+    old: Mapping[str, Any] | None,
+    *,
+    venv: str,
+    stop_when_done: bool,
+    console: Console,
+    quiet: bool,
+    timeout: float,
+) -> dict[str, Any]:
+    """The spec to start: a new job from ``req`` or the next attempt of ``old``, once every
+    node passed train-check."""
+    python = f"{(venv or DEFAULT_VENV).rstrip('/')}/bin/python" if old is None else old["python"]
+    head = fleet.hosts[0]
+    check_extra = {
+        "head": head,
+        "python": python,
+        "venv": str(Path(python).parent.parent),
+        "jobs_dir": req.jobs_dir if req else str(old["jobs_dir"]) if old else JOBS_ROOT,
+        "ckpt_parent": f"{fleet.scratch.path.rstrip('/')}/checkpoints",
+        "cpu": req.cpu if req else bool(old and old.get("cpu")),
+        "master_port": req.master_port if req else 0,
+        "nproc": req.nproc_per_node if req else int(old["nproc_per_node"]) if old else 0,
+    }
+    facts = _checked_node_facts(c, fleet, check_extra, console, quiet, timeout)
+    port = (req.master_port if req else 0) or int(facts[head].get("port") or 29500)
+    addr = master_address(fleet.outputs, fleet, None)
+    if old is not None:
+        return resume_spec(old, master_addr=addr, master_port=port, stop_when_done=stop_when_done)
+    assert req is not None
+    now = dt.datetime.now(dt.UTC)
+    gpus = min(int(f.get("gpus") or 0) for f in facts.values())
+    nproc = req.nproc_per_node or (1 if req.cpu else gpus)
+    job = new_job_id(req.name, now, secrets.token_hex(2))
+    return job_spec(req, fleet, job=job, nproc=nproc, master_addr=addr, master_port=port, now=now)
+
+
+def _start(
+    c: Context,
+    fleet: Fleet,
+    spec: Mapping[str, Any],
+    manifest: dict[str, list[Any]] | None,
+    *,
+    console: Console | None,
+    timeout: float,
+) -> FleetReport:
+    """Send the workdir (when ``manifest``), write job.json, start every node's supervisor."""
+    extra = {
+        "spec": spec,
+        "manifest": manifest,
+        "local_workdir": Path(str(spec.get("local_workdir"))),
+        "remote_workdir": spec["workdir"],
+    }
+    return _run(
+        c, fleet, "train", [train_start_step], extra, console=console, connect_timeout=timeout
+    )
+
+
 @fleet_task(help=TRAIN_HELP, bounds=TRAIN_BOUNDS)
 def train(
     c: Context,
@@ -1255,6 +1417,8 @@ def train(
     s3_endpoint: str = "",
     master_port: int = 0,
     detach: str = "auto",
+    from_scratch: bool = False,
+    rerun: bool = False,
 ) -> None:
     """Run a PyTorch script with torchrun on every node, detached; checkpoints to the bucket."""
     json, timeout = fleet_args.json, fleet_args.connect_timeout
@@ -1262,87 +1426,53 @@ def train(
     console = literal_console(stderr=quiet)
     if resume and script:
         raise _fail("--resume reruns the recorded script: drop --script (or start a new job)")
+    if (from_scratch or rerun) and not resume:
+        raise _fail("--from-scratch and --rerun go with --resume JOB")
     req: TrainRequest | None = None
     manifest: dict[str, list[Any]] | None = None
     if not resume:
-        try:
-            req = parse_request(
-                script=script,
-                args=args,
-                workdir=workdir,
-                name=name,
-                nproc_per_node=nproc_per_node,
-                cpu=cpu,
-                stop_when_done=stop_when_done,
-                venv=venv,
-                jobs_dir=jobs_dir,
-                max_workdir_mb=max_workdir_mb,
-                sync_interval=sync_interval,
-                node_env=node_env,
-                s3_endpoint=s3_endpoint,
-                master_port=master_port,
-                detach=detach,
-                cwd=Path.cwd(),
-            )
-            manifest = build_manifest(
-                req.workdir, workdir_files(req.workdir), req.max_workdir_mb * 1e6
-            )
-        except TrainError as exc:
-            raise _fail(str(exc)) from None
+        req, manifest = _new_request(
+            script=script,
+            args=args,
+            workdir=workdir,
+            name=name,
+            nproc_per_node=nproc_per_node,
+            cpu=cpu,
+            stop_when_done=stop_when_done,
+            venv=venv,
+            jobs_dir=jobs_dir,
+            max_workdir_mb=max_workdir_mb,
+            sync_interval=sync_interval,
+            node_env=node_env,
+            s3_endpoint=s3_endpoint,
+            master_port=master_port,
+            detach=detach,
+        )
     fleet = resolve_fleet(c, fleet_args)
     if len({(h.address, h.port) for h in fleet.hosts}) != len(fleet.hosts):
         raise _fail("the same host is listed twice: each node takes one node rank")
 
     old: Mapping[str, Any] | None = None
     if resume:
-        found = _job_to_resume(c, fleet, resume, jobs_dir, max_workdir_mb, timeout)
+        found = _job_to_resume(c, fleet, resume, jobs_dir, max_workdir_mb, timeout, rerun)
         if found is None:
             print("gpufleet: nothing to resume: no interrupted job on these nodes")
             return
         old, fleet, manifest = found
-
-    python = f"{(venv or DEFAULT_VENV).rstrip('/')}/bin/python" if old is None else old["python"]
-    jobs_root = req.jobs_dir if req else str(old["jobs_dir"]) if old else JOBS_ROOT
-    head = fleet.hosts[0]
-    check_extra = {
-        "head": head,
-        "python": python,
-        "venv": str(Path(python).parent.parent),
-        "jobs_dir": jobs_root,
-        "ckpt_parent": f"{fleet.scratch.path.rstrip('/')}/checkpoints",
-        "cpu": req.cpu if req else bool(old and old.get("cpu")),
-        "master_port": req.master_port if req else 0,
-        "nproc": req.nproc_per_node if req else int(old["nproc_per_node"]) if old else 0,
-    }
-    facts = _checked_node_facts(c, fleet, check_extra, console, quiet, timeout)
-    port = (req.master_port if req else 0) or int(facts[head].get("port") or 29500)
-    addr = master_address(fleet.outputs, fleet, None)
-    now = dt.datetime.now(dt.UTC)
-    if old is None:
-        assert req is not None
-        gpus = min(int(f.get("gpus") or 0) for f in facts.values())
-        nproc = req.nproc_per_node or (1 if req.cpu else gpus)
-        job = new_job_id(req.name, now, secrets.token_hex(2))
-        spec = job_spec(
-            req, fleet, job=job, nproc=nproc, master_addr=addr, master_port=port, now=now
-        )
-    else:
-        spec = resume_spec(old, master_addr=addr, master_port=port, stop_when_done=stop_when_done)
-    start_extra = {
-        "spec": spec,
-        "manifest": manifest,
-        "local_workdir": req.workdir if req else Path(str(spec.get("local_workdir"))),
-        "remote_workdir": spec["workdir"],
-    }
-    started = _run(
+    spec = _job_spec_for(
         c,
         fleet,
-        "train",
-        [train_start_step],
-        start_extra,
-        console=None if quiet else console,
-        connect_timeout=timeout,
+        req,
+        old,
+        venv=venv,
+        stop_when_done=stop_when_done,
+        console=console,
+        quiet=quiet,
+        timeout=timeout,
     )
+    if old is not None:
+        _check_restorable(c, fleet, old, from_scratch, console, quiet, timeout)
+    started = _start(c, fleet, spec, manifest, console=None if quiet else console, timeout=timeout)
     _report_started(started, spec, old is not None, json, console, len(fleet.hosts))
     if follow:
         _follow_to_end(c, fleet, spec, timeout)
@@ -1425,6 +1555,8 @@ def logs(
         "job": "the job's id or name",
         "wait": "seconds to wait after SIGTERM before SIGKILL (default 60)",
         "jobs_dir": TRAIN_HELP["jobs_dir"],
+        "s3_endpoint": "S3-compatible endpoint for the last checkpoint's save (default: "
+        "the job's own, as fab train was given it)",
     },
     bounds={"wait": Bound(0, example="60")},
 )
@@ -1434,6 +1566,7 @@ def cancel(
     job: str | None = None,
     wait: float = 60.0,
     jobs_dir: str = "",
+    s3_endpoint: str = "",
 ) -> None:
     """Stop a job gracefully (SIGTERM, bounded wait, SIGKILL); its last checkpoint is saved."""
     fleet, row = _resolve(c, fleet_args, job, jobs_dir)
@@ -1444,7 +1577,7 @@ def cancel(
         fleet,
         "cancel",
         [cancel_step],
-        {"spec": row.spec, "wait": wait},
+        {"spec": row.spec, "wait": wait, "s3_endpoint": s3_endpoint},
         console=None if (json or _quiet()) else console,
         connect_timeout=fleet_args.connect_timeout,
     )

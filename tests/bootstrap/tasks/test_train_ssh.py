@@ -420,3 +420,82 @@ def test_a_node_without_the_sftp_subsystem_is_named_as_such(
     with sshd_server.connection() as conn:
         put_bytes(conn, b"workdir", dest)  # the same copy where sshd has it
         assert conn.run(f"cat {dest} && rm {dest}", hide=True, in_stream=False).stdout == "workdir"
+
+
+@pytest.fixture
+def one_node(
+    sshd_server: SshServer, node_venv: tuple[Path, FabResult], place: dict[str, Path],
+    tmp_path: Path, moto_url: str,
+) -> TrainFleet:  # fmt: skip
+    venv, installed = node_venv
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    inv = inventory(
+        tmp_path, [(sshd_server, sshd_server.port)], place["scratch"], sshd_server.user,
+        sshd_server.key_path,
+    )  # fmt: skip
+    return TrainFleet(inv, venv, place["jobs"], moto_url)
+
+
+def resume(fleet: TrainFleet, job: str, *extra: str) -> FabResult:
+    return run_fab(
+        "train", "--resume", job, "--inventory", str(fleet.inventory), "--jobs-dir",
+        str(fleet.jobs), *extra, timeout=400,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_resume_with_nothing_to_restore_stops_unless_told_to_start_from_scratch(
+    one_node: TrainFleet,
+) -> None:
+    # A job that fails before its first checkpoint: nothing on the node, nothing in the bucket.
+    argv = [a if a != "2" else "1" for a in one_node.train("--steps 3 --no-such-flag")]
+    failed = run_fab(*argv, "--follow", timeout=400)
+    job = re.search(r"job (\S+) running on 1 node", failed.stdout)
+    assert failed.returncode == 1 and job, failed.stdout[-2000:] + failed.stderr[-2000:]
+    job_id = job.group(1)
+    assert one_job(one_node.inventory, one_node.jobs)["state"] == "failed"
+
+    # Issue 24: this said "resumed" and trained from step 0.
+    refused = resume(one_node, job_id)
+    assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-2000:]
+    (line,) = [ln for ln in refused.stderr.splitlines() if ln.startswith("gpufleet:")]
+    assert line.startswith(f"gpufleet: job {job_id}: nothing to restore (no local files; no ")
+    assert line.endswith("--from-scratch starts it again from step 0")
+    assert one_job(one_node.inventory, one_node.jobs)["attempt"] == 1  # nothing started
+
+    again = resume(one_node, job_id, "--from-scratch", "--follow")
+    assert f"job {job_id} resumed on 1 node" in again.stdout, again.stdout[-2000:]
+    assert "nothing to restore" in again.stdout and "(--from-scratch)" in again.stdout
+    assert one_job(one_node.inventory, one_node.jobs)["attempt"] == 2
+
+
+@pytest.mark.slow
+def test_a_succeeded_job_is_not_rerun_nor_cancelled_without_being_asked(
+    one_node: TrainFleet,
+) -> None:
+    argv = [a if a != "2" else "1" for a in one_node.train("--steps 4 --ckpt-every 2")]
+    done = run_fab(*argv, "--follow", timeout=400)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    job = one_job(one_node.inventory, one_node.jobs)
+    assert job["state"] == "succeeded"
+
+    # Issue 24: this reran the job (exit 0, no warning).
+    refused = resume(one_node, job["job"])
+    assert refused.returncode == 2 and refused.stdout == "", refused.stdout[-2000:]
+    assert refused.stderr.strip() == (
+        f"gpufleet: job {job['job']} already succeeded: nothing to resume (--rerun runs it again)"
+    )
+    # ... and cancelling it reported "changed"; cancel takes train's --s3-endpoint too.
+    cancelled = run_fab(
+        "cancel", job["job"], "--inventory", str(one_node.inventory), "--jobs-dir",
+        str(one_node.jobs), "--s3-endpoint", one_node.moto_url, "--json",
+    )  # fmt: skip
+    assert cancelled.returncode == 0, cancelled.stderr
+    step = cancelled.step("cancel")
+    assert step["status"] == "ok" and "already succeeded" in step["message"], step
+    assert one_job(one_node.inventory, one_node.jobs)["state"] == "succeeded"
+
+    rerun = resume(one_node, job["job"], "--rerun", "--follow")
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    assert "resumed from step 4" in rerun.stdout
+    assert one_job(one_node.inventory, one_node.jobs)["attempt"] == 2

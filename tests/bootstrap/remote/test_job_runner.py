@@ -1,0 +1,137 @@
+"""The job runner's resume check and cancel, in process, against a moto S3 bucket.
+
+``restorable`` is what ``fab train --resume`` asks the head before anything starts;
+``cancel --s3-endpoint`` saves to the endpoint it is given when the supervisor is gone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bootstrap.remote import job_runner
+from tests.support.sshd import free_port
+
+BUCKET = "gpufleet-runner-test"
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def s3(url: str) -> Any:
+    import boto3
+
+    return boto3.client("s3", endpoint_url=url, region_name="us-east-1")
+
+
+@pytest.fixture
+def bucket(moto_url: str) -> Iterator[Any]:
+    client = s3(moto_url)
+    client.create_bucket(Bucket=BUCKET)
+    yield client
+    for obj in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
+        client.delete_object(Bucket=BUCKET, Key=obj["Key"])
+    client.delete_bucket(Bucket=BUCKET)
+
+
+def recorded_job(tmp_path: Path, endpoint: str, *, bucket: str = BUCKET) -> Path:
+    """A job folder as a finished attempt leaves it: job.json and an interrupted state."""
+    job_dir = tmp_path / "jobs" / "j1"
+    ckpt = tmp_path / "scratch" / "checkpoints" / "j1"
+    ckpt.mkdir(parents=True)
+    (job_dir / "node-0").mkdir(parents=True)
+    spec = {
+        "job": "j1",
+        "nnodes": 1,
+        "nproc_per_node": 1,
+        "checkpoint_dir": str(ckpt),
+        "bucket": bucket,
+        "bucket_prefix": "checkpoints/n0/j1/" if bucket else "",
+        "sync_node": "n0",
+        "provider": "aws",
+        "region": "us-east-1",
+        "s3_endpoint": endpoint,
+        "env": {},
+    }
+    (job_dir / "job.json").write_text(json.dumps(spec))
+    state = {"state": "running", "pid": 2**22 + 1, "boot_id": job_runner.boot_id()}
+    (job_dir / "node-0" / "state.json").write_text(json.dumps(state))
+    return job_dir
+
+
+def checkpoint(root: Path, step: int) -> None:
+    folder = root / f"step-{step}"
+    folder.mkdir(parents=True)
+    (folder / "model.pt").write_bytes(b"w" * 10)
+    (folder / "COMPLETE").write_text(json.dumps({"step": step, "files": {"model.pt": 10}}))
+
+
+def test_a_job_with_no_checkpoint_anywhere_has_nothing_to_restore(
+    tmp_path: Path, bucket: Any, moto_url: str
+) -> None:
+    out = job_runner.restorable(recorded_job(tmp_path, moto_url))
+    assert out["ok"] and out["local_files"] == 0 and out["bucket_step"] is None
+    assert out["bucket"] == f"{BUCKET}/checkpoints/n0/j1/"
+
+
+def test_the_bucket_s_newest_complete_checkpoint_is_found_without_downloading_it(
+    tmp_path: Path, bucket: Any, moto_url: str
+) -> None:
+    job_dir = recorded_job(tmp_path, moto_url)
+    for step, body in ((3, b"w" * 10), (5, b"half")):  # step 5 was cut off
+        bucket.put_object(Bucket=BUCKET, Key=f"checkpoints/n0/j1/step-{step}/model.pt", Body=body)
+        marker = json.dumps({"step": step, "files": {"model.pt": 10}}).encode()
+        bucket.put_object(Bucket=BUCKET, Key=f"checkpoints/n0/j1/step-{step}/COMPLETE", Body=marker)
+    out = job_runner.restorable(job_dir)
+    assert out["bucket_step"] == 3 and out["local_files"] == 0
+    assert not list((tmp_path / "scratch" / "checkpoints" / "j1").iterdir())
+
+
+def test_without_a_bucket_the_node_s_own_files_are_what_a_resume_reuses(tmp_path: Path) -> None:
+    job_dir = recorded_job(tmp_path, "", bucket="")
+    (tmp_path / "scratch" / "checkpoints" / "j1" / "snapshot.pt").write_bytes(b"s")
+    out = job_runner.restorable(job_dir)
+    assert out == {**out, "ok": True, "local_files": 1, "bucket": None, "bucket_step": None}
+
+
+def test_an_unreachable_bucket_is_an_error_not_nothing_to_restore(tmp_path: Path) -> None:
+    out = job_runner.restorable(recorded_job(tmp_path, f"http://127.0.0.1:{free_port()}"))
+    assert out["ok"] is False and out["error"].startswith(f"cannot list {BUCKET}/")
+
+
+def test_cancel_saves_to_the_endpoint_it_is_given_when_the_supervisor_is_gone(
+    tmp_path: Path, bucket: Any, moto_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The job was started against an endpoint that is gone; cancel is told the right one.
+    job_dir = recorded_job(tmp_path, f"http://127.0.0.1:{free_port()}")
+    checkpoint(tmp_path / "scratch" / "checkpoints" / "j1", 7)
+    argv = ["cancel", "--job-dir", str(job_dir), "--wait", "1", "--s3-endpoint", moto_url]
+    assert job_runner.main(argv) == 0  # as fab cancel --s3-endpoint runs it
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["state"]["state"] == "cancelled"
+    assert out["state"]["final_sync"]["ok"] is True, out
+    keys = [o["Key"] for o in bucket.list_objects_v2(Bucket=BUCKET)["Contents"]]
+    assert "checkpoints/n0/j1/step-7/COMPLETE" in keys
+
+
+def test_cancelling_a_job_that_ended_changes_nothing_and_says_so(tmp_path: Path) -> None:
+    job_dir = recorded_job(tmp_path, "", bucket="")
+    state_path = job_dir / "node-0" / "state.json"
+    state_path.write_text(json.dumps({"state": "succeeded", "ended_at": "2026-01-01T00:00:00Z"}))
+    out = job_runner.cancel(job_dir, 0, 1.0)
+    assert out["changed"] is False and out["note"] == "already succeeded"
+    assert json.loads(state_path.read_text())["state"] == "succeeded"
