@@ -2,7 +2,8 @@
 """gpufleet job runner: runs one node's share of a ``fab train`` job, detached from SSH.
 
 Standard library only, Python 3.10+, shipped by ``fab train`` to ``<jobs root>/bin/`` with
-``job_launch.py``, ``job_sync.py`` and the watchdog's files (for its SigV4 signer).
+``job_launch.py``, ``job_sync.py`` and what that imports (``bucket.py``, ``clouds/``,
+``fleet_names.py``).
 
 Job folder on each node (``<jobs root>``, default /var/lib/gpufleet/jobs)::
 

@@ -3,9 +3,16 @@
 
 Runs on the node from a systemd timer (gpufleet-watchdog.timer, every ~minute), as root, with
 the system Python (3.10+) and nothing but the standard library and the node's own tools
-(nvidia-smi, ss, who). Next to it: ``idle_rules.py``, the idle rules (the same file the
-cloud reaper runs, infra/reaper/idle_rules.py), and ``bucket.py``, its bucket sync. What
-differs per cloud is one module per cloud, ``clouds/<name>.py`` (``clouds.CLOUDS``).
+(nvidia-smi, ss, who). This file is the loop; next to it, one module per concern:
+
+    watchdog_config.py   the config files, and the node cloud they name
+    watchdog_probe.py    the samples: nvidia-smi, ss, who, /proc/uptime
+    watchdog_state.py    what one run leaves the next (history, tags, last decision)
+    watchdog_signals.py  what holds the node: leases, protection, fab train jobs
+    watchdog_metrics.py  heartbeat and GPU metrics, or a heartbeat object in the bucket
+    scratch_sync.py      scratch to the bucket, through ``bucket.py`` (the bucket client)
+    idle_rules.py        the idle rules (the cloud reaper's own file)
+    clouds/<name>.py     what differs per cloud, one module each (``clouds.CLOUDS``)
 
 One run:
   1. reads its config (/etc/gpufleet/watchdog.json), the sample history and the lease file;
@@ -34,600 +41,58 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-import os
-import shutil
-import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for mypy only; never executed
-    from bootstrap.remote import bucket, clouds, idle_rules
+    from bootstrap.remote import bucket, idle_rules
     from bootstrap.remote import fleet_names as names
-    from bootstrap.remote.clouds.base import (
-        Credentials,
-        Metric,
-        NodeCloud,
-        TagsUnreadable,
-        retry_idempotent,
+    from bootstrap.remote.clouds.base import NodeCloud, TagsUnreadable, retry_idempotent
+    from bootstrap.remote.scratch_sync import ScratchSyncer, Syncer
+    from bootstrap.remote.watchdog_config import CONFIG_PATH, Config, cloud_for
+    from bootstrap.remote.watchdog_metrics import BucketHeartbeat, MetricsPublisher, Publisher
+    from bootstrap.remote.watchdog_probe import Probe, SystemProbe, run_cmd, take_sample
+    from bootstrap.remote.watchdog_signals import (
+        Signals,
+        is_protected,
+        merge_leases,
+        read_jobs,
+        read_lease,
+        write_lease,
     )
+    from bootstrap.remote.watchdog_state import STATE_FILE, State
 else:
     # Installed side by side in /opt/gpufleet; nothing else is on the node's path. Tests run
     # these files the same way (tests/bootstrap/remote/test_watchdog_alone.py).
     import bucket  # the one object-store client (S3 and compatible, Azure Blob)
-    import clouds  # one module per cloud (clouds/<name>.py), found by listing the folder
     import fleet_names as names  # tag and metric names: the reaper's and the stack's own
     import idle_rules  # the idle rules: the reaper's own file (infra/reaper/idle_rules.py)
-    from clouds.base import (
-        Credentials,
-        Metric,
-        NodeCloud,
-        TagsUnreadable,
-        retry_idempotent,
+    from clouds.base import NodeCloud, TagsUnreadable, retry_idempotent
+    from scratch_sync import ScratchSyncer, Syncer
+    from watchdog_config import CONFIG_PATH, Config, cloud_for
+    from watchdog_metrics import BucketHeartbeat, MetricsPublisher, Publisher
+    from watchdog_probe import Probe, SystemProbe, run_cmd, take_sample
+    from watchdog_signals import (
+        Signals,
+        is_protected,
+        merge_leases,
+        read_jobs,
+        read_lease,
+        write_lease,
     )
+    from watchdog_state import STATE_FILE, State
 
-UTC = idle_rules.UTC
 LOG = logging.getLogger("gpufleet-watchdog")
 
-CONFIG_PATH = Path("/etc/gpufleet/watchdog.json")
-NODE_INFO_PATH = Path("/etc/gpufleet/node.json")  # written at first boot by the stack
-STATE_DIR = Path("/var/lib/gpufleet")
-JOBS_DIR = "/var/lib/gpufleet/jobs"
-LEASE_FILE = "keep-alive-until"
-STATE_FILE = "watchdog-state.json"
 
 # A spot notice's sync: at most this long, ending this long before a reclaim time the
 # notice names, and never shorter than the floor (a late notice still tries the newest).
 SPOT_SYNC_S = 90.0
 SPOT_MARGIN_S = 10.0
 SPOT_MIN_SYNC_S = 5.0
-
-# ---------------------------------------------------------------------------- config
-
-
-@dataclass(frozen=True)
-class Config:
-    provider: str  # a key of clouds.CLOUDS (a module in clouds/)
-    region: str
-    stack: str
-    node: str
-    role: str = "worker"
-    tier: str = ""
-    instance_type: str = ""
-    instance_id: str = ""  # empty: ask the metadata service
-    bucket: str = ""
-    scratch_path: str = "/scratch"
-    # "nvme": instance store, erased by a stop (unsynced files forbid the power-off);
-    # "disk": a data disk that survives the stop. Anything else is taken as "nvme".
-    scratch_kind: str = "nvme"
-    sync_dirs: tuple[str, ...] = ("checkpoints",)  # relative to scratch_path
-    idle_minutes: float | None = None  # None: the tier default
-    ttl_hours: float | None = None  # None: the tier default; 0 = off
-    samples_per_run: int = 4
-    sample_interval_s: float = 15.0
-    sync_timeout_s: float = 600.0  # one pre-stop sync, at most
-    publish_metrics: bool = True
-    dry_run: bool = False  # decide and log, never power off
-    endpoint_url: str = ""  # metrics and tag API override (tests)
-    storage_endpoint_url: str = ""  # bucket API override (tests, private endpoints)
-    metadata_url: str = ""  # metadata service override (tests)
-    alicloud_account_id: str = ""
-    state_dir: str = str(STATE_DIR)
-    jobs_dir: str = JOBS_DIR  # fab train's job folders (their state.json: docs/train.md)
-
-    @classmethod
-    def load(cls, path: Path = CONFIG_PATH, node_info: Path = NODE_INFO_PATH) -> Config:
-        """The watchdog config, over the first-boot node info; every problem at once."""
-        raw: dict[str, Any] = {}
-        for source in (node_info, path):
-            if source.exists():
-                try:
-                    raw.update(json.loads(source.read_text()))
-                except (OSError, ValueError) as exc:
-                    raise ValueError(f"{source}: not readable JSON ({exc})") from None
-        if isinstance(raw.get("scratch"), dict):
-            raw.setdefault("scratch_path", raw["scratch"].get("path", "/scratch"))
-            raw.setdefault("scratch_kind", raw["scratch"].get("kind", "nvme"))
-        known = {f.name for f in dataclasses.fields(cls)}
-        data = {k: v for k, v in raw.items() if k in known}
-        problems = [
-            f"missing {k!r}" for k in ("provider", "region", "stack", "node") if not data.get(k)
-        ]
-        known_clouds = clouds.CLOUDS
-        if data.get("provider") is not None and data["provider"] not in known_clouds:
-            problems.append(
-                f"provider must be {' or '.join(known_clouds)}, got {data['provider']!r}"
-            )
-        if problems:
-            raise ValueError(f"{path}: " + "; ".join(problems))
-        if "sync_dirs" in data:
-            data["sync_dirs"] = tuple(data["sync_dirs"])
-        return cls(**data)
-
-    def limits(self, tags: dict[str, str] | None = None) -> idle_rules.Limits:
-        """Idle and TTL limits: the instance's tags where set (what the reaper reads, and
-        what a person changes on a running node), else this config, else the tier's."""
-        tags = tags or {}
-        ttl = (
-            None
-            if self.ttl_hours is None
-            else ("off" if self.ttl_hours <= 0 else str(self.ttl_hours))
-        )
-        idle = None if self.idle_minutes is None else str(self.idle_minutes)
-        return idle_rules.resolve_limits(
-            tier=tags.get(names.TIER) or self.tier or None,
-            instance_type=self.instance_type or None,
-            idle_minutes_tag=tags.get(names.IDLE_MINUTES) or idle,
-            ttl_hours_tag=tags.get(names.TTL_HOURS) or ttl,
-        )
-
-    @property
-    def scratch_survives_stop(self) -> bool:
-        return self.scratch_kind == "disk"
-
-
-# ---------------------------------------------------------------------------- probes
-
-
-def run_cmd(argv: Sequence[str], timeout: float = 20.0) -> str | None:
-    """stdout of a command, or None when it is missing, fails or hangs."""
-    if shutil.which(argv[0]) is None:
-        return None
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
-def parse_gpu_query(text: str | None) -> tuple[tuple[float, ...], float] | None:
-    """``utilization.gpu,memory.used,memory.total`` CSV -> (per-GPU util, max memory %)."""
-    if text is None:
-        return None
-    utils: list[float] = []
-    mem_pct = 0.0
-    for line in text.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 3:
-            return None
-        try:
-            util, used, total = float(parts[0]), float(parts[1]), float(parts[2])
-        except ValueError:  # "[N/A]", "[Not Supported]": unreadable, which counts as active
-            return None
-        utils.append(util)
-        if total > 0:
-            mem_pct = max(mem_pct, 100.0 * used / total)
-    return (tuple(utils), mem_pct) if utils else None
-
-
-def parse_compute_apps(text: str | None) -> int | None:
-    if text is None:
-        return None
-    return sum(1 for line in text.strip().splitlines() if line.strip() and line[0].isdigit())
-
-
-def parse_ss(text: str | None) -> int | None:
-    """Established TCP connections whose local port is 22 (sessions and ``ssh -N`` tunnels)."""
-    if text is None:
-        return None
-    count = 0
-    for line in text.strip().splitlines():
-        cols = line.split()
-        # ss -Htn state established: Recv-Q Send-Q Local:Port Peer:Port
-        if len(cols) >= 4 and cols[2].rsplit(":", 1)[-1] == "22":
-            count += 1
-    return count
-
-
-def parse_who(text: str | None) -> int | None:
-    if text is None:
-        return None
-    return sum(1 for line in text.strip().splitlines() if line.strip())
-
-
-class Probe(Protocol):
-    def now(self) -> dt.datetime: ...
-    def sleep(self, seconds: float) -> None: ...
-    def boot_time(self) -> dt.datetime: ...
-    def gpu(self) -> tuple[tuple[float, ...], float] | None: ...
-    def gpu_procs(self) -> int | None: ...
-    def ssh(self) -> int | None: ...
-
-
-class SystemProbe:
-    """The real node: nvidia-smi, ss, who, /proc/uptime."""
-
-    def now(self) -> dt.datetime:
-        return dt.datetime.now(UTC)
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
-
-    def boot_time(self) -> dt.datetime:
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return self.now() - dt.timedelta(seconds=uptime)
-
-    def gpu(self) -> tuple[tuple[float, ...], float] | None:
-        return parse_gpu_query(
-            run_cmd(
-                [
-                    "nvidia-smi",
-                    "--query-gpu=utilization.gpu,memory.used,memory.total",
-                    "--format=csv,noheader,nounits",
-                ]
-            )
-        )
-
-    def gpu_procs(self) -> int | None:
-        return parse_compute_apps(
-            run_cmd(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"])
-        )
-
-    def ssh(self) -> int | None:
-        connections = parse_ss(run_cmd(["ss", "-Htn", "state", "established"]))
-        sessions = parse_who(run_cmd(["who"]))
-        if connections is None and sessions is None:
-            return None
-        return max(connections or 0, sessions or 0)
-
-
-def take_sample(probe: Probe) -> tuple[idle_rules.Sample, float | None]:
-    gpu = probe.gpu()
-    sample = idle_rules.Sample(
-        at=probe.now(),
-        gpu_util=None if gpu is None else gpu[0],
-        gpu_procs=probe.gpu_procs(),
-        ssh=probe.ssh(),
-    )
-    return sample, None if gpu is None else gpu[1]
-
-
-# ---------------------------------------------------------------------------- clouds
-
-
-def cloud_for(config: Config) -> NodeCloud:
-    return clouds.node_cloud(
-        config.provider, config.region, config.endpoint_url, config.metadata_url
-    )
-
-
-# ---------------------------------------------------------------------------- metrics and lease
-
-
-class Publisher(Protocol):
-    def publish(
-        self,
-        *,
-        at: dt.datetime,
-        gpu_util: float | None,
-        gpu_mem: float | None,
-        unsynced: int | None = None,
-    ) -> None: ...
-
-
-@dataclass
-class MetricsPublisher:
-    """Heartbeat + GPU metrics + the unsynced file count, through the node's cloud.
-
-    No datapoint carries the node's clock as its time: both services then stamp it with the
-    time they received it ("If not specified, the default value is the time the metric data
-    was received", CloudWatch MetricDatum.Timestamp; CloudMonitor PutCustomMetric's ``Time``
-    is optional), so the reaper judges staleness on the service's clock and a node whose
-    clock is off cannot look fresh or stale. The heartbeat's *value* is still the node's Unix
-    time: the difference to the datapoint's timestamp shows the node's clock skew.
-    """
-
-    cloud: NodeCloud
-    instance_id: str
-    credentials: Callable[[], Credentials | None]
-
-    def publish(
-        self,
-        *,
-        at: dt.datetime,
-        gpu_util: float | None,
-        gpu_mem: float | None,
-        unsynced: int | None = None,
-    ) -> None:
-        creds = self.credentials()
-        if not creds:
-            raise RuntimeError("no credentials for metrics (instance role or environment)")
-        values: list[Metric] = [(names.METRIC_HEARTBEAT, float(int(at.timestamp())), "None")]
-        if gpu_util is not None:
-            values.append((names.METRIC_GPU_UTIL, gpu_util, "Percent"))
-        if gpu_mem is not None:
-            values.append((names.METRIC_GPU_MEM, gpu_mem, "Percent"))
-        if unsynced is not None:
-            values.append((names.METRIC_UNSYNCED, float(unsynced), "Count"))
-        self.cloud.put_metrics(self.instance_id, values, creds)
-
-
-@dataclass
-class BucketHeartbeat:
-    """The heartbeat where the cloud's metrics service takes none (Tencent: PutMonitorData
-    is disused): this node's object ``<HEARTBEAT_OBJECT_PREFIX><instance id>`` in the
-    stack's bucket, written again every run. The reaper reads only its Last-Modified, which
-    the storage service stamps on its own clock; the body (this node's clock and last
-    values) is for people. GPU utilization reaches the reaper through the cloud's own agent
-    (infra/clouds/tencent/reaper.py)."""
-
-    store: Callable[[], bucket.BucketStore | None]
-    instance_id: str
-    timeout_s: float = 30.0
-
-    def publish(
-        self,
-        *,
-        at: dt.datetime,
-        gpu_util: float | None,
-        gpu_mem: float | None,
-        unsynced: int | None = None,
-    ) -> None:
-        store = self.store()
-        if store is None:
-            raise RuntimeError("no bucket configured: no heartbeat object written")
-        body = {
-            "node_time": idle_rules.format_utc(at),
-            "gpu_util": gpu_util,
-            "gpu_mem": gpu_mem,
-            "unsynced": unsynced,
-        }
-        key = names.HEARTBEAT_OBJECT_PREFIX + self.instance_id
-        store.put(key, json.dumps(body).encode(), deadline=time.monotonic() + self.timeout_s)
-
-
-def write_lease(
-    config: Config, hours: float, now: dt.datetime, tagger: Callable[[str], None] | None
-) -> dict[str, Any]:
-    """The lease file (what this watchdog reads) and the instance tag (what the reaper reads)."""
-    if not 0 < hours <= idle_rules.MAX_LEASE_HOURS:
-        raise ValueError(
-            f"--hours must be more than 0 and at most {idle_rules.MAX_LEASE_HOURS}, got {hours}"
-        )
-    until = idle_rules.format_utc(now + dt.timedelta(hours=hours))
-    path = Path(config.state_dir) / LEASE_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(until + "\n")
-    out: dict[str, Any] = {"lease_until": until, "file": str(path), "tag": "not set"}
-    if tagger is not None:
-        try:
-            tagger(until)
-            out["tag"] = "set"
-        except Exception as exc:  # the file alone still keeps this node's watchdog away
-            out["tag"] = f"failed: {exc}"
-    return out
-
-
-# ---------------------------------------------------------------------------- sync
-
-
-SyncResult = bucket.SyncResult
-
-
-class Syncer(Protocol):
-    """Saves scratch to the bucket (bucket.py); fakes in the tests."""
-
-    def unsynced(self) -> int | None:
-        """Checkpoint files on scratch that are not in the bucket; None when unknown."""
-        ...
-
-    def sync(self, timeout_s: float) -> SyncResult: ...
-
-
-@dataclass
-class ScratchSyncer:
-    """The node's own sync: every ``sync_dirs`` under scratch -> <bucket>/<dir>/<node>/."""
-
-    config: Config
-    credentials: Callable[[], Credentials | None]
-    retry_sleep: Callable[[float], None] = time.sleep
-
-    def store(self) -> bucket.BucketStore | None:
-        if not self.config.bucket:
-            return None
-        cloud = cloud_for(self.config)
-        store = cloud.bucket_store.for_node(
-            endpoint=cloud.bucket_endpoint(),
-            region=self.config.region,
-            bucket=self.config.bucket,
-            credentials=self.credentials,
-            endpoint_url=self.config.storage_endpoint_url,
-        )
-        store.retry_sleep = self.retry_sleep
-        return store
-
-    def unsynced(self) -> int | None:
-        try:
-            return len(
-                bucket.pending(
-                    Path(self.config.scratch_path),
-                    self.config.sync_dirs,
-                    self.config.node,
-                    self.config.bucket,
-                )
-            )
-        except OSError:
-            return None
-
-    def sync(self, timeout_s: float) -> SyncResult:
-        return bucket.sync_scratch(
-            scratch=Path(self.config.scratch_path),
-            sync_dirs=self.config.sync_dirs,
-            node=self.config.node,
-            store=self.store(),
-            timeout_s=timeout_s,
-        )
-
-    def check(self) -> str:
-        store = self.store()
-        if store is None:
-            raise bucket.StoreError("no bucket configured: scratch cannot be saved", "NoBucket")
-        return bucket.check_store(store, self.config.node)
-
-
-# ---------------------------------------------------------------------------- state
-
-
-@dataclass
-class State:
-    samples: list[idle_rules.Sample] = field(default_factory=list)
-    stall_warned: bool = False
-    spot_notice_synced: str = ""  # the notice we already saved scratch for
-    refused_since: str = ""  # ISO time since when power-off is refused (unsynced scratch)
-    # The last tags read in this boot ({"boot": ISO, "read_at": ISO, "tags": {...}}): when a
-    # later read fails, a node once seen protected stays protected.
-    tags: dict[str, Any] = field(default_factory=dict)
-    last_decision: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def load(cls, path: Path) -> State:
-        try:
-            raw = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return cls()  # a lost history only restarts the idle clock
-        samples = []
-        for s in raw.get("samples", []):
-            try:
-                samples.append(
-                    idle_rules.Sample(
-                        at=idle_rules.parse_utc(s["at"]),
-                        gpu_util=None if s.get("gpu_util") is None else tuple(s["gpu_util"]),
-                        gpu_procs=s.get("gpu_procs"),
-                        ssh=s.get("ssh"),
-                    )
-                )
-            except (KeyError, ValueError, TypeError):
-                continue
-        return cls(
-            samples=samples,
-            stall_warned=bool(raw.get("stall_warned")),
-            spot_notice_synced=str(raw.get("spot_notice_synced", "")),
-            refused_since=str(raw.get("refused_since", "")),
-            tags=dict(raw.get("tags") or {}),
-            last_decision=dict(raw.get("last_decision", {})),
-        )
-
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = {
-            "samples": [
-                {
-                    "at": s.at.astimezone(UTC).isoformat(),
-                    "gpu_util": None if s.gpu_util is None else list(s.gpu_util),
-                    "gpu_procs": s.gpu_procs,
-                    "ssh": s.ssh,
-                }
-                for s in self.samples
-            ],
-            "stall_warned": self.stall_warned,
-            "spot_notice_synced": self.spot_notice_synced,
-            "refused_since": self.refused_since,
-            "tags": self.tags,
-            "last_decision": self.last_decision,
-        }
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(path)  # atomic: a crash mid-write never leaves half a history
-
-    def prune(self, now: dt.datetime, keep_minutes: float) -> None:
-        cutoff = now - dt.timedelta(minutes=keep_minutes)
-        self.samples = [s for s in self.samples if s.at >= cutoff]
-
-
-def read_lease(state_dir: Path) -> idle_rules.Lease:
-    path = state_dir / LEASE_FILE
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return idle_rules.Lease()
-    except OSError as exc:
-        return idle_rules.Lease(error=f"{path}: {exc}")
-    return idle_rules.Lease.parse(text)
-
-
-# ---------------------------------------------------------------------------- signals
-
-
-@dataclass(frozen=True)
-class Signals:
-    """Everything besides the GPU/SSH samples that decides a run, gathered in one place
-    (:meth:`Watchdog.gather_signals`). A new kind of activity (a job's own heartbeat, say)
-    belongs there: it either holds the node like a lease does (``lease``) or is reported as
-    unreadable (``problems``), which counts as activity until the hard TTL."""
-
-    protected: bool
-    lease: idle_rules.Lease
-    limits: idle_rules.Limits
-    problems: tuple[str, ...] = ()  # what could not be read: logged, published in status
-    jobs: idle_rules.Jobs = field(default_factory=idle_rules.Jobs)  # fab train jobs (read_jobs)
-
-
-def _pid_runs(pid: int, name: bytes) -> bool:
-    try:
-        os.kill(pid, 0)
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True  # it exists, or there is no /proc to tell: an unknown counts as active
-    return name in cmd
-
-
-def read_jobs(jobs_dir: Path, boot: dt.datetime) -> tuple[idle_rules.Jobs, list[str]]:
-    """This node's ``fab train`` jobs from their state files (the job runner's contract): a
-    job runs while its state is starting/running in this boot and its supervisor lives."""
-    try:
-        current_boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        current_boot = ""
-    running, problems = 0, []
-    ended: list[dt.datetime] = []
-    stop_when_done: str | None = None
-    for path in sorted(jobs_dir.glob("*/node-*/state.json")) if jobs_dir.is_dir() else []:
-        try:
-            st = json.loads(path.read_text())
-            state = str(st["state"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            running += 1  # an unreadable signal counts as activity
-            problems.append(f"job state {path} unreadable ({exc.__class__.__name__})")
-            continue
-        if state in ("starting", "running"):
-            same_boot = not st.get("boot_id") or not current_boot or st["boot_id"] == current_boot
-            if same_boot and _pid_runs(int(st.get("pid") or 0), b"job_runner.py"):
-                running += 1
-            continue
-        try:
-            end = idle_rules.parse_utc(str(st.get("ended_at") or ""))
-        except ValueError:
-            continue
-        if end >= boot:
-            ended.append(end)
-            if st.get("stop_when_done") and not st.get("syncing"):
-                stop_when_done = str(st.get("job"))
-    jobs = idle_rules.Jobs(running, max(ended) if ended else None, stop_when_done)
-    return jobs, problems
-
-
-def merge_leases(leases: Sequence[idle_rules.Lease], now: dt.datetime) -> idle_rules.Lease:
-    """The lease that holds: the latest valid one; else an error if any was unreadable."""
-    cap = now + dt.timedelta(hours=idle_rules.MAX_LEASE_HOURS)
-    valid = [lease.until for lease in leases if lease.until and now < lease.until <= cap]
-    if valid:
-        return idle_rules.Lease(until=max(valid))
-    errors = [lease.error for lease in leases if lease.error]
-    if errors:
-        return idle_rules.Lease(error="; ".join(errors))
-    ends = [lease.until for lease in leases if lease.until]
-    return idle_rules.Lease(until=max(ends)) if ends else idle_rules.Lease()
-
-
-def is_protected(tags: dict[str, str]) -> bool:
-    """As the reaper reads it: protected unless the tag clearly says no (an unknown value
-    such as "on" or "maybe" holds the node too)."""
-    return names.is_protected(tags.get(names.PROTECTED, ""))
 
 
 # ---------------------------------------------------------------------------- the run

@@ -58,11 +58,11 @@ REMOTE_FILES = (
     "job_runner.py",
     "job_launch.py",
     "job_sync.py",
-    "watchdog.py",
-    "idle_rules.py",
+    # What job_sync imports: the bucket client and the node clouds (whose bucket_store it
+    # uses), with the tag names they read; not the watchdog, which fab setup installs.
     "bucket.py",
     "fleet_names.py",
-    # The watchdog's clouds, one module each (the folder as it is: no list here).
+    # The node clouds, one module each (the folder as it is: no list here).
     *(f"clouds/{p.name}" for p in sorted((REMOTE_DIR / "clouds").glob("*.py"))),
 )
 JOBS_ROOT = "/var/lib/gpufleet/jobs"

@@ -1,11 +1,11 @@
 """The idle watchdog on the nodes: `fab install-watchdog`, `fab keep-alive`, `fab idle-status`.
 
 ``install_watchdog_step`` is also the last step of ``fab setup``. The node side is
-``bootstrap/remote/watchdog.py`` with its clouds (``clouds/<name>.py``), the shared idle
-rules (``idle_rules.py``, the reaper's own file), its bucket client (``bucket.py``, stdlib
-only: nothing else to install on the node, so the sync path cannot be missing) and two
-systemd units; everything the steps do on
-the node is a command built by a pure function below, so the plan is tested without a node.
+``bootstrap/remote/watchdog.py`` (the loop) with its concerns (``WATCHDOG_MODULES``), its
+clouds (``clouds/<name>.py``), the shared idle rules (``idle_rules.py``, the reaper's own
+file), its bucket client (``bucket.py``, stdlib only: nothing else to install on the node,
+so the sync path cannot be missing) and two systemd units; everything the steps do on the
+node is a command built by a pure function below, so the plan is tested without a node.
 """
 
 from __future__ import annotations
@@ -38,11 +38,22 @@ UNIT_DIR = "/etc/systemd/system"
 STATE_DIR = "/var/lib/gpufleet"
 TIMER = "gpufleet-watchdog.timer"
 SERVICE = "gpufleet-watchdog.service"
+WATCHDOG_MODULES = (
+    "watchdog_config.py",
+    "watchdog_probe.py",
+    "watchdog_state.py",
+    "watchdog_signals.py",
+    "watchdog_metrics.py",
+    "scratch_sync.py",
+)
 
 
 def node_files(prefix: str = PREFIX, unit_dir: str = UNIT_DIR) -> list[tuple[Path, str, str]]:
     return [
         (REMOTE_DIR / "watchdog.py", f"{prefix}/watchdog.py", "0755"),
+        # Its concerns, one module each: config, samples, state, what holds the node,
+        # metrics, the scratch sync (bootstrap/remote/watchdog.py says which is which).
+        *((REMOTE_DIR / name, f"{prefix}/{name}", "0644") for name in WATCHDOG_MODULES),
         # The link resolves to infra/reaper/idle_rules.py: the node gets the reaper's own rules.
         (REMOTE_DIR / "idle_rules.py", f"{prefix}/idle_rules.py", "0644"),
         (REMOTE_DIR / "bucket.py", f"{prefix}/bucket.py", "0644"),

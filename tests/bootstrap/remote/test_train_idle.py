@@ -17,7 +17,13 @@ from typing import Any
 import pytest
 
 from infra.reaper import idle_rules as policy
-from tests.bootstrap.remote.test_watchdog import BOOT, Timeline, make_dog, wd
+from tests.bootstrap.remote.test_watchdog import (
+    BOOT,
+    Timeline,
+    make_dog,
+    wd,
+    wsignals,
+)
 
 LIMITS = policy.Limits(idle_minutes=15, ttl_hours=24)
 
@@ -122,12 +128,12 @@ def test_the_watchdog_reads_running_ended_stale_and_unreadable_job_states(
     write_state(jobs, "before-boot", state="failed", ended_at=fmt(at(-60)))
     (jobs / "broken" / "node-0").mkdir(parents=True)
     (jobs / "broken" / "node-0" / "state.json").write_text('{"state": "runn')
-    seen, problems = wd.read_jobs(jobs, BOOT)
+    seen, problems = wsignals.read_jobs(jobs, BOOT)
     # The live one, and the unreadable one (an unreadable signal counts as activity).
     assert seen.running == 2
     assert seen.ended_at == at(90) and seen.stop_when_done == "done"
     assert len(problems) == 1 and "broken" in problems[0]
-    assert wd.read_jobs(tmp_path / "none", BOOT) == (wd.idle_rules.Jobs(), [])
+    assert wsignals.read_jobs(tmp_path / "none", BOOT) == (wd.idle_rules.Jobs(), [])
 
 
 def test_watchdog_loop_keeps_a_node_while_its_job_runs_and_stops_15_min_after(

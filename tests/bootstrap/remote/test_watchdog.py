@@ -37,6 +37,13 @@ REMOTE = Path(__file__).resolve().parents[3] / "bootstrap" / "remote"
 if str(REMOTE) not in sys.path:
     sys.path.append(str(REMOTE))
 wd: Any = importlib.import_module("watchdog")
+# Its concerns, one module each beside it (the node's layout: bootstrap/remote/).
+wconfig: Any = importlib.import_module("watchdog_config")
+wprobe: Any = importlib.import_module("watchdog_probe")
+wmetrics: Any = importlib.import_module("watchdog_metrics")
+wscratch: Any = importlib.import_module("scratch_sync")
+wstate: Any = importlib.import_module("watchdog_state")
+wsignals: Any = importlib.import_module("watchdog_signals")
 wsync: Any = importlib.import_module("bucket")
 # The node's clouds, one module each, imported the node's way too (clouds/ beside watchdog).
 nodeclouds: Any = importlib.import_module("clouds")
@@ -63,20 +70,20 @@ def test_the_watchdog_is_loaded_from_the_node_files_not_the_project() -> None:
 
 def test_nvidia_smi_query_gives_per_gpu_utilization_and_the_fullest_memory() -> None:
     out = "87, 30000, 81559\n3, 100, 81559\n"
-    utils, mem = wd.parse_gpu_query(out) or ((), 0.0)
+    utils, mem = wprobe.parse_gpu_query(out) or ((), 0.0)
     assert utils == (87.0, 3.0)
     assert mem == pytest.approx(36.78, abs=0.01)
 
 
 @pytest.mark.parametrize("out", [None, "", "[N/A], 100, 81559", "garbage"])
 def test_unreadable_nvidia_smi_output_is_none(out: str | None) -> None:
-    assert wd.parse_gpu_query(out) is None
+    assert wprobe.parse_gpu_query(out) is None
 
 
 def test_compute_apps_count_processes_holding_gpu_memory() -> None:
-    assert wd.parse_compute_apps("1234, 30000 MiB\n5678, 20 MiB\n") == 2
-    assert wd.parse_compute_apps("") == 0
-    assert wd.parse_compute_apps(None) is None
+    assert wprobe.parse_compute_apps("1234, 30000 MiB\n5678, 20 MiB\n") == 2
+    assert wprobe.parse_compute_apps("") == 0
+    assert wprobe.parse_compute_apps(None) is None
 
 
 def test_ss_counts_established_connections_to_port_22_only() -> None:
@@ -86,8 +93,8 @@ def test_ss_counts_established_connections_to_port_22_only() -> None:
         "0 0 10.0.1.5:40112 52.94.1.1:443\n"
         "0 0 [::ffff:10.0.1.5]:22 [::ffff:1.2.3.4]:1022\n"
     )
-    assert wd.parse_ss(out) == 3
-    assert wd.parse_who("ubuntu pts/0 2026-03-01 08:00 (203.0.113.9)\n") == 1
+    assert wprobe.parse_ss(out) == 3
+    assert wprobe.parse_who("ubuntu pts/0 2026-03-01 08:00 (203.0.113.9)\n") == 1
 
 
 def test_the_names_next_to_the_watchdog_are_the_reapers_names_file() -> None:
@@ -239,7 +246,7 @@ def make_config(tmp_path: Path, **kw: Any) -> Any:
         "state_dir": str(tmp_path / "state"),
     }
     base.update(kw)
-    return wd.Config(**base)
+    return wconfig.Config(**base)
 
 
 def make_dog(
@@ -319,7 +326,7 @@ def test_lease_file_keeps_an_idle_node_until_it_expires(tmp_path: Path) -> None:
     dog, probe, rec = make_dog(tmp_path, Timeline())
     state = Path(dog.config.state_dir)
     state.mkdir(parents=True)
-    (state / wd.LEASE_FILE).write_text((BOOT + timedelta(minutes=100)).isoformat())
+    (state / wsignals.LEASE_FILE).write_text((BOOT + timedelta(minutes=100)).isoformat())
     off = run_until_poweroff(dog, probe, rec, 300)
     assert off is not None
     # The lease hides nothing from the idle clock: it has run all along, so the stop comes
@@ -349,7 +356,7 @@ def test_dry_run_decides_and_syncs_but_never_powers_off(tmp_path: Path) -> None:
     dog, probe, rec = make_dog(tmp_path, Timeline(), dry_run=True)
     assert run_until_poweroff(dog, probe, rec, 80) is None
     assert rec.syncs()
-    assert wd.State.load(dog.state_path).last_decision["dry_run"] == "would power off now"
+    assert wstate.State.load(dog.state_path).last_decision["dry_run"] == "would power off now"
 
 
 def test_a_poweroff_that_raises_is_recorded_as_failed_not_as_powered_off(
@@ -364,7 +371,7 @@ def test_a_poweroff_that_raises_is_recorded_as_failed_not_as_powered_off(
     dog.poweroff = refused
     with pytest.raises(OSError, match="Throttling"):
         run_until_poweroff(dog, probe, rec, 200)
-    last = wd.State.load(dog.state_path).last_decision
+    last = wstate.State.load(dog.state_path).last_decision
     assert "powered_off" not in last
     assert "Throttling" in last["poweroff_failed"]
 
@@ -374,7 +381,7 @@ def test_history_survives_between_runs_and_is_pruned(tmp_path: Path) -> None:
     for _ in range(200):
         dog.run_once()
         probe.sleep(15)
-    state = wd.State.load(dog.state_path)
+    state = wstate.State.load(dog.state_path)
     span = (state.samples[-1].at - state.samples[0].at).total_seconds() / 60
     assert span <= 80 + 1  # stall window (70) + 10 min margin
     assert state.last_decision["action"] == KEEP
@@ -403,7 +410,7 @@ def test_protected_node_is_never_powered_off_not_even_at_the_ttl(tmp_path: Path)
     assert run_until_poweroff(dog, probe, rec, 8 * 60) is None
     assert rec.poweroffs() == []
     assert rec.syncs() == []
-    assert "protected" in wd.State.load(dog.state_path).last_decision["reason"]
+    assert "protected" in wstate.State.load(dog.state_path).last_decision["reason"]
 
 
 @pytest.mark.parametrize("value", ["on", " YES ", "maybe"])
@@ -412,7 +419,7 @@ def test_watchdog_honours_a_protected_tag_the_reaper_honours(tmp_path: Path, val
     # is not clearly no: both layers now read the tag by the same rule (fleet_names).
     dog, probe, rec = make_dog(tmp_path, Timeline(), tags=lambda m: {"gpufleet:protected": value})
     assert run_until_poweroff(dog, probe, rec, 4 * 60) is None
-    assert "protected" in wd.State.load(dog.state_path).last_decision["reason"]
+    assert "protected" in wstate.State.load(dog.state_path).last_decision["reason"]
 
 
 @pytest.mark.parametrize("value", ["false", "off", " No ", "0", ""])
@@ -431,7 +438,7 @@ def test_protected_node_stays_protected_when_its_tags_become_unreadable(tmp_path
         tags=lambda m: {"gpufleet:protected": "True"} if m < 60 else None,
     )
     assert run_until_poweroff(dog, probe, rec, 8 * 60) is None
-    last = wd.State.load(dog.state_path).last_decision
+    last = wstate.State.load(dog.state_path).last_decision
     assert "protected" in last["reason"]
     assert last["problems"] and "instance tags unreadable" in last["problems"][0]
 
@@ -448,7 +455,7 @@ def test_lease_tag_holds_an_idle_node_past_the_ttl_until_it_ends(tmp_path: Path)
 
 def test_lease_file_written_by_keep_alive_holds_past_the_ttl(tmp_path: Path) -> None:
     dog, probe, rec = make_dog(tmp_path, Timeline(), ttl_hours=3)
-    wd.write_lease(dog.config, 5, BOOT, None)
+    wsignals.write_lease(dog.config, 5, BOOT, None)
     off = run_until_poweroff(dog, probe, rec, 8 * 60)
     assert off is not None
     assert off >= 300
@@ -460,7 +467,7 @@ def test_unreadable_tags_count_as_activity_and_only_the_ttl_stops(tmp_path: Path
     assert off is not None
     assert 180 <= off <= 181.5
     assert rec.syncs()[-1] <= off  # a sync attempt came first
-    problems = wd.State.load(dog.state_path).last_decision["problems"]
+    problems = wstate.State.load(dog.state_path).last_decision["problems"]
     assert "instance tags unreadable (metadata service: HTTP 500)" in problems
 
 
@@ -504,14 +511,14 @@ def test_failed_sync_refuses_the_power_off_until_the_ttl(tmp_path: Path) -> None
     assert syncs[-1] <= off  # the TTL power-off came after one more bounded attempt
     assert len(rec.warnings) == 1  # the users on the node were told once
     assert "REFUSING to power off: 2 checkpoint file(s)" in rec.warnings[0]
-    last = wd.State.load(dog.state_path).last_decision
+    last = wstate.State.load(dog.state_path).last_decision
     assert "NOT saved" in last["unsaved_at_ttl"]
 
 
 def test_refusal_is_in_the_status_and_the_published_unsynced_count(tmp_path: Path) -> None:
     dog, probe, rec = make_dog(tmp_path, Timeline(), sync_ok=False)
     assert run_until_poweroff(dog, probe, rec, 70) is None
-    state = wd.State.load(dog.state_path)
+    state = wstate.State.load(dog.state_path)
     assert state.refused_since
     assert state.last_decision["refused"].startswith("REFUSING to power off")
     assert all(p["unsynced"] == 2 for p in rec.published)
@@ -525,7 +532,7 @@ def test_sync_that_recovers_saves_then_powers_off(tmp_path: Path) -> None:
     assert off is not None
     assert off <= 91.5
     assert dog.syncer.files == 0
-    assert not wd.State.load(dog.state_path).refused_since
+    assert not wstate.State.load(dog.state_path).refused_since
 
 
 def test_persistent_scratch_disk_does_not_hold_the_power_off(tmp_path: Path) -> None:
@@ -538,14 +545,14 @@ def test_persistent_scratch_disk_does_not_hold_the_power_off(tmp_path: Path) -> 
 def test_ttl_disabled_and_scratch_unsaved_means_no_power_off_ever(tmp_path: Path) -> None:
     dog, probe, rec = make_dog(tmp_path, Timeline(), sync_ok=False, ttl_hours=0)
     assert run_until_poweroff(dog, probe, rec, 13 * 60) is None  # past every default TTL
-    assert "hard TTL" not in wd.State.load(dog.state_path).last_decision["refused"]
+    assert "hard TTL" not in wstate.State.load(dog.state_path).last_decision["refused"]
 
 
 def test_config_reports_every_missing_field_at_once(tmp_path: Path) -> None:
     path = tmp_path / "watchdog.json"
     path.write_text(json.dumps({"provider": "gcp"}))
     with pytest.raises(ValueError) as exc:
-        wd.Config.load(path, node_info=tmp_path / "absent.json")
+        wconfig.Config.load(path, node_info=tmp_path / "absent.json")
     text = str(exc.value)
     for word in ("'region'", "'stack'", "'node'", "aws or alicloud"):
         assert word in text
@@ -570,7 +577,7 @@ def test_config_reads_the_first_boot_node_info_under_the_watchdog_config(tmp_pat
     )
     cfg = tmp_path / "watchdog.json"
     cfg.write_text(json.dumps({"bucket": "b", "idle_minutes": 45}))
-    config = wd.Config.load(cfg, node_info=node)
+    config = wconfig.Config.load(cfg, node_info=node)
     assert (config.scratch_path, config.role, config.bucket) == ("/mnt/scratch", "head", "b")
     assert config.scratch_survives_stop
     assert config.limits().idle_minutes == 45
@@ -616,7 +623,7 @@ def real_dog(
 ) -> tuple[Any, FakeProbe, Recorder]:
     """A simulated-clock node whose syncer is the real one, talking to ``url``."""
     dog, probe, rec = make_dog(tmp_path, Timeline(), storage_endpoint_url=url, **config)
-    syncer = wd.ScratchSyncer(dog.config, creds, retry_sleep=lambda s: None)
+    syncer = wscratch.ScratchSyncer(dog.config, creds, retry_sleep=lambda s: None)
     dog.syncer = RecordingSyncer(syncer, probe, rec)
     return dog, probe, rec
 
@@ -672,7 +679,7 @@ def test_unsaveable_scratch_delays_the_stop_is_reported_and_is_saved_once_possib
         "no credentials on the node": "no credentials for the bucket",
     }[fault]
     assert expected in results[-1].detail
-    last = wd.State.load(dog.state_path).last_decision
+    last = wstate.State.load(dog.state_path).last_decision
     assert last["refused"].startswith("REFUSING to power off: 2 checkpoint file(s)")
     assert expected in last["refused"]
     assert rec.published[-1]["unsynced"] == 2
@@ -680,7 +687,7 @@ def test_unsaveable_scratch_delays_the_stop_is_reported_and_is_saved_once_possib
     # The fault is repaired: the next run saves everything, then powers off.
     fresh_bucket(moto, bucket)
     state["creds"] = True
-    dog.syncer.inner = wd.ScratchSyncer(
+    dog.syncer.inner = wscratch.ScratchSyncer(
         wd.dataclasses.replace(dog.config, storage_endpoint_url=moto), creds
     )
     off = run_until_poweroff(dog, probe, rec, 4 * 60)
@@ -709,7 +716,7 @@ def test_sync_uploads_only_what_changed_and_large_files_in_parts(
     monkeypatch.setattr(wsync, "PART_SIZE", wsync.MIN_PART_SIZE)
     bucket = fresh_bucket(moto, "gpufleet-sync-parts")
     config = make_config(tmp_path, bucket=bucket, storage_endpoint_url=moto)
-    syncer = wd.ScratchSyncer(config, env_creds)
+    syncer = wscratch.ScratchSyncer(config, env_creds)
     scratch = Path(config.scratch_path)
     big = bytes(range(256)) * (12 * 1024 * 1024 // 256 + 7)  # 12 MiB + a bit: 3 parts
     (scratch / "checkpoints" / "shard-0.pt").write_bytes(big)
@@ -749,17 +756,17 @@ def test_check_sync_proves_the_bucket_is_writable_and_names_a_missing_one(
     tmp_path: Path, moto: str
 ) -> None:
     bucket = fresh_bucket(moto, "gpufleet-check")
-    ok = wd.ScratchSyncer(
+    ok = wscratch.ScratchSyncer(
         make_config(tmp_path, bucket=bucket, storage_endpoint_url=moto), env_creds
     )
     assert ok.check() == f"wrote and read back s3://{bucket}/.gpufleet/sync-check/a100x8-1"
-    missing = wd.ScratchSyncer(
+    missing = wscratch.ScratchSyncer(
         make_config(tmp_path, bucket="gpufleet-absent", storage_endpoint_url=moto), env_creds
     )
     with pytest.raises(wsync.StoreError, match="NoSuchBucket"):
         missing.check()
     with pytest.raises(wsync.StoreError, match="no bucket configured"):
-        wd.ScratchSyncer(make_config(tmp_path, bucket=""), env_creds).check()
+        wscratch.ScratchSyncer(make_config(tmp_path, bucket=""), env_creds).check()
 
 
 def test_bucket_urls_are_virtual_hosted_on_both_clouds_and_path_style_on_an_override() -> None:
@@ -845,7 +852,7 @@ def test_alicloud_tags_come_from_list_tag_resources_signed_as_the_sdk_signs(tmp_
     with serve(ecs.handler()) as url:
         config = make_config(tmp_path, provider="alicloud", region="cn-beijing", endpoint_url=url)
         creds = {"access_key_id": "ak", "secret": "secret", "token": "st"}
-        cloud = wd.cloud_for(config)
+        cloud = wconfig.cloud_for(config)
         tags = cloud.instance_tags(INSTANCE_ID, lambda: creds)
         assert tags == {"gpufleet:protected": "true", "gpufleet:stack": "s"}
         assert ecs.bad_signatures == 0
@@ -915,10 +922,10 @@ def test_heartbeat_datapoints_carry_the_services_time_not_the_nodes_clock(
     fake.instance_id = "i-0heartbeat0clock0"  # its own datapoints only (moto's store is shared)
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")  # credentials come from the instance role
     config = make_config(tmp_path, endpoint_url=moto, metadata_url=imds_url)
-    cloud = wd.cloud_for(config)
+    cloud = wconfig.cloud_for(config)
     instance_id = cloud.instance_id()
     assert instance_id == fake.instance_id
-    publisher = wd.MetricsPublisher(cloud, instance_id, cloud.credentials)
+    publisher = wmetrics.MetricsPublisher(cloud, instance_id, cloud.credentials)
     real_now = datetime.now(UTC)
     node_clock = real_now - timedelta(minutes=12)  # a node 12 minutes slow
     publisher.publish(at=node_clock, gpu_util=91.0, gpu_mem=55.0, unsynced=3)
@@ -968,7 +975,7 @@ def test_alicloud_metrics_carry_no_node_time_and_are_signed_as_the_sdk_signs(
     with serve(ecs.handler()) as url:
         config = make_config(tmp_path, provider="alicloud", region="cn-beijing", endpoint_url=url)
         creds = {"access_key_id": "ak", "secret": "secret", "token": "st"}
-        publisher = wd.MetricsPublisher(wd.cloud_for(config), INSTANCE_ID, lambda: creds)
+        publisher = wmetrics.MetricsPublisher(wconfig.cloud_for(config), INSTANCE_ID, lambda: creds)
         publisher.publish(at=BOOT, gpu_util=50.0, gpu_mem=None, unsynced=0)
     assert ecs.bad_signatures == 0
     sent = ecs.metrics[0]
@@ -1083,19 +1090,21 @@ def test_lease_writes_the_file_and_tags_the_instance_for_the_reaper(
     ]
     config = make_config(tmp_path, endpoint_url=moto)
     creds = {"access_key_id": "testing", "secret": "testing"}
-    out = wd.write_lease(
+    out = wsignals.write_lease(
         config,
         3,
         BOOT,
-        lambda until: wd.cloud_for(config).write_tag(iid, wd.names.KEEP_ALIVE_UNTIL, until, creds),
+        lambda until: wconfig.cloud_for(config).write_tag(
+            iid, wd.names.KEEP_ALIVE_UNTIL, until, creds
+        ),
     )
     assert out["tag"] == "set"
     assert out["lease_until"] == "2026-03-01T11:00:00Z"
-    assert (Path(config.state_dir) / wd.LEASE_FILE).read_text().strip() == out["lease_until"]
+    assert (Path(config.state_dir) / wsignals.LEASE_FILE).read_text().strip() == out["lease_until"]
     tags = ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]["Tags"]
     assert {"Key": "gpufleet:keep-alive-until", "Value": out["lease_until"]} in tags
     with pytest.raises(ValueError, match="at most 336"):
-        wd.write_lease(config, 400, BOOT, None)
+        wsignals.write_lease(config, 400, BOOT, None)
 
 
 def test_watchdog_cli_rejects_a_bad_config_with_exit_2(tmp_path: Path) -> None:

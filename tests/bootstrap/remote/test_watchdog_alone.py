@@ -240,6 +240,12 @@ def test_shipped_check_sync_fails_clearly_for_a_missing_bucket(
 def test_the_install_task_ships_the_watchdog_its_policy_sync_and_names() -> None:
     assert set(NODE_FILES) == {
         "watchdog.py",
+        "watchdog_config.py",
+        "watchdog_probe.py",
+        "watchdog_state.py",
+        "watchdog_signals.py",
+        "watchdog_metrics.py",
+        "scratch_sync.py",
         "idle_rules.py",
         "bucket.py",
         "fleet_names.py",
@@ -252,7 +258,9 @@ def test_the_install_task_ships_the_watchdog_its_policy_sync_and_names() -> None
     }
 
 
-@pytest.mark.parametrize("missing", ["idle_rules", "bucket", "fleet_names"])
+@pytest.mark.parametrize(
+    "missing", ["idle_rules", "bucket", "fleet_names", "watchdog_signals", "scratch_sync"]
+)
 def test_shipped_watchdog_without_one_of_its_files_does_not_run(
     tmp_path: Path, missing: str
 ) -> None:

@@ -17,7 +17,10 @@ import pytest
 from botocore.serialize import create_serializer
 from botocore.validate import ParamValidator
 
-from tests.bootstrap.remote.test_watchdog import aws_node, wd
+from tests.bootstrap.remote.test_watchdog import (
+    aws_node,
+    wmetrics,
+)
 
 # The protocol each service's query requests follow (CloudWatch's model lists
 # smithy-rpc-v2-cbor, json and query; the node speaks query).
@@ -163,7 +166,7 @@ def test_the_lease_write_is_a_create_tags_request_botocore_would_send(sent):
 def test_what_the_publisher_sends_is_a_put_metric_data_botocore_would_send(sent):
     # Every metric the watchdog publishes, with its unit (StandardUnit is an enum in the
     # model, so the validator refuses a unit CloudWatch does not define).
-    publisher = wd.MetricsPublisher(
+    publisher = wmetrics.MetricsPublisher(
         aws_node.AwsNode("eu-west-1"), "i-0123456789abcdef0", lambda: CREDS
     )
     at = dt.datetime(2026, 12, 1, 22, 0, tzinfo=dt.UTC)

@@ -28,7 +28,7 @@ from tests.bootstrap.remote.test_watchdog import (
     nodebase,
     nodeclouds,
     run_until_poweroff,
-    wd,
+    wscratch,
     wsync,
 )
 from tests.bootstrap.remote.watchdog_fakes import closed_port
@@ -532,7 +532,7 @@ def test_idle_node_saves_scratch_to_blob_then_deallocates_never_an_os_shutdown(
     ckpt = Path(dog.config.scratch_path) / "checkpoints" / "step-100.pt"
     ckpt.write_bytes(b"weights" * 100)
     cloud = node(url)
-    dog.syncer = RecordingSyncer(wd.ScratchSyncer(dog.config, cloud.credentials), probe, rec)
+    dog.syncer = RecordingSyncer(wscratch.ScratchSyncer(dog.config, cloud.credentials), probe, rec)
 
     def deallocate() -> None:
         rec.events.append(("poweroff", probe.minutes))
@@ -564,7 +564,9 @@ def test_unsaved_scratch_refuses_the_deallocation(
     broken = node(url)
     broken.metadata_url = closed_port()  # no token: the container cannot be written
     dog.syncer = RecordingSyncer(
-        wd.ScratchSyncer(dog.config, broken.credentials, retry_sleep=lambda s: None), probe, rec
+        wscratch.ScratchSyncer(dog.config, broken.credentials, retry_sleep=lambda s: None),
+        probe,
+        rec,
     )
     assert run_until_poweroff(dog, probe, rec, 120) is None
     assert rec.syncs()

@@ -12,7 +12,7 @@ import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,12 @@ from tests.bootstrap.remote.test_watchdog import (
     nodebase,
     nodeclouds,
     tencent_node,
+    wconfig,
     wd,
+    wmetrics,
     write_checkpoints,
+    wscratch,
+    wsignals,
 )
 from tests.bootstrap.remote.watchdog_fakes import closed_port, moto_server
 from tests.reaper.tencent_fake import ACCOUNT_UIN, SECRET_ID, SECRET_KEY, FakeCvm, FakeTencent
@@ -100,7 +104,7 @@ def metadata() -> Iterator[tuple[FakeTencentMetadata, str]]:
 @pytest.fixture
 def api() -> Iterator[tuple[FakeTencent, str]]:
     fake = FakeTencent(region=REGION)
-    created = (datetime.now(wd.UTC) - timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    created = (datetime.now(UTC) - timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
     tags = {"managed-by": "gpufleet", "gpufleet:stack": "tc", "gpufleet:protected": "true"}
     fake.instances.append(FakeCvm(IID, tags, created))
     fake.instances.append(FakeCvm("ins-other", {"managed-by": "gpufleet"}, created))
@@ -158,7 +162,7 @@ def test_node_tc3_signature_is_what_the_official_sdk_signs(monkeypatch: pytest.M
     for name in ("X-TC-Action", "X-TC-Version", "X-TC-Region", "X-TC-Token", "Host"):
         assert ours[name] == sdk[name], name
     # And the last step alone, through the SDK's own sign function.
-    date = datetime.fromtimestamp(int(sdk["X-TC-Timestamp"]), wd.UTC).strftime("%Y-%m-%d")
+    date = datetime.fromtimestamp(int(sdk["X-TC-Timestamp"]), UTC).strftime("%Y-%m-%d")
     assert Sign.sign_tc3(SECRET_KEY, date, "cvm", "a string to sign") == _our_last_step(
         SECRET_KEY, date, "cvm", "a string to sign"
     )
@@ -220,7 +224,7 @@ def test_own_tags_come_from_describe_instances_signed_and_verified(
     cloud = node(meta_url, api_url)
     tags = cloud.instance_tags(IID, cloud.credentials)
     assert tags["gpufleet:protected"] == "true"
-    assert wd.is_protected(tags)
+    assert wsignals.is_protected(tags)
     assert [a for a, _ in fake.calls] == ["DescribeInstances"]
     assert fake.calls[0][1]["InstanceIds"] == [IID]
     assert not fake.rejected  # the fake's own TC3 check accepted the stdlib signature
@@ -331,9 +335,7 @@ def notice_at(when: datetime) -> str:
 
 def test_the_spot_notice_is_the_repossession_time_in_utc_plus_8() -> None:
     cloud = node("http://127.0.0.1:1")
-    assert cloud.spot_deadline("2018-08-18 12:05:33") == datetime(
-        2018, 8, 18, 4, 5, 33, tzinfo=wd.UTC
-    )
+    assert cloud.spot_deadline("2018-08-18 12:05:33") == datetime(2018, 8, 18, 4, 5, 33, tzinfo=UTC)
     assert cloud.spot_deadline("soon") is None
     assert cloud.spot_deadline("2018-08-18T12:05:33Z") is None  # not the documented form
 
@@ -370,7 +372,7 @@ def spot_node(tmp_path: Path, meta_url: str, bucket_url: str, bucket: str) -> tu
         samples_per_run=1,
     )
     keys = {"access_key_id": "testing", "secret": "testing", "token": ""}
-    syncer = wd.ScratchSyncer(dog.config, lambda: keys, retry_sleep=lambda s: None)
+    syncer = wscratch.ScratchSyncer(dog.config, lambda: keys, retry_sleep=lambda s: None)
     dog.syncer = RecordingSyncer(syncer, probe, rec)
     dog.cloud = node(meta_url)
     return dog, probe, rec
@@ -437,7 +439,7 @@ def test_the_tencent_watchdog_beats_with_an_object_in_the_bucket_not_custom_metr
     s3.create_bucket(Bucket="gpufleet-tc-beat")
     scratch = tmp_path / "scratch"
     (scratch / "checkpoints").mkdir(parents=True)
-    config = wd.Config(
+    config = wconfig.Config(
         provider="tencent",
         region=REGION,
         stack="tc",
@@ -449,9 +451,9 @@ def test_the_tencent_watchdog_beats_with_an_object_in_the_bucket_not_custom_metr
         state_dir=str(tmp_path / "state"),
     )
     dog = wd.build(config)
-    assert isinstance(dog.publisher, wd.BucketHeartbeat)
+    assert isinstance(dog.publisher, wmetrics.BucketHeartbeat)
     assert dog.publisher.instance_id == IID  # from the metadata service
-    now = datetime.now(wd.UTC)
+    now = datetime.now(UTC)
     dog.publisher.publish(at=now, gpu_util=42.0, gpu_mem=10.0, unsynced=0)
     key = f"{wd.names.HEARTBEAT_OBJECT_PREFIX}{IID}"
     body = json.loads(s3.get_object(Bucket="gpufleet-tc-beat", Key=key)["Body"].read())

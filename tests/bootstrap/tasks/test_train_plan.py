@@ -3,6 +3,7 @@ environment, merging the nodes' job states, and the checkpoint rules of the node
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
 import json
 import subprocess
@@ -531,6 +532,29 @@ def test_restore_ignores_a_newer_checkpoint_cut_off_in_the_bucket(tmp_path: Path
     store.objects["p/step-00000020/COMPLETE"] = marker({"model.pt": 20}, 20).encode()
     out = job_sync.restore(tmp_path / "fresh", store, "p/")
     assert out.newest_step == 10 and "step-00000010" in out.detail
+
+
+def test_fab_train_ships_exactly_what_the_job_runner_imports() -> None:
+    """No more and no less: the runner's own files and, following their imports, the
+    bucket client, the node clouds and the names (not the watchdog: fab setup installs it)."""
+    from tests.bootstrap.remote.test_watchdog_alone import imports_of
+
+    remote = train.REMOTE_DIR
+    wanted: set[str] = set()
+    todo = ["job_runner.py", "job_launch.py", "job_sync.py"]
+    while todo:
+        name = todo.pop()
+        if name in wanted:
+            continue
+        wanted.add(name)
+        path = remote / name
+        if path.name == "__init__.py":  # a package: every module in it is imported
+            todo += [f"{path.parent.name}/{p.name}" for p in path.parent.glob("*.py")]
+        for module in imports_of(ast.parse(path.read_text())):
+            for candidate in (f"{module}.py", f"{module}/__init__.py"):
+                if (remote / candidate).is_file():
+                    todo.append(candidate)
+    assert set(train.REMOTE_FILES) == wanted
 
 
 def test_the_node_files_run_on_a_bare_interpreter_with_only_the_shipped_files(

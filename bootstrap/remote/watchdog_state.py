@@ -1,0 +1,89 @@
+"""What the watchdog keeps between runs (/var/lib/gpufleet/watchdog-state.json): the
+sample history, the last tags read in this boot, the last decision. Written atomically;
+a lost or unreadable file only restarts the idle clock.
+
+Standard library only, next to watchdog.py on the node (/opt/gpufleet).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for mypy only; never executed
+    from bootstrap.remote import idle_rules
+else:
+    # Installed side by side in /opt/gpufleet (see watchdog.py).
+    import idle_rules
+
+
+STATE_FILE = "watchdog-state.json"
+
+
+@dataclass
+class State:
+    samples: list[idle_rules.Sample] = field(default_factory=list)
+    stall_warned: bool = False
+    spot_notice_synced: str = ""  # the notice we already saved scratch for
+    refused_since: str = ""  # ISO time since when power-off is refused (unsynced scratch)
+    # The last tags read in this boot ({"boot": ISO, "read_at": ISO, "tags": {...}}): when a
+    # later read fails, a node once seen protected stays protected.
+    tags: dict[str, Any] = field(default_factory=dict)
+    last_decision: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> State:
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return cls()  # a lost history only restarts the idle clock
+        samples = []
+        for s in raw.get("samples", []):
+            try:
+                samples.append(
+                    idle_rules.Sample(
+                        at=idle_rules.parse_utc(s["at"]),
+                        gpu_util=None if s.get("gpu_util") is None else tuple(s["gpu_util"]),
+                        gpu_procs=s.get("gpu_procs"),
+                        ssh=s.get("ssh"),
+                    )
+                )
+            except (KeyError, ValueError, TypeError):
+                continue
+        return cls(
+            samples=samples,
+            stall_warned=bool(raw.get("stall_warned")),
+            spot_notice_synced=str(raw.get("spot_notice_synced", "")),
+            refused_since=str(raw.get("refused_since", "")),
+            tags=dict(raw.get("tags") or {}),
+            last_decision=dict(raw.get("last_decision", {})),
+        )
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {
+            "samples": [
+                {
+                    "at": s.at.astimezone(idle_rules.UTC).isoformat(),
+                    "gpu_util": None if s.gpu_util is None else list(s.gpu_util),
+                    "gpu_procs": s.gpu_procs,
+                    "ssh": s.ssh,
+                }
+                for s in self.samples
+            ],
+            "stall_warned": self.stall_warned,
+            "spot_notice_synced": self.spot_notice_synced,
+            "refused_since": self.refused_since,
+            "tags": self.tags,
+            "last_decision": self.last_decision,
+        }
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)  # atomic: a crash mid-write never leaves half a history
+
+    def prune(self, now: dt.datetime, keep_minutes: float) -> None:
+        cutoff = now - dt.timedelta(minutes=keep_minutes)
+        self.samples = [s for s in self.samples if s.at >= cutoff]
