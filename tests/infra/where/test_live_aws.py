@@ -3,7 +3,10 @@ server on 127.0.0.1: real HTTP, real botocore, moto's copy of EC2's offerings.""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -37,6 +40,8 @@ def test_the_zones_offering_the_type_come_back_with_their_spot_price(ec2: str) -
     assert names == ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d", "eu-west-1c"]
     assert {z.state for z in zones} == {OFFERED}
     assert all(z.spot_price == pytest.approx(0.00001) for z in zones)  # moto's fixed price
+    # moto does not implement GetSpotPlacementScores: each zone says there is no score
+    assert {z.detail for z in zones} == {"offered; no spot placement score (ResponseParserError)"}
 
 
 def test_a_region_that_offers_the_type_nowhere_answers_no_zone(ec2: str) -> None:
@@ -67,3 +72,47 @@ def test_the_newest_spot_price_of_each_zone_wins() -> None:
         {"AvailabilityZone": "b", "Timestamp": "2026-12-01T00:00:00Z", "SpotPrice": "3.0"},
     ]
     assert availability.latest_spot(history) == {"a": 2.0, "b": 3.0}
+
+
+# GetSpotPlacementScores as botocore's EC2 model (2016-11-15, query protocol) shapes its
+# answer: spotPlacementScoreSet of items {region, availabilityZoneId, score}, nextToken.
+SCORES_XML = (
+    '<GetSpotPlacementScoresResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+    "<requestId>5e0a4b9c-0000-4000-8000-000000000001</requestId><spotPlacementScoreSet>"
+    "<item><region>us-east-1</region><score>9</score></item>"
+    "<item><region>eu-west-1</region><score>3</score></item>"
+    "</spotPlacementScoreSet></GetSpotPlacementScoresResponse>"
+)
+
+
+def test_spot_placement_scores_are_read_per_region_from_the_models_answer() -> None:
+    import boto3
+
+    sent: list[dict[str, list[str]]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            sent.append(parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode()))
+            data = SCORES_XML.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/xml")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=url)
+        scores = availability.placement_scores(ec2, "p5.48xlarge", ["us-east-1", "eu-west-1"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert scores == {"us-east-1": 9, "eu-west-1": 3}
+    (q,) = sent
+    assert q["Action"] == ["GetSpotPlacementScores"] and q["InstanceType.1"] == ["p5.48xlarge"]
+    assert q["RegionName.1"] == ["us-east-1"] and q["SingleAvailabilityZone"] == ["false"]
