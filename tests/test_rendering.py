@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import itertools
 import re
 from pathlib import Path
 from types import ModuleType
@@ -25,6 +26,8 @@ from bootstrap.fleet.runner import (
     verdict_line,
 )
 from bootstrap.tasks.status import render_status
+from bootstrap.verify.render import DETAIL_INDENT, verdict_text
+from bootstrap.verify.verdict import Check, Verdict
 from infra.plan_view import render_plan
 from infra.pricing.compare import compare_tier
 from infra.render import literal_console, number, output_width, value_text, wrap
@@ -292,3 +295,64 @@ def test_a_plan_note_sets_a_long_command_on_continued_lines_a_shell_can_paste() 
     assert "(else it never runs), then" in text.replace("\n      ", " ")
     piped = render_plan(tricky_plan(), [note], "Policies:", None)
     assert f"note: {note}\n" in piped
+
+
+# --- verify-gpu -------------------------------------------------------------------------------
+
+
+def failing_verdict() -> Verdict:
+    """An 8x A100 whose GEMM is slow and whose GPU 5 has ECC and remap trouble: the checks
+    with the longest details verify-gpu writes."""
+    from bootstrap.verify import judge
+    from tests.bootstrap.verify.verify_reports import expected, node_report
+
+    def broken(r: dict) -> None:
+        r["torchrun"]["gemm"][4]["tflops"] = 124.8
+        gpu = r["nvidia"]["gpus"][5]
+        gpu["ecc_volatile"]["uncorrected"] = 2
+        gpu["remapped_rows"].update(pending=True, uncorrectable=1)
+
+    return judge.judge(node_report(edit=broken), expected(), host="a100x8-0")
+
+
+def test_the_verify_report_fits_80_columns_with_one_line_per_check() -> None:
+    v = failing_verdict()
+    text = printed(verdict_text(v, "verify-gpu a100x8-0", 80), width=80)
+    lines = text.splitlines()
+    assert lines[0] == "verify-gpu a100x8-0: FAIL"
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    # each check's headline starts with its status and name, in the verdict's order
+    heads = [line for line in lines if line.startswith("  ") and not line.startswith("   ")]
+    assert [h.split()[1] for h in heads] == [c.name for c in v.checks]
+    gemm = v.check("gemm")
+    head = next(h for h in heads if h.split()[1] == "gemm")
+    assert head.split()[0] == "FAIL" and f"{gemm.measured}  (want {gemm.expected})" in head
+    # the details sit beneath it, each finding starting a line, every word kept
+    below = list(
+        itertools.takewhile(lambda ln: ln.startswith(DETAIL_INDENT), lines[lines.index(head) + 1 :])
+    )
+    starts = [
+        ln.strip()
+        for ln in below
+        if ln.startswith(DETAIL_INDENT) and not ln.startswith(DETAIL_INDENT + " ")
+    ]
+    assert len(below) > len(gemm.detail.split("; "))  # the first finding is longer than 80
+    assert " ".join(" ".join(below).split()) == " ".join(gemm.detail.replace("; ", " ").split())
+    assert all(any(p.startswith(s) for s in starts) for p in gemm.detail.split("; "))
+
+
+def test_the_verify_report_piped_is_never_wrapped() -> None:
+    v = failing_verdict()
+    text = printed(verdict_text(v, "verify-gpu a100x8-0", None), width=1000)
+    for c in v.checks:
+        want = c.expected not in ("", "-", c.measured)
+        figure = f"{c.measured}  (want {c.expected})" if want else c.measured
+        assert any(f" {c.name} " in line and line.endswith(figure) for line in text.splitlines())
+        for part in filter(None, c.detail.split("; ")):
+            assert f"\n{DETAIL_INDENT}{part.strip()}\n" in text + "\n"
+
+
+def test_the_verify_report_prints_markup_and_emoji_codes_verbatim() -> None:
+    v = Verdict("h", "gpu", (Check(TRICKY, "FAIL", TRICKY, TRICKY, detail=TRICKY),))
+    text = printed(verdict_text(v, f"verify-gpu {TRICKY}", 80), width=80)
+    assert text.count(TRICKY) == 4 and "💂" not in text

@@ -32,11 +32,12 @@ from bootstrap.fleet.system import probe_step
 from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.verify.expected import Expected, expected_from
 from bootstrap.verify.judge import cluster_not_run, judge, judge_cluster
-from bootstrap.verify.render import STYLE, overall_line, verdict_table
+from bootstrap.verify.render import STYLE, overall_line, verdict_text
 from bootstrap.verify.report import VerifyRun, save_report, upload_report
 from bootstrap.verify.ship import VerifyOptions, parse_node_env, run_on_node
 from bootstrap.verify.verdict import FAIL, Check, Verdict
 from infra.catalog import load_catalog
+from infra.render import output_width
 
 
 def _result(measurements: dict[str, Any], ctx: HostContext, cluster: bool = False) -> StepResult:
@@ -289,12 +290,13 @@ def verify_gpu(
     if json:
         print(jsonlib.dumps(doc, indent=1, default=str))
     else:
+        # Laid out for the terminal's width (none when piped); rich must not wrap it again.
+        width = output_width()
         for v in run.verdicts:
-            console.print(verdict_table(v, f"verify-gpu {v.host}"))
+            console.print(verdict_text(v, f"verify-gpu {v.host}", width), soft_wrap=True)
         if run.cluster:
-            console.print(
-                verdict_table(run.cluster, f"verify-gpu cluster ({len(fleet.hosts)} nodes)")
-            )
+            title = f"verify-gpu cluster ({len(fleet.hosts)} nodes)"
+            console.print(verdict_text(run.cluster, title, width), soft_wrap=True)
         if run.network is not None:
             console.print(f"cross-node env: {opts.fabric.describe()}", highlight=False)
             if opts.node_env:

@@ -16,7 +16,7 @@ import pytest
 
 from bootstrap.remote import verify_node
 from bootstrap.verify import judge as j
-from bootstrap.verify.render import overall_line, verdict_table
+from bootstrap.verify.render import overall_line, verdict_text
 from bootstrap.verify.ship import VerifyOptions, node_command, parse_node_env
 from infra.catalog import load_catalog
 from tests.bootstrap.verify.verify_reports import (
@@ -387,7 +387,7 @@ def test_a_cross_node_run_that_never_met_fails_with_each_nodes_reason() -> None:
     assert "n1: the node wrote no report" in verdict.checks[0].detail
 
 
-def test_the_table_and_the_verdict_line_say_what_failed() -> None:
+def test_the_report_and_the_verdict_line_say_what_failed() -> None:
     from rich.console import Console
 
     def slow(r: dict[str, Any]) -> None:
@@ -395,7 +395,7 @@ def test_the_table_and_the_verdict_line_say_what_failed() -> None:
 
     verdict = j.judge(copy.deepcopy(node_report(edit=slow)), expected(), host="a100x8-0")
     console = Console(record=True, width=200)
-    console.print(verdict_table(verdict, "verify-gpu a100x8-0"))
+    console.print(verdict_text(verdict, "verify-gpu a100x8-0", 200))
     text = console.export_text()
     assert "verify-gpu a100x8-0: FAIL" in text and "124.8 TF/s" in text
     assert overall_line([verdict], verdict.status) == "verify-gpu: FAIL (a100x8-0: gemm)"
