@@ -35,24 +35,26 @@ if str(REPO) not in sys.path:  # run as a file from a checkout without the edita
 from infra.catalog import CatalogError, Feature, ProviderInfo, load_catalog  # noqa: E402
 from infra.pricing.billing import BILLING_MODES  # noqa: E402
 from infra.pricing.sizing import (  # noqa: E402
-    ATTENTION,
     FILTERED,
     NO_FIT,
     NO_PRICE,
     OK,
+    Filters,
+    Option,
+    SizingResult,
+    best_fix,
+    size,
+    with_fix,
+)
+from infra.pricing.workload import (  # noqa: E402
+    ATTENTION,
     OPTIMIZERS,
     PRECISIONS,
     STRATEGIES,
-    Filters,
     ModelSpec,
-    Option,
     SizingError,
-    SizingResult,
     Workload,
-    best_fix,
     load_models,
-    size,
-    with_fix,
     workload_for_model,
 )
 from infra.stackfiles import stack_file  # noqa: E402

@@ -10,7 +10,8 @@ from infra.config import ConfigError, parse_config
 from infra.pricing.bill import CostError, CostInputs
 from infra.pricing.billing import BILLING_MODES, billing_problem
 from infra.pricing.cost import estimate_cost
-from infra.pricing.sizing import Filters, SizingError, Workload, size
+from infra.pricing.sizing import Filters, size
+from infra.pricing.workload import SizingError, Workload
 
 STACK = {"provider": "aws", "tier": "a100x8", "sshCidrs": ["203.0.113.0/24"]}
 

@@ -47,7 +47,8 @@ for name in names:
     importlib.import_module(name)
 from infra.pricing.bill import CostInputs
 from infra.pricing.cost import estimate_cost
-from infra.pricing.sizing import load_models, size, workload_for_model
+from infra.pricing.sizing import size
+from infra.pricing.workload import load_models, workload_for_model
 estimate_cost(CostInputs(provider="aws", instance_type="p4d.24xlarge", billing="spot"))
 size(workload_for_model(load_models()["gpt2"], 1e9))
 print(",".join(names))
@@ -73,6 +74,9 @@ def test_pricing_imports_no_pulumi_and_no_provider_sdk(tmp_path: Path) -> None:
         "infra.pricing.billing",
         "infra.pricing.compare",
         "infra.pricing.cost",
+        "infra.pricing.memory",
         "infra.pricing.prices",
         "infra.pricing.sizing",
+        "infra.pricing.speed",
+        "infra.pricing.workload",
     ]

@@ -16,24 +16,16 @@ import pytest
 
 import infra.pricing.sizing as sizing_module
 from infra.catalog import load_catalog
-from infra.pricing.sizing import (
-    FILTERED,
-    NO_FIT,
-    OK,
-    Filters,
+from infra.pricing import memory, speed, workload
+from infra.pricing.memory import activation_bytes, bytes_per_param, memory_breakdown
+from infra.pricing.sizing import FILTERED, NO_FIT, OK, Filters, best_fix, size, with_fix
+from infra.pricing.speed import read_calibrations, training_flops
+from infra.pricing.workload import (
     SizingError,
     Workload,
-    activation_bytes,
-    best_fix,
-    bytes_per_param,
     load_assumptions,
     load_models,
-    memory_breakdown,
     params_from_shape,
-    read_calibrations,
-    size,
-    training_flops,
-    with_fix,
     workload_for_model,
 )
 
@@ -436,10 +428,10 @@ def test_gpt2_parameter_counts_follow_from_their_published_shapes(key):
 
 
 def test_the_advisor_iterates_the_catalogs_providers_without_naming_any():
-    tree = ast.parse(Path(sizing_module.__file__).read_text())
     names = {
         node.value
-        for node in ast.walk(tree)
+        for module in (sizing_module, workload, memory, speed)
+        for node in ast.walk(ast.parse(Path(module.__file__).read_text()))
         if isinstance(node, ast.Constant) and isinstance(node.value, str)
     }
     assert not names & {"aws", "alicloud", "azure", "tencent"}
