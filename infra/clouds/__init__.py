@@ -4,7 +4,8 @@ The list of clouds is the list of subpackages here (folders with an ``__init__.p
 this package's path): nothing elsewhere keeps a table of cloud names. A folder holds
 ``catalog.toml`` (its types, tiers, prices and facts, read by infra.catalog) and some of
 ``program.py`` (the Pulumi resources), ``reaper.py`` (the scheduled teardown's client),
-``prices.py`` (live prices) and ``package.py`` (a function package with its own layout);
+``prices.py`` (live prices), ``mocks.py`` (what the offline plan's Pulumi mocks answer for
+its resource types and invokes) and ``package.py`` (a function package with its own layout);
 callers ask for the part they need by the cloud's name and :func:`module` imports only
 that part, so this package stays free of any SDK and of Pulumi (the reaper imports it).
 """

@@ -1,7 +1,8 @@
 """A cloud is a folder: a throwaway one, written into a temporary tree that is put on
 infra.clouds' package path, is picked up by the catalog (cost, size, gpus), the program's
-lookup, live prices and the reaper with no edit anywhere else; and the files outside its
-folder that a new cloud must still touch are counted (the goal is none)."""
+lookup, live prices, the offline plan's mocks and the reaper with no edit anywhere else;
+and the files outside its folder that a new cloud must still touch are counted (the goal
+is none)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,22 @@ def live_reservations(instance_type, region):
     raise LivePriceError("examplecloud sells no reservations")
 '''
 
+MOCKS = '''"""The throwaway cloud's answers under Pulumi's mocks (infra.offline)."""
+
+PACKAGE = "examplecloud"
+
+
+def resource(typ, name, inputs, out, rid, engine):
+    out["address"], _ = engine.ips_for(name)
+    return "ex-" + engine.digest(typ, name)
+
+
+def invoke(token, inputs, engine):
+    if token == "examplecloud:index/getRegion:getRegion":
+        return {"region": engine.region}
+    return None
+'''
+
 
 def _clear() -> None:
     for cached in (catalog._cloud_files, catalog.load_catalog, prices._load_default):
@@ -74,6 +91,7 @@ def new_cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
         "program.py": PROGRAM,
         "reaper.py": REAPER,
         "prices.py": PRICES,
+        "mocks.py": MOCKS,
     }.items():
         (folder / name).write_text(text)
     monkeypatch.setattr(clouds, "__path__", [*clouds.__path__, str(tmp_path)])
@@ -117,6 +135,19 @@ def test_the_program_and_the_reaper_find_the_new_cloud_by_its_folder(new_cloud: 
     assert NAME in handler.CLOUDS
     client = handler.make_cloud(NAME, {"GPUFLEET_REGION": "r1"}, endpoint="http://127.0.0.1:1")
     assert client == ("examplecloud client", "r1", "http://127.0.0.1:1")  # type: ignore[comparison-overlap]
+
+
+def test_the_offline_plan_answers_with_the_new_clouds_own_mocks(new_cloud: Path) -> None:
+    import pulumi
+
+    from infra import offline
+
+    engine = offline.Mocks("dev", "r1")
+    node = pulumi.runtime.MockResourceArgs("examplecloud:index/node:Node", "n1", {})
+    rid, out = engine.new_resource(node)
+    assert rid.startswith("ex-") and out["address"].startswith("198.51.100.")
+    call = pulumi.runtime.MockCallArgs("examplecloud:index/getRegion:getRegion", {}, "")
+    assert engine.call(call) == ({"region": "r1"}, [])
 
 
 def test_the_files_outside_its_folder_a_new_cloud_must_still_touch(new_cloud: Path) -> None:
