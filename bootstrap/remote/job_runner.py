@@ -343,7 +343,11 @@ class Supervisor:
                 "newest_step": None,
             }
         out = job_sync.push(
-            Path(self.spec["checkpoint_dir"]), store, str(self.spec["sync_node"]), budget_s
+            Path(self.spec["checkpoint_dir"]),
+            store,
+            str(self.spec["sync_node"]),
+            budget_s,
+            prefix=str(self.spec.get("bucket_prefix") or ""),
         )
         return {"at": utcnow(), **out.to_json()}
 
@@ -623,13 +627,14 @@ def restorable(job_dir: Path) -> dict[str, Any]:
         return {**out, "bucket": None, "bucket_step": None}
     where = f"{sup.spec['bucket']}/{sup.spec['bucket_prefix']}"
     root.mkdir(parents=True, exist_ok=True)
+    reader, prefix = job_sync.BucketReader(store), str(sup.spec["bucket_prefix"])
     try:
-        best = job_sync.newest_in_bucket(
-            root, job_sync.BucketReader(store), str(sup.spec["bucket_prefix"])
-        )
+        best = job_sync.newest_in_bucket(root, reader, prefix)
+        folder = job_sync.folder_in_bucket(root, reader, prefix) if best is None else None
     except job_sync.LIST_ERRORS as exc:
         return {"ok": False, "error": f"cannot list {where}: {exc}"}
-    return {**out, "bucket": where, "bucket_step": best.step if best else None}
+    step = best.step if best else None
+    return {**out, "bucket": where, "bucket_step": step, "bucket_files": len(folder or {})}
 
 
 def follow(

@@ -47,6 +47,10 @@ else:
     import clouds
 
 MARKER = "COMPLETE"
+# Written next to the job's files in the bucket after an upload that left nothing behind:
+# every file of the checkpoint folder and its size, whatever the job's layout (a plain
+# torch.save "snapshot.pt" included). A resume with no step-<N> checkpoint restores it.
+FOLDER_MANIFEST = ".gpufleet-folder.json"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -200,9 +204,11 @@ def push(
     store: bucket.BucketStore | None,
     node: str,
     deadline_s: float = 600.0,
+    prefix: str = "",
 ) -> SyncOutcome:
     """Upload what is new under ``<scratch>/checkpoints`` with the watchdog's own sync, as the
-    head node ``node`` (keys ``checkpoints/<node>/<job>/...``)."""
+    head node ``node`` (keys ``checkpoints/<node>/<job>/...``); once nothing is left to
+    upload, the folder's manifest goes to ``prefix`` (the job's keys)."""
     scratch = checkpoint_dir.parent.parent
     newest = newest_complete(
         local_listing(checkpoint_dir), lambda f: _read_text(checkpoint_dir / f / MARKER)
@@ -215,6 +221,14 @@ def push(
         timeout_s=deadline_s,
     )
     step = newest.step if newest else None
+    if out.ok and store is not None and prefix:
+        files = local_listing(checkpoint_dir)
+        if files:
+            body = json.dumps({"files": files}, sort_keys=True).encode()
+            try:
+                store.put(_key(prefix, FOLDER_MANIFEST), body, time.monotonic() + 60)
+            except (OSError, bucket.StoreError) as exc:
+                return SyncOutcome(False, f"{out.detail}; folder manifest not written: {exc}")
     return SyncOutcome(out.ok, out.detail, out.uploaded, step, out.seconds)
 
 
@@ -248,14 +262,79 @@ def newest_in_bucket(root: Path, store: Store, prefix: str) -> Checkpoint | None
     return newest_complete(listing, marker)
 
 
+def folder_in_bucket(root: Path, store: Store, prefix: str) -> dict[str, int] | None:
+    """The job's folder as its manifest lists it, when every file listed is in the bucket
+    with that size; None otherwise. Raises LIST_ERRORS when the bucket cannot be listed."""
+    listing = store.list(prefix.rstrip("/") + "/" if prefix else "")
+    key = _key(prefix, FOLDER_MANIFEST)
+    if key not in listing:
+        return None
+    tmp = root / ".gpufleet-folder.part"
+    try:
+        store.get(key, tmp)
+        files = {str(k): int(v) for k, v in json.loads(tmp.read_text())["files"].items()}
+    except (OSError, bucket.StoreError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    finally:
+        tmp.unlink(missing_ok=True)
+    if any(k.startswith("/") or ".." in k.split("/") for k in files):
+        return None
+    ok = all(listing.get(_key(prefix, rel)) == size for rel, size in files.items())
+    return files if ok and files else None
+
+
+def restore_folder(root: Path, store: Store, prefix: str, files: Mapping[str, int]) -> None:
+    """Fetch ``files`` into a hidden folder, then move them under ``root``: a cut-off
+    restore leaves no half folder that looks like the job's."""
+    tmp = root / ".restore-folder"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        for rel in sorted(files):
+            store.get(_key(prefix, rel), tmp / rel)
+        for rel in sorted(files):
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).replace(root / rel)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _restore_folder(root: Path, store: Store, prefix: str, started: float) -> SyncOutcome:
+    """No step-<N> checkpoint in the bucket: the whole folder, if the node has none of it."""
+    local = local_listing(root)
+    try:
+        files = folder_in_bucket(root, store, prefix)
+    except LIST_ERRORS as exc:
+        return SyncOutcome(False, f"cannot list the bucket: {exc}")
+    if files is None or local:
+        where = f"{len(local)} local file(s) kept" if local else "local: none"
+        return SyncOutcome(
+            True,
+            f"no complete checkpoint in the bucket ({where})",
+            seconds=time.monotonic() - started,
+        )
+    try:
+        restore_folder(root, store, prefix, files)
+    except (OSError, bucket.StoreError) as exc:
+        return SyncOutcome(False, f"restore of the job's folder failed: {exc}")
+    return SyncOutcome(
+        True,
+        f"restored the job's folder from the bucket ({len(files)} file(s))",
+        uploaded=len(files),
+        seconds=time.monotonic() - started,
+    )
+
+
 def restore(root: Path, store: Store, prefix: str) -> SyncOutcome:
-    """Put the newest complete checkpoint in the bucket under ``root`` (nothing else)."""
+    """Put the newest complete checkpoint in the bucket under ``root``; without one, the
+    job's whole folder as its manifest lists it (when the node has none of it)."""
     started = time.monotonic()
     try:
         best = newest_in_bucket(root, store, prefix)
     except LIST_ERRORS as exc:
         return SyncOutcome(False, f"cannot list the bucket: {exc}")
     local_best = newest_complete(local_listing(root), lambda f: _read_text(root / f / MARKER))
+    if best is None and local_best is None:
+        return _restore_folder(root, store, prefix, started)
     if best is None:
         where = "local " + local_best.folder if local_best else "none"
         return SyncOutcome(

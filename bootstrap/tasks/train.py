@@ -850,13 +850,16 @@ def restorable_line(found: Mapping[str, Any]) -> str:
     where = f"{local} file(s) in {found.get('checkpoint_dir')}" if local else "no local files"
     if not found.get("bucket"):
         return f"{where}; no bucket"
-    step_ = found.get("bucket_step")
+    step_, files = found.get("bucket_step"), int(found.get("bucket_files") or 0)
     kept = f"step {step_}" if step_ is not None else "no complete checkpoint"
+    if step_ is None and files:
+        kept = f"the job's folder ({files} file(s))"
     return f"{where}; {kept} in {found['bucket']}"
 
 
 def nothing_to_restore(found: Mapping[str, Any]) -> bool:
-    return not found.get("local_files") and found.get("bucket_step") is None
+    stored = found.get("bucket_step") is not None or found.get("bucket_files")
+    return not found.get("local_files") and not stored
 
 
 # ---------------------------------------------------------------------------- job table

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -135,3 +136,81 @@ def test_cancelling_a_job_that_ended_changes_nothing_and_says_so(tmp_path: Path)
     out = job_runner.cancel(job_dir, 0, 1.0)
     assert out["changed"] is False and out["note"] == "already succeeded"
     assert json.loads(state_path.read_text())["state"] == "succeeded"
+
+
+# ---------------------------------------------------------------------------- any layout
+
+
+def snapshot_job(tmp_path: Path, moto_url: str) -> tuple[Path, Path]:
+    """A job that saves as most scripts do: one torch.save file, no step-<N> folders."""
+    job_dir = recorded_job(tmp_path, moto_url)
+    spec = json.loads((job_dir / "job.json").read_text())
+    (job_dir / "job.json").write_text(json.dumps({**spec, "resume": True}))
+    ckpt = Path(spec["checkpoint_dir"])
+    (ckpt / "snapshot.pt").write_bytes(b"epoch 3 weights")
+    (ckpt / "logs").mkdir()
+    (ckpt / "logs" / "loss.csv").write_text("1,0.9\n2,0.7\n")
+    return job_dir, ckpt
+
+
+def test_a_complete_upload_writes_the_folder_manifest_last(
+    tmp_path: Path, bucket: Any, moto_url: str
+) -> None:
+    job_dir, _ = snapshot_job(tmp_path, moto_url)
+    out = job_runner.Supervisor(job_dir, 0).sync()
+    assert out is not None and out["ok"], out
+    body = bucket.get_object(Bucket=BUCKET, Key="checkpoints/n0/j1/.gpufleet-folder.json")
+    files = json.loads(body["Body"].read())["files"]
+    assert files == {"snapshot.pt": 15, "logs/loss.csv": 12}
+
+
+def test_an_upload_that_failed_writes_no_manifest(tmp_path: Path, bucket: Any) -> None:
+    job_dir, _ = snapshot_job(tmp_path, f"http://127.0.0.1:{free_port()}")
+    out = job_runner.Supervisor(job_dir, 0).sync()
+    assert out is not None and not out["ok"]
+    assert "Contents" not in bucket.list_objects_v2(Bucket=BUCKET)
+
+
+def test_a_plain_torch_save_folder_comes_back_on_an_empty_node(
+    tmp_path: Path, bucket: Any, moto_url: str
+) -> None:
+    # Issue 24: the bucket held snapshot.pt, yet the resume trained from epoch 0.
+    job_dir, ckpt = snapshot_job(tmp_path, moto_url)
+    assert job_runner.Supervisor(job_dir, 0).sync()["ok"]  # type: ignore[index]
+    for path in sorted(ckpt.rglob("*"), reverse=True):  # a stop wiped the instance store
+        path.rmdir() if path.is_dir() else path.unlink()
+    found = job_runner.restorable(job_dir)
+    assert (found["local_files"], found["bucket_step"], found["bucket_files"]) == (0, None, 2)
+    sup = job_runner.Supervisor(job_dir, 0)
+    sup.restore()
+    assert sup.state["restore"]["detail"] == "restored the job's folder from the bucket (2 file(s))"
+    assert (ckpt / "snapshot.pt").read_bytes() == b"epoch 3 weights"
+    assert (ckpt / "logs" / "loss.csv").read_text() == "1,0.9\n2,0.7\n"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["logs", "snapshot.pt"]
+
+
+def test_a_folder_whose_files_changed_after_the_manifest_is_not_restored(
+    tmp_path: Path, bucket: Any, moto_url: str
+) -> None:
+    job_dir, ckpt = snapshot_job(tmp_path, moto_url)
+    assert job_runner.Supervisor(job_dir, 0).sync()["ok"]  # type: ignore[index]
+    # A newer snapshot.pt whose upload was cut off: the sizes no longer agree.
+    bucket.put_object(Bucket=BUCKET, Key="checkpoints/n0/j1/snapshot.pt", Body=b"half")
+    shutil.rmtree(ckpt)
+    assert job_runner.restorable(job_dir)["bucket_files"] == 0
+    sup = job_runner.Supervisor(job_dir, 0)
+    sup.restore()
+    assert sup.state["restore"]["detail"].startswith("no complete checkpoint in the bucket")
+    assert not (ckpt / "snapshot.pt").exists()
+
+
+def test_files_already_on_the_node_are_kept_not_replaced(
+    tmp_path: Path, bucket: Any, moto_url: str
+) -> None:
+    job_dir, ckpt = snapshot_job(tmp_path, moto_url)
+    assert job_runner.Supervisor(job_dir, 0).sync()["ok"]  # type: ignore[index]
+    (ckpt / "snapshot.pt").write_bytes(b"epoch 4, newer than the bucket")
+    sup = job_runner.Supervisor(job_dir, 0)
+    sup.restore()
+    assert (ckpt / "snapshot.pt").read_bytes() == b"epoch 4, newer than the bucket"
+    assert "local file(s) kept" in sup.state["restore"]["detail"]

@@ -499,3 +499,69 @@ def test_a_succeeded_job_is_not_rerun_nor_cancelled_without_being_asked(
     assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
     assert "resumed from step 4" in rerun.stdout
     assert one_job(one_node.inventory, one_node.jobs)["attempt"] == 2
+
+
+# Saves as most scripts do (as pytorch/examples' ddp-tutorial-series multinode.py does):
+# one torch.save file, rewritten every epoch, loaded when it is there. Our own code.
+SNAPSHOT_SCRIPT = """\
+import argparse, os, time
+import torch
+import torch.distributed as dist
+
+p = argparse.ArgumentParser()
+p.add_argument("--epochs", type=int)
+p.add_argument("--sleep", type=float)
+a = p.parse_args()
+path = os.path.join(os.environ["GPUFLEET_CHECKPOINT_DIR"], "snapshot.pt")
+dist.init_process_group("gloo")
+start = 0
+if os.path.exists(path):
+    start = torch.load(path)["epoch"] + 1
+    print(f"Resuming training from snapshot at Epoch {start}", flush=True)
+for epoch in range(start, a.epochs):
+    time.sleep(a.sleep)
+    if dist.get_rank() == 0:
+        torch.save({"epoch": epoch}, path)
+    print(f"epoch {epoch} done", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_plain_torch_save_job_resumes_from_the_bucket_on_an_emptied_node(
+    one_node: TrainFleet, place: dict[str, Path], tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "multinode.py").write_text(SNAPSHOT_SCRIPT)
+    argv = one_node.train("--epochs 30 --sleep 0.5")
+    argv[argv.index("examples/train_lm.py")] = str(work / "multinode.py")
+    argv[argv.index("--nproc-per-node") + 1] = "1"
+    job = re.search(r"job (\S+) running on 1 node", (started := run_fab(*argv)).stdout)
+    assert started.returncode == 0 and job, started.stdout[-2000:] + started.stderr[-2000:]
+    job_id = job.group(1)
+    manifest = f"checkpoints/node-0/{job_id}/.gpufleet-folder.json"
+
+    def folder_saved() -> bool:
+        try:
+            s3(one_node.moto_url).head_object(Bucket=BUCKET, Key=manifest)
+        except Exception:
+            return False
+        return True
+
+    wait_for("the job's folder in the bucket", folder_saved)
+    time.sleep(2)
+    kill_job(one_node.jobs, job_id)
+    wait_for(
+        "the job read as interrupted",
+        lambda: one_job(one_node.inventory, one_node.jobs)["state"] == "interrupted",
+    )
+    # A stop wiped the instance store: only the bucket has the job's snapshot.pt.
+    shutil.rmtree(place["scratch"] / "checkpoints" / job_id)
+
+    resumed = resume(one_node, job_id, "--follow")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    start = re.search(r"Resuming training from snapshot at Epoch (\d+)", resumed.stdout)
+    assert start and 0 < int(start.group(1)) < 30, resumed.stdout[-3000:]
+    assert "epoch 29 done" in resumed.stdout
+    assert one_job(one_node.inventory, one_node.jobs)["state"] == "succeeded"
