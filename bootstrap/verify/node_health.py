@@ -91,6 +91,17 @@ def load_health_catalog(path: Path = CATALOG_FILE) -> dict[str, Any]:
         return tomllib.load(f)
 
 
+def xids_of_class(level: str, catalog: Mapping[str, Any] | None = None) -> frozenset[int]:
+    """The Xids whose catalog bucket classes a node ``level`` (failed, degraded, note)."""
+    xids = (catalog or load_health_catalog())["xid"]
+    return frozenset(
+        code
+        for bucket, codes in xids["codes"].items()
+        if xids["buckets"][bucket]["class"] == level
+        for code in codes
+    )
+
+
 @dataclass(frozen=True)
 class Context:
     """What the checks read: the node's findings, the catalog and the tier's promise."""

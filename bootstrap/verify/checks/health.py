@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from bootstrap.fleet.interconnect import INFINIBAND
 from bootstrap.verify.checks.base import GPU, Node, Result, Thresholds, check
+from bootstrap.verify.node_health import FAILED, xids_of_class
 from bootstrap.verify.verdict import FAIL, NOT_RUN, PASS, SKIP, WARN, Check, gpu_list, join
 
-# Xids that mean the hardware (or its firmware) is at fault, after NVIDIA's Xid catalog
-# (docs.nvidia.com/deploy/xid-errors): double-bit ECC (48), micro-controller halt (62),
-# row-remap / page-retirement failure (64), NVLink (74), fallen off the bus (79), high
-# single-bit rate (92), contained / uncontained ECC (94, 95), GSP errors (119, 120).
-# Others (13, 31, 43, ...) are usually application faults: a WARN, worth a look.
-FATAL_XIDS = frozenset({48, 61, 62, 64, 74, 79, 92, 94, 95, 119, 120, 140})
+# Xids whose immediate action in NVIDIA's Xid catalog is a GPU reset, a reboot, a hardware
+# check or an ECC / NVLink workflow: the node-health catalog's "failed" buckets
+# (infra/catalog/health.toml, cited there). The others warn: usually an application fault
+# (13, 31, 43, 94), worth a look.
+FATAL_XIDS = xids_of_class(FAILED)
 # Throttle reasons that mean the GPU is slowed by something wrong with it or its cooling.
 # A software power cap under a full GEMM is normal on power-limited cards: noted, not failed.
 BAD_THROTTLE = frozenset(

@@ -287,6 +287,21 @@ def test_an_application_xid_is_a_warning() -> None:
     assert (line.status, line.measured) == (WARN, "Xid 13")
 
 
+@pytest.mark.parametrize(
+    ("xid", "status"),
+    # NVIDIA's Xid catalog: 46 and 143 need a GPU reset, 160 a reboot; 94 (contained ECC)
+    # only a restart of the application, 92 (excessive single-bit ECC interrupts) nothing.
+    [(46, FAIL), (143, FAIL), (160, FAIL), (79, FAIL), (94, WARN), (92, WARN)],
+)
+def test_an_xid_fails_exactly_when_the_catalog_says_reset_reboot_or_inspect(
+    xid: int, status: str
+) -> None:
+    def event(r: dict[str, Any]) -> None:
+        r["xid"]["events"] = [{"xid": xid, "pci": "0000:10:1c", "line": f"NVRM: Xid {xid}"}]
+
+    assert one(health.xid, event).status == status
+
+
 def test_fabric_manager_is_not_judged_without_nvswitch() -> None:
     def plain(r: dict[str, Any]) -> None:
         r["nvidia"].update(nvswitch_devices=0, pci={"gpus": 1, "nvswitches": 0})
