@@ -13,6 +13,7 @@ import pulumi
 from infra.catalog import load_catalog
 from infra.clouds.base import get_provider
 from infra.components.access import Access
+from infra.components.args import component_args
 from infra.components.guard import IdleGuard
 from infra.components.network import Network
 from infra.components.node import GpuNode
@@ -79,16 +80,20 @@ def build(cfg: StackConfig) -> dict[str, Any]:
         )
     cat = load_catalog()
     cloud = get_provider(cfg.provider)
-    provider = cloud.provider_resource(cfg)
+    provider = cloud.provider_resource(cfg.region)
     opts = pulumi.ResourceOptions(providers=[provider])
     name = cfg.stack
 
-    network = Network(name, cfg, cloud, opts)
-    storage = Storage(name, cfg, cloud, opts)
-    access = Access(name, cfg, cloud, storage.parts, opts)
+    args = component_args(cfg, cat)  # each component gets its own part of the config
+
+    network = Network(name, args.network, cloud, opts)
+    storage = Storage(name, args.storage, cloud, opts)
+    access = Access(name, args.access, cloud, storage.parts, opts)
     specs = plan_nodes(cfg, cat)
-    nodes = [GpuNode(spec, cfg, cloud, network.parts, access.parts, opts) for spec in specs]
-    guard = IdleGuard(name, cfg, cloud, [(n.spec, n.parts) for n in nodes], storage.parts, opts)
+    nodes = [GpuNode(spec, args.node, cloud, network.parts, access.parts, opts) for spec in specs]
+    guard = IdleGuard(
+        name, args.guard, cloud, [(n.spec, n.parts) for n in nodes], storage.parts, opts
+    )
 
     return {
         "stack": cfg.stack,

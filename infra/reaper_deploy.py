@@ -14,7 +14,8 @@ from typing import Any
 
 import pulumi
 
-from infra.config import ConfigError, StackConfig
+from infra.components.args import GuardArgs
+from infra.config import ConfigError
 
 # The metric names are the reaper's contract with the watchdog; one definition, there.
 from infra.reaper.fleet_names import (
@@ -41,12 +42,12 @@ def function_name(stack: str) -> str:
     return f"gpufleet-{stack}-reaper"[:64]
 
 
-def function_env(cfg: StackConfig) -> dict[str, str]:
+def function_env(args: GuardArgs) -> dict[str, str]:
     """What the scheduled reaper reads (infra/reaper/handler.py)."""
     return {
-        "GPUFLEET_PROVIDER": cfg.provider,
-        "GPUFLEET_STACK": cfg.stack,
-        "GPUFLEET_REGION": cfg.region,
+        "GPUFLEET_PROVIDER": args.provider,
+        "GPUFLEET_STACK": args.stack,
+        "GPUFLEET_REGION": args.region,
         "GPUFLEET_APPLY": "true",
     }
 

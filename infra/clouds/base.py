@@ -19,6 +19,7 @@ import pulumi
 
 from infra import clouds
 from infra.catalog import load_catalog, plan_notes
+from infra.components.args import AccessArgs, GuardArgs, NetworkArgs, NodeArgs, StorageArgs
 from infra.config import StackConfig
 from infra.nodes import NodeSpec
 
@@ -81,6 +82,10 @@ def catalog_notes(cfg: StackConfig, today: dt.date, own: Sequence[str] = ()) -> 
 
 
 class CloudProvider(Protocol):
+    """A cloud's program. Each component's call takes that component's narrow args
+    (infra/components/args.py), never the whole StackConfig; only plan_notes, which
+    speaks about the whole stack, reads the config itself."""
+
     name: str
 
     def plan_notes(self, cfg: StackConfig, today: dt.date) -> PlanNotes:
@@ -88,21 +93,21 @@ class CloudProvider(Protocol):
         most clouds answer :func:`catalog_notes` with what their program knows."""
         ...
 
-    def provider_resource(self, cfg: StackConfig) -> pulumi.ProviderResource: ...
+    def provider_resource(self, region: str) -> pulumi.ProviderResource: ...
 
-    def network(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> NetworkParts: ...
+    def network(self, parent: pulumi.Resource, name: str, args: NetworkArgs) -> NetworkParts: ...
 
-    def storage(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> StorageParts: ...
+    def storage(self, parent: pulumi.Resource, name: str, args: StorageArgs) -> StorageParts: ...
 
     def access(
-        self, parent: pulumi.Resource, name: str, cfg: StackConfig, storage: StorageParts
+        self, parent: pulumi.Resource, name: str, args: AccessArgs, storage: StorageParts
     ) -> AccessParts: ...
 
     def node(
         self,
         parent: pulumi.Resource,
         spec: NodeSpec,
-        cfg: StackConfig,
+        args: NodeArgs,
         net: NetworkParts,
         access: AccessParts,
     ) -> NodeParts: ...
@@ -111,7 +116,7 @@ class CloudProvider(Protocol):
         self,
         parent: pulumi.Resource,
         name: str,
-        cfg: StackConfig,
+        args: GuardArgs,
         nodes: list[tuple[NodeSpec, NodeParts]],
         storage: StorageParts,
     ) -> GuardParts: ...

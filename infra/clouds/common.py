@@ -14,7 +14,7 @@ from typing import Any
 
 import pulumi
 
-from infra.config import ConfigError, StackConfig
+from infra.config import ConfigError
 from infra.reaper import tags as T
 
 # Objects move to the cheaper tier after gpufleet:bucketArchiveDays without a change, and to
@@ -30,14 +30,14 @@ def child_opts(parent: pulumi.Resource, **kw: object) -> pulumi.ResourceOptions:
 
 
 def pinned_or_first_zone(
-    cfg: StackConfig, offered: Callable[[], pulumi.Output[list[str]]], problem: str
+    zone: str | None, offered: Callable[[], pulumi.Output[list[str]]], problem: str
 ) -> pulumi.Output[str]:
-    """The stack's zone when gpufleet:zone pins one; else the first by name of the zones
+    """``zone`` when gpufleet:zone pins one; else the first by name of the zones
     ``offered`` lists (the cloud is asked only then). None offered is a ConfigError with
     ``problem`` as its line: a ValueError, so callers tell bad config from bugs through
     Pulumi's wrapping (`plan.py` exits 2 on it)."""
-    if cfg.zone:
-        return pulumi.Output.from_input(cfg.zone)
+    if zone:
+        return pulumi.Output.from_input(zone)
 
     def first(zones: list[str]) -> str:
         if not zones:

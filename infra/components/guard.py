@@ -10,7 +10,7 @@ from __future__ import annotations
 import pulumi
 
 from infra.clouds.base import CloudProvider, NodeParts, StorageParts
-from infra.config import StackConfig
+from infra.components.args import GuardArgs
 from infra.nodes import NodeSpec
 
 
@@ -18,14 +18,14 @@ class IdleGuard(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        cfg: StackConfig,
+        args: GuardArgs,
         cloud: CloudProvider,
         nodes: list[tuple[NodeSpec, NodeParts]],
         storage: StorageParts,
         opts: pulumi.ResourceOptions,
     ):
         super().__init__("gpufleet:guard:IdleGuard", name, None, opts)
-        self.parts = cloud.guard(self, name, cfg, nodes, storage)
+        self.parts = cloud.guard(self, name, args, nodes, storage)
         self.function_name = self.parts.function_name
         self.schedule = self.parts.schedule
         self.register_outputs({"function_name": self.function_name, "schedule": self.schedule})

@@ -5,17 +5,17 @@ from __future__ import annotations
 import pulumi
 
 from infra.clouds.base import CloudProvider
-from infra.config import StackConfig
+from infra.components.args import NetworkArgs
 
 
 class Network(pulumi.ComponentResource):
     """SSH only from the stack's sshCidrs; every port open between the stack's own nodes."""
 
     def __init__(
-        self, name: str, cfg: StackConfig, cloud: CloudProvider, opts: pulumi.ResourceOptions
+        self, name: str, args: NetworkArgs, cloud: CloudProvider, opts: pulumi.ResourceOptions
     ):
         super().__init__("gpufleet:network:Network", name, None, opts)
-        parts = cloud.network(self, name, cfg)
+        parts = cloud.network(self, name, args)
         self.parts = parts
         self.vpc_id = parts.vpc_id
         self.subnet_id = parts.subnet_id

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 
 from infra.clouds.base import AccessParts, CloudProvider, NetworkParts
-from infra.config import StackConfig
+from infra.components.args import NodeArgs
 from infra.nodes import NodeSpec
 
 
@@ -15,7 +15,7 @@ class GpuNode(pulumi.ComponentResource):
     def __init__(
         self,
         spec: NodeSpec,
-        cfg: StackConfig,
+        args: NodeArgs,
         cloud: CloudProvider,
         net: NetworkParts,
         access: AccessParts,
@@ -23,7 +23,7 @@ class GpuNode(pulumi.ComponentResource):
     ):
         super().__init__("gpufleet:node:GpuNode", spec.name, None, opts)
         self.spec = spec
-        self.parts = cloud.node(self, spec, cfg, net, access)
+        self.parts = cloud.node(self, spec, args, net, access)
         self.instance_id = self.parts.instance_id
         self.public_ip = self.parts.public_ip
         self.private_ip = self.parts.private_ip

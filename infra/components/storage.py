@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 
 from infra.clouds.base import CloudProvider
-from infra.config import StackConfig
+from infra.components.args import StorageArgs
 
 
 class Storage(pulumi.ComponentResource):
@@ -13,10 +13,10 @@ class Storage(pulumi.ComponentResource):
     gpufleet:destroyData is true."""
 
     def __init__(
-        self, name: str, cfg: StackConfig, cloud: CloudProvider, opts: pulumi.ResourceOptions
+        self, name: str, args: StorageArgs, cloud: CloudProvider, opts: pulumi.ResourceOptions
     ):
         super().__init__("gpufleet:storage:Storage", name, None, opts)
-        self.parts = cloud.storage(self, name, cfg)
+        self.parts = cloud.storage(self, name, args)
         self.bucket = self.parts.bucket
         self.bucket_arn = self.parts.bucket_arn
         self.register_outputs({"bucket": self.bucket, "bucket_arn": self.bucket_arn})

@@ -8,6 +8,7 @@ from infra.catalog import Feature, load_catalog, provider_names
 from infra.clouds.alicloud.program import charge_args
 from infra.clouds.aws.program import ami_parameter, market_options
 from infra.clouds.base import get_provider
+from infra.components.args import billing_of
 from infra.config import ConfigError, parse_config
 from infra.offline import PLACEHOLDER_SSH_KEY, evaluate
 
@@ -56,30 +57,34 @@ def test_volta_nodes_start_from_plain_ubuntu_because_the_dlami_skips_them():
 
 def test_spot_max_price_is_passed_as_text_and_on_demand_has_no_market_options():
     base = {"provider": "aws", "tier": "t4x1", "sshCidrs": CIDRS}
-    spot = market_options(parse_config({**base, "billing": "spot", "spotMaxPrice": 0.3}, "s"))
+    spot = market_options(
+        billing_of(parse_config({**base, "billing": "spot", "spotMaxPrice": 0.3}, "s"))
+    )
     assert spot is not None and spot.market_type == "spot"
     assert spot.spot_options is not None
     # EC2 takes the price as a string; a float would be sent as 0.30000000000000004 or refused
     assert spot.spot_options.max_price == "0.3"
     assert spot.spot_options.instance_interruption_behavior == "stop"
     assert spot.spot_options.spot_instance_type == "persistent"
-    no_limit = market_options(parse_config({**base, "billing": "spot"}, "s"))
+    no_limit = market_options(billing_of(parse_config({**base, "billing": "spot"}, "s")))
     assert no_limit is not None and no_limit.spot_options is not None
     assert no_limit.spot_options.max_price is None  # pay up to the on-demand price
-    assert market_options(parse_config(base, "s")) is None
+    assert market_options(billing_of(parse_config(base, "s"))) is None
 
 
 def test_alicloud_billing_modes_map_to_charge_types():
     base = {"provider": "alicloud", "tier": "a10x1", "sshCidrs": CIDRS}
-    assert charge_args(parse_config(base, "s"))["spot_strategy"] == "NoSpot"
-    spot = charge_args(parse_config({**base, "billing": "spot", "spotMaxPrice": 5}, "s"))
+    assert charge_args(billing_of(parse_config(base, "s")))["spot_strategy"] == "NoSpot"
+    spot = charge_args(
+        billing_of(parse_config({**base, "billing": "spot", "spotMaxPrice": 5}, "s"))
+    )
     assert spot["spot_strategy"] == "SpotWithPriceLimit" and spot["spot_price_limit"] == 5
     assert (
-        charge_args(parse_config({**base, "billing": "spot"}, "s"))["spot_strategy"]
+        charge_args(billing_of(parse_config({**base, "billing": "spot"}, "s")))["spot_strategy"]
         == "SpotAsPriceGo"
     )
     sub = charge_args(
-        parse_config({**base, "billing": "subscription", "subscriptionMonths": 3}, "s")
+        billing_of(parse_config({**base, "billing": "subscription", "subscriptionMonths": 3}, "s"))
     )
     assert (sub["instance_charge_type"], sub["period"], sub["period_unit"]) == (
         "PrePaid",

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from infra.clouds.azure import program as azure
 from infra.clouds.common import ipv4_or_ipv6, managed_stack_tags, policy_json
+from infra.components.args import guard_args
 from infra.config import StackConfig, load_stack_file
 from infra.nodes import plan_nodes
 from infra.offline import PLACEHOLDER_SSH_KEY
@@ -38,7 +39,7 @@ def test_a_stop_is_scoped_to_the_managed_tag_and_the_stack_tag() -> None:
 def test_azure_function_settings_are_sorted_and_reach_host_storage_through_the_identity() -> None:
     cfg = azure_stack()
     settings = azure.function_app_settings(
-        cfg, "sub", "rg", "client", "account", "https://pkg", "/identity"
+        guard_args(cfg), "sub", "rg", "client", "account", "https://pkg", "/identity"
     )
     names = [s.name for s in settings]
     assert names == sorted(names)

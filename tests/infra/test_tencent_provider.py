@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from infra.catalog import load_catalog
 from infra.clouds.tencent import program as tp
 from infra.clouds.tencent.reaper import CAM_ACTIONS
+from infra.components.args import billing_of, guard_args
+from infra.config import StackConfig
 from infra.reaper import tags as T
 from infra.reaper.fleet_names import HEARTBEAT_OBJECT_PREFIX
 from tests.infra.conftest import planned
@@ -22,14 +25,19 @@ ROOT = Path(__file__).resolve().parents[2]
 STACKS = ROOT / "stacks"
 
 
-def cfg_of(stack: str):
+def cfg_of(stack: str) -> StackConfig:
     cfg, _ = planned(STACKS / f"Pulumi.{stack}.yaml")
     return cfg
 
 
+def charge_of(cfg: StackConfig) -> dict[str, Any]:
+    """The CVM billing arguments a node of this stack is declared with."""
+    return tp.charge_args(billing_of(cfg), cfg.instance_type)
+
+
 def test_pay_as_you_go_stops_without_compute_charges() -> None:
     cfg = cfg_of("tencent-a100x4")
-    assert tp.charge_args(cfg) == {
+    assert charge_of(cfg) == {
         "instance_charge_type": "POSTPAID_BY_HOUR",
         "stopped_mode": "STOP_CHARGING",
     }
@@ -40,7 +48,7 @@ def test_the_stop_mode_is_the_catalogs_provider_fact() -> None:
 
 
 def test_spot_asks_for_spotpaid_with_the_stacks_cap() -> None:
-    args = tp.charge_args(cfg_of("tencent-t4x1"))
+    args = charge_of(cfg_of("tencent-t4x1"))
     assert args["instance_charge_type"] == "SPOTPAID"
     assert args["spot_max_price"] == "6"
     assert args["stopped_mode"] == "STOP_CHARGING"
@@ -50,12 +58,12 @@ def test_spot_without_a_cap_bids_at_most_the_on_demand_price() -> None:
     cfg = replace(cfg_of("tencent-t4x1"), spot_max_price=None)
     on_demand = load_catalog().instance("tencent", cfg.instance_type).price
     assert on_demand is not None
-    assert float(tp.charge_args(cfg)["spot_max_price"]) == on_demand.on_demand
+    assert float(charge_of(cfg)["spot_max_price"]) == on_demand.on_demand
 
 
 def test_prepaid_is_by_the_month_and_never_renews_by_itself() -> None:
     cfg = replace(cfg_of("tencent-a100x1-monthly"), subscription_months=3)
-    assert tp.charge_args(cfg) == {
+    assert charge_of(cfg) == {
         "instance_charge_type": "PREPAID",
         "instance_charge_type_prepaid_period": 3,
         "instance_charge_type_prepaid_renew_flag": "NOTIFY_AND_MANUAL_RENEW",
@@ -243,7 +251,7 @@ def test_the_bucket_refuses_plain_http_for_every_principal() -> None:
 def test_the_function_gets_exactly_the_reapers_contract_variables() -> None:
     from infra.clouds.tencent.reaper import FUNCTION_ENV
 
-    env = tp.function_env(cfg_of("tencent-a100x4"))
+    env = tp.function_env(guard_args(cfg_of("tencent-a100x4")))
     assert tuple(env) == FUNCTION_ENV
     assert env["GPUFLEET_PROVIDER"] == "tencent" and env["GPUFLEET_APPLY"] == "true"
 

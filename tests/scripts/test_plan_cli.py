@@ -140,12 +140,13 @@ def international_charge_types() -> set[str]:
 @pytest.mark.parametrize("stack", ["tencent-t4x1", "tencent-a100x1-monthly", "tencent-a100x4"])
 def test_a_tencent_plan_says_when_its_billing_needs_a_china_site_account(stack: str) -> None:
     from infra.clouds.tencent.program import charge_args
+    from infra.components.args import billing_of
     from infra.config import load_stack_file
     from infra.offline import PLACEHOLDER_SSH_KEY
 
     path = ROOT / "stacks" / f"Pulumi.{stack}.yaml"
     cfg = load_stack_file(path, {"sshPublicKey": PLACEHOLDER_SSH_KEY})
-    charge_type = charge_args(cfg)["instance_charge_type"]
+    charge_type = charge_args(billing_of(cfg), cfg.instance_type)["instance_charge_type"]
     proc = run("--stack", stack, "--json")
     assert proc.returncode == 0, proc.stderr
     china_only = [n for n in json.loads(proc.stdout)["notes"] if "China-site account" in n]

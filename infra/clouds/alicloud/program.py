@@ -23,8 +23,16 @@ from infra.clouds.base import (
     catalog_notes,
 )
 from infra.clouds.common import child_opts
+from infra.components.args import (
+    AccessArgs,
+    Billing,
+    GuardArgs,
+    NetworkArgs,
+    NodeArgs,
+    StorageArgs,
+)
 from infra.config import StackConfig
-from infra.nodes import NodeSpec, stack_tags
+from infra.nodes import NodeSpec
 from infra.reaper import tags as T
 
 VPC_CIDR = "10.42.0.0/16"
@@ -47,12 +55,12 @@ def bucket_name_for(stack: str, suffix: str) -> str:
     return f"gpufleet-{stack[: 63 - len('gpufleet--') - len(suffix)].rstrip('-')}-{suffix}"
 
 
-def charge_args(cfg: StackConfig) -> dict[str, Any]:
+def charge_args(billing: Billing) -> dict[str, Any]:
     """ECS billing arguments: PostPaid (+ spot strategy) or PrePaid by the month."""
-    if cfg.billing == "subscription":
+    if billing.mode == "subscription":
         return {
             "instance_charge_type": "PrePaid",
-            "period": cfg.subscription_months,
+            "period": billing.subscription_months,
             "period_unit": "Month",
             # A renewal nobody asked for is a surprise bill; expiry stops the node, data stays.
             "renewal_status": "Normal",
@@ -62,13 +70,13 @@ def charge_args(cfg: StackConfig) -> dict[str, Any]:
         # Stopped pay-as-you-go VPC instances stop billing compute (AC).
         "stopped_mode": "StopCharging",
     }
-    if cfg.billing == "spot":
+    if billing.mode == "spot":
         # A reclaimed spot instance is stopped in economical mode, not released (the
         # default, Terminate): its system disk and the ESSD scratch disk stay, with the
         # checkpoints on them, and it can be started again when capacity returns.
         args["spot_interruption_behavior"] = SPOT_INTERRUPTION_BEHAVIOR
-        if cfg.spot_max_price:
-            args.update(spot_strategy="SpotWithPriceLimit", spot_price_limit=cfg.spot_max_price)
+        if billing.spot_max_price:
+            args.update(spot_strategy="SpotWithPriceLimit", spot_price_limit=billing.spot_max_price)
         else:
             args.update(spot_strategy="SpotAsPriceGo")
     else:
@@ -304,13 +312,13 @@ class AlicloudProvider:
     def plan_notes(self, cfg: StackConfig, today: dt.date) -> PlanNotes:
         return catalog_notes(cfg, today)
 
-    def provider_resource(self, cfg: StackConfig) -> pulumi.ProviderResource:
-        return ali.Provider("alicloud", region=cfg.region)
+    def provider_resource(self, region: str) -> pulumi.ProviderResource:
+        return ali.Provider("alicloud", region=region)
 
-    def _zone(self, parent: pulumi.Resource, cfg: StackConfig) -> pulumi.Output[str]:
+    def _zone(self, parent: pulumi.Resource, args: NetworkArgs) -> pulumi.Output[str]:
         def offered() -> pulumi.Output[list[str]]:
             zones = ali.get_zones_output(
-                available_instance_type=cfg.instance_type,
+                available_instance_type=args.instance_type,
                 available_resource_creation="Instance",
                 available_disk_category="cloud_essd",
                 opts=pulumi.InvokeOutputOptions(parent=parent),
@@ -320,16 +328,16 @@ class AlicloudProvider:
             )
 
         return common.pinned_or_first_zone(
-            cfg,
+            args.zone,
             offered,
-            f"gpufleet:region: no zone in {cfg.region} offers {cfg.instance_type} "
+            f"gpufleet:region: no zone in {args.region} offers {args.instance_type} "
             "with ESSD disks now: set gpufleet:region or gpufleet:zone, or pick "
             "another profile",
         )
 
-    def network(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> NetworkParts:
-        tags = stack_tags(cfg)
-        zone = self._zone(parent, cfg)
+    def network(self, parent: pulumi.Resource, name: str, args: NetworkArgs) -> NetworkParts:
+        tags = args.tags
+        zone = self._zone(parent, args)
         vpc = ali.vpc.Network(
             f"{name}-vpc",
             vpc_name=f"{name}-vpc",
@@ -350,11 +358,11 @@ class AlicloudProvider:
             f"{name}-sg",
             security_group_name=f"{name}-sg",
             vpc_id=vpc.id,
-            description=f"gpufleet {cfg.stack}: SSH from listed networks, all between nodes",
+            description=f"gpufleet {args.stack}: SSH from listed networks, all between nodes",
             tags=tags,
             opts=child_opts(parent),
         )
-        for i, cidr in enumerate(cfg.ssh_cidrs):
+        for i, cidr in enumerate(args.ssh_cidrs):
             ipv4, ipv6 = common.ipv4_or_ipv6(cidr)
             ali.ecs.SecurityGroupRule(
                 f"{name}-ssh-{i}",
@@ -383,21 +391,21 @@ class AlicloudProvider:
         )
         return NetworkParts(vpc.id, vsw.id, sg.id, zone, None)
 
-    def storage(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> StorageParts:
-        tags = stack_tags(cfg)
-        keep = not cfg.destroy_data
+    def storage(self, parent: pulumi.Resource, name: str, args: StorageArgs) -> StorageParts:
+        tags = args.tags
+        keep = not args.destroy_data
         # OSS names are global, and a destroy keeps the bucket (retain_on_delete): a fixed name
         # would make the next `pulumi up` fail on the bucket it kept. A random suffix, held in
         # the stack's state, is stable across updates and new after a destroy.
         suffix = random.RandomId(
             f"{name}-bucket-suffix", byte_length=BUCKET_SUFFIX_BYTES, opts=child_opts(parent)
         )
-        bucket_name = suffix.hex.apply(lambda h: bucket_name_for(cfg.stack, h))
-        days = cfg.bucket_archive_days
+        bucket_name = suffix.hex.apply(lambda h: bucket_name_for(args.stack, h))
+        days = args.archive_days
         bucket = ali.oss.Bucket(
             f"{name}-bucket",
             bucket=bucket_name,
-            force_destroy=cfg.destroy_data,
+            force_destroy=args.destroy_data,
             storage_class="Standard",
             redundancy_type="LRS",
             versioning=ali.oss.BucketVersioningArgs(status="Enabled"),
@@ -452,13 +460,13 @@ class AlicloudProvider:
         return StorageParts(bucket.bucket, arn)
 
     def access(
-        self, parent: pulumi.Resource, name: str, cfg: StackConfig, storage: StorageParts
+        self, parent: pulumi.Resource, name: str, args: AccessArgs, storage: StorageParts
     ) -> AccessParts:
-        tags = stack_tags(cfg)
+        tags = args.tags
         key = ali.ecs.EcsKeyPair(
             f"{name}-key",
-            key_pair_name=f"gpufleet-{cfg.stack}",
-            public_key=cfg.ssh_public_key or "",
+            key_pair_name=f"gpufleet-{args.stack}",
+            public_key=args.ssh_public_key,
             tags=tags,
             opts=child_opts(parent),
         )
@@ -467,9 +475,9 @@ class AlicloudProvider:
         policy = _custom_policy(
             parent,
             f"{name}-node-policy",
-            f"gpufleet-{cfg.stack}-node",
-            storage.bucket.apply(lambda b: node_policy(b, cfg.stack)),
-            f"gpufleet {cfg.stack} GPU nodes: stack bucket, custom metrics, no tags",
+            f"gpufleet-{args.stack}-node",
+            storage.bucket.apply(lambda b: node_policy(b, args.stack)),
+            f"gpufleet {args.stack} GPU nodes: stack bucket, custom metrics, no tags",
             tags,
         )
         return AccessParts(None, None, key.key_pair_name, policy.policy_name)
@@ -478,7 +486,7 @@ class AlicloudProvider:
         self,
         parent: pulumi.Resource,
         spec: NodeSpec,
-        cfg: StackConfig,
+        args: NodeArgs,
         net: NetworkParts,
         access: AccessParts,
     ) -> NodeParts:
@@ -498,7 +506,7 @@ class AlicloudProvider:
                 performance_level=spec.scratch.volume_class,
                 size=spec.scratch.size_gb,
                 encrypted=True,
-                delete_with_instance=cfg.destroy_data,
+                delete_with_instance=args.destroy_data,
                 description="gpufleet scratch (fast ESSD: no local NVMe on this family)",
             )
         ]
@@ -508,7 +516,7 @@ class AlicloudProvider:
             f"gpufleet-{spec.name}",
             "ecs.aliyuncs.com",
             f"gpufleet node {spec.name}: stack bucket, metrics, its own lease tag",
-            stack_tags(cfg),
+            args.tags,
         )
         if access.node_policy is not None:
             _attach(parent, f"{spec.name}-stack-policy", role.role_name, access.node_policy)
@@ -525,7 +533,7 @@ class AlicloudProvider:
             role_name=role.role_name,
             system_disk_category="cloud_essd",
             system_disk_performance_level="PL0",
-            system_disk_size=cfg.root_disk_gb,
+            system_disk_size=args.root_disk_gb,
             system_disk_encrypted=True,
             data_disks=data_disks if spec.scratch.kind == "disk" else None,
             internet_charge_type="PayByTraffic",
@@ -536,15 +544,15 @@ class AlicloudProvider:
             tags=spec.tags,
             volume_tags=spec.tags,
             opts=child_opts(parent, ignore_changes=["image_id"]),
-            **charge_args(cfg),
+            **charge_args(args.billing),
         )
         lease = _custom_policy(
             parent,
             f"{spec.name}-lease-policy",
             f"gpufleet-{spec.name}-lease",
-            instance.id.apply(lambda i: lease_policy(i, cfg.stack)),
+            instance.id.apply(lambda i: lease_policy(i, args.stack)),
             f"gpufleet node {spec.name}: its own lease tag only",
-            stack_tags(cfg),
+            args.tags,
         )
         _attach(parent, f"{spec.name}-lease-attach", role.role_name, lease.policy_name)
         return NodeParts(instance.id, instance.public_ip, instance.primary_ip_address)
@@ -553,21 +561,21 @@ class AlicloudProvider:
         self,
         parent: pulumi.Resource,
         name: str,
-        cfg: StackConfig,
+        args: GuardArgs,
         nodes: list[tuple[NodeSpec, NodeParts]],
         storage: StorageParts,
     ) -> GuardParts:
-        tags = stack_tags(cfg)
+        tags = args.tags
         role = _role_with_policy(
             parent,
             f"{name}-reaper",
-            f"gpufleet-{cfg.stack}-reaper",
+            f"gpufleet-{args.stack}-reaper",
             "fc.aliyuncs.com",
-            reaper_policy(cfg.stack),
-            f"gpufleet {cfg.stack} idle reaper: stop-only, this stack's tags only",
+            reaper_policy(args.stack),
+            f"gpufleet {args.stack} idle reaper: stop-only, this stack's tags only",
             tags,
         )
-        fn_name = guard_logic.function_name(cfg.stack)
+        fn_name = guard_logic.function_name(args.stack)
         fn = ali.fc.V3Function(
             f"{name}-reaper",
             function_name=fn_name,
@@ -581,8 +589,8 @@ class AlicloudProvider:
             memory_size=256,
             cpu=0.25,
             disk_size=512,
-            environment_variables=guard_logic.function_env(cfg),
-            description=f"gpufleet {cfg.stack}: stop idle GPU nodes (StopCharging)",
+            environment_variables=guard_logic.function_env(args),
+            description=f"gpufleet {args.stack}: stop idle GPU nodes (StopCharging)",
             tags=tags,
             opts=child_opts(parent),
         )

@@ -20,13 +20,19 @@ from infra.clouds.base import (
     catalog_notes,
 )
 from infra.clouds.common import child_opts
+from infra.components.args import (
+    AccessArgs,
+    Billing,
+    GuardArgs,
+    NetworkArgs,
+    NodeArgs,
+    StorageArgs,
+)
 from infra.config import StackConfig
 from infra.nodes import (
     NodeSpec,
     efa_layout,
-    needs_placement_group,
     public_ipv4_at_launch,
-    stack_tags,
 )
 from infra.reaper import tags as T
 
@@ -45,17 +51,17 @@ def ami_parameter(arch: str) -> str:
     return UBUNTU_PARAM if arch in NO_DLAMI_ARCHS else DLAMI_PARAM
 
 
-def market_options(cfg: StackConfig) -> aws.ec2.InstanceInstanceMarketOptionsArgs | None:
+def market_options(billing: Billing) -> aws.ec2.InstanceInstanceMarketOptionsArgs | None:
     """Spot that stops (not terminates) on interruption keeps the root disk; this needs a
     persistent request."""
-    if cfg.billing != "spot":
+    if billing.mode != "spot":
         return None
     return aws.ec2.InstanceInstanceMarketOptionsArgs(
         market_type="spot",
         spot_options=aws.ec2.InstanceInstanceMarketOptionsSpotOptionsArgs(
             instance_interruption_behavior="stop",
             spot_instance_type="persistent",
-            max_price=f"{cfg.spot_max_price:g}" if cfg.spot_max_price else None,
+            max_price=f"{billing.spot_max_price:g}" if billing.spot_max_price else None,
         ),
     )
 
@@ -237,33 +243,33 @@ class AwsProvider:
         note = eip_note(cfg)
         return [note] if note else []
 
-    def provider_resource(self, cfg: StackConfig) -> pulumi.ProviderResource:
-        return aws.Provider("aws", region=cfg.region)
+    def provider_resource(self, region: str) -> pulumi.ProviderResource:
+        return aws.Provider("aws", region=region)
 
     # -- network ----------------------------------------------------------------------------
-    def _zone(self, parent: pulumi.Resource, cfg: StackConfig) -> pulumi.Output[str]:
+    def _zone(self, parent: pulumi.Resource, args: NetworkArgs) -> pulumi.Output[str]:
         def offered() -> pulumi.Output[list[str]]:
             return aws.ec2.get_instance_type_offerings_output(
                 location_type="availability-zone",
                 filters=[
                     aws.ec2.GetInstanceTypeOfferingsFilterArgs(
-                        name="instance-type", values=[cfg.instance_type]
+                        name="instance-type", values=[args.instance_type]
                     )
                 ],
                 opts=pulumi.InvokeOutputOptions(parent=parent),
             ).locations
 
         return common.pinned_or_first_zone(
-            cfg,
+            args.zone,
             offered,
-            f"gpufleet:region: no availability zone in {cfg.region} offers "
-            f"{cfg.instance_type}: set gpufleet:region to another region or pick "
+            f"gpufleet:region: no availability zone in {args.region} offers "
+            f"{args.instance_type}: set gpufleet:region to another region or pick "
             "another tier/profile",
         )
 
-    def network(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> NetworkParts:
-        tags = stack_tags(cfg)
-        zone = self._zone(parent, cfg)
+    def network(self, parent: pulumi.Resource, name: str, args: NetworkArgs) -> NetworkParts:
+        tags = args.tags
+        zone = self._zone(parent, args)
         vpc = aws.ec2.Vpc(
             f"{name}-vpc",
             cidr_block=VPC_CIDR,
@@ -303,11 +309,11 @@ class AwsProvider:
         sg = aws.ec2.SecurityGroup(
             f"{name}-sg",
             vpc_id=vpc.id,
-            description=f"gpufleet {cfg.stack}: SSH from listed networks, all between nodes",
+            description=f"gpufleet {args.stack}: SSH from listed networks, all between nodes",
             tags={**tags, "Name": f"{name}-sg"},
             opts=child_opts(parent),
         )
-        for i, cidr in enumerate(cfg.ssh_cidrs):
+        for i, cidr in enumerate(args.ssh_cidrs):
             ipv4, ipv6 = common.ipv4_or_ipv6(cidr)
             aws.vpc.SecurityGroupIngressRule(
                 f"{name}-ssh-{i}",
@@ -350,23 +356,20 @@ class AwsProvider:
             opts=child_opts(parent),
         )
         pg = None
-        from infra.catalog import load_catalog
-
-        itype = load_catalog().instance("aws", cfg.instance_type)
-        if needs_placement_group(cfg, itype):
+        if args.placement_group:
             pg = aws.ec2.PlacementGroup(
                 f"{name}-pg", strategy="cluster", tags=tags, opts=child_opts(parent)
             ).name
         return NetworkParts(vpc.id, subnet.id, sg.id, zone, pg)
 
     # -- storage ----------------------------------------------------------------------------
-    def storage(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> StorageParts:
-        tags = stack_tags(cfg)
-        keep = not cfg.destroy_data
+    def storage(self, parent: pulumi.Resource, name: str, args: StorageArgs) -> StorageParts:
+        tags = args.tags
+        keep = not args.destroy_data
         bucket = aws.s3.Bucket(
             f"{name}-bucket",
-            bucket_prefix=f"gpufleet-{cfg.stack}-"[:37],
-            force_destroy=cfg.destroy_data,
+            bucket_prefix=f"gpufleet-{args.stack}-"[:37],
+            force_destroy=args.destroy_data,
             tags=tags,
             opts=child_opts(parent, retain_on_delete=keep, protect=False),
         )
@@ -400,7 +403,7 @@ class AwsProvider:
             ),
             opts=child_opts(parent, retain_on_delete=keep),
         )
-        days = cfg.bucket_archive_days
+        days = args.archive_days
         aws.s3.BucketLifecycleConfiguration(
             f"{name}-lifecycle",
             bucket=bucket.id,
@@ -444,13 +447,13 @@ class AwsProvider:
 
     # -- access -----------------------------------------------------------------------------
     def access(
-        self, parent: pulumi.Resource, name: str, cfg: StackConfig, storage: StorageParts
+        self, parent: pulumi.Resource, name: str, args: AccessArgs, storage: StorageParts
     ) -> AccessParts:
-        tags = stack_tags(cfg)
+        tags = args.tags
         key = aws.ec2.KeyPair(
             f"{name}-key",
-            key_name_prefix=f"gpufleet-{cfg.stack}-",
-            public_key=cfg.ssh_public_key or "",
+            key_name_prefix=f"gpufleet-{args.stack}-",
+            public_key=args.ssh_public_key,
             tags=tags,
             opts=child_opts(parent),
         )
@@ -458,7 +461,7 @@ class AwsProvider:
         # is this managed policy, attached to every node's role.
         policy = aws.iam.Policy(
             f"{name}-node-policy",
-            description=f"gpufleet {cfg.stack} GPU nodes: the stack's bucket and metrics",
+            description=f"gpufleet {args.stack} GPU nodes: the stack's bucket and metrics",
             policy=storage.bucket_arn.apply(node_policy),
             tags=tags,
             opts=child_opts(parent),
@@ -470,7 +473,7 @@ class AwsProvider:
         self,
         parent: pulumi.Resource,
         spec: NodeSpec,
-        cfg: StackConfig,
+        args: NodeArgs,
         net: NetworkParts,
         access: AccessParts,
     ) -> NodeParts:
@@ -504,7 +507,7 @@ class AwsProvider:
                     iops=spec.scratch.iops,
                     throughput=spec.scratch.throughput_mbs,
                     encrypted=True,
-                    delete_on_termination=cfg.destroy_data,
+                    delete_on_termination=args.destroy_data,
                     tags={**spec.tags, "Name": f"{spec.name}-scratch"},
                 )
             )
@@ -551,7 +554,7 @@ class AwsProvider:
             key_name=access.key_name,
             iam_instance_profile=profile.name,
             instance_initiated_shutdown_behavior="stop",
-            instance_market_options=market_options(cfg),
+            instance_market_options=market_options(args.billing),
             metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
                 http_endpoint="enabled",
                 http_tokens="required",
@@ -559,7 +562,7 @@ class AwsProvider:
                 instance_metadata_tags="enabled",  # the watchdog reads its own tags
             ),
             root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
-                volume_size=cfg.root_disk_gb,
+                volume_size=args.root_disk_gb,
                 volume_type="gp3",
                 encrypted=True,
                 delete_on_termination=True,
@@ -601,12 +604,12 @@ class AwsProvider:
         self,
         parent: pulumi.Resource,
         name: str,
-        cfg: StackConfig,
+        args: GuardArgs,
         nodes: list[tuple[NodeSpec, NodeParts]],
         storage: StorageParts,
     ) -> GuardParts:
-        tags = stack_tags(cfg)
-        fn_name = guard_logic.function_name(cfg.stack)
+        tags = args.tags
+        fn_name = guard_logic.function_name(args.stack)
         logs = aws.cloudwatch.LogGroup(
             f"{name}-logs",
             name=f"/aws/lambda/{fn_name}",
@@ -618,8 +621,8 @@ class AwsProvider:
             parent,
             f"{name}-reaper",
             "lambda.amazonaws.com",
-            logs.arn.apply(lambda arn: reaper_policy(cfg.stack, arn)),
-            f"gpufleet {cfg.stack} idle reaper: stop-only, this stack's tags only",
+            logs.arn.apply(lambda arn: reaper_policy(args.stack, arn)),
+            f"gpufleet {args.stack} idle reaper: stop-only, this stack's tags only",
             tags,
         )
         fn = aws.lambda_.Function(
@@ -632,14 +635,14 @@ class AwsProvider:
             timeout=300,
             memory_size=256,
             environment=aws.lambda_.FunctionEnvironmentArgs(
-                variables=guard_logic.function_env(cfg)
+                variables=guard_logic.function_env(args)
             ),
             tags=tags,
             opts=child_opts(parent, depends_on=[logs]),
         )
         rule = aws.cloudwatch.EventRule(
             f"{name}-schedule",
-            description=f"gpufleet {cfg.stack}: look for idle GPU nodes",
+            description=f"gpufleet {args.stack}: look for idle GPU nodes",
             schedule_expression=guard_logic.AWS_SCHEDULE,
             tags=tags,
             opts=child_opts(parent),
@@ -661,9 +664,9 @@ class AwsProvider:
         ids = pulumi.Output.all(*[p.instance_id for _, p in nodes])
         dash = aws.cloudwatch.Dashboard(
             f"{name}-dashboard",
-            dashboard_name=f"gpufleet-{cfg.stack}",
+            dashboard_name=f"gpufleet-{args.stack}",
             dashboard_body=ids.apply(
-                lambda xs: json.dumps(guard_logic.dashboard_body(cfg.region, list(xs)))
+                lambda xs: json.dumps(guard_logic.dashboard_body(args.region, list(xs)))
             ),
             opts=child_opts(parent),
         )

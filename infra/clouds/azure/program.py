@@ -32,10 +32,19 @@ from infra.clouds.base import (
     catalog_notes,
 )
 from infra.clouds.common import ARCHIVE_AFTER_COOL_DAYS, child_opts
+from infra.components.args import (
+    AccessArgs,
+    Billing,
+    GuardArgs,
+    NetworkArgs,
+    NodeArgs,
+    StorageArgs,
+)
 from infra.config import StackConfig
-from infra.nodes import NodeSpec, needs_placement_group, stack_tags
+from infra.nodes import NodeSpec
 from infra.reaper.fleet_names import METRIC_GPU_MEM, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
 
+NAME = "azure"
 VNET_CIDR = "10.42.0.0/16"
 SUBNET_CIDR = "10.42.0.0/20"
 ADMIN_USER = "azureuser"  # the catalog's ssh_user for azure
@@ -90,16 +99,16 @@ def storage_account_name(stack: str, suffix: str) -> str:
     return f"gpf{stem[: 24 - 3 - len(suffix)]}{suffix}"
 
 
-def spot_args(cfg: StackConfig) -> dict[str, Any]:
+def spot_args(billing: Billing) -> dict[str, Any]:
     """Spot priority that deallocates on eviction (disks and the VM stay; Delete would lose
     the OS disk and any scratch not yet synced). -1: pay up to the on-demand price."""
-    if cfg.billing != "spot":
+    if billing.mode != "spot":
         return {"priority": "Regular"}
     return {
         "priority": "Spot",
         "eviction_policy": "Deallocate",
         "billing_profile": az.compute.BillingProfileArgs(
-            max_price=cfg.spot_max_price if cfg.spot_max_price else -1
+            max_price=billing.spot_max_price if billing.spot_max_price else -1
         ),
     }
 
@@ -108,11 +117,11 @@ def image_for(itype: InstanceType) -> dict[str, str]:
     return UBUNTU_HPC if itype.infiniband else UBUNTU
 
 
-def needs_infiniband_set(cfg: StackConfig, itype: InstanceType) -> bool:
+def needs_infiniband_set(nodes: int, itype: InstanceType) -> bool:
     """InfiniBand links VMs of one availability set (or scale set): a multi-node stack of an
     InfiniBand size puts its nodes in one, inside the proximity placement group."""
-    info = load_catalog().providers[cfg.provider]
-    return itype.infiniband and cfg.nodes > 1 and info.supports(Feature.INFINIBAND)
+    info = load_catalog().providers[NAME]
+    return itype.infiniband and nodes > 1 and info.supports(Feature.INFINIBAND)
 
 
 def built_in_role(subscription: pulumi.Output[str], role: str) -> pulumi.Output[str]:
@@ -126,7 +135,7 @@ def role_permissions(actions: tuple[str, ...]) -> list[az.authorization.Permissi
     return [az.authorization.PermissionArgs(actions=list(actions), not_actions=[])]
 
 
-def nsg_rules(cfg: StackConfig) -> list[az.network.SecurityRuleArgs]:
+def nsg_rules(ssh_cidrs: tuple[str, ...]) -> list[az.network.SecurityRuleArgs]:
     """SSH from each allowed network, everything from the stack's own subnet; Azure's default
     rules deny the rest of inbound traffic."""
     rules = [
@@ -142,7 +151,7 @@ def nsg_rules(cfg: StackConfig) -> list[az.network.SecurityRuleArgs]:
             destination_port_range="22",
             description="SSH from an allowed network",
         )
-        for i, cidr in enumerate(cfg.ssh_cidrs)
+        for i, cidr in enumerate(ssh_cidrs)
     ]
     rules.append(
         az.network.SecurityRuleArgs(
@@ -201,13 +210,13 @@ def reaper_contract() -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def reaper_settings(
-    cfg: StackConfig, subscription_id: str, resource_group: str, client_id: str
+    args: GuardArgs, subscription_id: str, resource_group: str, client_id: str
 ) -> dict[str, str]:
     """The reaper's environment: the common four plus what the Azure client reads (its
     subscription, the stack's resource group, and which managed identity to sign in as).
     Every setting the reaper's contract requires is set, or the program refuses."""
     settings = {
-        **guard_logic.function_env(cfg),
+        **guard_logic.function_env(args),
         "GPUFLEET_AZURE_SUBSCRIPTION_ID": subscription_id,
         "GPUFLEET_AZURE_RESOURCE_GROUP": resource_group,
         "GPUFLEET_AZURE_CLIENT_ID": client_id,  # the user-assigned identity to sign in as
@@ -291,11 +300,9 @@ def scratch_disks(
     ]
 
 
-def os_profile(
-    spec: NodeSpec, cfg: StackConfig, ssh_key: pulumi.Input[str]
-) -> az.compute.OSProfileArgs:
+def os_profile(spec: NodeSpec, ssh_key: pulumi.Input[str]) -> az.compute.OSProfileArgs:
     """Key-only SSH for the catalog's user, the first-boot script as custom data."""
-    user = load_catalog().providers[cfg.provider].ssh_user
+    user = load_catalog().providers[NAME].ssh_user
     return az.compute.OSProfileArgs(
         computer_name=spec.name,
         admin_username=user,
@@ -315,7 +322,7 @@ def os_profile(
 
 
 def storage_profile(
-    spec: NodeSpec, cfg: StackConfig, scratch_id: pulumi.Input[str] | None = None
+    spec: NodeSpec, root_disk_gb: int, scratch_id: pulumi.Input[str] | None = None
 ) -> az.compute.StorageProfileArgs:
     """The size's image, a Premium OS disk that goes with the VM, and the scratch disk."""
     return az.compute.StorageProfileArgs(
@@ -325,7 +332,7 @@ def storage_profile(
         os_disk=az.compute.OSDiskArgs(
             name=f"{spec.name}-os",
             create_option="FromImage",
-            disk_size_gb=cfg.root_disk_gb,
+            disk_size_gb=root_disk_gb,
             caching=az.compute.CachingTypes.READ_WRITE,
             managed_disk=az.compute.ManagedDiskParametersArgs(storage_account_type="Premium_LRS"),
             delete_option="Delete",
@@ -335,7 +342,7 @@ def storage_profile(
 
 
 def function_app_settings(
-    cfg: StackConfig,
+    args: GuardArgs,
     subscription_id: str,
     resource_group: str,
     client_id: str,
@@ -347,7 +354,7 @@ def function_app_settings(
     Functions runtime's, host storage through the identity (no connection string, no key)
     and the package it runs from."""
     settings = {
-        **reaper_settings(cfg, subscription_id, resource_group, client_id),
+        **reaper_settings(args, subscription_id, resource_group, client_id),
         "FUNCTIONS_EXTENSION_VERSION": "~4",
         "FUNCTIONS_WORKER_RUNTIME": "python",
         "AzureWebJobsStorage__accountName": account_name,
@@ -364,14 +371,14 @@ def _identity(
     name: str,
     resource_name: str,
     rg: az.resources.ResourceGroup,
-    cfg: StackConfig,
+    region: str,
     tags: dict[str, str],
 ) -> az.managedidentity.UserAssignedIdentity:
     return az.managedidentity.UserAssignedIdentity(
         name,
         resource_name_=resource_name,
         resource_group_name=rg.name,
-        location=cfg.region,
+        location=region,
         tags=tags,
         opts=child_opts(parent),
     )
@@ -447,7 +454,7 @@ def package_blob_name(package: Path) -> str:
 
 
 class AzureProvider:
-    name = "azure"
+    name = NAME
 
     def plan_notes(self, cfg: StackConfig, today: dt.date) -> PlanNotes:
         return catalog_notes(cfg, today)
@@ -461,36 +468,36 @@ class AzureProvider:
         self._data_groups: dict[str, az.resources.ResourceGroup] = {}
         self._ib_sets: dict[str, pulumi.Output[str]] = {}
 
-    def provider_resource(self, cfg: StackConfig) -> pulumi.ProviderResource:
-        return az.Provider("azure-native", location=cfg.region)
+    def provider_resource(self, region: str) -> pulumi.ProviderResource:
+        return az.Provider("azure-native", location=region)
 
-    def _group(self, cfg: StackConfig) -> az.resources.ResourceGroup:
-        return self._groups[cfg.stack]
+    def _group(self, stack: str) -> az.resources.ResourceGroup:
+        return self._groups[stack]
 
     # -- network ----------------------------------------------------------------------------
-    def network(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> NetworkParts:
-        tags = stack_tags(cfg)
+    def network(self, parent: pulumi.Resource, name: str, args: NetworkArgs) -> NetworkParts:
+        tags = args.tags
         rg = az.resources.ResourceGroup(
             f"{name}-rg",
-            resource_group_name=f"gpufleet-{cfg.stack}",
-            location=cfg.region,
+            resource_group_name=f"gpufleet-{args.stack}",
+            location=args.region,
             tags=tags,
             opts=child_opts(parent),
         )
-        self._groups[cfg.stack] = rg
-        self._ib_sets.pop(cfg.stack, None)
+        self._groups[args.stack] = rg
+        self._ib_sets.pop(args.stack, None)
         nsg = az.network.NetworkSecurityGroup(
             f"{name}-nsg",
             resource_group_name=rg.name,
-            location=cfg.region,
-            security_rules=nsg_rules(cfg),
+            location=args.region,
+            security_rules=nsg_rules(args.ssh_cidrs),
             tags=tags,
             opts=child_opts(parent),
         )
         vnet = az.network.VirtualNetwork(
             f"{name}-vnet",
             resource_group_name=rg.name,
-            location=cfg.region,
+            location=args.region,
             address_space=az.network.AddressSpaceArgs(address_prefixes=[VNET_CIDR]),
             tags=tags,
             # the subnet is its own resource; the VNet must not fight it over `subnets`
@@ -504,45 +511,45 @@ class AzureProvider:
             network_security_group=az.network.NetworkSecurityGroupArgs(id=nsg.id),
             opts=child_opts(parent),
         )
-        itype = load_catalog().instance(cfg.provider, cfg.instance_type)
+        itype = load_catalog().instance(NAME, args.instance_type)
         ppg = None
-        if needs_placement_group(cfg, itype):
+        if args.placement_group:
             ppg = az.compute.ProximityPlacementGroup(
                 f"{name}-ppg",
                 resource_group_name=rg.name,
-                location=cfg.region,
+                location=args.region,
                 proximity_placement_group_type="Standard",
                 intent=az.compute.ProximityPlacementGroupPropertiesIntentArgs(
                     vm_sizes=[itype.name]
                 ),
-                zones=[cfg.zone] if cfg.zone else None,
+                zones=[args.zone] if args.zone else None,
                 tags=tags,
                 opts=child_opts(parent),
             ).id
         # no zone pinned: the VMs are regional, and the output names the region
-        zone = pulumi.Output.from_input(cfg.zone or cfg.region)
+        zone = pulumi.Output.from_input(args.zone or args.region)
         return NetworkParts(vnet.id, subnet.id, nsg.id, zone, ppg)
 
     # -- storage ----------------------------------------------------------------------------
-    def storage(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> StorageParts:
-        tags = stack_tags(cfg)
-        keep = not cfg.destroy_data
+    def storage(self, parent: pulumi.Resource, name: str, args: StorageArgs) -> StorageParts:
+        tags = args.tags
+        keep = not args.destroy_data
         data_rg = az.resources.ResourceGroup(
             f"{name}-data-rg",
-            resource_group_name=f"gpufleet-{cfg.stack}-data",
-            location=cfg.region,
+            resource_group_name=f"gpufleet-{args.stack}-data",
+            location=args.region,
             tags=tags,
             opts=child_opts(parent, retain_on_delete=keep),
         )
-        self._data_groups[cfg.stack] = data_rg
+        self._data_groups[args.stack] = data_rg
         # Account names are global and a destroy keeps the account: a random suffix, held in
         # the stack's state, is stable across updates and new after a destroy.
         suffix = random.RandomId(f"{name}-account-suffix", byte_length=3, opts=child_opts(parent))
         account = az.storage.StorageAccount(
             f"{name}-account",
-            account_name=suffix.hex.apply(lambda h: storage_account_name(cfg.stack, h)),
+            account_name=suffix.hex.apply(lambda h: storage_account_name(args.stack, h)),
             resource_group_name=data_rg.name,
-            location=cfg.region,
+            location=args.region,
             kind="StorageV2",
             sku=az.storage.SkuArgs(name="Standard_LRS"),
             access_tier=az.storage.AccessTier.HOT,
@@ -585,7 +592,7 @@ class AzureProvider:
             account_name=account.name,
             resource_group_name=data_rg.name,
             management_policy_name="default",
-            policy=lifecycle_policy(cfg.bucket_archive_days),
+            policy=lifecycle_policy(args.archive_days),
             opts=child_opts(parent, retain_on_delete=keep),
         )
         # `bucket` is what bootstrap and verify-gpu address: <account>/<container>.
@@ -594,12 +601,12 @@ class AzureProvider:
 
     # -- access -----------------------------------------------------------------------------
     def access(
-        self, parent: pulumi.Resource, name: str, cfg: StackConfig, storage: StorageParts
+        self, parent: pulumi.Resource, name: str, args: AccessArgs, storage: StorageParts
     ) -> AccessParts:
         # Azure takes the SSH key on the VM itself (osProfile): `key_name` carries it there.
         # Each node gets its own identity (node()), so that its roles name that VM alone;
         # `node_policy` carries the container they may reach.
-        key = pulumi.Output.from_input(cfg.ssh_public_key or "")
+        key = pulumi.Output.from_input(args.ssh_public_key)
         return AccessParts(None, None, key, storage.bucket_arn)
 
     # -- nodes ------------------------------------------------------------------------------
@@ -607,21 +614,21 @@ class AzureProvider:
         self,
         parent: pulumi.Resource,
         spec: NodeSpec,
-        cfg: StackConfig,
+        args: NodeArgs,
         net: NetworkParts,
         access: AccessParts,
     ) -> NodeParts:
-        zones = [cfg.zone] if cfg.zone else None
-        pip, nic = self._node_interface(parent, spec, cfg, net, zones)
+        zones = [args.zone] if args.zone else None
+        pip, nic = self._node_interface(parent, spec, args, net, zones)
         availability_set = None
-        if needs_infiniband_set(cfg, spec.instance_type):
-            availability_set = self._infiniband_set(parent, cfg, net)
+        if needs_infiniband_set(args.nodes, spec.instance_type):
+            availability_set = self._infiniband_set(parent, args, net)
         identity = _identity(
             parent,
             f"{spec.name}-identity",
             f"gpufleet-{spec.name}",
-            self._group(cfg),
-            cfg,
+            self._group(args.stack),
+            args.region,
             spec.tags,
         )
         subscription = az.authorization.get_client_config_output(
@@ -637,9 +644,9 @@ class AzureProvider:
                 access.node_policy,  # the container's resource id
                 description=f"gpufleet {spec.name}: the stack's blob container only",
             )
-        scratch = self._scratch_disk(parent, spec, cfg, zones)
+        scratch = self._scratch_disk(parent, spec, args, zones)
         vm = self._vm(
-            parent, spec, cfg, net, access, zones, nic, identity, availability_set, scratch
+            parent, spec, args, net, access, zones, nic, identity, availability_set, scratch
         )
         self._node_self_roles(parent, spec, vm, identity, subscription)
         private_ip = nic.ip_configurations.apply(first_private_ip)
@@ -649,7 +656,7 @@ class AzureProvider:
         self,
         parent: pulumi.Resource,
         spec: NodeSpec,
-        cfg: StackConfig,
+        args: NodeArgs,
         zones: list[str] | None,
     ) -> pulumi.Output[str] | None:
         """The scratch managed disk, in the kept data group: deleting a resource group
@@ -660,8 +667,8 @@ class AzureProvider:
         return az.compute.Disk(
             f"{spec.name}-scratch",
             disk_name=f"{spec.name}-scratch",
-            resource_group_name=self._data_groups[cfg.stack].name,
-            location=cfg.region,
+            resource_group_name=self._data_groups[args.stack].name,
+            location=args.region,
             zones=zones,
             sku=az.compute.DiskSkuArgs(name=spec.scratch.volume_class),
             disk_size_gb=spec.scratch.size_gb,
@@ -669,23 +676,23 @@ class AzureProvider:
                 create_option=az.compute.DiskCreateOption.EMPTY
             ),
             tags=spec.tags,
-            opts=child_opts(parent, retain_on_delete=not cfg.destroy_data),
+            opts=child_opts(parent, retain_on_delete=not args.destroy_data),
         ).id
 
     def _node_interface(
         self,
         parent: pulumi.Resource,
         spec: NodeSpec,
-        cfg: StackConfig,
+        args: NodeArgs,
         net: NetworkParts,
         zones: list[str] | None,
     ) -> tuple[az.network.PublicIPAddress, az.network.NetworkInterface]:
         """The node's static public address and its accelerated NIC in the stack's subnet."""
-        rg = self._group(cfg)
+        rg = self._group(args.stack)
         pip = az.network.PublicIPAddress(
             f"{spec.name}-ip",
             resource_group_name=rg.name,
-            location=cfg.region,
+            location=args.region,
             public_ip_allocation_method="Static",
             sku=az.network.PublicIPAddressSkuArgs(name="Standard"),
             zones=zones,
@@ -695,7 +702,7 @@ class AzureProvider:
         nic = az.network.NetworkInterface(
             f"{spec.name}-nic",
             resource_group_name=rg.name,
-            location=cfg.region,
+            location=args.region,
             enable_accelerated_networking=True,
             ip_configurations=[
                 az.network.NetworkInterfaceIPConfigurationArgs(
@@ -716,7 +723,7 @@ class AzureProvider:
         self,
         parent: pulumi.Resource,
         spec: NodeSpec,
-        cfg: StackConfig,
+        args: NodeArgs,
         net: NetworkParts,
         access: AccessParts,
         zones: list[str] | None,
@@ -730,12 +737,12 @@ class AzureProvider:
         return az.compute.VirtualMachine(
             spec.name,
             vm_name=spec.name,
-            resource_group_name=self._group(cfg).name,
-            location=cfg.region,
+            resource_group_name=self._group(args.stack).name,
+            location=args.region,
             zones=zones,
             hardware_profile=az.compute.HardwareProfileArgs(vm_size=spec.instance_type.name),
-            os_profile=os_profile(spec, cfg, access.key_name),
-            storage_profile=storage_profile(spec, cfg, scratch),
+            os_profile=os_profile(spec, access.key_name),
+            storage_profile=storage_profile(spec, args.root_disk_gb, scratch),
             network_profile=az.compute.NetworkProfileArgs(
                 network_interfaces=[
                     az.compute.NetworkInterfaceReferenceArgs(id=nic.id, primary=True)
@@ -763,7 +770,7 @@ class AzureProvider:
             ),
             tags=spec.tags,
             opts=child_opts(parent, ignore_changes=["storageProfile.imageReference"]),
-            **spot_args(cfg),
+            **spot_args(args.billing),
         )
 
     def _node_self_roles(
@@ -793,15 +800,15 @@ class AzureProvider:
         )
 
     def _infiniband_set(
-        self, parent: pulumi.Resource, cfg: StackConfig, net: NetworkParts
+        self, parent: pulumi.Resource, args: NodeArgs, net: NetworkParts
     ) -> pulumi.Output[str]:
         """One availability set per stack (declared with its first node), aligned to the
         proximity placement group, so InfiniBand connects the nodes."""
-        if cfg.stack not in self._ib_sets:
-            self._ib_sets[cfg.stack] = az.compute.AvailabilitySet(
-                f"{cfg.stack}-ib-set",
-                resource_group_name=self._group(cfg).name,
-                location=cfg.region,
+        if args.stack not in self._ib_sets:
+            self._ib_sets[args.stack] = az.compute.AvailabilitySet(
+                f"{args.stack}-ib-set",
+                resource_group_name=self._group(args.stack).name,
+                location=args.region,
                 platform_fault_domain_count=1,
                 platform_update_domain_count=1,
                 sku=az.compute.SkuArgs(name="Aligned"),
@@ -810,48 +817,53 @@ class AzureProvider:
                     if net.placement_group
                     else None
                 ),
-                tags=stack_tags(cfg),
+                tags=args.tags,
                 opts=child_opts(parent),
             ).id
-        return self._ib_sets[cfg.stack]
+        return self._ib_sets[args.stack]
 
     # -- idle guard -------------------------------------------------------------------------
     def guard(
         self,
         parent: pulumi.Resource,
         name: str,
-        cfg: StackConfig,
+        args: GuardArgs,
         nodes: list[tuple[NodeSpec, NodeParts]],
         storage: StorageParts,
     ) -> GuardParts:
-        tags = stack_tags(cfg)
+        tags = args.tags
         client = az.authorization.get_client_config_output(
             opts=pulumi.InvokeOutputOptions(parent=parent)
         )
-        identity = self._reaper_identity(parent, name, cfg, tags)
+        identity = self._reaper_identity(parent, name, args, tags)
         fn_account, package = self._function_package(
-            parent, name, cfg, identity, client.subscription_id, tags
+            parent, name, args, identity, client.subscription_id, tags
         )
         app = self._function_app(
-            parent, name, cfg, identity, client.subscription_id, fn_account, package, tags
+            parent, name, args, identity, client.subscription_id, fn_account, package, tags
         )
-        workbook = self._workbook(parent, name, cfg, nodes, tags)
+        workbook = self._workbook(parent, name, args, nodes, tags)
         return GuardParts(app.name, AZURE_SCHEDULE, workbook.display_name)
 
     def _reaper_identity(
-        self, parent: pulumi.Resource, name: str, cfg: StackConfig, tags: dict[str, str]
+        self, parent: pulumi.Resource, name: str, args: GuardArgs, tags: dict[str, str]
     ) -> az.managedidentity.UserAssignedIdentity:
         """The reaper's identity, holding the reaper's custom role on the stack's resource
         group alone (its contract's actions: read and deallocate VMs, read metrics)."""
-        rg = self._group(cfg)
+        rg = self._group(args.stack)
         identity = _identity(
-            parent, f"{name}-reaper-identity", f"gpufleet-{cfg.stack}-reaper", rg, cfg, tags
+            parent,
+            f"{name}-reaper-identity",
+            f"gpufleet-{args.stack}-reaper",
+            rg,
+            args.region,
+            tags,
         )
         role = _custom_role(
             parent,
             f"{name}-reaper-role",
-            f"gpufleet {cfg.stack} reaper",
-            f"gpufleet {cfg.stack} idle reaper: read and deallocate this "
+            f"gpufleet {args.stack} reaper",
+            f"gpufleet {args.stack} idle reaper: read and deallocate this "
             "stack's VMs, read their metrics; no delete",
             rg.id,
             reaper_contract()[1],
@@ -862,7 +874,7 @@ class AzureProvider:
             identity.principal_id,
             role.id,
             rg.id,
-            description=f"gpufleet {cfg.stack} reaper: this stack's resource group only",
+            description=f"gpufleet {args.stack} reaper: this stack's resource group only",
         )
         return identity
 
@@ -870,7 +882,7 @@ class AzureProvider:
         self,
         parent: pulumi.Resource,
         name: str,
-        cfg: StackConfig,
+        args: GuardArgs,
         identity: az.managedidentity.UserAssignedIdentity,
         subscription: pulumi.Output[str],
         tags: dict[str, str],
@@ -885,13 +897,13 @@ class AzureProvider:
         still open), and it holds nothing but the package (package_account). The host
         reads the package with the reaper's identity (Storage Blob Data Reader on that
         container), never a key or a SAS."""
-        rg = self._group(cfg)
+        rg = self._group(args.stack)
         suffix = random.RandomId(f"{name}-fn-suffix", byte_length=3, opts=child_opts(parent))
         fn_account = az.storage.StorageAccount(
             f"{name}-fn-account",
-            account_name=suffix.hex.apply(lambda h: storage_account_name(f"fn{cfg.stack}", h)),
+            account_name=suffix.hex.apply(lambda h: storage_account_name(f"fn{args.stack}", h)),
             resource_group_name=rg.name,
-            location=cfg.region,
+            location=args.region,
             kind="StorageV2",
             sku=az.storage.SkuArgs(name="Standard_LRS"),
             allow_blob_public_access=False,
@@ -910,9 +922,9 @@ class AzureProvider:
         )
         pkg_account = az.storage.StorageAccount(
             f"{name}-pkg-account",
-            account_name=suffix.hex.apply(lambda h: storage_account_name(f"pk{cfg.stack}", h)),
+            account_name=suffix.hex.apply(lambda h: storage_account_name(f"pk{args.stack}", h)),
             resource_group_name=rg.name,
-            location=cfg.region,
+            location=args.region,
             **package_account_args(),
             tags=tags,
             opts=child_opts(parent),
@@ -944,7 +956,7 @@ class AzureProvider:
             identity.principal_id,
             built_in_role(subscription, BLOB_DATA_READER),
             releases.id,
-            description=f"gpufleet {cfg.stack} reaper: reads its package only",
+            description=f"gpufleet {args.stack} reaper: reads its package only",
         )
         return fn_account, package
 
@@ -952,7 +964,7 @@ class AzureProvider:
         self,
         parent: pulumi.Resource,
         name: str,
-        cfg: StackConfig,
+        args: GuardArgs,
         identity: az.managedidentity.UserAssignedIdentity,
         subscription: pulumi.Output[str],
         fn_account: az.storage.StorageAccount,
@@ -961,12 +973,12 @@ class AzureProvider:
     ) -> az.web.WebApp:
         """The Linux consumption plan and the Function App on it, running the package as
         the reaper's identity."""
-        rg = self._group(cfg)
+        rg = self._group(args.stack)
         plan = az.web.AppServicePlan(
             f"{name}-plan",
-            name=f"gpufleet-{cfg.stack}-reaper-plan",
+            name=f"gpufleet-{args.stack}-reaper-plan",
             resource_group_name=rg.name,
-            location=cfg.region,
+            location=args.region,
             kind="functionapp",
             reserved=True,  # Linux
             sku=az.web.SkuDescriptionArgs(name="Y1", tier="Dynamic"),  # consumption
@@ -975,12 +987,12 @@ class AzureProvider:
         )
         settings = pulumi.Output.all(
             subscription, rg.name, identity.client_id, fn_account.name, package.url, identity.id
-        ).apply(lambda v: function_app_settings(cfg, *v))
+        ).apply(lambda v: function_app_settings(args, *v))
         return az.web.WebApp(
             f"{name}-reaper",
-            name=guard_logic.function_name(cfg.stack),
+            name=guard_logic.function_name(args.stack),
             resource_group_name=rg.name,
-            location=cfg.region,
+            location=args.region,
             kind="functionapp,linux",
             reserved=True,
             server_farm_id=plan.id,
@@ -1003,25 +1015,25 @@ class AzureProvider:
         self,
         parent: pulumi.Resource,
         name: str,
-        cfg: StackConfig,
+        args: GuardArgs,
         nodes: list[tuple[NodeSpec, NodeParts]],
         tags: dict[str, str],
     ) -> az.applicationinsights.Workbook:
         """The stack's GPU dashboard (workbook_body), one chart per metric over its VMs."""
-        rg = self._group(cfg)
+        rg = self._group(args.stack)
         vm_ids = pulumi.Output.all(rg.id, *[p.instance_id for _, p in nodes]).apply(
             lambda v: [f"{v[0]}/providers/Microsoft.Compute/virtualMachines/{n}" for n in v[1:]]
         )
         return az.applicationinsights.Workbook(
             f"{name}-workbook",
-            resource_name_=str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpufleet/{cfg.stack}/workbook")),
+            resource_name_=str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpufleet/{args.stack}/workbook")),
             resource_group_name=rg.name,
-            location=cfg.region,
+            location=args.region,
             kind="shared",
             category="workbook",
-            display_name=f"gpufleet {cfg.stack}: GPU nodes",
+            display_name=f"gpufleet {args.stack}: GPU nodes",
             source_id=rg.id,
-            serialized_data=vm_ids.apply(lambda ids: json.dumps(workbook_body(cfg.stack, ids))),
+            serialized_data=vm_ids.apply(lambda ids: json.dumps(workbook_body(args.stack, ids))),
             tags=tags,
             opts=child_opts(parent),
         )

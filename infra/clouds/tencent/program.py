@@ -36,8 +36,17 @@ from infra.clouds.base import (
     catalog_notes,
 )
 from infra.clouds.common import child_opts
+from infra.components.args import (
+    AccessArgs,
+    Billing,
+    GuardArgs,
+    NetworkArgs,
+    NodeArgs,
+    StorageArgs,
+    billing_of,
+)
 from infra.config import ConfigError, StackConfig
-from infra.nodes import NodeSpec, stack_tags
+from infra.nodes import NodeSpec
 from infra.reaper import tags as T
 from infra.reaper.fleet_names import HEARTBEAT_OBJECT_PREFIX
 
@@ -78,7 +87,7 @@ KEEPABLE_CHARGES = ("POSTPAID_BY_HOUR", "PREPAID")
 def scratch_disk_fate(cfg: StackConfig, volume_class: str) -> str | None:
     """Why this stack's scratch data disk is not kept when its instance is released (a
     destroy, a spot reclaim), or None when it is. A stop always keeps every disk."""
-    charge = charge_args(cfg)["instance_charge_type"]
+    charge = charge_args(billing_of(cfg), cfg.instance_type)["instance_charge_type"]
     if charge == "SPOTPAID":
         return (
             "billing spot: Tencent repossesses a reclaimed spot instance without keeping its "
@@ -100,34 +109,35 @@ def stopped_mode() -> str:
     return load_catalog().providers[NAME].stopped_mode
 
 
-def charge_args(cfg: StackConfig) -> dict[str, Any]:
-    """CVM billing arguments: POSTPAID_BY_HOUR, SPOTPAID with a bid cap, or PREPAID monthly."""
-    if cfg.billing == "subscription":
+def charge_args(billing: Billing, instance_type: str) -> dict[str, Any]:
+    """CVM billing arguments: POSTPAID_BY_HOUR, SPOTPAID with a bid cap (without one,
+    ``instance_type``'s on-demand price), or PREPAID monthly."""
+    if billing.mode == "subscription":
         return {
             "instance_charge_type": "PREPAID",
-            "instance_charge_type_prepaid_period": cfg.subscription_months,
+            "instance_charge_type_prepaid_period": billing.subscription_months,
             # A renewal nobody asked for is a surprise bill; expiry stops the node, data stays.
             "instance_charge_type_prepaid_renew_flag": "NOTIFY_AND_MANUAL_RENEW",
         }
     # Stopped pay-as-you-go instances stop billing compute (TCSTOP); disks stay billed.
     args: dict[str, Any] = {"stopped_mode": stopped_mode()}
-    if cfg.billing == "spot":
+    if billing.mode == "spot":
         args.update(
             instance_charge_type="SPOTPAID",
             spot_instance_type="ONE-TIME",
             # The SDK requires a cap with SPOTPAID; without one the on-demand price is the cap
             # (a spot bid above it buys nothing).
-            spot_max_price=f"{cfg.spot_max_price or _on_demand(cfg):g}",
+            spot_max_price=f"{billing.spot_max_price or _on_demand(instance_type):g}",
         )
     else:
         args["instance_charge_type"] = "POSTPAID_BY_HOUR"
     return args
 
 
-def _on_demand(cfg: StackConfig) -> float:
-    price = load_catalog().instance(NAME, cfg.instance_type).price
+def _on_demand(instance_type: str) -> float:
+    price = load_catalog().instance(NAME, instance_type).price
     if price is None:  # the catalog test keeps every Tencent type priced
-        raise ConfigError([f"gpufleet:spotMaxPrice: {cfg.instance_type} has no catalog price"])
+        raise ConfigError([f"gpufleet:spotMaxPrice: {instance_type} has no catalog price"])
     return price.on_demand
 
 
@@ -325,11 +335,11 @@ def function_zip_path() -> str:
     return str(guard_logic.function_zip_file(NAME, BUILD_DIR))
 
 
-def function_env(cfg: StackConfig) -> dict[str, str]:
+def function_env(args: GuardArgs) -> dict[str, str]:
     """Exactly the variables the reaper's Tencent contract names (FUNCTION_ENV)."""
     from infra.clouds.tencent.reaper import FUNCTION_ENV
 
-    env = guard_logic.function_env(cfg)
+    env = guard_logic.function_env(args)
     missing = [k for k in FUNCTION_ENV if k not in env]
     if missing:  # the contract grew: the program must learn to set it
         raise RuntimeError(f"the Tencent reaper needs {missing}; infra/reaper_deploy.py sets none")
@@ -358,17 +368,17 @@ class TencentProvider:
         )
         return [fate] if fate else []
 
-    def provider_resource(self, cfg: StackConfig) -> pulumi.ProviderResource:
-        return tc.Provider("tencentcloud", region=cfg.region)
+    def provider_resource(self, region: str) -> pulumi.ProviderResource:
+        return tc.Provider("tencentcloud", region=region)
 
     def _appid(self, parent: pulumi.Resource) -> pulumi.Output[str]:
         info = tc.user.get_info_output(opts=pulumi.InvokeOutputOptions(parent=parent))
         return info.app_id
 
-    def _zone(self, parent: pulumi.Resource, cfg: StackConfig) -> pulumi.Output[str]:
+    def _zone(self, parent: pulumi.Resource, args: NetworkArgs) -> pulumi.Output[str]:
         def offered() -> pulumi.Output[list[str]]:
             # The data source filters by family only (zone, instance-family, charge type).
-            family = cfg.instance_type.split(".", 1)[0]
+            family = args.instance_type.split(".", 1)[0]
             types = tc.instance.get_types_output(
                 filters=[tc.instance.GetTypesFilterArgs(name="instance-family", values=[family])],
                 exclude_sold_out=True,
@@ -380,22 +390,22 @@ class TencentProvider:
                     for zone in {
                         str(_first([t], "availability_zone"))
                         for t in found
-                        if _first([t], "instance_type") == cfg.instance_type
+                        if _first([t], "instance_type") == args.instance_type
                     }
-                    if zone.startswith(cfg.region)
+                    if zone.startswith(args.region)
                 ]
             )
 
         return common.pinned_or_first_zone(
-            cfg,
+            args.zone,
             offered,
-            f"gpufleet:region: no zone in {cfg.region} sells {cfg.instance_type} "
+            f"gpufleet:region: no zone in {args.region} sells {args.instance_type} "
             "now: set gpufleet:region or gpufleet:zone, or pick another profile",
         )
 
-    def network(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> NetworkParts:
-        tags = stack_tags(cfg)
-        zone = self._zone(parent, cfg)
+    def network(self, parent: pulumi.Resource, name: str, args: NetworkArgs) -> NetworkParts:
+        tags = args.tags
+        zone = self._zone(parent, args)
         vpc = tc.vpc.Instance(
             f"{name}-vpc",
             name=f"{name}-vpc"[:60],
@@ -415,7 +425,7 @@ class TencentProvider:
         sg = tc.security.Group(
             f"{name}-sg",
             name=f"{name}-sg"[:60],
-            description=f"gpufleet {cfg.stack}: SSH from listed networks, all between nodes",
+            description=f"gpufleet {args.stack}: SSH from listed networks, all between nodes",
             tags=tags,
             opts=child_opts(parent),
         )
@@ -428,7 +438,7 @@ class TencentProvider:
                 ipv6_cidr_block=ipv6,
                 description="SSH from an allowed network",
             )
-            for ipv4, ipv6 in map(common.ipv4_or_ipv6, cfg.ssh_cidrs)
+            for ipv4, ipv6 in map(common.ipv4_or_ipv6, args.ssh_cidrs)
         ]
         tc.security.GroupRuleSet(
             f"{name}-rules",
@@ -456,9 +466,9 @@ class TencentProvider:
         )
         return NetworkParts(vpc.id, subnet.id, sg.id, zone, None)
 
-    def storage(self, parent: pulumi.Resource, name: str, cfg: StackConfig) -> StorageParts:
-        tags = stack_tags(cfg)
-        keep = not cfg.destroy_data
+    def storage(self, parent: pulumi.Resource, name: str, args: StorageArgs) -> StorageParts:
+        tags = args.tags
+        keep = not args.destroy_data
         appid = self._appid(parent)
         # COS names are account-wide and a destroy keeps the bucket: a random suffix held in
         # the stack's state is stable across updates and new after a destroy.
@@ -466,16 +476,16 @@ class TencentProvider:
             f"{name}-bucket-suffix", byte_length=BUCKET_SUFFIX_BYTES, opts=child_opts(parent)
         )
         bucket_name = pulumi.Output.all(suffix.hex, appid).apply(
-            lambda a: bucket_name_for(cfg.stack, a[0], a[1])
+            lambda a: bucket_name_for(args.stack, a[0], a[1])
         )
-        days = cfg.bucket_archive_days
+        days = args.archive_days
         bucket = tc.cos.Bucket(
             f"{name}-bucket",
             bucket=bucket_name,
             acl="private",
             versioning_enable=True,
             encryption_algorithm="AES256",
-            force_clean=cfg.destroy_data,
+            force_clean=args.destroy_data,
             lifecycle_rules=[
                 tc.cos.BucketLifecycleRuleArgs(
                     id="archive-old-objects",
@@ -507,39 +517,39 @@ class TencentProvider:
             f"{name}-tls-only",
             bucket=bucket.bucket,
             policy=pulumi.Output.all(bucket.bucket, appid).apply(
-                lambda a: tls_only_policy(cfg.region, a[1], a[0])
+                lambda a: tls_only_policy(args.region, a[1], a[0])
             ),
             opts=child_opts(parent, retain_on_delete=keep),
         )
         arn = pulumi.Output.all(bucket.bucket, appid).apply(
-            lambda a: cos_resource(cfg.region, a[1], a[0])
+            lambda a: cos_resource(args.region, a[1], a[0])
         )
         return StorageParts(bucket.bucket, arn)
 
     def access(
-        self, parent: pulumi.Resource, name: str, cfg: StackConfig, storage: StorageParts
+        self, parent: pulumi.Resource, name: str, args: AccessArgs, storage: StorageParts
     ) -> AccessParts:
-        tags = stack_tags(cfg)
+        tags = args.tags
         key = tc.key.Pair(
             f"{name}-key",
             # CVM key names: letters, digits and underscores, at most 25 characters.
-            key_name=("gpufleet_" + "".join(c if c.isalnum() else "_" for c in cfg.stack))[:25],
-            public_key=cfg.ssh_public_key or "",
+            key_name=("gpufleet_" + "".join(c if c.isalnum() else "_" for c in args.stack))[:25],
+            public_key=args.ssh_public_key,
             tags=tags,
             opts=child_opts(parent),
         )
         appid = self._appid(parent)
         document = pulumi.Output.all(storage.bucket, appid).apply(
-            lambda a: node_policy(cfg.region, a[1], a[0], cfg.stack)
+            lambda a: node_policy(args.region, a[1], a[0], args.stack)
         )
         role, policy = _role_with_policy(
             parent,
             f"{name}-node",
-            f"gpufleet-{cfg.stack}-node"[:128],
+            f"gpufleet-{args.stack}-node"[:128],
             "cvm.qcloud.com",
             document,
-            f"gpufleet {cfg.stack} GPU nodes: stack bucket, own tags, lease, stop",
-            f"gpufleet {cfg.stack} GPU nodes: bucket, tags, lease, stop (stack only)",
+            f"gpufleet {args.stack} GPU nodes: stack bucket, own tags, lease, stop",
+            f"gpufleet {args.stack} GPU nodes: bucket, tags, lease, stop (stack only)",
             tags,
         )
         return AccessParts(role.name, None, key.id, policy.name)
@@ -548,7 +558,7 @@ class TencentProvider:
         self,
         parent: pulumi.Resource,
         spec: NodeSpec,
-        cfg: StackConfig,
+        args: NodeArgs,
         net: NetworkParts,
         access: AccessParts,
     ) -> NodeParts:
@@ -569,8 +579,8 @@ class TencentProvider:
                     # Asked to stay after the instance unless the stack says data may go;
                     # the provider applies it to some types and charges only
                     # (KEEPABLE_DATA_DISKS; the plan says when: stack_notes).
-                    delete_with_instance=cfg.destroy_data,
-                    delete_with_instance_prepaid=cfg.destroy_data,
+                    delete_with_instance=args.destroy_data,
+                    delete_with_instance_prepaid=args.destroy_data,
                 )
             ]
         instance = tc.instance.Instance(
@@ -586,17 +596,17 @@ class TencentProvider:
             key_ids=[access.key_name],
             cam_role_name=access.role_name,
             system_disk_type=ROOT_DISK_TYPE,
-            system_disk_size=cfg.root_disk_gb,
+            system_disk_size=args.root_disk_gb,
             data_disks=data_disks,
             allocate_public_ip=True,
             internet_charge_type="TRAFFIC_POSTPAID_BY_HOUR",
             internet_max_bandwidth_out=PUBLIC_BANDWIDTH_MBPS,
             user_data_raw=spec.user_data,
             # A stack that keeps its data never loses an instance to a stray destroy.
-            disable_api_termination=not cfg.destroy_data,
+            disable_api_termination=not args.destroy_data,
             tags=spec.tags,
             opts=child_opts(parent, ignore_changes=["imageId"]),
-            **charge_args(cfg),
+            **charge_args(args.billing, spec.instance_type.name),
         )
         return NodeParts(instance.id, instance.public_ip, instance.private_ip)
 
@@ -604,25 +614,25 @@ class TencentProvider:
         self,
         parent: pulumi.Resource,
         name: str,
-        cfg: StackConfig,
+        args: GuardArgs,
         nodes: list[tuple[NodeSpec, NodeParts]],
         storage: StorageParts,
     ) -> GuardParts:
         from infra.clouds.tencent.reaper import BUCKET_ENV, SCF_HANDLER, SCF_RUNTIME
 
-        tags = stack_tags(cfg)
+        tags = args.tags
         role, _ = _role_with_policy(
             parent,
             f"{name}-reaper",
-            f"gpufleet-{cfg.stack}-reaper"[:128],
+            f"gpufleet-{args.stack}-reaper"[:128],
             "scf.qcloud.com",
-            storage.bucket_arn.apply(lambda arn: reaper_policy(cfg.stack, arn)),
-            f"gpufleet {cfg.stack} idle reaper: stop-only, this stack's tags only",
-            f"gpufleet {cfg.stack} idle reaper: describe, metrics, stop tagged",
+            storage.bucket_arn.apply(lambda arn: reaper_policy(args.stack, arn)),
+            f"gpufleet {args.stack} idle reaper: stop-only, this stack's tags only",
+            f"gpufleet {args.stack} idle reaper: describe, metrics, stop tagged",
             tags,
         )
         # SCF names: letters, digits, - and _, starting with a letter, 2-60 characters.
-        fn_name = guard_logic.function_name(cfg.stack)[:60].rstrip("-_")
+        fn_name = guard_logic.function_name(args.stack)[:60].rstrip("-_")
         fn = tc.scf.Function(
             f"{name}-reaper",
             name=fn_name,
@@ -633,8 +643,8 @@ class TencentProvider:
             timeout=SCF_TIMEOUT_S,
             mem_size=SCF_MEMORY_MB,
             # The bucket the nodes write their heartbeat objects to (the reaper reads them).
-            environment={**function_env(cfg), BUCKET_ENV: storage.bucket},
-            description=f"gpufleet {cfg.stack}: stop idle GPU nodes ({stopped_mode()})",
+            environment={**function_env(args), BUCKET_ENV: storage.bucket},
+            description=f"gpufleet {args.stack}: stop idle GPU nodes ({stopped_mode()})",
             triggers=[
                 tc.scf.FunctionTriggerArgs(
                     name="every_5_minutes", type="timer", trigger_desc=SCF_CRON
