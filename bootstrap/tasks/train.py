@@ -1225,8 +1225,7 @@ def _checked_node_facts(
     )
     problems = _problems(checked)
     if problems:
-        for line in problems:
-            console.print(f"gpufleet: {line}", highlight=False, soft_wrap=True)
+        _warn_unreachable(checked)  # on stderr, as every other refusal
         raise _fail(
             f"{len(problems)} of {len(fleet.hosts)} node(s) not ready: nothing started "
             f"(a {len(fleet.hosts)}-node job needs every node)"
@@ -1317,10 +1316,8 @@ def _check_restorable(
         console=None if quiet else console,
         connect_timeout=timeout,
     )
-    problems = _problems(report)
-    if problems or not head.hosts:
-        for line in problems:
-            console.print(f"gpufleet: {line}", highlight=False, soft_wrap=True)
+    if _problems(report) or not head.hosts:
+        _warn_unreachable(report)
         raise _fail(f"job {old['job']}: cannot tell what to resume from: nothing started")
     found = next(s for s in report.hosts[0].steps if s.name == "resume-check").result.details
     if not nothing_to_restore(found["restorable"]):

@@ -393,6 +393,8 @@ def test_bad_input_is_refused_in_one_line_before_any_node_changes(
     assert f"gpufleet: node-0 (127.0.0.1:{sshd_server.port}): torch is not installed" in out
     assert "2 of 2 node(s) not ready: nothing started" in out
     assert "Traceback" not in out
+    # Issue 24: the per-node lines went to stdout, the summary to stderr.
+    assert "gpufleet:" not in gone.stdout and "torch is not installed" in gone.stderr
     assert not jobs.exists()  # nothing was created on the reachable node either
 
     unknown = run_fab("logs", "no-such-job", "--inventory", str(inv), "--jobs-dir", str(jobs))
