@@ -189,6 +189,8 @@ def snapshot(
     ibstat: str | None = None,
     dcgm: str | None = None,
     dcgm_level: int | None = None,
+    lspci: str | None = None,
+    fabric_manager: str | None = None,
 ) -> dict[str, Any]:
     """Every finding from the outputs the node could record (None: that tool was not there,
     or not asked for), as the JSON the laptop's judge reads. A tool whose output does not
@@ -215,6 +217,11 @@ def snapshot(
         }
     if "dcgm" in doc:
         doc["dcgm"]["level"] = dcgm_level
+    if lspci is not None:
+        # What the PCI bus shows, whatever the driver thinks (a GPU off the bus still counts).
+        doc["pci"] = smi.count_pci_gpus(lspci)
+    if fabric_manager is not None:  # `systemctl is-active nvidia-fabricmanager`
+        doc["fabric_manager"] = fabric_manager.strip() or "unknown"
     if kernel_log is not None:
         doc["xid"] = {"source": kernel_source, "events": smi.parse_xids(kernel_log)}
     return doc

@@ -111,6 +111,8 @@ class Context:
     nvlink_expected: bool = False
     infiniband_gbps_per_port: float | None = None
     gpus: list[dict[str, Any]] = field(default_factory=list)
+    gpu_count: int | None = None  # the tier's
+    nvswitch: bool = False  # the tier's
 
     @property
     def th(self) -> Mapping[str, Any]:
@@ -132,6 +134,8 @@ _CHECK_OF = {
     "throttle": "throttle",
     "temperature": "temperature",
     "ib": "infiniband",
+    "gpu": "gpu-count",
+    "fabric": "fabric-manager",
 }
 
 Check = Callable[[Context], list[Reason] | None]  # None: nothing to read
@@ -372,8 +376,32 @@ def _dcgm(c: Context) -> list[Reason] | None:
     return out
 
 
+def _gpu_count(c: Context) -> list[Reason] | None:
+    """Fewer GPUs in the driver than the tier has, or than the PCI bus shows."""
+    pci = (c.doc.get("pci") or {}).get("gpus")
+    if "nvidia" not in c.doc or not (c.gpu_count or pci):
+        return None
+    want = max(c.gpu_count or 0, pci or 0)
+    if len(c.gpus) >= want:
+        return []
+    seen = f"; the PCI bus shows {pci}" if pci else ""
+    return [c.finding("gpu_missing", f"{len(c.gpus)} of {want} GPUs in the driver{seen}")]
+
+
+def _fabric_manager(c: Context) -> list[Reason] | None:
+    """NVSwitch nodes (by the tier, or by the switches on the PCI bus) need the manager."""
+    state = c.doc.get("fabric_manager")
+    switches = (c.doc.get("pci") or {}).get("nvswitches") or 0
+    if state is None or not (c.nvswitch or switches):
+        return None
+    return (
+        [] if state == "active" else [c.finding("fabric_manager", f"nvidia-fabricmanager {state}")]
+    )
+
+
 # The registry, in the order the verdict lists reasons.
 CHECKS: tuple[tuple[str, Check], ...] = (
+    ("gpu-count", _gpu_count),
     ("dcgm", _dcgm),
     ("xid", _xid),
     ("ecc", _ecc),
@@ -384,6 +412,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("throttle", _throttle),
     ("temperature", _temperature),
     ("infiniband", _infiniband),
+    ("fabric-manager", _fabric_manager),
 )
 
 
@@ -393,11 +422,14 @@ def judge_health(
     *,
     nvlink: bool = False,
     infiniband_gbps_per_port: float | None = None,
+    gpu_count: int | None = None,
+    nvswitch: bool = False,
     load: Iterable[Mapping[str, Any]] = (),
     catalog: Mapping[str, Any] | None = None,
 ) -> HealthVerdict:
-    """The node's findings (``snapshot``) against the catalog. ``nvlink``: the tier promises
-    NVLink (an inactive link then fails); ``load``: verify_smi.summarise_load rows, so the
+    """The node's findings (``snapshot``) against the catalog. ``nvlink``, ``gpu_count``,
+    ``nvswitch``: what the tier promises (an inactive link, a missing GPU, a stopped fabric
+    manager then fail); ``load``: verify_smi.summarise_load rows, so the
     PCIe generation is judged under load only. ValueError when ``doc`` is not a snapshot."""
     if doc.get("schema") != SCHEMA:
         raise ValueError(f"not a health snapshot (schema {doc.get('schema')!r}, want {SCHEMA!r})")
@@ -406,7 +438,15 @@ def judge_health(
         {**g, "load": by_index.get(g.get("index"))}
         for g in (doc.get("nvidia") or {}).get("gpus") or []
     ]
-    ctx = Context(doc, catalog or load_health_catalog(), nvlink, infiniband_gbps_per_port, gpus)
+    ctx = Context(
+        doc,
+        catalog or load_health_catalog(),
+        nvlink,
+        infiniband_gbps_per_port,
+        gpus,
+        gpu_count,
+        nvswitch,
+    )
     reasons: list[Reason] = []
     checked: list[str] = []
     for name, fn in CHECKS:

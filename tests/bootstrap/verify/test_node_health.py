@@ -39,9 +39,8 @@ def smi(gpu: int | None = None, **over: object) -> str:
 
 
 def verdict(**outputs: Any) -> nh.HealthVerdict:
-    opts = {
-        k: outputs.pop(k) for k in ("nvlink", "infiniband_gbps_per_port", "load") if k in outputs
-    }
+    keys = ("nvlink", "infiniband_gbps_per_port", "load", "gpu_count", "nvswitch")
+    opts = {k: outputs.pop(k) for k in keys if k in outputs}
     return nh.judge_health(vh.snapshot(taken_at=TAKEN, **outputs), "node-0", **opts)
 
 
@@ -270,3 +269,25 @@ def test_every_xid_bucket_named_in_the_catalog_has_a_class_and_an_action() -> No
     assert len(codes) == len(set(codes)), "an Xid is in two buckets"
     for bucket in cat["xid"]["buckets"].values():
         assert bucket["class"] in (nh.FAILED, nh.DEGRADED, nh.NOTE) and bucket["action"]
+
+
+# --- inventory and the fabric manager --------------------------------------------------------
+
+
+def test_a_gpu_gone_from_the_driver_fails_the_node() -> None:
+    seven = mf.smi_xml([mf.gpu_xml(i) for i in range(7)])
+    lspci = (FIXTURES / "verify" / "lspci_p4d.txt").read_text()
+    v = verdict(smi_xml=seven, lspci=lspci)
+    assert levels(v) == [("gpu-count", nh.FAILED, None)]
+    assert v.reasons[0].text == "7 of 8 GPUs in the driver; the PCI bus shows 8"
+    assert verdict(smi_xml=seven, gpu_count=8).status == nh.FAILED
+    assert verdict(smi_xml=smi(), lspci=lspci, gpu_count=8).status == nh.HEALTHY
+
+
+def test_a_stopped_fabric_manager_fails_an_nvswitch_node_only() -> None:
+    lspci = (FIXTURES / "verify" / "lspci_p4d.txt").read_text()  # six NVSwitches
+    v = verdict(lspci=lspci, fabric_manager="inactive\n")
+    assert levels(v) == [("fabric-manager", nh.FAILED, None)]
+    assert verdict(lspci=lspci, fabric_manager="active\n").status == nh.HEALTHY
+    assert verdict(fabric_manager="inactive", nvswitch=False).status == nh.HEALTHY
+    assert verdict(fabric_manager="failed", nvswitch=True).status == nh.FAILED
