@@ -1001,8 +1001,14 @@ def jobs_table(rows: Sequence[JobRow]) -> Table:
         started = (r.started_at or "-")[5:16].replace("T", " ") or "-"
         label = r.job if r.name in r.job else f"{r.job} ({r.name})"
         state = r.state if r.attempt == 1 else f"{r.state} (attempt {r.attempt})"
-        table.add_row(label, state, started, fmt_duration(r.runtime_s), cost, r.last_line[-40:])
+        line = r.last_line
+        shown = line if len(line) <= LAST_LINE_WIDTH else line[: LAST_LINE_WIDTH - 3] + "..."
+        table.add_row(label, state, started, fmt_duration(r.runtime_s), cost, shown)
     return table
+
+
+# The start of a log line says what it is ("epoch 12 loss ..."); the end is cut instead.
+LAST_LINE_WIDTH = 40
 
 
 # ---------------------------------------------------------------------------- plumbing

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import datetime as dt
+import io
 import json
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from bootstrap.fleet.api import Host
 from bootstrap.fleet.hosts import parse_stack_outputs
@@ -375,6 +377,16 @@ def test_nodes_disagreeing_show_the_worst_state_and_a_shared_disk_counts_once() 
     assert rows["b"].state == "interrupted"
     # An interrupted job cost money until its last heartbeat, not until now.
     assert rows["b"].runtime_s == 1800
+
+
+def test_the_jobs_table_keeps_the_start_of_a_long_last_line() -> None:
+    # Issue 24: the table showed the last 40 characters, so a line lost its beginning.
+    line = "epoch 12 loss 0.4312 lr 0.0003 tokens/s 18234.5 grad-norm 0.81"
+    recs = [record("a", 0, "running", last_line=line), record("a", 1, "running")]
+    rows = train.merge_jobs(recs, now=NOW, outputs=fleet().outputs)
+    out = io.StringIO()
+    Console(file=out, width=200).print(train.jobs_table(rows))
+    assert line[:37] + "..." in out.getvalue() and "grad-norm" not in out.getvalue()
 
 
 def test_a_running_job_runs_until_now_and_earlier_attempts_add_up() -> None:
