@@ -385,4 +385,5 @@ def test_the_plans_placeholder_key_is_a_well_formed_key() -> None:
 
 def test_a_cidr_given_twice_is_refused_even_when_written_differently() -> None:
     said = one(sshCidrs=["203.0.113.0/24", "198.51.100.7/32", " 203.0.113.0/24"])
-    assert said.startswith("gpufleet:sshCidrs[2]") and "repeats sshCidrs[0] (203.0.113.0/24)" in said
+    assert said.startswith("gpufleet:sshCidrs[2]")
+    assert "repeats sshCidrs[0] (203.0.113.0/24)" in said
