@@ -10,7 +10,7 @@ from typing import Any
 
 import pulumi
 
-from infra.catalog import load_catalog
+from infra.catalog import load_catalog, provider_names
 from infra.clouds.base import get_provider
 from infra.components.access import Access
 from infra.components.args import component_args
@@ -25,7 +25,7 @@ from infra.pricing.cost import hourly_estimate
 # Stack outputs are a contract (docs/stacks.md, "Stack outputs"); bootstrap reads them.
 OUTPUT_DOCS = {
     "stack": "stack name",
-    "provider": "aws | alicloud | tencent (a cloud in infra/clouds/)",
+    "provider": f"{' | '.join(provider_names())} (a cloud in infra/clouds/)",
     "region": "region the stack lives in",
     "zone": "availability zone of the nodes",
     "tier": "tier summary: GPU model, count, memory, instance type, NVLink, EFA/InfiniBand",

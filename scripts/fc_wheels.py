@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip install -e .`
     sys.path.insert(0, str(ROOT))
 
-from infra.clouds.alicloud.reaper import SDKS as ALICLOUD_SDKS  # noqa: E402
+from infra.reaper import handler  # noqa: E402
 from infra.reaper import wheelhouse as wh  # noqa: E402
 
 # Pinned releases that PyPI has as an sdist only, each pure Python (no extension module):
@@ -42,6 +42,12 @@ SDIST_ONLY = ("alibabacloud-tea",)
 PLATFORMS = (f"manylinux2014_{wh.ARCH}", f"manylinux_{wh.GLIBC[0]}_{wh.GLIBC[1]}_{wh.ARCH}")
 PIP_TIMEOUT_S = 900  # the whole download; pip bounds each request and retry itself
 EXIT_PIP, EXIT_INVALID = 1, 2
+
+
+def wheel_sdks() -> tuple[str, ...]:
+    """The SDKs the wheelhouse must hold: those of every cloud whose reaper zip is built from
+    wheels (WHEELS in its infra/clouds/<name>/reaper.py, which also lists its SDKS)."""
+    return tuple(sdk for cloud in handler.CLOUDS.values() if cloud.wheels for sdk in cloud.sdks)
 
 
 def download_command(python: str, lock: Path, into: Path) -> list[str]:
@@ -105,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         for sdist in sdists:
             sdist.unlink()
     try:
-        wheels = wh.check(partial, ALICLOUD_SDKS, args.lock)
+        wheels = wh.check(partial, wheel_sdks(), args.lock)
     except wh.WheelhouseError as exc:
         print("\n".join(exc.problems), file=sys.stderr)
         return EXIT_INVALID

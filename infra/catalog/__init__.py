@@ -519,6 +519,13 @@ def _provider(p: dict[str, Any], file: str) -> ProviderInfo:
         if extra:
             raise CatalogError(f"{where}.scratch_classes.{cls}: unknown keys {sorted(extra)}")
         classes[cls] = ScratchClass(name=cls, **{k: int(v) for k, v in raw.items()})
+    # The one list of modes and its words live with the billing rule (infra.pricing.billing,
+    # which reads this catalog): imported here, when a file is read, not when this loads.
+    from infra.pricing.billing import BILLING_MODES, billing_problem
+
+    for mode in p["billing"]:
+        if mode not in BILLING_MODES:
+            raise CatalogError(f"{where}.billing: {billing_problem(str(mode))}")
     if (Feature.SUBSCRIPTION in unsupported) == ("subscription" in p["billing"]):
         raise CatalogError(f"{where}: billing and unsupported disagree about subscription")
     regions = p.get("regions", ())

@@ -199,3 +199,14 @@ def test_a_billing_note_for_a_mode_the_cloud_does_not_sell_is_a_catalog_error(ca
     add_cloud(catalog_copy / "clouds", "examplecloud", text)
     with pytest.raises(CatalogError, match=r"billing_notes: \['spot'\] are not billing modes"):
         load_catalog()
+
+
+def test_a_billing_mode_the_tool_does_not_know_is_a_catalog_error(catalog_copy):
+    text = NEW_CLOUD.replace('billing = ["on-demand"]', 'billing = ["on-demand", "spt"]')
+    add_cloud(catalog_copy / "clouds", "examplecloud", text)
+    with pytest.raises(CatalogError) as info:
+        load_catalog()
+    assert str(info.value).endswith(
+        "examplecloud/catalog.toml [provider].billing: 'spt' is not a billing mode: "
+        "use one of on-demand, spot, subscription (did you mean 'spot'?)"
+    )

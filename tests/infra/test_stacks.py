@@ -473,6 +473,14 @@ def test_outputs_keep_the_documented_contract(stack):
     assert cost["currency"] == CAT.providers[cfg.provider].currency and cost["amount"] > 0
 
 
+def test_the_provider_outputs_doc_names_every_cloud_the_catalog_knows():
+    from infra.catalog import provider_names
+    from infra.program import OUTPUT_DOCS
+
+    clouds = OUTPUT_DOCS["provider"].removesuffix(" (a cloud in infra/clouds/)")
+    assert clouds.split(" | ") == list(provider_names())
+
+
 def test_no_resource_carries_an_alarm_action_that_stops_a_node(stack):
     """A CloudWatch alarm reads neither tags nor GPUs: on a 96-vCPU p4d a one-process GPU
     job keeps CPU near 1 %, and a protected or leased node would be stopped like any other.

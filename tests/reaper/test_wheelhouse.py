@@ -260,6 +260,12 @@ def test_the_lock_pins_every_sdk_the_function_imports_and_every_sdist_only_packa
         assert canonicalize_name(name) in shipped, name
 
 
+def test_fc_wheels_takes_the_sdks_from_the_reapers_that_build_from_wheels() -> None:
+    fc_wheels = _load_script()
+    assert fc_wheels.wheel_sdks() == ALICLOUD_SDKS  # the one cloud with WHEELS = True
+    assert "infra.clouds.alicloud" not in SCRIPT.read_text()  # found by folder, not by name
+
+
 def _load_script():  # type: ignore[no-untyped-def]
     import importlib.util
 
