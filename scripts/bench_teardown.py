@@ -140,7 +140,7 @@ def run_scenarios() -> int:
     return 0 if all(o.ok for o in outcomes) else 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", type=int, default=1, help="multiply the fleet (1: 2,055)")
     parser.add_argument("--json", action="store_true")
@@ -156,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the fault scenarios (tests/reaper/scenarios.py) and print their counts",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.scenarios:
         return run_scenarios()
@@ -213,28 +218,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(
-            f"fleet: {summary['fleet']} instances, {summary['managed']} managed; "
-            f"added latency per request: {args.latency_ms:g} ms"
-        )
-        for name in ("batched", "naive"):
-            r = summary[name]
-            print(
-                f"{name:>8}: {r['read_calls']:>5} describe+metrics calls "
-                f"({r['calls_per_1000']}/1000 instances), {r['seconds']:.1f} s  {r['calls']}"
-            )
-        print(f"wall-time ratio naive/batched: {summary['wall_time_ratio']}x")
-        print(f"same decisions: {summary['same_decisions']}")
-        t = summary["targets"]
-        ratio_target = (
-            f"; >=10x wall time {'met' if t['ratio_ok'] else 'MISSED'}"
-            if args.latency_ms > 0
-            else " (the wall-time ratio has a target only with --latency-ms)"
-        )
-        print(
-            f"targets: <=5 calls/1000 {'met' if t['calls_per_1000_ok'] else 'MISSED'}{ratio_target}"
-        )
+        _print_summary(summary, args.latency_ms)
     return exit_status(summary)
+
+
+def _print_summary(summary: dict[str, Any], latency_ms: float) -> None:
+    """The human report: the fleet, each scan's calls and time, the ratio and the targets."""
+    print(
+        f"fleet: {summary['fleet']} instances, {summary['managed']} managed; "
+        f"added latency per request: {latency_ms:g} ms"
+    )
+    for name in ("batched", "naive"):
+        r = summary[name]
+        print(
+            f"{name:>8}: {r['read_calls']:>5} describe+metrics calls "
+            f"({r['calls_per_1000']}/1000 instances), {r['seconds']:.1f} s  {r['calls']}"
+        )
+    print(f"wall-time ratio naive/batched: {summary['wall_time_ratio']}x")
+    print(f"same decisions: {summary['same_decisions']}")
+    t = summary["targets"]
+    ratio_target = (
+        f"; >=10x wall time {'met' if t['ratio_ok'] else 'MISSED'}"
+        if latency_ms > 0
+        else " (the wall-time ratio has a target only with --latency-ms)"
+    )
+    print(f"targets: <=5 calls/1000 {'met' if t['calls_per_1000_ok'] else 'MISSED'}{ratio_target}")
 
 
 def exit_status(summary: dict[str, Any]) -> int:

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -98,24 +99,8 @@ def kill_job(jobs: Path, job: str) -> None:
                 os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--venv", help="node venv with torch (default: fab install-pytorch)")
-    p.add_argument("--ssh-runs", type=int, default=7)
-    args = p.parse_args()
-    reason = skip_reason()
-    if reason:
-        print(f"bench_train: {reason}", file=sys.stderr)
-        return 2
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's request log
-
-    base = Path(tempfile.mkdtemp(prefix="gpufleet-bench-train-", dir="/var/tmp"))
-    base.chmod(0o755)
-    home = base / "home"
-    home.mkdir()
+def _bench_env(home: Path) -> dict[str, str]:
+    """fab's environment: a private HOME, no console host keys, moto's test credentials."""
     env = {
         **os.environ,
         "HOME": str(home),
@@ -125,6 +110,115 @@ def main() -> int:
         "AWS_SECRET_ACCESS_KEY": "testing",
     }
     env.pop("GPUFLEET_INVENTORY", None)
+    return env
+
+
+def _s3(url: str) -> Any:
+    import boto3
+
+    return boto3.client(
+        "s3", endpoint_url=url, region_name="us-east-1",
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+    )  # fmt: skip
+
+
+def _write_inventory(inv: Path, nodes: tuple[SshServer, SshServer], scratch: Path) -> None:
+    """The two local sshd "nodes" as a stack's inventory (what fab train reads)."""
+    a = nodes[0]
+    inv.write_text(
+        json.dumps(
+            {
+                "stack": "bench-train", "provider": "aws", "region": "us-east-1",
+                "bucket": BUCKET, "tier": {"name": "local", "efa": False},
+                "nodes": [
+                    {"name": f"node-{i}", "role": "head" if i == 0 else "worker",
+                     "public_ip": "127.0.0.1", "private_ip": "127.0.0.1",
+                     "ssh_port": s.port}
+                    for i, s in enumerate(nodes)
+                ],
+                "ssh_user": a.user, "ssh_key": str(a.key_path),
+                "scratch": {"path": str(scratch), "kind": "disk"},
+            }
+        )
+    )  # fmt: skip
+
+
+def _failed(done: subprocess.CompletedProcess[str]) -> int:
+    print(done.stdout[-2000:] + done.stderr[-2000:], file=sys.stderr)
+    return 1
+
+
+def _wait_for_checkpoint(url: str, prefix: str, timeout: float = 300) -> None:
+    """Until a checkpoint under ``prefix`` is complete in the bucket (bounded)."""
+    client = _s3(url)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        keys = [o["Key"] for o in client.list_objects_v2(
+            Bucket=BUCKET, Prefix=prefix).get("Contents", [])]  # fmt: skip
+        if any(k.endswith("/COMPLETE") for k in keys):
+            return
+        time.sleep(0.5)
+
+
+def _measure(
+    a: SshServer, base: Path, venv: Path, url: str, env: dict[str, str], ssh_runs: int
+) -> int:
+    """Launch, reclaim and resume one job on the two nodes; print the overheads."""
+    scratch, jobs = base / "scratch", base / "jobs"
+    inv = base / "inventory.json"
+    ssh_s = ssh_round_trip(a, ssh_runs)
+    common = ["--inventory", str(inv), "--jobs-dir", str(jobs)]
+    t0 = time.time()
+    started = fab(
+        "train", *common, "--script", "examples/train_lm.py", "--cpu",
+        "--nproc-per-node", "2", "--venv", str(venv), "--s3-endpoint", url,
+        "--node-env", "AWS_ACCESS_KEY_ID=testing,AWS_SECRET_ACCESS_KEY=testing",
+        "--sync-interval", "1", "--args", "--steps 400 --step-sleep 0.1 --ckpt-every 5",
+        env=env,
+    )  # fmt: skip
+    match = re.search(r"job (\S+) running", started.stdout)
+    if started.returncode != 0 or not match:
+        return _failed(started)
+    job = match.group(1)
+    returned = time.time() - t0
+    launch = first_steps(jobs, job, 4, t0, 300) - t0
+    # Wait for a checkpoint to be uploaded, then kill every process (a spot reclaim).
+    _wait_for_checkpoint(url, f"checkpoints/node-0/{job}/")
+    kill_job(jobs, job)
+    time.sleep(1.0)
+    shutil.rmtree(scratch / "checkpoints" / job, ignore_errors=True)
+    t1 = time.time()
+    again = fab("train", "--resume", job, *common, env=env)
+    if again.returncode != 0:
+        return _failed(again)
+    resume = first_steps(jobs, job, 4, t1, 300) - t1
+    fab("cancel", job, *common, "--wait", "30", env=env)
+    print(f"ssh round trip (median of {ssh_runs}): {ssh_s:.3f} s")
+    print(f"fab train returned after:      {returned:6.2f} s  ({returned / ssh_s:6.1f}x ssh)")
+    print(f"launch overhead (first step):  {launch:6.2f} s  ({launch / ssh_s:6.1f}x ssh)")
+    print(f"resume overhead (first step):  {resume:6.2f} s  ({resume / ssh_s:6.1f}x ssh)")
+    print("2 nodes x 2 gloo processes on this machine's CPUs; tokens/s on a GPU: unmeasured")
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--venv", help="node venv with torch (default: fab install-pytorch)")
+    p.add_argument("--ssh-runs", type=int, default=7)
+    args = p.parse_args()
+    reason = skip_reason()
+    if reason:
+        print(f"bench_train: {reason}", file=sys.stderr)
+        return 2
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's request log
+
+    base = Path(tempfile.mkdtemp(prefix="gpufleet-bench-train-", dir="/var/tmp"))
+    base.chmod(0o755)
+    home = base / "home"
+    home.mkdir()
+    env = _bench_env(home)
     a = start_sshd()
     b = start_sshd()
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
@@ -134,10 +228,7 @@ def main() -> int:
         auth.write_text(auth.read_text() + Path(f"{a.key_path}.pub").read_text())
         host, port = moto.get_host_and_port()
         url = f"http://{host}:{port}"
-        boto3.client(
-            "s3", endpoint_url=url, region_name="us-east-1",
-            aws_access_key_id="testing", aws_secret_access_key="testing",
-        ).create_bucket(Bucket=BUCKET)  # fmt: skip
+        _s3(url).create_bucket(Bucket=BUCKET)
         scratch, jobs = base / "scratch", base / "jobs"
         for d in (scratch, jobs):
             d.mkdir()
@@ -149,71 +240,9 @@ def main() -> int:
                 "--allow-no-gpu", "--torch-index", "default", "--venv", str(venv), env=env,
             )  # fmt: skip
             if made.returncode != 0:
-                print(made.stdout[-2000:] + made.stderr[-2000:], file=sys.stderr)
-                return 1
-        inv = base / "inventory.json"
-        inv.write_text(
-            json.dumps(
-                {
-                    "stack": "bench-train", "provider": "aws", "region": "us-east-1",
-                    "bucket": BUCKET, "tier": {"name": "local", "efa": False},
-                    "nodes": [
-                        {"name": f"node-{i}", "role": "head" if i == 0 else "worker",
-                         "public_ip": "127.0.0.1", "private_ip": "127.0.0.1",
-                         "ssh_port": s.port}
-                        for i, s in enumerate((a, b))
-                    ],
-                    "ssh_user": a.user, "ssh_key": str(a.key_path),
-                    "scratch": {"path": str(scratch), "kind": "disk"},
-                }
-            )
-        )  # fmt: skip
-        ssh_s = ssh_round_trip(a, args.ssh_runs)
-        common = ["--inventory", str(inv), "--jobs-dir", str(jobs)]
-        t0 = time.time()
-        started = fab(
-            "train", *common, "--script", "examples/train_lm.py", "--cpu",
-            "--nproc-per-node", "2", "--venv", str(venv), "--s3-endpoint", url,
-            "--node-env", "AWS_ACCESS_KEY_ID=testing,AWS_SECRET_ACCESS_KEY=testing",
-            "--sync-interval", "1", "--args", "--steps 400 --step-sleep 0.1 --ckpt-every 5",
-            env=env,
-        )  # fmt: skip
-        match = re.search(r"job (\S+) running", started.stdout)
-        if started.returncode != 0 or not match:
-            print(started.stdout[-2000:] + started.stderr[-2000:], file=sys.stderr)
-            return 1
-        job = match.group(1)
-        returned = time.time() - t0
-        launch = first_steps(jobs, job, 4, t0, 300) - t0
-        # Wait for a checkpoint to be uploaded, then kill every process (a spot reclaim).
-        prefix = f"checkpoints/node-0/{job}/"
-        client = boto3.client(
-            "s3", endpoint_url=url, region_name="us-east-1",
-            aws_access_key_id="testing", aws_secret_access_key="testing",
-        )  # fmt: skip
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            keys = [o["Key"] for o in client.list_objects_v2(
-                Bucket=BUCKET, Prefix=prefix).get("Contents", [])]  # fmt: skip
-            if any(k.endswith("/COMPLETE") for k in keys):
-                break
-            time.sleep(0.5)
-        kill_job(jobs, job)
-        time.sleep(1.0)
-        shutil.rmtree(scratch / "checkpoints" / job, ignore_errors=True)
-        t1 = time.time()
-        again = fab("train", "--resume", job, *common, env=env)
-        if again.returncode != 0:
-            print(again.stdout[-2000:] + again.stderr[-2000:], file=sys.stderr)
-            return 1
-        resume = first_steps(jobs, job, 4, t1, 300) - t1
-        fab("cancel", job, *common, "--wait", "30", env=env)
-        print(f"ssh round trip (median of {args.ssh_runs}): {ssh_s:.3f} s")
-        print(f"fab train returned after:      {returned:6.2f} s  ({returned / ssh_s:6.1f}x ssh)")
-        print(f"launch overhead (first step):  {launch:6.2f} s  ({launch / ssh_s:6.1f}x ssh)")
-        print(f"resume overhead (first step):  {resume:6.2f} s  ({resume / ssh_s:6.1f}x ssh)")
-        print("2 nodes x 2 gloo processes on this machine's CPUs; tokens/s on a GPU: unmeasured")
-        return 0
+                return _failed(made)
+        _write_inventory(base / "inventory.json", (a, b), scratch)
+        return _measure(a, base, venv, url, env, args.ssh_runs)
     finally:
         moto.stop()
         stop_sshd(a)
