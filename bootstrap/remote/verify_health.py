@@ -13,16 +13,22 @@ The last verdict is stored on the node, beside the watchdog's state, so the node
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
+import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 try:  # run on the node as a plain script next to verify_smi.py, or imported as a package
+    from . import verify_node as node
     from . import verify_smi as smi
 except ImportError:  # pragma: no cover - the node-side path
+    import verify_node as node  # type: ignore[no-redef]
     import verify_smi as smi  # type: ignore[no-redef]
 
 SCHEMA = "gpufleet.health/1"
@@ -245,3 +251,67 @@ def read_verdict(state_dir: Path = STATE_DIR) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+# What the fast check asks (each bounded; a tool that is not installed is simply not read).
+COMMANDS = {
+    "smi_xml": ["nvidia-smi", "-q", "-x"],
+    "nvlink_status": ["nvidia-smi", "nvlink", "--status"],
+    "nvlink_errors": ["nvidia-smi", "nvlink", "-e"],
+    "lspci": ["lspci", "-n", "-d", "10de:"],
+    "fabric_manager": ["systemctl", "is-active", "nvidia-fabricmanager"],
+    "ibstat": ["ibstat"],
+}
+# `dcgmi diag -r 3` runs about half an hour on 8 GPUs; level 1 well under a minute.
+DCGM_TIMEOUT_S = {1: 120.0, 2: 900.0, 3: 3600.0}
+
+
+def collect(
+    taken_at: str,
+    dcgm_level: int | None = None,
+    run: Callable[..., dict[str, Any]] = node.run,
+) -> dict[str, Any]:
+    """Run the tools and read their outputs into a snapshot, with the seconds each took."""
+    texts: dict[str, str | None] = {}
+    timings: dict[str, float] = {}
+    for key, cmd in {
+        **COMMANDS,
+        **({"dcgm": ["dcgmi", "diag", "-r", str(dcgm_level), "-j"]} if dcgm_level else {}),
+    }.items():
+        start = time.monotonic()
+        limit = DCGM_TIMEOUT_S[dcgm_level] if key == "dcgm" and dcgm_level else 60.0
+        result = run(cmd, timeout=limit)
+        timings[key] = round(time.monotonic() - start, 3)
+        # `systemctl is-active` exits 3 for an inactive unit and still prints its state; dcgmi
+        # exits non-zero when a test fails and still prints the JSON.
+        printed = result["out"] if result["out"].strip() else None
+        texts[key] = None if result.get("missing") else printed
+    # Without infiniband-diags (no ibstat), the ports as sysfs shows them.
+    ports = node.collect_infiniband().get("ports") if texts["ibstat"] is None else None
+    doc = snapshot(taken_at=taken_at, dcgm_level=dcgm_level, **texts)
+    if texts["ibstat"] is None and ports:
+        doc["infiniband"] = ports
+    start = time.monotonic()
+    doc["xid"] = node.collect_xids()
+    timings["kernel_log"] = round(time.monotonic() - start, 3)
+    doc["timings"] = timings
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="gpufleet node health snapshot (JSON)")
+    parser.add_argument("--dcgm-level", type=int, choices=(1, 2, 3), default=None)
+    parser.add_argument("--out", default="-", help="file to write (default: stdout)")
+    args = parser.parse_args(argv)
+    taken = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    doc = collect(taken, args.dcgm_level)
+    text = json.dumps(doc, indent=1, sort_keys=True)
+    if args.out == "-":
+        print(text)
+    else:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

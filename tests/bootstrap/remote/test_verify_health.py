@@ -4,6 +4,7 @@ lines, and the stored verdict."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,58 @@ def test_the_verdict_is_stored_whole_and_read_back(tmp_path: Path) -> None:
     assert path == tmp_path / "health" / "verdict.json"
     assert vh.read_verdict(tmp_path) == {"status": "failed"}
     assert [p.name for p in path.parent.iterdir()] == ["verdict.json"]
+
+
+# --- the node-side run -----------------------------------------------------------------------
+
+STUBS = {
+    "nvidia-smi": """case "$*" in
+  "-q -x") cat "$FIX/verify/a100x8_smi.xml" ;;
+  "nvlink --status") cat "$FIX/verify/a100x8_nvlink.txt" ;;
+  "nvlink -e") cat "$FIX/health/nvlink_errors_h100.txt" ;;
+  *) exit 2 ;;
+esac""",
+    "dcgmi": 'cat "$FIX/health/dcgm_r2_fail_pending_remap.json"; exit 226',
+    "lspci": 'cat "$FIX/verify/lspci_p4d.txt"',
+    "systemctl": "echo inactive; exit 3",
+    "dmesg": 'cat "$FIX/verify/dmesg_xid79.txt"',
+}
+
+
+def test_the_shipped_files_alone_take_a_snapshot_with_the_tools_they_find(
+    tmp_path: Path,
+) -> None:
+    """Run as the node runs it: the three shipped files alone in a folder, an interpreter
+    without user site or PYTHONPATH (-s -E), stub tools on PATH printing the recorded
+    outputs."""
+    import shutil
+    import subprocess
+    import sys
+
+    remote = Path(vh.__file__).parent
+    for name in ("verify_health.py", "verify_smi.py", "verify_node.py"):
+        shutil.copy(remote / name, tmp_path / name)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool, body in STUBS.items():
+        (bin_dir / tool).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / tool).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FIX": str(FIXTURES.parent)}
+    done = subprocess.run(
+        [sys.executable, "-s", "-E", str(tmp_path / "verify_health.py"), "--dcgm-level", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["schema"] == vh.SCHEMA and doc["errors"] == []
+    assert len(doc["nvidia"]["gpus"]) == 8 and doc["pci"] == {"gpus": 8, "nvswitches": 6}
+    assert doc["dcgm"]["level"] == 2 and doc["dcgm"]["tests"][2]["status"] == "Fail"
+    assert doc["fabric_manager"] == "inactive"
+    assert [e["xid"] for e in doc["xid"]["events"]] == [79] and doc["xid"]["source"] == "dmesg"
+    assert doc["nvlink_errors"][1]["links"][1]["replay"] == 3
+    assert set(doc["timings"]) >= {"smi_xml", "dcgm", "kernel_log"}
