@@ -66,6 +66,26 @@ def market_options(billing: Billing) -> aws.ec2.InstanceInstanceMarketOptionsArg
     )
 
 
+def scratch_ebs(
+    spec: NodeSpec, destroy_data: bool
+) -> list[aws.ec2.InstanceEbsBlockDeviceArgs] | None:
+    """The scratch EBS volume, when the plan wants a disk (the type has no local NVMe)."""
+    if spec.scratch.kind != "disk":
+        return None
+    return [
+        aws.ec2.InstanceEbsBlockDeviceArgs(
+            device_name="/dev/sdf",
+            volume_size=spec.scratch.size_gb,
+            volume_type=spec.scratch.volume_class,
+            iops=spec.scratch.iops,
+            throughput=spec.scratch.throughput_mbs,
+            encrypted=True,
+            delete_on_termination=destroy_data,
+            tags={**spec.tags, "Name": f"{spec.name}-scratch"},
+        )
+    ]
+
+
 IAM_VERSION = "2012-10-17"
 
 
@@ -268,8 +288,21 @@ class AwsProvider:
         )
 
     def network(self, parent: pulumi.Resource, name: str, args: NetworkArgs) -> NetworkParts:
-        tags = args.tags
         zone = self._zone(parent, args)
+        vpc, subnet = self._vpc(parent, name, args.tags, zone)
+        sg = self._security_group(parent, name, args, vpc.id)
+        pg = None
+        if args.placement_group:
+            pg = aws.ec2.PlacementGroup(
+                f"{name}-pg", strategy="cluster", tags=args.tags, opts=child_opts(parent)
+            ).name
+        return NetworkParts(vpc.id, subnet.id, sg.id, zone, pg)
+
+    def _vpc(
+        self, parent: pulumi.Resource, name: str, tags: dict[str, str], zone: pulumi.Output[str]
+    ) -> tuple[aws.ec2.Vpc, aws.ec2.Subnet]:
+        """The VPC with its internet gateway and default route, and the nodes' public
+        subnet in ``zone``."""
         vpc = aws.ec2.Vpc(
             f"{name}-vpc",
             cidr_block=VPC_CIDR,
@@ -306,9 +339,17 @@ class AwsProvider:
         aws.ec2.RouteTableAssociation(
             f"{name}-rta", subnet_id=subnet.id, route_table_id=rt.id, opts=child_opts(parent)
         )
+        return vpc, subnet
+
+    def _security_group(
+        self, parent: pulumi.Resource, name: str, args: NetworkArgs, vpc_id: pulumi.Output[str]
+    ) -> aws.ec2.SecurityGroup:
+        """SSH from each allowed network, every port between the stack's own nodes (both
+        ways: EFA needs egress to the group itself), and any egress out."""
+        tags = args.tags
         sg = aws.ec2.SecurityGroup(
             f"{name}-sg",
-            vpc_id=vpc.id,
+            vpc_id=vpc_id,
             description=f"gpufleet {args.stack}: SSH from listed networks, all between nodes",
             tags={**tags, "Name": f"{name}-sg"},
             opts=child_opts(parent),
@@ -355,12 +396,7 @@ class AwsProvider:
             tags=tags,
             opts=child_opts(parent),
         )
-        pg = None
-        if args.placement_group:
-            pg = aws.ec2.PlacementGroup(
-                f"{name}-pg", strategy="cluster", tags=tags, opts=child_opts(parent)
-            ).name
-        return NetworkParts(vpc.id, subnet.id, sg.id, zone, pg)
+        return sg
 
     # -- storage ----------------------------------------------------------------------------
     def storage(self, parent: pulumi.Resource, name: str, args: StorageArgs) -> StorageParts:
@@ -477,6 +513,61 @@ class AwsProvider:
         net: NetworkParts,
         access: AccessParts,
     ) -> NodeParts:
+        role, profile = self._node_role(parent, spec, access)
+        ami = aws.ssm.get_parameter_output(
+            name=ami_parameter(spec.gpu.arch), opts=pulumi.InvokeOutputOptions(parent=parent)
+        ).value
+        launch_template = self._efa_launch_template(parent, spec, net)
+        instance = aws.ec2.Instance(
+            spec.name,
+            ami=ami,
+            instance_type=spec.instance_type.name,
+            availability_zone=net.zone,
+            subnet_id=None if launch_template else net.subnet_id,
+            vpc_security_group_ids=None if launch_template else [net.security_group_id],
+            launch_template=launch_template,
+            placement_group=net.placement_group,
+            key_name=access.key_name,
+            iam_instance_profile=profile.name,
+            instance_initiated_shutdown_behavior="stop",
+            instance_market_options=market_options(args.billing),
+            metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
+                http_endpoint="enabled",
+                http_tokens="required",
+                http_put_response_hop_limit=2,  # containers on the node still reach IMDS
+                instance_metadata_tags="enabled",  # the watchdog reads its own tags
+            ),
+            root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
+                volume_size=args.root_disk_gb,
+                volume_type="gp3",
+                encrypted=True,
+                delete_on_termination=True,
+                tags={**spec.tags, "Name": f"{spec.name}-root"},
+            ),
+            ebs_block_devices=scratch_ebs(spec, args.destroy_data),
+            ebs_optimized=True,
+            monitoring=True,
+            user_data=spec.user_data,
+            user_data_replace_on_change=False,
+            tags=spec.tags,
+            volume_tags=None,
+            # a newer DLAMI must not replace a node
+            opts=child_opts(parent, ignore_changes=["ami"]),
+        )
+        aws.iam.RolePolicy(
+            f"{spec.name}-lease",
+            role=role.id,
+            policy=instance.arn.apply(lease_policy),
+            opts=child_opts(parent),
+        )
+        public_ip = self._public_ip(parent, spec, instance)
+        return NodeParts(instance.id, public_ip, instance.private_ip)
+
+    def _node_role(
+        self, parent: pulumi.Resource, spec: NodeSpec, access: AccessParts
+    ) -> tuple[aws.iam.Role, aws.iam.InstanceProfile]:
+        """The node's own role (its lease policy names its instance alone), holding the
+        stack's node policy, and the instance profile that hands it to the node."""
         role = aws.iam.Role(
             f"{spec.name}-role",
             assume_role_policy=assume_role("ec2.amazonaws.com"),
@@ -494,23 +585,12 @@ class AwsProvider:
         profile = aws.iam.InstanceProfile(
             f"{spec.name}-profile", role=role.name, tags=spec.tags, opts=child_opts(parent)
         )
-        ami = aws.ssm.get_parameter_output(
-            name=ami_parameter(spec.gpu.arch), opts=pulumi.InvokeOutputOptions(parent=parent)
-        ).value
-        ebs: list[aws.ec2.InstanceEbsBlockDeviceArgs] = []
-        if spec.scratch.kind == "disk":
-            ebs.append(
-                aws.ec2.InstanceEbsBlockDeviceArgs(
-                    device_name="/dev/sdf",
-                    volume_size=spec.scratch.size_gb,
-                    volume_type=spec.scratch.volume_class,
-                    iops=spec.scratch.iops,
-                    throughput=spec.scratch.throughput_mbs,
-                    encrypted=True,
-                    delete_on_termination=args.destroy_data,
-                    tags={**spec.tags, "Name": f"{spec.name}-scratch"},
-                )
-            )
+        return role, profile
+
+    def _efa_launch_template(
+        self, parent: pulumi.Resource, spec: NodeSpec, net: NetworkParts
+    ) -> aws.ec2.InstanceLaunchTemplateArgs | None:
+        """The launch template of a node with EFA interfaces (None without)."""
         launch_template = None
         if spec.efa_interfaces:
             # EFA needs one interface per network card; only a launch template can say that.
@@ -542,49 +622,12 @@ class AwsProvider:
             launch_template = aws.ec2.InstanceLaunchTemplateArgs(
                 id=lt.id, version=lt.latest_version.apply(str)
             )
-        instance = aws.ec2.Instance(
-            spec.name,
-            ami=ami,
-            instance_type=spec.instance_type.name,
-            availability_zone=net.zone,
-            subnet_id=None if launch_template else net.subnet_id,
-            vpc_security_group_ids=None if launch_template else [net.security_group_id],
-            launch_template=launch_template,
-            placement_group=net.placement_group,
-            key_name=access.key_name,
-            iam_instance_profile=profile.name,
-            instance_initiated_shutdown_behavior="stop",
-            instance_market_options=market_options(args.billing),
-            metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
-                http_endpoint="enabled",
-                http_tokens="required",
-                http_put_response_hop_limit=2,  # containers on the node still reach IMDS
-                instance_metadata_tags="enabled",  # the watchdog reads its own tags
-            ),
-            root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
-                volume_size=args.root_disk_gb,
-                volume_type="gp3",
-                encrypted=True,
-                delete_on_termination=True,
-                tags={**spec.tags, "Name": f"{spec.name}-root"},
-            ),
-            ebs_block_devices=ebs or None,
-            ebs_optimized=True,
-            monitoring=True,
-            user_data=spec.user_data,
-            user_data_replace_on_change=False,
-            tags=spec.tags,
-            volume_tags=None,
-            opts=child_opts(
-                parent, ignore_changes=["ami"]
-            ),  # a newer DLAMI must not replace a node
-        )
-        aws.iam.RolePolicy(
-            f"{spec.name}-lease",
-            role=role.id,
-            policy=instance.arn.apply(lease_policy),
-            opts=child_opts(parent),
-        )
+        return launch_template
+
+    def _public_ip(
+        self, parent: pulumi.Resource, spec: NodeSpec, instance: aws.ec2.Instance
+    ) -> pulumi.Output[str]:
+        """The node's public IPv4: EC2's own, or an Elastic IP where EC2 gives none."""
         public_ip: pulumi.Output[str] = instance.public_ip
         if not public_ipv4_at_launch(efa_layout(spec.efa_interfaces)):
             # Launched with several interfaces, the node gets no public IPv4 from EC2; an
@@ -597,7 +640,7 @@ class AwsProvider:
                 opts=child_opts(parent),
             )
             public_ip = eip.public_ip
-        return NodeParts(instance.id, public_ip, instance.private_ip)
+        return public_ip
 
     # -- idle guard -------------------------------------------------------------------------
     def guard(
