@@ -392,6 +392,12 @@ class Supervisor:
         venv_bin = str(Path(self.spec["python"]).parent)
         env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
         argv = torchrun_argv(self.spec, self.node_rank, self.job_dir)
+        # Where this attempt's lines start in the logs, appended across attempts: a follow
+        # of a resume shows this attempt, not the earlier ones again.
+        log_offsets = {
+            str(r): _size(self.job_dir / "logs" / f"rank-{r}.log")
+            for r in ranks_of(None, self.spec, self.node_rank)
+        }
         self.log("start: " + " ".join(argv))
         with open(self.dir / "torchrun.log", "ab") as out:
             self.proc = subprocess.Popen(
@@ -403,7 +409,12 @@ class Supervisor:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own group: cancel signals every rank at once
             )
-        self.state.update(state="running", torchrun_pid=self.proc.pid, pgid=self.proc.pid)
+        self.state.update(
+            state="running",
+            torchrun_pid=self.proc.pid,
+            pgid=self.proc.pid,
+            log_offsets=log_offsets,
+        )
         self.save()
         interval = max(0.5, float(self.spec.get("sync_interval_s") or 60.0))
         grace = float(self.spec.get("cancel_grace_s") or 30.0)
@@ -637,13 +648,30 @@ def restorable(job_dir: Path) -> dict[str, Any]:
     return {**out, "bucket": where, "bucket_step": step, "bucket_files": len(folder or {})}
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def follow(
-    job_dir: Path, ranks: Sequence[int], *, keep_following: bool, poll_s: float = 0.3
+    job_dir: Path,
+    ranks: Sequence[int],
+    *,
+    keep_following: bool,
+    poll_s: float = 0.3,
+    this_attempt_of: int | None = None,
 ) -> int:
     """Print the ranks' logs, each line prefixed; with ``keep_following`` until the node's
-    job ends (the SSH side can drop at any time: the job does not depend on this process)."""
+    job ends (the SSH side can drop at any time: the job does not depend on this process).
+    With ``this_attempt_of`` (a node rank), from where that node's current attempt began."""
     spec = read_json(job_dir / "job.json") or {}
     offsets = {r: 0 for r in ranks}
+    if this_attempt_of is not None:
+        state = read_json(node_dir(job_dir, this_attempt_of) / "state.json") or {}
+        start = state.get("log_offsets") or {}
+        offsets = {r: int(start.get(str(r)) or 0) for r in ranks}
     partial = {r: "" for r in ranks}
     wide = len(str(max(ranks))) if ranks else 1
 
@@ -760,6 +788,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--wait", type=float, default=60.0)
     p.add_argument("--rank", type=int, action="append", help="follow: only these global ranks")
     p.add_argument("--follow", action="store_true")
+    p.add_argument("--this-attempt", action="store_true", help="follow: the current attempt only")
     p.add_argument("--s3-endpoint", default="", help="cancel: the bucket's endpoint")
     p.add_argument("--workdir", type=Path, help="unpack: the node's copy of the workdir")
     p.add_argument("--tar", type=Path, help="unpack: the update fab sent")
@@ -794,7 +823,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         state = read_json(node_dir(job_dir, args.node_rank) / "state.json")
         mine = ranks_of(state, spec, args.node_rank)
         wanted = [r for r in mine if not args.rank or r in args.rank]
-        return follow(job_dir, wanted, keep_following=args.follow)
+        node = args.node_rank if args.this_attempt else None
+        return follow(job_dir, wanted, keep_following=args.follow, this_attempt_of=node)
     print(json.dumps(out))
     return 0 if out.get("ok") else 1
 

@@ -779,6 +779,8 @@ def logs_step(conn: Connection, ctx: HostContext) -> StepResult:
         cmd += f" --rank {int(x['rank'])}"
     if x.get("follow"):
         cmd += " --follow"
+    if x.get("this_attempt"):
+        cmd += " --this-attempt"
     writer = LineWriter(x["out"], x["lock"])
     try:
         done = conn.run(
@@ -1102,11 +1104,13 @@ def _follow(
     rank: int | None,
     follow: bool,
     connect_timeout: float,
+    this_attempt: bool = False,
 ) -> FleetReport:
     extra = {
         "spec": spec,
         "rank": rank,
         "follow": follow,
+        "this_attempt": this_attempt,
         "out": sys.stdout,
         "lock": threading.Lock(),
     }
@@ -1281,7 +1285,9 @@ def _report_started(
 
 def _follow_to_end(c: Context, fleet: Fleet, spec: Mapping[str, Any], timeout: float) -> None:
     """Stream the job's log until it ends; exit 1 unless it succeeded."""
-    _follow(c, fleet, spec, rank=None, follow=True, connect_timeout=timeout)
+    # A resume's --follow shows the new attempt, not the earlier ones again (issue 24).
+    resumed = int(spec.get("attempt") or 1) > 1
+    _follow(c, fleet, spec, rank=None, follow=True, connect_timeout=timeout, this_attempt=resumed)
     rows, _ = collect_jobs(c, fleet, spec["jobs_dir"], timeout)
     final = next((r for r in rows if r.job == spec["job"]), None)
     state = final.state if final else "unknown"

@@ -214,3 +214,24 @@ def test_files_already_on_the_node_are_kept_not_replaced(
     sup.restore()
     assert (ckpt / "snapshot.pt").read_bytes() == b"epoch 4, newer than the bucket"
     assert "local file(s) kept" in sup.state["restore"]["detail"]
+
+
+# ---------------------------------------------------------------------------- follow
+
+
+def test_following_a_resume_shows_this_attempt_not_the_earlier_ones_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job_dir = recorded_job(tmp_path, "", bucket="")
+    logs = job_dir / "logs"
+    logs.mkdir()
+    earlier = "gpufleet: rank 0 attempt 1\nepoch 0 done\nepoch 1 done\n"
+    (logs / "rank-0.log").write_text(earlier + "gpufleet: rank 0 attempt 2\nResuming at 2\n")
+    state = {"state": "succeeded", "log_offsets": {"0": len(earlier)}}
+    (job_dir / "node-0" / "state.json").write_text(json.dumps(state))
+    job_runner.follow(job_dir, [0], keep_following=False, this_attempt_of=0)
+    assert (
+        capsys.readouterr().out == "[rank 0] gpufleet: rank 0 attempt 2\n[rank 0] Resuming at 2\n"
+    )
+    job_runner.follow(job_dir, [0], keep_following=False)  # fab logs: every attempt
+    assert capsys.readouterr().out.startswith("[rank 0] gpufleet: rank 0 attempt 1\n")

@@ -566,4 +566,6 @@ def test_a_plain_torch_save_job_resumes_from_the_bucket_on_an_emptied_node(
     start = re.search(r"Resuming training from snapshot at Epoch (\d+)", resumed.stdout)
     assert start and 0 < int(start.group(1)) < 30, resumed.stdout[-3000:]
     assert "epoch 29 done" in resumed.stdout
+    # The follow shows this attempt only: the killed one's lines are not replayed.
+    assert "epoch 0 done" not in resumed.stdout and "attempt 1," not in resumed.stdout
     assert one_job(one_node.inventory, one_node.jobs)["state"] == "succeeded"
