@@ -3,7 +3,7 @@
 Standard library only, no project imports: this file is installed next to the watchdog
 (``/opt/gpufleet/bucket.py``) and runs on the node's system Python (3.10+). It speaks
 the S3 REST API with AWS Signature Version 4, so one tested code path serves both clouds
-(which endpoint is each cloud's: ``bucket_endpoint()`` of its class in watchdog.py):
+(which endpoint is each cloud's: ``bucket_endpoint()`` of its class in clouds/):
 
 * AWS S3: ``https://<bucket>.s3.<region>.amazonaws.com`` (virtual-hosted style).
 * Alibaba Cloud OSS through its S3-compatible endpoint,
@@ -13,7 +13,7 @@ the S3 REST API with AWS Signature Version 4, so one tested code path serves bot
 Azure Blob Storage is not S3-compatible: :class:`BlobStore` speaks its own REST API (Put
 Blob, Put Block / Put Block List for large files, Get Blob Properties) with a managed-identity
 bearer token and ``x-ms-version``, behind the same methods; the cloud class names its store
-(``bucket_store`` of its class in watchdog.py): no table here maps a kind to a store.
+(``bucket_store`` of its class in clouds/): no table here maps a kind to a store.
 
 Why not ``aws s3 sync`` / ``ossutil``: nothing installs them on the nodes, and a missing or
 broken CLI was exactly how scratch got lost. A built-in sync cannot be missing when the
@@ -484,7 +484,7 @@ class BlobStore(BucketStore):
     ``bucket`` output on Azure), authorised with a bearer token for ``storage.azure.com``.
 
     ``credentials()`` returns the node's credentials; the token is their ``storage`` entry
-    (AzureNode in watchdog.py asks the metadata service for it). Same guarantees as
+    (AzureNode in clouds/azure.py asks the metadata service for it). Same guarantees as
     :class:`Store`: ``Content-MD5`` on every write (the service refuses a corrupted body),
     bounded retries on 5xx / 429 / network errors, the deadline checked before each request.
     Path style (tests, Azurite): /account/container/blob.

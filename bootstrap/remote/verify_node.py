@@ -290,19 +290,17 @@ class LoadSampler(threading.Thread):
         }
 
 
-def torchrun(
+def torchrun_command(
     args: argparse.Namespace,
     *,
     nproc: int,
     phases: str,
     tag: str,
     workdir: Path,
-    nnodes: int = 1,
-) -> dict[str, Any]:
-    """Launch verify_train.py on every local GPU (or ``nproc`` CPU processes) and merge the
-    per-rank JSON files."""
-    outdir = workdir / f"out-{tag}"
-    outdir.mkdir(parents=True, exist_ok=True)
+    outdir: Path,
+    nnodes: int,
+) -> list[str]:
+    """The torchrun launch of verify_train.py for one stage."""
     # Without --log-dir torchrun makes a /tmp/torchelastic_* folder per launch and never
     # removes it; inside the workdir it goes away with the verify run's own temp folder.
     cmd = [
@@ -332,6 +330,25 @@ def torchrun(
     ]
     if args.steps:
         cmd.append(f"--steps={args.steps}")
+    return cmd
+
+
+def torchrun(
+    args: argparse.Namespace,
+    *,
+    nproc: int,
+    phases: str,
+    tag: str,
+    workdir: Path,
+    nnodes: int = 1,
+) -> dict[str, Any]:
+    """Launch verify_train.py on every local GPU (or ``nproc`` CPU processes) and merge the
+    per-rank JSON files."""
+    outdir = workdir / f"out-{tag}"
+    outdir.mkdir(parents=True, exist_ok=True)
+    cmd = torchrun_command(
+        args, nproc=nproc, phases=phases, tag=tag, workdir=workdir, outdir=outdir, nnodes=nnodes
+    )
     env = dict(os.environ)
     # torchrun otherwise prints a banner about this on every launch.
     env.setdefault("OMP_NUM_THREADS", "1")

@@ -372,6 +372,59 @@ class Jobs:
     stop_when_done: str | None = None  # a job that ended this boot with --stop-when-done
 
 
+def _stall_decision(run: Sequence[Sample], now: datetime, policy: Policy) -> Decision | None:
+    """The stall clock: the trailing samples where processes hold GPU memory at near-zero
+    use. None when the latest sample is not stalled."""
+    latest = run[-1]
+    stall_from: datetime | None = None
+    for sample in reversed(run):
+        if not _stalled(sample, policy):
+            break
+        stall_from = sample.at
+    if stall_from is None:
+        return None
+    stalled = _minutes(now - stall_from)
+    stop_at = policy.stall_warn_minutes + policy.stall_stop_after_warn_minutes
+    what = (
+        f"stalled job: {latest.gpu_procs} process(es) hold GPU memory at "
+        f"< {policy.stall_util_pct:g} % utilization for {_fmt_minutes(stalled)}"
+    )
+    if stalled >= stop_at:
+        return Decision(STOP, what, idle_minutes=stalled)
+    if stalled >= policy.stall_warn_minutes:
+        return Decision(
+            KEEP,
+            what,
+            warning=f"{what}; this node stops in {_fmt_minutes(stop_at - stalled)} "
+            "unless the job makes progress, or run `fab keep-alive --hours N`",
+            idle_minutes=stalled,
+        )
+    return Decision(
+        KEEP, f"{what} (warning at {policy.stall_warn_minutes:g} min)", idle_minutes=stalled
+    )
+
+
+def _last_activity(run: Sequence[Sample], now: datetime, policy: Policy) -> Decision | datetime:
+    """Where the idle clock starts: the end of the last activity, or the start of the known
+    run; a KEEP decision instead while that activity is recent enough to hold the node."""
+    latest = run[-1]
+    for sample in reversed(run):
+        why = _activity(sample, policy)
+        if why is None:
+            continue
+        if sample is latest:
+            return Decision(KEEP, why, idle_minutes=0.0)
+        if sample.max_util >= policy.active_util_pct:
+            # A busy GPU sample keeps the node active for the activity window after it.
+            active_until = sample.at + timedelta(minutes=policy.activity_window_minutes)
+            if active_until > now:
+                ago = _fmt_minutes(_minutes(now - sample.at))
+                return Decision(KEEP, f"{why} {ago} ago", idle_minutes=0.0)
+            return active_until
+        return sample.at
+    return run[0].at
+
+
 def decide_node(
     samples: Sequence[Sample],
     *,
@@ -425,54 +478,17 @@ def decide_node(
     if latest.unreadable:
         return Decision(KEEP, _activity(latest, policy) or "unreadable")
 
-    # Stall clock: the trailing samples where processes hold GPU memory at near-zero use.
-    stall_from: datetime | None = None
-    for sample in reversed(run):
-        if not _stalled(sample, policy):
-            break
-        stall_from = sample.at
-    if stall_from is not None:
-        stalled = _minutes(now - stall_from)
-        stop_at = policy.stall_warn_minutes + policy.stall_stop_after_warn_minutes
-        what = (
-            f"stalled job: {latest.gpu_procs} process(es) hold GPU memory at "
-            f"< {policy.stall_util_pct:g} % utilization for {_fmt_minutes(stalled)}"
-        )
-        if stalled >= stop_at:
-            return Decision(STOP, what, idle_minutes=stalled)
-        if stalled >= policy.stall_warn_minutes:
-            return Decision(
-                KEEP,
-                what,
-                warning=f"{what}; this node stops in {_fmt_minutes(stop_at - stalled)} "
-                "unless the job makes progress, or run `fab keep-alive --hours N`",
-                idle_minutes=stalled,
-            )
-        return Decision(
-            KEEP, f"{what} (warning at {policy.stall_warn_minutes:g} min)", idle_minutes=stalled
-        )
+    stall = _stall_decision(run, now, policy)
+    if stall is not None:
+        return stall
 
     if jobs.running:
         return Decision(KEEP, f"{jobs.running} running job(s) (fab train)", idle_minutes=0.0)
 
-    # Idle clock: from the end of the last activity, or from the start of the known run.
-    idle_since = run[0].at
-    for sample in reversed(run):
-        why = _activity(sample, policy)
-        if why is None:
-            continue
-        if sample is latest:
-            return Decision(KEEP, why, idle_minutes=0.0)
-        if sample.max_util >= policy.active_util_pct:
-            # A busy GPU sample keeps the node active for the activity window after it.
-            active_until = sample.at + timedelta(minutes=policy.activity_window_minutes)
-            if active_until > now:
-                ago = _fmt_minutes(_minutes(now - sample.at))
-                return Decision(KEEP, f"{why} {ago} ago", idle_minutes=0.0)
-            idle_since = active_until
-        else:
-            idle_since = sample.at
-        break
+    active = _last_activity(run, now, policy)
+    if isinstance(active, Decision):
+        return active
+    idle_since = active
     if jobs.ended_at is not None and idle_since < jobs.ended_at <= now:
         idle_since = jobs.ended_at  # a job ran until then (perhaps on CPUs only)
     idle = max(0.0, _minutes(now - idle_since))

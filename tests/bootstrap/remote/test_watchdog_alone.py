@@ -80,6 +80,21 @@ def test_every_node_file_imports_only_the_stdlib_or_its_neighbours(path: Path) -
     assert not foreign, f"{path.name} imports {sorted(foreign)}"
 
 
+# Issue 23: every function at most about 90 lines (a longer one does several things).
+MAX_FUNCTION_LINES = 90
+
+
+@pytest.mark.parametrize("path", remote_modules(), ids=lambda p: p.relative_to(REMOTE).as_posix())
+def test_every_function_in_a_node_file_is_at_most_90_lines(path: Path) -> None:
+    long = {
+        f"{node.name} ({(node.end_lineno or node.lineno) - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (node.end_lineno or node.lineno) - node.lineno + 1 > MAX_FUNCTION_LINES
+    }
+    assert not long, f"{path.name}: {sorted(long)}"
+
+
 def test_the_import_check_sees_a_project_import() -> None:
     code = (
         "import os\nfrom bootstrap.remote import x\nif TYPE_CHECKING:\n import infra\n"
