@@ -1,8 +1,9 @@
 """Measure one node for ``fab verify-gpu`` and write the raw measurements as one JSON document.
 
-Copied to a temp dir on the node together with verify_smi.py and verify_train.py and run with
-the node's own Python (the venv that install-pytorch made): stdlib here, torch only in the
-torchrun workers. Nothing is judged on the node; the laptop compares the numbers with the
+Copied to a temp dir on the node together with verify_smi.py, verify_train.py and the node's
+bucket client (bucket.py, clouds/, fleet_names.py: the watchdog's own) and run with the node's
+own Python (the venv that install-pytorch made): stdlib here, torch only in the torchrun
+workers. Nothing is judged on the node; the laptop compares the numbers with the
 catalog. Every probe records its own failure instead of raising, so one broken tool (say,
 dmesg without root) never hides the rest of the evidence.
 
@@ -22,6 +23,7 @@ import argparse
 import contextlib
 import glob
 import hashlib
+import importlib
 import json
 import mmap
 import os
@@ -34,7 +36,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -507,170 +508,66 @@ def _file_io(file: Path, buffers: list[mmap.mmap], size: int, flags: int, *, wri
 
 
 def storage_probe(args: argparse.Namespace) -> dict[str, Any]:
-    """Put, get and delete a probe object in the stack's bucket, with the node's own
-    credentials (the instance role). SKIP, with the reason, when the node has no client."""
+    """Put, get and delete a probe object in the stack's bucket with the node's own bucket
+    client (bucket.py, the one the watchdog saves scratch with) and the node's own role
+    credentials (its cloud's metadata service: clouds/<name>.py); the same on every cloud.
+    SKIP, with the reason, when the node has no credentials."""
     if not args.bucket:
         return {"status": "skip", "reason": "the stack has no bucket"}
     payload = os.urandom(MiB)
     key = f"gpufleet-verify/{socket.gethostname()}-{int(time.time())}.probe"
     base = {"bucket": args.bucket, "key": key, "bytes": len(payload)}
-    return {**base, **PROBES[args.object_store](args, key, payload)}
+    return {**base, **_bucket_round_trip(args, key, payload)}
 
 
-def _s3_probe(args: argparse.Namespace, key: str, payload: bytes) -> dict[str, Any]:
-    try:
-        import boto3
-        import botocore.exceptions
-    except ImportError:
-        if shutil.which("aws"):
-            return _cli_probe(args, key, payload)
-        return {"status": "skip", "reason": "neither boto3 nor the aws CLI is on the node"}
-    client = boto3.client("s3", region_name=args.region or None, endpoint_url=args.s3_endpoint)
+# What the probe reports as its tool: the node's stdlib client, whichever the cloud.
+BUCKET_TOOL = "bucket.py"
+
+
+def _node_bucket() -> tuple[Any, Any]:
+    """The shipped bucket client and node clouds (bucket.py, clouds/ beside this file),
+    imported the node's way: as top-level modules, as the watchdog and job_sync do. Only
+    the probe needs them, so nothing else in this file depends on their being there."""
+    if str(HERE) not in sys.path:
+        sys.path.append(str(HERE))
+    return importlib.import_module("bucket"), importlib.import_module("clouds")
+
+
+def _bucket_round_trip(args: argparse.Namespace, key: str, payload: bytes) -> dict[str, Any]:
+    bucket, clouds = _node_bucket()
     timings: dict[str, float] = {}
     try:
+        cloud = clouds.node_cloud(args.provider, args.region, "", args.metadata_url)
+        store = cloud.bucket_store.for_node(
+            endpoint=cloud.bucket_endpoint(),
+            region=args.region,
+            bucket=args.bucket,
+            credentials=cloud.credentials,
+            endpoint_url=args.s3_endpoint or "",
+        )
+        deadline = time.monotonic() + 300
         t = time.perf_counter()
-        client.put_object(Bucket=args.bucket, Key=key, Body=payload)
+        store.put(key, payload, deadline)
         timings["put_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        body = client.get_object(Bucket=args.bucket, Key=key)["Body"].read()
+        _, _, body = store.request("GET", key, deadline=deadline)
         timings["get_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        client.delete_object(Bucket=args.bucket, Key=key)
+        store.request("DELETE", key, deadline=deadline)
         timings["delete_s"] = time.perf_counter() - t
-    except botocore.exceptions.NoCredentialsError:
-        return {"status": "skip", "tool": "boto3", "reason": "no AWS credentials on the node"}
-    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
-        return {
-            "status": "error",
-            "tool": "boto3",
-            "reason": f"{type(exc).__name__}: {exc}",
-            **timings,
-        }
-    return _verified("boto3", payload, body, timings)
+    except ValueError as exc:  # a provider this node has no module for
+        return {"status": "error", "tool": BUCKET_TOOL, "reason": str(exc)}
+    except bucket.StoreError as exc:
+        status = "skip" if exc.code == "NoCredentials" else "error"
+        reason = f"{exc.code}: {exc}" if exc.code and exc.code not in str(exc) else str(exc)
+        return {"status": status, "tool": BUCKET_TOOL, "reason": reason, **timings}
+    return _verified(BUCKET_TOOL, payload, body, timings)
 
 
 def _verified(tool: str, payload: bytes, body: bytes, timings: dict[str, float]) -> dict[str, Any]:
     if hashlib.sha256(body).digest() != hashlib.sha256(payload).digest():
         return {"status": "error", "tool": tool, "reason": "object read back differs", **timings}
     return {"status": "ok", "tool": tool, **{k: round(v, 4) for k, v in timings.items()}}
-
-
-def _cli_probe(args: argparse.Namespace, key: str, payload: bytes) -> dict[str, Any]:
-    base = ["aws", "s3api"]
-    if args.s3_endpoint:
-        base = ["aws", "--endpoint-url", args.s3_endpoint, "s3api"]
-    if args.region:
-        base += ["--region", args.region]
-    timings: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp) / "put", Path(tmp) / "get"
-        src.write_bytes(payload)
-        steps = [
-            (
-                "put_s",
-                [*base, "put-object", "--bucket", args.bucket, "--key", key, "--body", str(src)],
-            ),
-            ("get_s", [*base, "get-object", "--bucket", args.bucket, "--key", key, str(dst)]),
-            ("delete_s", [*base, "delete-object", "--bucket", args.bucket, "--key", key]),
-        ]
-        for name, cmd in steps:
-            t = time.perf_counter()
-            result = run(cmd, timeout=120)
-            timings[name] = time.perf_counter() - t
-            if result["rc"] != 0:
-                err = _tail(result["err"] or result["out"], 2)
-                status = "skip" if "Unable to locate credentials" in err else "error"
-                return {
-                    "status": status,
-                    "tool": "aws-cli",
-                    "reason": f"{name[:-2]}: {err}",
-                    **timings,
-                }
-            if name == "get_s":
-                body = dst.read_bytes()
-    return _verified("aws-cli", payload, body, timings)
-
-
-def _oss_probe(args: argparse.Namespace, key: str, payload: bytes) -> dict[str, Any]:
-    tool = shutil.which("ossutil") or shutil.which("ossutil64")
-    if tool is None:
-        return {"status": "skip", "reason": "ossutil is not installed on the node"}
-    url = f"oss://{args.bucket}/{key}"
-    timings: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp) / "put", Path(tmp) / "get"
-        src.write_bytes(payload)
-        steps = [
-            ("put_s", [tool, "cp", "-f", str(src), url]),
-            ("get_s", [tool, "cp", "-f", url, str(dst)]),
-            ("delete_s", [tool, "rm", "-f", url]),
-        ]
-        for name, cmd in steps:
-            t = time.perf_counter()
-            result = run(cmd, timeout=120)
-            timings[name] = time.perf_counter() - t
-            if result["rc"] != 0:
-                err = _tail(result["err"] or result["out"], 2)
-                return {
-                    "status": "error",
-                    "tool": "ossutil",
-                    "reason": f"{name[:-2]}: {err}",
-                    **timings,
-                }
-        body = dst.read_bytes()
-    return _verified("ossutil", payload, body, timings)
-
-
-# The installed watchdog (bootstrap/tasks/watchdog.py PREFIX, ETC): its check-sync writes and
-# reads back an object with the node's own role, through the sync that saves the checkpoints.
-WATCHDOG = "/opt/gpufleet/watchdog.py"
-WATCHDOG_CONFIG = "/etc/gpufleet/watchdog.json"
-
-
-def _check_sync_probe(args: argparse.Namespace, key: str, payload: bytes) -> dict[str, Any]:
-    """The installed watchdog's check-sync: it writes its own small probe object (not
-    ``key``) through the same client and credentials that save the checkpoints."""
-    del key, payload
-    if not Path(WATCHDOG).is_file():
-        return {"status": "skip", "reason": f"{WATCHDOG} is not installed (fab setup installs it)"}
-    t = time.perf_counter()
-    result = run([sys.executable, WATCHDOG, "check-sync", "--json", "--config", WATCHDOG_CONFIG])
-    timings = {"check_s": round(time.perf_counter() - t, 4)}
-    try:
-        answer = json.loads(result["out"] or "{}")
-    except ValueError:
-        answer = {}
-    if result["rc"] == 0 and answer.get("ok"):
-        return {
-            "status": "ok",
-            "tool": "watchdog check-sync",
-            "detail": answer["detail"],
-            **timings,
-        }
-    reason = answer.get("detail") or _tail(result["err"] or result["out"], 2)
-    return {"status": "error", "tool": "watchdog check-sync", "reason": reason, **timings}
-
-
-def _cos_probe(args: argparse.Namespace, key: str, payload: bytes) -> dict[str, Any]:
-    """COS: the watchdog's own SigV4 client against COS's S3-compatible endpoint (no COS tool
-    or boto3 is installed on the nodes, and the CAM role's keys come from Tencent's metadata
-    service, which boto3 does not read)."""
-    return _check_sync_probe(args, key, payload)
-
-
-def _azureblob_probe(args: argparse.Namespace, key: str, payload: bytes) -> dict[str, Any]:
-    """Azure Blob (not S3-compatible): the watchdog's own Blob client (Put Blob with the
-    VM's managed-identity token from IMDS); no Azure tool is installed on the nodes."""
-    return _check_sync_probe(args, key, payload)
-
-
-# How the probe reaches each kind of object store (the catalog's ``object_store`` values).
-PROBES: dict[str, Callable[[argparse.Namespace, str, bytes], dict[str, Any]]] = {
-    "s3": _s3_probe,
-    "oss": _oss_probe,
-    "cos": _cos_probe,
-    "azureblob": _azureblob_probe,
-}
 
 
 def _phases(args: argparse.Namespace) -> str:
@@ -768,13 +665,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scratch-mb", type=int, default=4096)
     p.add_argument("--bucket", default="")
     p.add_argument(
-        "--object-store",
-        choices=tuple(PROBES),
-        default="s3",
-        help="the bucket's kind (the host reads it from the cloud's catalog facts)",
+        "--provider",
+        default="",
+        help="the stack's cloud: which node module (clouds/<name>.py) reaches the bucket",
     )
     p.add_argument("--region", default="")
-    p.add_argument("--s3-endpoint", default=None)
+    p.add_argument("--s3-endpoint", default=None, help="bucket API override (tests, MinIO)")
+    p.add_argument("--metadata-url", default="", help="metadata service override (tests)")
     p.add_argument("--peak-tflops", type=float, default=0.0, help="per-GPU peak, for MFU")
     p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--node-rank", type=int, default=0)

@@ -23,10 +23,18 @@ from bootstrap.fleet.system import ProgressStream, sh
 from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.verify.expected import Expected
 from bootstrap.verify.judge import ReportError, parse_report
-from infra.catalog import object_store
 
 REMOTE_DIR = Path(__file__).resolve().parent.parent / "remote"
-REMOTE_FILES = ("verify_node.py", "verify_smi.py", "verify_train.py")
+REMOTE_FILES = (
+    "verify_node.py",
+    "verify_smi.py",
+    "verify_train.py",
+    # The bucket probe's client: the watchdog's own (one client, one signing, the node's
+    # role credentials), with the node clouds (the folder as it is: no list here).
+    "bucket.py",
+    "fleet_names.py",
+    *(f"clouds/{p.name}" for p in sorted((REMOTE_DIR / "clouds").glob("*.py"))),
+)
 
 
 @dataclass(frozen=True)
@@ -84,7 +92,6 @@ def node_command(
         f"--timeout={opts.timeout_s:g}",
         f"--scratch={exp.scratch.path}",
         f"--scratch-mb={opts.scratch_mb}",
-        f"--object-store={object_store(exp.provider)}",
     ]
     if exp.gpu and not opts.cpu:
         args += [f"--dtype={exp.gpu.training_dtype}", f"--peak-tflops={exp.gpu.peak_tflops:g}"]
@@ -94,6 +101,8 @@ def node_command(
         args.append(f"--steps={opts.steps}")
     if exp.bucket and stage == "local":
         args.append(f"--bucket={exp.bucket}")
+    if exp.provider:
+        args.append(f"--provider={exp.provider}")
     if exp.region:
         args.append(f"--region={exp.region}")
     if opts.s3_endpoint:

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from bootstrap.fleet import console_keys
-from bootstrap.remote import verify_node
 from bootstrap.verify import report
 from infra import clouds
 from infra.catalog import (
@@ -47,10 +46,6 @@ NODE_CLOUDS = "bootstrap/remote/clouds/"
 ALLOWED: dict[str, tuple[int, str]] = {}
 # The same for the node files outside NODE_CLOUDS (a provider's name anywhere in their code).
 NODE_ALLOWED: dict[str, tuple[int, str]] = {
-    "bootstrap/remote/verify_node.py": (
-        3,
-        "the aws CLI's command name: the s3 probe's fallback tool (PROBES), not the provider",
-    ),
     "bootstrap/remote/job_sync.py": (
         1,
         "a job spec without a provider gets the aws store (make_store): a default cloud that "
@@ -218,7 +213,6 @@ def test_every_registry_covers_every_provider_the_catalog_knows() -> None:
     assert known <= set(_node_clouds().CLOUDS)
     stores = {info.object_store for info in load_catalog().providers.values()}
     assert stores <= set(report.UPLOADERS)
-    assert stores <= set(verify_node.PROBES)
 
 
 def test_verify_gpu_tells_the_node_its_bucket_kind_from_the_catalog() -> None:

@@ -1,12 +1,11 @@
 """COS (Tencent's object store) reached through the S3 path: the verify report upload with
-boto3 and Tencent's keys, and verify-gpu's node probe through the installed watchdog's
-``check-sync`` (its stdlib SigV4 client, configured as a Tencent node). Both against moto's S3
+boto3 and Tencent's keys, and verify-gpu's node probe through the node's own bucket client
+(bucket.py's SigV4, as the Tencent node module builds it). Both against moto's S3
 on 127.0.0.1 standing for COS's S3-compatible endpoint: what moto proves is our SigV4 path
 and addressing, not that COS accepts them (only a real bucket does)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -71,65 +70,39 @@ def test_report_upload_to_cos_uses_the_s3_path_with_tencent_keys(
     assert keys(moto, name) == ["gpufleet/verify/verify-1.json"]
 
 
+def cos_probe_args(name: str, moto: str) -> SimpleNamespace:
+    return SimpleNamespace(
+        bucket=name,
+        provider="tencent",
+        region=REGION,
+        s3_endpoint=moto,
+        metadata_url=closed_port(),  # no metadata service: Tencent's keys from the environment
+    )
+
+
 @pytest.mark.integration
-def test_verify_cos_probe_runs_the_installed_watchdogs_check_sync(
-    moto: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_verify_cos_probe_is_the_nodes_own_client_with_tencents_keys(
+    moto: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     name = bucket(moto, "gpufleet-probe-1250000000")
-    config = tmp_path / "watchdog.json"
-    config.write_text(
-        json.dumps(
-            {
-                "provider": "tencent",
-                "region": REGION,
-                "stack": "tc",
-                "node": "tc-1",
-                "bucket": name,
-                "storage_endpoint_url": moto,
-                "metadata_url": closed_port(),
-                "scratch_path": str(tmp_path / "scratch"),
-                "state_dir": str(tmp_path / "state"),
-            }
-        )
-    )
     monkeypatch.setenv("TENCENTCLOUD_SECRET_ID", "AKIDtest")
     monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", "secret")
-    monkeypatch.setattr(verify_node, "WATCHDOG", str(REMOTE / "watchdog.py"))
-    monkeypatch.setattr(verify_node, "WATCHDOG_CONFIG", str(config))
-    args = SimpleNamespace(bucket=name, object_store="cos", region=REGION, s3_endpoint=None)
-    result = verify_node.storage_probe(args)  # type: ignore[arg-type]
+    result = verify_node.storage_probe(cos_probe_args(name, moto))  # type: ignore[arg-type]
     assert result["status"] == "ok", result
-    assert result["tool"] == "watchdog check-sync" and "wrote and read back" in result["detail"]
-    assert keys(moto, name)  # the probe object the check wrote
+    assert result["tool"] == "bucket.py" and {"put_s", "get_s", "delete_s"} <= set(result)
+    assert keys(moto, name) == []  # the probe object is gone again
 
-    monkeypatch.setattr(verify_node, "WATCHDOG", str(tmp_path / "absent.py"))
-    missing = verify_node.storage_probe(args)  # type: ignore[arg-type]
-    assert missing["status"] == "skip" and "fab setup" in missing["reason"]
+    monkeypatch.delenv("TENCENTCLOUD_SECRET_ID")
+    missing = verify_node.storage_probe(cos_probe_args(name, moto))  # type: ignore[arg-type]
+    assert missing["status"] == "skip" and "no credentials" in missing["reason"]
 
 
 @pytest.mark.integration
 def test_verify_cos_probe_reports_a_missing_bucket_as_an_error(
-    moto: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    moto: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = tmp_path / "watchdog.json"
-    config.write_text(
-        json.dumps(
-            {
-                "provider": "tencent",
-                "region": REGION,
-                "stack": "tc",
-                "node": "tc-1",
-                "bucket": "no-such-bucket-1250000000",
-                "storage_endpoint_url": moto,
-                "metadata_url": closed_port(),
-                "state_dir": str(tmp_path / "state"),
-            }
-        )
-    )
     monkeypatch.setenv("TENCENTCLOUD_SECRET_ID", "AKIDtest")
     monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", "secret")
-    monkeypatch.setattr(verify_node, "WATCHDOG", str(REMOTE / "watchdog.py"))
-    monkeypatch.setattr(verify_node, "WATCHDOG_CONFIG", str(config))
-    args = SimpleNamespace(bucket="no-such-bucket-1250000000", object_store="cos", region=REGION)
+    args = cos_probe_args("no-such-bucket-1250000000", moto)
     result = verify_node.storage_probe(args)  # type: ignore[arg-type]
     assert result["status"] == "error" and "NoSuchBucket" in result["reason"], result

@@ -23,7 +23,9 @@ from bootstrap.fleet.api import ScratchSpec
 from bootstrap.remote import verify_node, verify_smi
 from bootstrap.verify import judge as j
 from bootstrap.verify.report import REPORT_SCHEMA, VerifyRun, save_report, upload_report
+from bootstrap.verify.ship import REMOTE_DIR, REMOTE_FILES
 from infra.catalog import load_catalog
+from tests.bootstrap.remote.watchdog_fakes import closed_port
 
 NODE_SCRIPT = Path(verify_node.__file__)
 
@@ -162,19 +164,43 @@ def moto_s3() -> Iterator[str]:
         server.stop()
 
 
-def probe_args(endpoint: str, bucket: str) -> Namespace:
-    return Namespace(bucket=bucket, object_store="s3", region="us-east-1", s3_endpoint=endpoint)
+def probe_args(endpoint: str, bucket: str, provider: str = "aws") -> Namespace:
+    return Namespace(
+        bucket=bucket,
+        provider=provider,
+        region="us-east-1",
+        s3_endpoint=endpoint,
+        metadata_url=closed_port(),  # no metadata service: the keys come from the environment
+    )
+
+
+# Each S3-compatible cloud's node module with its own environment keys, against moto's S3
+# standing for S3, OSS's and COS's S3-compatible endpoints (what moto proves is our SigV4
+# and addressing, not that OSS or COS accept them: only a real bucket does).
+S3_CLOUDS = {
+    "aws": ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"),
+    "alicloud": ("ALIBABA_CLOUD_ACCESS_KEY_ID", "ALIBABA_CLOUD_ACCESS_KEY_SECRET"),
+    "tencent": ("TENCENTCLOUD_SECRET_ID", "TENCENTCLOUD_SECRET_KEY"),
+}
 
 
 @pytest.mark.integration
-def test_storage_probe_puts_gets_and_deletes_through_real_s3_calls(moto_s3: str) -> None:
+@pytest.mark.parametrize("provider", sorted(S3_CLOUDS))
+def test_storage_probe_puts_gets_and_deletes_with_the_nodes_own_client(
+    moto_s3: str, provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=moto_s3)
-    s3.create_bucket(Bucket="gpufleet-probe")
-    result = verify_node.storage_probe(probe_args(moto_s3, "gpufleet-probe"))
+    s3.create_bucket(Bucket=f"gpufleet-probe-{provider}")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)  # only this cloud's own keys are there
+    key_id, secret = S3_CLOUDS[provider]
+    monkeypatch.setenv(key_id, "testing")
+    monkeypatch.setenv(secret, "testing")
+    result = verify_node.storage_probe(probe_args(moto_s3, f"gpufleet-probe-{provider}", provider))
     assert result["status"] == "ok", result
-    assert result["tool"] == "boto3" and result["bytes"] == 1 << 20
+    assert result["tool"] == "bucket.py" and result["bytes"] == 1 << 20
     assert {"put_s", "get_s", "delete_s"} <= set(result)
-    assert s3.list_objects_v2(Bucket="gpufleet-probe").get("KeyCount") == 0
+    assert s3.list_objects_v2(Bucket=f"gpufleet-probe-{provider}").get("KeyCount") == 0
 
 
 @pytest.mark.integration
@@ -183,9 +209,58 @@ def test_storage_probe_on_a_missing_bucket_is_an_error_with_the_reason(moto_s3: 
     assert result["status"] == "error" and "NoSuchBucket" in result["reason"]
 
 
+def test_storage_probe_without_credentials_is_skipped_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    result = verify_node.storage_probe(probe_args(closed_port(), "gpufleet-probe"))
+    assert result["status"] == "skip" and "no credentials" in result["reason"], result
+
+
+def test_storage_probe_for_a_cloud_without_a_node_module_is_an_error_naming_the_known_ones() -> (
+    None
+):
+    result = verify_node.storage_probe(probe_args(closed_port(), "b", provider="nimbus"))
+    assert result["status"] == "error" and "'nimbus'" in result["reason"]
+    assert "aws" in result["reason"]
+
+
 def test_storage_probe_without_a_bucket_is_skipped_with_the_reason() -> None:
     result = verify_node.storage_probe(probe_args("", ""))
     assert result == {"status": "skip", "reason": "the stack has no bucket"}
+
+
+@pytest.mark.integration
+def test_the_shipped_probe_needs_neither_boto3_nor_a_cli_on_the_node(
+    moto_s3: str, tmp_path: Path
+) -> None:
+    """The files verify-gpu ships, run by a bare interpreter (no site-packages, so no boto3;
+    an empty PATH, so no aws CLI or ossutil): the probe still puts, gets and deletes."""
+    boto3.client("s3", region_name="us-east-1", endpoint_url=moto_s3).create_bucket(
+        Bucket="gpufleet-bare"
+    )
+    for name in REMOTE_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes((REMOTE_DIR / name).read_bytes())
+    code = (
+        "import argparse, json, verify_node\n"
+        "a = argparse.Namespace(bucket='gpufleet-bare', provider='aws', region='us-east-1',"
+        f" s3_endpoint={moto_s3!r}, metadata_url={closed_port()!r})\n"
+        "print(json.dumps(verify_node.storage_probe(a)))\n"
+    )
+    env = {"PATH": "", "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "ok" and result["tool"] == "bucket.py", result
 
 
 @pytest.mark.integration

@@ -160,6 +160,12 @@ class FakeAzureNode:
             if data is None:
                 return 404, b"", {}
             return 200, b"", {"Content-Length": str(len(data)), "x-ms-blob-type": "BlockBlob"}
+        if method == "DELETE":
+            # Delete Blob: "A successful operation returns status code 202 (Accepted)"
+            # (learn.microsoft.com/en-us/rest/api/storageservices/delete-blob, read 2026-12-02).
+            if self.blobs.pop(name, None) is None:
+                return 404, b"<Error><Code>BlobNotFound</Code></Error>", {}
+            return 202, b"", {}
         if method != "PUT":
             return 405, b"", {}
         md5 = base64.b64encode(hashlib.md5(body).digest()).decode()
@@ -215,6 +221,9 @@ def azure() -> Iterator[tuple[FakeAzureNode, str]]:
 
         def do_HEAD(self) -> None:
             self._serve("HEAD")
+
+        def do_DELETE(self) -> None:
+            self._serve("DELETE")
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -608,12 +617,27 @@ def test_the_verify_report_reaches_the_container_with_a_storage_token(
     assert upload(path, exp, "k", url)["status"] == "error"
 
 
-def test_the_node_probe_for_blob_is_the_watchdogs_check_sync(tmp_path: Path) -> None:
+@pytest.mark.integration
+def test_the_node_probe_for_blob_is_the_nodes_own_client_with_its_managed_identity(
+    azure: tuple[FakeAzureNode, str],
+) -> None:
     from argparse import Namespace
 
     from bootstrap.remote import verify_node
 
-    args = Namespace(bucket=f"{ACCOUNT}/{CONTAINER}", object_store="azureblob", region=REGION)
-    result = verify_node.PROBES["azureblob"](args, "k", b"x")
-    # Here the watchdog is not installed in /opt/gpufleet: a skip that says so, never "ok".
-    assert result["status"] == "skip" and "not installed" in result["reason"]
+    fake, url = azure
+    args = Namespace(
+        bucket=f"{ACCOUNT}/{CONTAINER}",
+        provider="azure",
+        region=REGION,
+        s3_endpoint=url,
+        metadata_url=url,
+    )
+    result = verify_node.storage_probe(args)
+    assert result["status"] == "ok", result
+    assert result["tool"] == "bucket.py" and {"put_s", "get_s", "delete_s"} <= set(result)
+    assert [m for m, p in fake.calls if p.startswith(f"/{ACCOUNT}/")] == ["PUT", "GET", "DELETE"]
+    assert fake.blobs == {}  # the probe blob is gone again
+    fake.identity = False  # no managed identity: nothing to authorise the probe with
+    missing = verify_node.storage_probe(args)
+    assert missing["status"] == "skip" and "no storage token" in missing["reason"], missing
