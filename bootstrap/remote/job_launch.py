@@ -20,6 +20,7 @@ import signal
 import socket
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 
 USAGE = "usage: job_launch.py --log-dir DIR --pid-dir DIR -- script.py [ARGS...]"
@@ -78,7 +79,29 @@ def main(argv: Sequence[str] | None = None) -> None:
     # sys.path[0] is this file's folder (the runner's files): the script's own folder instead,
     # as `python script.py` would have it.
     sys.path[0] = os.path.dirname(script)
-    runpy.run_path(script, run_name="__main__")
+    run_script(script)
+
+
+def _where(filename: str) -> str:
+    return filename if filename.startswith("<") else os.path.abspath(filename)
+
+
+def run_script(script: str) -> None:
+    """Run ``script`` as ``__main__``. An uncaught exception is printed as Python prints
+    it, minus this file's and runpy's frames (they are not the job's), and exits 1 as an
+    uncaught exception does; SystemExit and KeyboardInterrupt pass through as they are."""
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        # Python 3.11+ names runpy's frames "<frozen runpy>", earlier ones by its path.
+        ours = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
+        tb = exc.__traceback__
+        while tb is not None and _where(tb.tb_frame.f_code.co_filename) in ours:
+            tb = tb.tb_next
+        traceback.print_exception(type(exc), exc, tb)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
