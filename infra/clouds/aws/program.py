@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -354,48 +356,37 @@ class AwsProvider:
             tags={**tags, "Name": f"{name}-sg"},
             opts=child_opts(parent),
         )
+
+        def rule(kind: Callable[..., object], suffix: str, description: str, **peer: Any) -> None:
+            """One rule of the group: ``peer`` says which traffic, the rest is the same."""
+            kind(
+                f"{name}-{suffix}",
+                security_group_id=sg.id,
+                description=description,
+                tags=tags,
+                opts=child_opts(parent),
+                **peer,
+            )
+
+        ingress, egress = aws.vpc.SecurityGroupIngressRule, aws.vpc.SecurityGroupEgressRule
         for i, cidr in enumerate(args.ssh_cidrs):
             ipv4, ipv6 = common.ipv4_or_ipv6(cidr)
-            aws.vpc.SecurityGroupIngressRule(
-                f"{name}-ssh-{i}",
-                security_group_id=sg.id,
+            rule(
+                ingress,
+                f"ssh-{i}",
+                "SSH from an allowed network",
                 ip_protocol="tcp",
                 from_port=22,
                 to_port=22,
                 cidr_ipv6=ipv6,
                 cidr_ipv4=ipv4,
-                description="SSH from an allowed network",
-                tags=tags,
-                opts=child_opts(parent),
             )
         # NCCL, torchrun rendezvous and EFA need every port between the stack's own nodes.
-        aws.vpc.SecurityGroupIngressRule(
-            f"{name}-intra",
-            security_group_id=sg.id,
-            ip_protocol="-1",
-            referenced_security_group_id=sg.id,
-            description="all traffic between the stack's nodes",
-            tags=tags,
-            opts=child_opts(parent),
-        )
-        aws.vpc.SecurityGroupEgressRule(
-            f"{name}-egress",
-            security_group_id=sg.id,
-            ip_protocol="-1",
-            cidr_ipv4="0.0.0.0/0",
-            description="package mirrors, object storage, metrics",
-            tags=tags,
-            opts=child_opts(parent),
-        )
-        aws.vpc.SecurityGroupEgressRule(
-            f"{name}-egress-intra",
-            security_group_id=sg.id,
-            ip_protocol="-1",
-            referenced_security_group_id=sg.id,
-            description="EFA requires egress to the group itself",
-            tags=tags,
-            opts=child_opts(parent),
-        )
+        own = {"ip_protocol": "-1", "referenced_security_group_id": sg.id}  # the group itself
+        rule(ingress, "intra", "all traffic between the stack's nodes", **own)
+        out = {"ip_protocol": "-1", "cidr_ipv4": "0.0.0.0/0"}
+        rule(egress, "egress", "package mirrors, object storage, metrics", **out)
+        rule(egress, "egress-intra", "EFA requires egress to the group itself", **own)
         return sg
 
     # -- storage ----------------------------------------------------------------------------
