@@ -31,13 +31,10 @@ from pulumi_policy.proxy import _DictProxy, _is_unknown, _ListProxy
 from policy import rules as R
 from policy.resources import UNKNOWN, Resource
 
-# Inputs/outputs that identify a resource (what other resources use to point at it). `bucket`
-# and `functionName` identify only buckets and functions: elsewhere they are references.
+# Inputs/outputs that identify a resource (what other resources use to point at it). A
+# type's own name key (`bucket`, `functionName`: rules.own_name_key, from its cloud's
+# rules.py) identifies only that type: elsewhere the same key is a reference.
 ID_KEYS = ("id", "arn", "name")
-OWN_NAME_KEYS = {
-    **{t: "bucket" for t in R.BUCKET_KINDS},
-    **{t: "functionName" for t in R.ALI_FUNCTIONS},
-}
 STACK_CONFIG_KEYS = ("maxHourlyCost",)
 
 
@@ -63,7 +60,8 @@ def plain(value: Any) -> Any:
 
 
 def identifiers(type_: str, props: Mapping[str, Any]) -> frozenset[str]:
-    keys = (*ID_KEYS, OWN_NAME_KEYS[type_]) if type_ in OWN_NAME_KEYS else ID_KEYS
+    own = R.own_name_key(type_)
+    keys = (*ID_KEYS, own) if own else ID_KEYS
     return frozenset(v for k in keys if isinstance(v := props.get(k), str) and v)
 
 

@@ -5,7 +5,8 @@ this package's path): nothing elsewhere keeps a table of cloud names. A folder h
 ``catalog.toml`` (its types, tiers, prices and facts, read by infra.catalog) and some of
 ``program.py`` (the Pulumi resources), ``reaper.py`` (the scheduled teardown's client),
 ``prices.py`` (live prices), ``mocks.py`` (what the offline plan's Pulumi mocks answer for
-its resource types and invokes) and ``package.py`` (a function package with its own layout);
+its resource types and invokes), ``rules.py`` (what the policy pack knows about its
+resource types) and ``package.py`` (a function package with its own layout);
 callers ask for the part they need by the cloud's name and :func:`module` imports only
 that part, so this package stays free of any SDK and of Pulumi (the reaper imports it).
 """

@@ -1,8 +1,8 @@
 """A cloud is a folder: a throwaway one, written into a temporary tree that is put on
 infra.clouds' package path, is picked up by the catalog (cost, size, gpus), the program's
-lookup, live prices, the offline plan's mocks and the reaper with no edit anywhere else;
-and the files outside its folder that a new cloud must still touch are counted (the goal
-is none)."""
+lookup, live prices, the offline plan's mocks, the policy pack and the reaper with no edit
+anywhere else; and the files outside its folder that a new cloud must still touch are
+counted (none now)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from infra.catalog import load_catalog, provider_names
 from infra.clouds.base import get_provider
 from infra.pricing import prices
 from infra.reaper import handler
+from policy.resources import Resource
 from tests.infra.test_catalog_clouds import NEW_CLOUD
 
 NAME = "examplecloud"
@@ -74,6 +75,50 @@ def invoke(token, inputs, engine):
     return None
 '''
 
+RULES = '''"""The throwaway cloud's policy facts: an instance sized by its `size` input, a
+reaper function scheduled by its own `schedule` input, and a firewall's SSH sources."""
+
+from policy.resources import SSH_FIX, Bill, CloudFacts, as_list, world
+
+NAME = "examplecloud"
+INSTANCE = "examplecloud:compute:Instance"
+FUNCTION = "examplecloud:compute:Function"
+FIREWALL = "examplecloud:network:Firewall"
+
+
+def bill(r, itype):
+    return Bill(NAME, itype, "on-demand")
+
+
+def guard_env(fn):
+    env = fn.get("env")
+    return env if isinstance(env, dict) else {}
+
+
+def guard_scheduled(resources, fn):
+    return bool(fn.get("schedule"))
+
+
+def ssh(r):
+    if r.type != FIREWALL:
+        return []
+    cidrs = [c for c in as_list(r.get("sshFrom")) if world(c)]
+    return [f"{r.label} lets {c} reach SSH (port 22): {SSH_FIX}" for c in cidrs]
+
+
+FACTS = CloudFacts(
+    name=NAME,
+    package=NAME,
+    instances={INSTANCE: ("size",)},
+    bill=bill,
+    guard_fix="declare an examplecloud Function with a schedule",
+    guard_functions=(FUNCTION,),
+    guard_env=guard_env,
+    guard_scheduled=guard_scheduled,
+    ssh=ssh,
+)
+'''
+
 
 def _clear() -> None:
     for cached in (catalog._cloud_files, catalog.load_catalog, prices._load_default):
@@ -92,6 +137,7 @@ def new_cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
         "reaper.py": REAPER,
         "prices.py": PRICES,
         "mocks.py": MOCKS,
+        "rules.py": RULES,
     }.items():
         (folder / name).write_text(text)
     monkeypatch.setattr(clouds, "__path__", [*clouds.__path__, str(tmp_path)])
@@ -150,13 +196,61 @@ def test_the_offline_plan_answers_with_the_new_clouds_own_mocks(new_cloud: Path)
     assert engine.call(call) == ({"region": "r1"}, [])
 
 
+def _node(**tags: str) -> Resource:
+    return Resource("examplecloud:compute:Instance", "gpu-0", {"size": "ex.t4", "tags": tags})
+
+
+def test_the_policy_pack_judges_the_new_clouds_resources_by_its_rules(new_cloud: Path) -> None:
+    from policy import rules
+
+    firewall = Resource("examplecloud:network:Firewall", "fw", {"sshFrom": ["0.0.0.0/0"]})
+    found = rules.evaluate([_node(), firewall], stack_config={"maxHourlyCost": 0.1})
+    by_policy = {v.policy: v.message for v in found}
+    assert set(by_policy) == {
+        "ssh-not-open-to-world",
+        "gpu-instances-tagged",
+        "gpu-instances-idle-guarded",
+        "cost-ceiling",
+    }
+    assert by_policy["ssh-not-open-to-world"].startswith("fw (examplecloud:network:Firewall)")
+    assert (
+        "gpu-0 (examplecloud:compute:Instance) (ex.t4) lacks" in by_policy["gpu-instances-tagged"]
+    )
+    assert by_policy["gpu-instances-idle-guarded"].endswith(
+        "; declare an examplecloud Function with a schedule"
+    )
+    # priced from the new cloud's own catalog: 0.5 USD/h for one ex.t4
+    assert "about 0.5 USD/h (1x ex.t4 on-demand" in by_policy["cost-ceiling"]
+
+
+def test_the_new_clouds_scheduled_reaper_guards_its_gpu_node(new_cloud: Path) -> None:
+    from infra.reaper import tags as T
+    from policy import rules
+
+    tags = {
+        T.MANAGED_BY: T.MANAGED_BY_VALUE,
+        T.STACK: "ex",
+        T.TIER: "t4x2",  # not a dev tier: nothing advises spot
+        T.ROLE: "head",
+        T.IDLE_MINUTES: "30",
+        T.TTL_HOURS: "off",
+        T.WATCHDOG: "on",
+    }
+    env = {"GPUFLEET_STACK": "ex", "GPUFLEET_APPLY": "true"}
+    reaper = Resource("examplecloud:compute:Function", "reaper", {"env": env, "schedule": "5m"})
+    assert rules.evaluate([_node(**tags), reaper]) == []
+    unscheduled = Resource("examplecloud:compute:Function", "reaper", {"env": env})
+    (found,) = rules.evaluate([_node(**tags), unscheduled])
+    assert "reaper (examplecloud:compute:Function) has no enabled schedule" in found.message
+
+
 def test_the_files_outside_its_folder_a_new_cloud_must_still_touch(new_cloud: Path) -> None:
     # Each registry still keyed by a cloud's name is a file a new cloud must edit. The
-    # policy pack's facts (policy/rules.py) move into each cloud's rules.py next; the node
-    # side (bootstrap/remote/) is its own move. Shrink this set; the goal is empty.
+    # policy pack's facts now live in each cloud's rules.py; the node side
+    # (bootstrap/remote/) is its own folder of modules. The set was {"policy/rules.py"}.
     from policy import rules
 
     still = set()
-    if NAME not in rules.GUARD_FUNCTIONS or NAME not in rules.GUARD_FIX:
+    if NAME not in {facts.name for facts in rules.cloud_facts().values()}:
         still.add("policy/rules.py")
-    assert still == {"policy/rules.py"}
+    assert still == set()

@@ -200,6 +200,18 @@ def test_the_allow_list_holds_only_what_is_still_there() -> None:
     assert stale == {}, f"shrink ALLOWED (found, allowed): {stale}"
 
 
+def test_the_policy_pack_names_no_cloud_it_asks_each_clouds_rules() -> None:
+    # Before each cloud's rules.py: PACKAGE_PROVIDERS, GUARD_FIX (with its 'aws' default),
+    # GUARD_FUNCTIONS and instance_bill's Bill("aws", ...) ... Bill("alicloud", ...).
+    names = frozenset(provider_names())
+    found = {
+        path.relative_to(ROOT).as_posix(): hits
+        for path in sorted((ROOT / "policy").rglob("*.py"))
+        if (hits := node_provider_names(path.read_text(encoding="utf-8"), names))
+    }
+    assert found == {}, "a cloud's name in policy/: move it to infra/clouds/<name>/rules.py"
+
+
 def test_every_registry_covers_every_provider_the_catalog_knows() -> None:
     # A cloud exists once its catalog file does; every layer must then know it. A registry may
     # know a cloud before its catalog file lands (the reaper half of a new cloud comes first).
@@ -207,8 +219,8 @@ def test_every_registry_covers_every_provider_the_catalog_knows() -> None:
     assert known == set(provider_names())
     assert known <= set(clouds.names("program.py"))
     assert known <= set(clouds.names("prices.py"))
-    for registry in (rules.GUARD_FUNCTIONS,):
-        assert known <= set(registry)
+    assert known <= set(clouds.names("rules.py"))
+    assert known <= {facts.name for facts in rules.cloud_facts().values()}
     assert known <= set(handler.CLOUDS)
     assert known <= set(_node_clouds().CLOUDS)
     stores = {info.object_store for info in load_catalog().providers.values()}

@@ -14,6 +14,9 @@ from typing import Any
 
 import pytest
 
+from infra.clouds.alicloud import rules as ali
+from infra.clouds.aws import rules as aws
+from infra.clouds.tencent import rules as tc
 from infra.reaper import tags as T
 from policy import rules as R
 from policy.resources import UNKNOWN, Resource
@@ -102,7 +105,7 @@ def _extra_node(p: Planned) -> list[Resource]:
     """A third p5.48xlarge slipped into the two-node stack."""
     import dataclasses
 
-    node = p.one(R.AWS_INSTANCE, "-1")
+    node = p.one(aws.INSTANCE, "-1")
     return [*p.resources, dataclasses.replace(node, name=f"{p.cfg.stack}-2", ids=frozenset())]
 
 
@@ -116,9 +119,9 @@ def _cpu_stop_alarm(action: str, key: str = "alarmActions") -> Mutation:
     """The CPU backstop gpufleet used to declare: CPU Maximum < 2 % for 24 x 5 min -> stop."""
 
     def mutate(p: Planned) -> list[Resource]:
-        node = p.one(R.AWS_INSTANCE, "-0")
+        node = p.one(aws.INSTANCE, "-0")
         alarm = Resource(
-            R.AWS_METRIC_ALARM,
+            aws.METRIC_ALARM,
             f"{node.name}-cpu-backstop",
             {
                 "namespace": "AWS/EC2",
@@ -172,8 +175,8 @@ def _tc_env(key: str, value: str) -> Callable[[dict[str, Any]], None]:
     return change
 
 
-SG_INGRESS = R.AWS_SG_INGRESS
-AWS_SSE = R.AWS_BUCKET_SSE[0]
+SG_INGRESS = aws.SG_INGRESS
+AWS_SSE = aws.BUCKET_SSE[0]
 CASES = [
     # --- SSH never open to the world --------------------------------------------------------
     Case(
@@ -196,7 +199,7 @@ CASES = [
         "aws-inline-ingress-on-the-security-group",
         "t4x1",
         set_input(
-            R.AWS_SG,
+            aws.SG,
             "-sg",
             ingress=[
                 {"protocol": "tcp", "fromPort": 0, "toPort": 65535, "cidrBlocks": ["0.0.0.0/0"]}
@@ -209,7 +212,7 @@ CASES = [
     Case(
         "alicloud-ssh-rule-from-anywhere",
         "a10x1",
-        set_input(R.ALI_SG_RULE, "-ssh-0", cidrIp="0.0.0.0/0"),
+        set_input(ali.SG_RULE, "-ssh-0", cidrIp="0.0.0.0/0"),
         "ssh-not-open-to-world",
         "a10x1-ssh-0",
         "gpufleet:sshCidrs",
@@ -217,7 +220,7 @@ CASES = [
     Case(
         "alicloud-every-port-from-anywhere",
         "a100x4",
-        set_input(R.ALI_SG_RULE, "-intra", sourceSecurityGroupId=DROP, cidrIp="0.0.0.0/0"),
+        set_input(ali.SG_RULE, "-intra", sourceSecurityGroupId=DROP, cidrIp="0.0.0.0/0"),
         "ssh-not-open-to-world",
         "a100x4-intra",
         "gpufleet:sshCidrs",
@@ -226,7 +229,7 @@ CASES = [
     Case(
         "aws-instance-allows-imdsv1",
         "t4x1",
-        edit(R.AWS_INSTANCE, "-0", lambda i: i["metadataOptions"].update(httpTokens="optional")),
+        edit(aws.INSTANCE, "-0", lambda i: i["metadataOptions"].update(httpTokens="optional")),
         "imdsv2-required",
         "t4x1-0",
         "http_tokens='required'",
@@ -234,7 +237,7 @@ CASES = [
     Case(
         "aws-instance-without-metadata-options",
         "a100x8",
-        set_input(R.AWS_INSTANCE, "-0", metadataOptions=DROP),
+        set_input(aws.INSTANCE, "-0", metadataOptions=DROP),
         "imdsv2-required",
         "a100x8-0",
         "InstanceMetadataOptionsArgs(http_tokens='required')",
@@ -242,7 +245,7 @@ CASES = [
     Case(
         "aws-launch-template-without-metadata-options",
         "h100x8x2",
-        set_input(R.AWS_LAUNCH_TEMPLATE, "-1-efa", metadataOptions=DROP),
+        set_input(aws.LAUNCH_TEMPLATE, "-1-efa", metadataOptions=DROP),
         "imdsv2-required",
         "h100x8x2-1-efa",
         "LaunchTemplateMetadataOptionsArgs(http_tokens='required')",
@@ -250,7 +253,7 @@ CASES = [
     Case(
         "alicloud-instance-allows-imdsv1",
         "a100x1",
-        set_input(R.ALI_INSTANCE, "-0", httpTokens="optional"),
+        set_input(ali.INSTANCE, "-0", httpTokens="optional"),
         "imdsv2-required",
         "a100x1-0",
         "http_tokens='required'",
@@ -259,7 +262,7 @@ CASES = [
     Case(
         "aws-root-volume-unencrypted",
         "a10x1-aws",
-        edit(R.AWS_INSTANCE, "-0", lambda i: i["rootBlockDevice"].update(encrypted=False)),
+        edit(aws.INSTANCE, "-0", lambda i: i["rootBlockDevice"].update(encrypted=False)),
         "disks-encrypted",
         "a10x1-aws-0",
         "encrypted=True",
@@ -267,7 +270,7 @@ CASES = [
     Case(
         "aws-root-volume-left-to-the-ami-default",
         "t4x1",
-        set_input(R.AWS_INSTANCE, "-0", rootBlockDevice=DROP),
+        set_input(aws.INSTANCE, "-0", rootBlockDevice=DROP),
         "disks-encrypted",
         "t4x1-0",
         "InstanceRootBlockDeviceArgs(encrypted=True",
@@ -275,7 +278,7 @@ CASES = [
     Case(
         "aws-scratch-volume-unencrypted",
         "t4x1",
-        edit(R.AWS_INSTANCE, "-0", _set_ebs),
+        edit(aws.INSTANCE, "-0", _set_ebs),
         "disks-encrypted",
         "t4x1-0",
         "ebsBlockDevices[0] (/dev/sdf)",
@@ -283,7 +286,7 @@ CASES = [
     Case(
         "alicloud-system-disk-unencrypted",
         "a100x4",
-        set_input(R.ALI_INSTANCE, "-0", systemDiskEncrypted=False),
+        set_input(ali.INSTANCE, "-0", systemDiskEncrypted=False),
         "disks-encrypted",
         "a100x4-0",
         "system_disk_encrypted=True",
@@ -291,7 +294,7 @@ CASES = [
     Case(
         "alicloud-scratch-disk-unencrypted",
         "a10x1",
-        edit(R.ALI_INSTANCE, "-0", lambda i: i["dataDisks"][0].update(encrypted=False)),
+        edit(ali.INSTANCE, "-0", lambda i: i["dataDisks"][0].update(encrypted=False)),
         "disks-encrypted",
         "a10x1-0",
         "dataDisks[0] (a10x1-0-scratch)",
@@ -316,7 +319,7 @@ CASES = [
     Case(
         "oss-bucket-without-encryption",
         "a100x4",
-        set_input(R.ALI_BUCKET, "-bucket", serverSideEncryptionRule=DROP),
+        set_input(ali.BUCKET, "-bucket", serverSideEncryptionRule=DROP),
         "buckets-encrypted",
         "a100x4-bucket",
         "sse_algorithm='AES256'",
@@ -325,7 +328,7 @@ CASES = [
     Case(
         "s3-public-access-block-with-a-flag-off",
         "h100x8x2",
-        set_input(R.AWS_BUCKET_PAB, "", restrictPublicBuckets=False),
+        set_input(aws.BUCKET_PAB, "", restrictPublicBuckets=False),
         "buckets-private-tls-only",
         "h100x8x2-bucket",
         "leaves restrictPublicBuckets off",
@@ -333,7 +336,7 @@ CASES = [
     Case(
         "s3-without-public-access-block",
         "t4x1",
-        drop(R.AWS_BUCKET_PAB),
+        drop(aws.BUCKET_PAB),
         "buckets-private-tls-only",
         "t4x1-bucket",
         "restrict_public_buckets all True",
@@ -341,7 +344,7 @@ CASES = [
     Case(
         "s3-public-read-acl",
         "a10x1-aws",
-        set_input(R.AWS_BUCKETS[0], "-bucket", acl="public-read"),
+        set_input(aws.BUCKETS[0], "-bucket", acl="public-read"),
         "buckets-private-tls-only",
         "a10x1-aws-bucket",
         "use 'private'",
@@ -349,7 +352,21 @@ CASES = [
     Case(
         "s3-policy-allows-instead-of-denying-plain-http",
         "t4x1",
-        edit(R.AWS_BUCKET_POLICY, "", _policy_doc(lambda st: st.update(Effect="Allow"))),
+        edit(aws.BUCKET_POLICY, "", _policy_doc(lambda st: st.update(Effect="Allow"))),
+        "buckets-private-tls-only",
+        "t4x1-bucket",
+        "aws:SecureTransport is false",
+    ),
+    Case(
+        # a principal map is read by the bucket's own cloud: IAM's key is "AWS", and COS's
+        # "everyone" means nothing to S3 (each cloud's rules.py names its own)
+        "s3-policy-denies-only-another-clouds-everyone",
+        "t4x1",
+        edit(
+            aws.BUCKET_POLICY,
+            "",
+            _policy_doc(lambda st: st.update(Principal={"qcs": ["qcs::cam::anyone:anyone"]})),
+        ),
         "buckets-private-tls-only",
         "t4x1-bucket",
         "aws:SecureTransport is false",
@@ -357,7 +374,7 @@ CASES = [
     Case(
         "s3-without-tls-policy",
         "a100x8",
-        drop(R.AWS_BUCKET_POLICY),
+        drop(aws.BUCKET_POLICY),
         "buckets-private-tls-only",
         "a100x8-bucket",
         "aws.s3.BucketPolicy",
@@ -365,7 +382,7 @@ CASES = [
     Case(
         "oss-acl-public-read-write",
         "a10x1",
-        set_input(R.ALI_BUCKET_ACL, "", acl="public-read-write"),
+        set_input(ali.BUCKET_ACL, "", acl="public-read-write"),
         "buckets-private-tls-only",
         "a10x1-acl",
         "use 'private'",
@@ -373,7 +390,7 @@ CASES = [
     Case(
         "oss-public-access-block-off",
         "a100x1",
-        set_input(R.ALI_BUCKET_PAB, "", blockPublicAccess=False),
+        set_input(ali.BUCKET_PAB, "", blockPublicAccess=False),
         "buckets-private-tls-only",
         "a100x1-bucket",
         "block_public_access=True",
@@ -382,7 +399,7 @@ CASES = [
         "oss-policy-denies-only-tls-requests",
         "a100x4",
         edit(
-            R.ALI_BUCKET_POLICY,
+            ali.BUCKET_POLICY,
             "",
             _policy_doc(
                 lambda st: st["Condition"]["Bool"].update({"acs:SecureTransport": ["true"]})
@@ -396,7 +413,7 @@ CASES = [
     Case(
         "gpu-node-without-watchdog-tag",
         "a100x8",
-        edit(R.AWS_INSTANCE, "-0", _tag(T.WATCHDOG, DROP)),
+        edit(aws.INSTANCE, "-0", _tag(T.WATCHDOG, DROP)),
         "gpu-instances-tagged",
         "a100x8-0",
         f"{T.WATCHDOG}=on",
@@ -405,7 +422,7 @@ CASES = [
     Case(
         "gpu-node-with-an-unknown-role",
         "h100x8x2",
-        edit(R.AWS_INSTANCE, "-1", _tag(T.ROLE, "leader")),
+        edit(aws.INSTANCE, "-1", _tag(T.ROLE, "leader")),
         "gpu-instances-tagged",
         "h100x8x2-1",
         "node_tags",
@@ -413,7 +430,7 @@ CASES = [
     Case(
         "gpu-node-with-unreadable-idle-minutes",
         "a10x1",
-        edit(R.ALI_INSTANCE, "-0", _tag(T.IDLE_MINUTES, "soon")),
+        edit(ali.INSTANCE, "-0", _tag(T.IDLE_MINUTES, "soon")),
         "gpu-instances-tagged",
         "a10x1-0",
         f"{T.IDLE_MINUTES} (minutes > 0)",
@@ -421,7 +438,7 @@ CASES = [
     Case(
         "gpu-node-not-marked-managed",
         "t4x1",
-        edit(R.AWS_INSTANCE, "-0", _tag(T.MANAGED_BY, "terraform")),
+        edit(aws.INSTANCE, "-0", _tag(T.MANAGED_BY, "terraform")),
         "gpu-instances-tagged",
         "t4x1-0",
         "managed-by=gpufleet",
@@ -430,7 +447,7 @@ CASES = [
     Case(
         "aws-reaper-never-scheduled",
         "a100x8",
-        drop(R.AWS_EVENT_TARGET),
+        drop(aws.EVENT_TARGET),
         "gpu-instances-idle-guarded",
         "a100x8-0",
         "EventTarget from the rule to the function",
@@ -438,7 +455,7 @@ CASES = [
     Case(
         "aws-schedule-disabled",
         "t4x1",
-        set_input(R.AWS_EVENT_RULE, "", state="DISABLED"),
+        set_input(aws.EVENT_RULE, "", state="DISABLED"),
         "gpu-instances-idle-guarded",
         "t4x1-0",
         "schedule_expression",
@@ -446,7 +463,7 @@ CASES = [
     Case(
         "aws-events-may-not-invoke-the-reaper",
         "a10x1-aws",
-        drop(R.AWS_PERMISSION),
+        drop(aws.PERMISSION),
         "gpu-instances-idle-guarded",
         "a10x1-aws-0",
         "Permission for events.amazonaws.com",
@@ -454,7 +471,7 @@ CASES = [
     Case(
         "aws-reaper-in-dry-run",
         "h100x8x2",
-        edit(R.AWS_FUNCTION, "", _env("GPUFLEET_APPLY", "false")),
+        edit(aws.FUNCTION, "", _env("GPUFLEET_APPLY", "false")),
         "gpu-instances-idle-guarded",
         "h100x8x2-0",
         "GPUFLEET_APPLY=true",
@@ -462,7 +479,7 @@ CASES = [
     Case(
         "aws-reaper-for-another-stack",
         "t4x1",
-        edit(R.AWS_FUNCTION, "", _env("GPUFLEET_STACK", "someone-else")),
+        edit(aws.FUNCTION, "", _env("GPUFLEET_STACK", "someone-else")),
         "gpu-instances-idle-guarded",
         "t4x1-0",
         "GPUFLEET_STACK=<stack>",
@@ -470,7 +487,7 @@ CASES = [
     Case(
         "alicloud-reaper-without-timer",
         "a100x4",
-        drop(R.ALI_TRIGGERS[0]),
+        drop(ali.TRIGGERS[0]),
         "gpu-instances-idle-guarded",
         "a100x4-0",
         "V3Trigger of type 'timer'",
@@ -478,7 +495,7 @@ CASES = [
     Case(
         "alicloud-timer-disabled",
         "a10x1",
-        edit(R.ALI_TRIGGERS[0], "", _trigger_config(enable=False)),
+        edit(ali.TRIGGERS[0], "", _trigger_config(enable=False)),
         "gpu-instances-idle-guarded",
         "a10x1-0",
         "cronExpression",
@@ -486,7 +503,7 @@ CASES = [
     Case(
         "alicloud-watchdog-opted-out",
         "a100x1",
-        edit(R.ALI_INSTANCE, "-0", _tag(T.WATCHDOG, "off")),
+        edit(ali.INSTANCE, "-0", _tag(T.WATCHDOG, "off")),
         "gpu-instances-idle-guarded",
         "a100x1-0",
         "IdleGuard component",
@@ -513,7 +530,7 @@ CASES = [
     Case(
         "dev-box-switched-to-on-demand",
         "t4x1",
-        set_input(R.AWS_INSTANCE, "-0", instanceMarketOptions=DROP),
+        set_input(aws.INSTANCE, "-0", instanceMarketOptions=DROP),
         "dev-stacks-use-spot",
         "t4x1-0",
         "gpufleet:billing: spot",
@@ -522,7 +539,7 @@ CASES = [
     Case(
         "big-box-tagged-purpose-dev",
         "a100x4",
-        edit(R.ALI_INSTANCE, "-0", _tag("purpose", "dev")),
+        edit(ali.INSTANCE, "-0", _tag("purpose", "dev")),
         "dev-stacks-use-spot",
         "a100x4-0",
         "tag purpose=dev",
@@ -542,7 +559,7 @@ CASES = [
     Case(
         "tencent-ssh-rule-from-anywhere",
         "tencent-a100x4",
-        edit(R.TC_SG_RULE_SET, "-rules", _tc_ingress(0, cidrBlock="0.0.0.0/0")),
+        edit(tc.SG_RULE_SET, "-rules", _tc_ingress(0, cidrBlock="0.0.0.0/0")),
         "ssh-not-open-to-world",
         "tencent-a100x4-rules",
         "gpufleet:sshCidrs",
@@ -551,7 +568,7 @@ CASES = [
         "tencent-every-port-from-ipv6-anywhere",
         "tencent-t4x1",
         edit(
-            R.TC_SG_RULE_SET,
+            tc.SG_RULE_SET,
             "-rules",
             _tc_ingress(1, sourceSecurityId=DROP, ipv6CidrBlock="::/0"),
         ),
@@ -562,7 +579,7 @@ CASES = [
     Case(
         "tencent-scratch-disk-unencrypted",
         "tencent-a100x4",
-        edit(R.TC_INSTANCE, "-0", _tc_disk_unencrypted),
+        edit(tc.INSTANCE, "-0", _tc_disk_unencrypted),
         "disks-encrypted",
         "tencent-a100x4-0",
         "encrypt=True",
@@ -570,7 +587,7 @@ CASES = [
     Case(
         "tencent-cos-bucket-without-encryption",
         "tencent-a100x4",
-        set_input(R.TC_BUCKET, "-bucket", encryptionAlgorithm=""),
+        set_input(tc.BUCKET, "-bucket", encryptionAlgorithm=""),
         "buckets-encrypted",
         "tencent-a100x4-bucket",
         "encryption_algorithm='AES256'",
@@ -578,7 +595,7 @@ CASES = [
     Case(
         "tencent-cos-bucket-public-read",
         "tencent-a100x4",
-        set_input(R.TC_BUCKET, "-bucket", acl="public-read"),
+        set_input(tc.BUCKET, "-bucket", acl="public-read"),
         "buckets-private-tls-only",
         "tencent-a100x4-bucket",
         "'private'",
@@ -586,7 +603,7 @@ CASES = [
     Case(
         "tencent-cos-bucket-without-tls-policy",
         "tencent-t4x1",
-        drop(R.TC_BUCKET_POLICY, "-tls-only"),
+        drop(tc.BUCKET_POLICY, "-tls-only"),
         "buckets-private-tls-only",
         "tencent-t4x1-bucket",
         "cos:secure-transport",
@@ -594,7 +611,7 @@ CASES = [
     Case(
         "tencent-cos-tls-policy-in-an-undocumented-spelling",
         "tencent-t4x1",
-        edit(R.TC_BUCKET_POLICY, "-tls-only", _cos_tls_spelled_as_before),
+        edit(tc.BUCKET_POLICY, "-tls-only", _cos_tls_spelled_as_before),
         "buckets-private-tls-only",
         "tencent-t4x1-bucket",
         "bool_equal",
@@ -602,7 +619,7 @@ CASES = [
     Case(
         "tencent-reaper-without-timer",
         "tencent-a100x4",
-        edit(R.TC_FUNCTIONS[0], "-reaper", _tc_timer_dropped),
+        edit(tc.FUNCTIONS[0], "-reaper", _tc_timer_dropped),
         "gpu-instances-idle-guarded",
         "tencent-a100x4-0",
         "trigger of type 'timer'",
@@ -610,7 +627,7 @@ CASES = [
     Case(
         "tencent-reaper-dry-run",
         "tencent-t4x1",
-        edit(R.TC_FUNCTIONS[0], "-reaper", _tc_env("GPUFLEET_APPLY", "false")),
+        edit(tc.FUNCTIONS[0], "-reaper", _tc_env("GPUFLEET_APPLY", "false")),
         "gpu-instances-idle-guarded",
         "tencent-t4x1-0",
         "a dry run stops nothing",
@@ -684,7 +701,7 @@ def test_a_stack_without_a_ceiling_is_reported_only_when_the_pack_requires_one()
 
 def test_an_unpriced_instance_type_fails_a_ceiling_closed() -> None:
     p = planned("t4x1")
-    node = p.one(R.AWS_INSTANCE, "-0")
+    node = p.one(aws.INSTANCE, "-0")
     resources = p.mutate(node, lambda i: i.update(instanceType="g99.mystery"))
     [v] = cost_violations(resources, maxHourlyCost=1)
     assert "no catalog price for 1x g99.mystery" in v.message
@@ -695,7 +712,7 @@ def test_an_unpriced_instance_type_fails_a_ceiling_closed() -> None:
 
 def test_a_world_rule_on_another_port_or_that_drops_traffic_is_fine() -> None:
     p = planned("a10x1")
-    rule = p.one(R.ALI_SG_RULE, "-ssh-0")
+    rule = p.one(ali.SG_RULE, "-ssh-0")
     https = p.mutate(rule, lambda i: i.update(cidrIp="0.0.0.0/0", portRange="443/443"))
     drop_rule = p.mutate(rule, lambda i: i.update(cidrIp="0.0.0.0/0", policy="drop"))
     for resources in (https, drop_rule):
@@ -705,10 +722,10 @@ def test_a_world_rule_on_another_port_or_that_drops_traffic_is_fine() -> None:
 def test_values_unknown_during_preview_are_not_reported() -> None:
     """The engine re-runs policies with the real values before creating anything."""
     p = planned("t4x1")
-    node = p.one(R.AWS_INSTANCE, "-0")
+    node = p.one(aws.INSTANCE, "-0")
     unknown = p.mutate(node, lambda i: i["metadataOptions"].update(httpTokens=UNKNOWN))
     assert [v for v in R.evaluate(unknown) if v.policy == "imdsv2-required"] == []
-    policy = p.one(R.AWS_BUCKET_POLICY)
+    policy = p.one(aws.BUCKET_POLICY)
     unknown_doc = p.mutate(policy, lambda i: i.update(policy=UNKNOWN))
     assert [v for v in R.evaluate(unknown_doc) if v.level == R.MANDATORY] == []
 

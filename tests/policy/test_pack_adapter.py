@@ -32,6 +32,8 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
+from infra.clouds.alicloud import rules as ali
+from infra.clouds.aws import rules as aws
 from policy import pack as P
 from policy import rules as R
 from policy.resources import UNKNOWN, Resource
@@ -94,7 +96,7 @@ def analyzer_resource(
 
 
 def test_plain_turns_the_sdk_proxies_into_data_with_unknowns_marked() -> None:
-    node = planned("a10x1").one(R.ALI_INSTANCE, "-0")
+    node = planned("a10x1").one(ali.INSTANCE, "-0")
     props = jsonable(node.inputs)
     props["vswitchId"] = UNKNOWN_STRING_VALUE
     proxied = unknown_checking_proxy(props)
@@ -124,7 +126,7 @@ def _options() -> PolicyResourceOptions:
 
 def test_a_resource_policy_reports_through_the_sdk_callback() -> None:
     p = planned("t4x1")
-    node = p.one(R.AWS_INSTANCE, "-0")
+    node = p.one(aws.INSTANCE, "-0")
     props = jsonable(node.inputs)
     props["metadataOptions"]["httpTokens"] = "optional"
     policy = P.resource_policy(next(r for r in R.RULES if r.name == "imdsv2-required"))
@@ -142,7 +144,7 @@ def test_a_resource_policy_reports_through_the_sdk_callback() -> None:
 
 def test_a_stack_policy_links_by_property_dependencies_when_ids_are_unknown() -> None:
     p = planned("a100x8")
-    view = [(r, props, deps) for r, props, deps in preview_view(p) if r.type != R.AWS_BUCKET_PAB]
+    view = [(r, props, deps) for r, props, deps in preview_view(p) if r.type != aws.BUCKET_PAB]
     by_urn: dict[str, PolicyResource] = {}
     for r, props, _ in view:
         by_urn[urn("a100x8", r)] = PolicyResource(
@@ -167,7 +169,7 @@ def test_a_stack_policy_links_by_property_dependencies_when_ids_are_unknown() ->
         reported.append((message, u))
 
     policy.validate(StackValidationArgs(list(by_urn.values())), report)
-    bucket = p.one(R.AWS_BUCKETS[0], "-bucket")
+    bucket = p.one(aws.BUCKETS[0], "-bucket")
     assert [u for _, u in reported] == [urn("a100x8", bucket)]
     assert "no public access block" in reported[0][0]
 
@@ -229,7 +231,7 @@ def test_a_shipped_stack_passes_resource_by_resource(analyzer: Any) -> None:
 
 def test_an_open_ssh_rule_is_a_mandatory_diagnostic(analyzer: Any) -> None:
     p = planned("a10x1")
-    rule = p.one(R.ALI_SG_RULE, "-ssh-0")
+    rule = p.one(ali.SG_RULE, "-ssh-0")
     props = {
         **jsonable(rule.inputs),
         "cidrIp": "0.0.0.0/0",
@@ -256,11 +258,11 @@ def test_a_previewed_stack_passes_the_stack_policies(analyzer: Any) -> None:
 
 def test_a_missing_schedule_is_reported_against_the_node(analyzer: Any) -> None:
     p = planned("t4x1")
-    view = [v for v in preview_view(p) if v[0].type != R.AWS_EVENT_TARGET]
+    view = [v for v in preview_view(p) if v[0].type != aws.EVENT_TARGET]
     request = pb.AnalyzeStackRequest(resources=[analyzer_resource("t4x1", *v) for v in view])
     [d] = analyzer.AnalyzeStack(request, timeout=60).diagnostics
     assert d.policyName == "gpu-instances-idle-guarded"
-    assert d.urn == urn("t4x1", p.one(R.AWS_INSTANCE, "-0"))
+    assert d.urn == urn("t4x1", p.one(aws.INSTANCE, "-0"))
 
 
 def test_the_stack_config_ceiling_reaches_the_pack(analyzer: Any) -> None:

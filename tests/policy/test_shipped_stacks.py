@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from infra.clouds.alicloud import rules as ali
+from infra.clouds.aws import rules as aws
+from infra.clouds.azure import rules as az
+from infra.clouds.tencent import rules as tc
 from infra.reaper import tags as T
 from policy import rules as R
 from policy.resources import as_list, refers_to
@@ -41,24 +45,25 @@ def test_the_policies_had_something_to_judge_on_every_stack(shipped: Planned) ->
     assert all(n.tags[T.STACK] == shipped.cfg.stack for n in nodes)
     if shipped.cfg.provider == "azure":
         # Azure's account is private and TLS-only by its own properties, the NSG inline
-        accounts = [r for r in res if r.type == R.AZ_STORAGE_ACCOUNT]
+        accounts = [r for r in res if r.type == az.STORAGE_ACCOUNT]
         # the data account, the Functions host's and the package's (infra/clouds/azure/program.py)
         assert len(accounts) == 3
-        (nsg,) = [r for r in res if r.type == R.AZ_NSG]
+        (nsg,) = [r for r in res if r.type == az.NSG]
         rules = nsg.get("securityRules")
         assert len(rules) >= len(shipped.cfg.ssh_cidrs) + 1
         return
-    buckets = [r for r in res if r.type in R.BUCKET_KINDS]
+    buckets = [r for r in res if R.bucket_kind(r.type)]
     assert len(buckets) == 1
-    kind = R.BUCKET_KINDS[buckets[0].type]
+    kind = R.bucket_kind(buckets[0].type)
+    assert kind is not None
     # A cloud without a public-access-block resource (COS) is held to its bucket's own ACL.
     attached = (kind.policy_type,) if kind.required_acl else (kind.block_type, kind.policy_type)
     if kind.required_acl:
         assert buckets[0].get("acl") == kind.required_acl
     for attached_type in attached:
         assert [r for r in res if r.type == attached_type and refers_to(r, "bucket", buckets[0])]
-    ssh_rules = [r for r in res if r.type in (R.AWS_SG_INGRESS, R.ALI_SG_RULE)]
+    ssh_rules = [r for r in res if r.type in (aws.SG_INGRESS, ali.SG_RULE)]
     # Tencent declares its rules as one rule set: each ingress entry is a rule.
-    for rule_set in (r for r in res if r.type == R.TC_SG_RULE_SET):
+    for rule_set in (r for r in res if r.type == tc.SG_RULE_SET):
         ssh_rules += as_list(rule_set.get("ingresses"))
     assert len(ssh_rules) >= len(shipped.cfg.ssh_cidrs) + 1  # + the rule between the nodes
