@@ -362,32 +362,32 @@ class AlicloudProvider:
             tags=tags,
             opts=child_opts(parent),
         )
-        for i, cidr in enumerate(args.ssh_cidrs):
-            ipv4, ipv6 = common.ipv4_or_ipv6(cidr)
+
+        def accept(suffix: str, description: str, **peer: Any) -> None:
+            """One inbound rule of the group: ``peer`` says which traffic."""
             ali.ecs.SecurityGroupRule(
-                f"{name}-ssh-{i}",
+                f"{name}-{suffix}",
                 security_group_id=sg.id,
                 type="ingress",
-                ip_protocol="tcp",
-                port_range="22/22",
-                cidr_ip=ipv4,
-                ipv6_cidr_ip=ipv6,
                 nic_type="intranet",
                 policy="accept",
-                description="SSH from an allowed network",
+                description=description,
                 opts=child_opts(parent),
+                **peer,
             )
-        ali.ecs.SecurityGroupRule(
-            f"{name}-intra",
-            security_group_id=sg.id,
-            type="ingress",
+
+        for i, cidr in enumerate(args.ssh_cidrs):
+            ipv4, ipv6 = common.ipv4_or_ipv6(cidr)
+            ssh = {"ip_protocol": "tcp", "port_range": "22/22"}
+            accept(
+                f"ssh-{i}", "SSH from an allowed network", **ssh, cidr_ip=ipv4, ipv6_cidr_ip=ipv6
+            )
+        accept(
+            "intra",
+            "all traffic between the stack's nodes (NCCL, rendezvous)",
             ip_protocol="all",
             port_range="-1/-1",
             source_security_group_id=sg.id,
-            nic_type="intranet",
-            policy="accept",
-            description="all traffic between the stack's nodes (NCCL, rendezvous)",
-            opts=child_opts(parent),
         )
         return NetworkParts(vpc.id, vsw.id, sg.id, zone, None)
 
