@@ -446,9 +446,55 @@ def reap(
     by_id = {i.instance_id: i for i in instances}
     skew = timedelta(minutes=policy.clock_skew_minutes)
 
-    # Metrics only for instances the activity rules may judge, grouped by lookback, because
-    # one GetMetricData call has one time range. The window reaches skew minutes past now:
-    # a node whose clock runs fast stamps its datapoints in the service's future.
+    metrics, broken = _read_metrics(cloud, instances, now, skew, policy)
+    evidence = _pipeline_evidence(metrics, skew)
+
+    decided: dict[str, Decision] = {}
+    for inst in instances:
+        iid = inst.instance_id
+        if iid in broken:
+            decided[iid] = Decision(KEEP, f"unknown, could not judge: {broken[iid]}", unknown=True)
+            continue
+        try:
+            decided[iid] = _decide(inst, metrics.get(iid), now, policy, evidence(iid))
+        except Exception as exc:  # kept and reported; the run reports the failure
+            broken[iid] = f"{type(exc).__name__}: {exc}"
+            decided[iid] = Decision(KEEP, f"unknown, could not judge: {broken[iid]}", unknown=True)
+    to_stop = [iid for iid, d in decided.items() if d.action == STOP]
+
+    results = _stop(cloud, to_stop, by_id) if apply else dict.fromkeys(to_stop, "dry run")
+
+    decisions = _decisions(instances, decided, results, broken)
+    summary = summarise(decisions, cloud.provider, price, apply=apply)
+    summary["metrics_unreadable"] = sum(1 for m in metrics.values() if m.error)
+    summary["silent_without_evidence"] = sum(
+        1 for d in decisions if d.unknown and "ingestion outage" in d.reason
+    )
+    summary["billed_while_stopped"] = sum(1 for i in instances if i.billed_while_stopped)
+    summary["clock"] = clock_info
+    return Report(
+        provider=cloud.provider,
+        region=cloud.region,
+        stack=stack,
+        apply=apply,
+        now=now,
+        decisions=decisions,
+        summary=summary,
+    )
+
+
+def _read_metrics(
+    cloud: Cloud,
+    instances: list[Instance],
+    now: datetime,
+    skew: timedelta,
+    policy: Policy,
+) -> tuple[dict[str, Metrics], dict[str, str]]:
+    """Metrics of the instances the activity rules may judge, and why any could not be read.
+
+    Grouped by lookback, because one GetMetricData call has one time range. The window reaches
+    skew minutes past now: a node whose clock runs fast stamps its datapoints in the service's
+    future."""
     by_lookback: dict[float, list[str]] = {}
     broken: dict[str, str] = {}
     for inst in instances:
@@ -467,35 +513,31 @@ def reap(
         for iid in ids:
             # An id the answer left out is unreadable, never "no data".
             metrics[iid] = got.get(iid) or Metrics(error="missing from the metrics answer")
-    evidence = _pipeline_evidence(metrics, skew)
+    return metrics, broken
 
-    decided: dict[str, Decision] = {}
-    for inst in instances:
-        iid = inst.instance_id
-        if iid in broken:
-            decided[iid] = Decision(KEEP, f"unknown, could not judge: {broken[iid]}", unknown=True)
-            continue
-        try:
-            decided[iid] = _decide(inst, metrics.get(iid), now, policy, evidence(iid))
-        except Exception as exc:  # kept and reported; the run reports the failure
-            broken[iid] = f"{type(exc).__name__}: {exc}"
-            decided[iid] = Decision(KEEP, f"unknown, could not judge: {broken[iid]}", unknown=True)
-    to_stop = [iid for iid, d in decided.items() if d.action == STOP]
 
+def _stop(cloud: Cloud, to_stop: list[str], by_id: dict[str, Instance]) -> dict[str, str]:
+    """Stop the decided instances in order; what happened to each, by id."""
     results: dict[str, str] = {}
-    if apply:
-        for group in _stop_order(to_stop, by_id):
-            outcome = cloud.stop(group)
-            for iid in outcome.stopped:
-                results[iid] = "stopped"
-            for iid, why in outcome.failed.items():
-                results[iid] = f"failed: {why}"
-            for iid in group:
-                results.setdefault(iid, "failed: the stop call did not report this instance")
-    else:
-        results = {iid: "dry run" for iid in to_stop}
+    for group in _stop_order(to_stop, by_id):
+        outcome = cloud.stop(group)
+        for iid in outcome.stopped:
+            results[iid] = "stopped"
+        for iid, why in outcome.failed.items():
+            results[iid] = f"failed: {why}"
+        for iid in group:
+            results.setdefault(iid, "failed: the stop call did not report this instance")
+    return results
 
-    decisions = tuple(
+
+def _decisions(
+    instances: list[Instance],
+    decided: dict[str, Decision],
+    results: dict[str, str],
+    broken: dict[str, str],
+) -> tuple[InstanceDecision, ...]:
+    """One row per instance, by stack and id."""
+    return tuple(
         InstanceDecision(
             instance_id=inst.instance_id,
             stack=inst.stack,
@@ -511,22 +553,6 @@ def reap(
             error=broken.get(inst.instance_id),
         )
         for inst in sorted(instances, key=lambda i: (i.stack, i.instance_id))
-    )
-    summary = summarise(decisions, cloud.provider, price, apply=apply)
-    summary["metrics_unreadable"] = sum(1 for m in metrics.values() if m.error)
-    summary["silent_without_evidence"] = sum(
-        1 for d in decisions if d.unknown and "ingestion outage" in d.reason
-    )
-    summary["billed_while_stopped"] = sum(1 for i in instances if i.billed_while_stopped)
-    summary["clock"] = clock_info
-    return Report(
-        provider=cloud.provider,
-        region=cloud.region,
-        stack=stack,
-        apply=apply,
-        now=now,
-        decisions=decisions,
-        summary=summary,
     )
 
 
