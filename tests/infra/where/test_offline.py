@@ -108,8 +108,27 @@ def test_a_price_region_row_carries_the_catalog_price_and_its_source() -> None:
     assert row.price_source == "KP; spot SC8" and row.zones_basis == where.OFFERED
 
 
-def test_a_region_with_no_source_zone_list_says_its_zones_are_unknown() -> None:
+def test_every_cloud_names_a_sourced_zone_list_for_its_price_region() -> None:
+    for provider, info in CAT.providers.items():
+        rows = [r for r in rows_for("t4x1") if r.provider == provider]
+        row = next(r for r in rows if r.region == info.price_region)
+        assert row.zones and row.zones_source, provider
+
+
+def test_alicloud_lists_shanghais_zones_from_alibabas_own_table() -> None:
     row = next(r for r in rows_for("a100x8") if r.provider == "alicloud")
+    assert (row.region, row.zones_basis, row.zones_source) == (
+        "cn-shanghai",
+        where.REGION,
+        "ALI-AZ",
+    )
+    assert "cn-shanghai-l" in row.zones
+
+
+def test_a_region_with_no_source_zone_list_says_its_zones_are_unknown() -> None:
+    _, found = where.targets(CAT, "a100x8")
+    data = {**where.load_zone_data(), "alicloud": where.ZoneData()}
+    row = next(r for r in where.offers(CAT, data, found, usd) if r.provider == "alicloud")
     assert (row.region, row.zones, row.zones_basis) == ("cn-shanghai", (), where.UNKNOWN)
 
 
