@@ -255,9 +255,10 @@ def test_read_only_tasks_do_not_end_with_nothing_changed() -> None:
 def test_fab_jobs_table_prints_job_names_and_log_lines_verbatim(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from bootstrap.tasks import train
+    from bootstrap.tasks import train  # the console fab jobs prints with
+    from bootstrap.train.jobs import JobRow, jobs_table
 
-    row = train.JobRow(
+    row = JobRow(
         job="j-1",
         name=TRICKY,
         state="running",
@@ -268,7 +269,7 @@ def test_fab_jobs_table_prints_job_names_and_log_lines_verbatim(
         last_line=":guard: [bold]",
         spec={},
     )
-    train.literal_console().print(train.jobs_table([row]))
+    train.literal_console().print(jobs_table([row]))
     out = capsys.readouterr().out
     # with markup on, rich would swallow every [bold] and draw :guard: as an emoji
     assert "[bold]" in out and ":guard:" in out and "💂" not in out

@@ -2,6 +2,7 @@
 
 ``restorable`` is what ``fab train --resume`` asks the head before anything starts;
 ``cancel --s3-endpoint`` saves to the endpoint it is given when the supervisor is gone.
+Its units: the systemd unit's argv, and how a state file reads after a crash or reboot.
 """
 
 from __future__ import annotations
@@ -235,3 +236,23 @@ def test_following_a_resume_shows_this_attempt_not_the_earlier_ones_again(
     )
     job_runner.follow(job_dir, [0], keep_following=False)  # fab logs: every attempt
     assert capsys.readouterr().out.startswith("[rank 0] gpufleet: rank 0 attempt 1\n")
+
+
+# ---------------------------------------------------------------------------- units
+
+
+def test_systemd_unit_runs_the_supervisor_as_the_user_and_outlives_ssh() -> None:
+    argv = job_runner.systemd_argv(Path("/jobs/j1"), 0, "j1", sudo=True)
+    assert argv[:3] == ["sudo", "-n", "systemd-run"]
+    assert "--unit=gpufleet-job-j1-n0" in argv and "--collect" in argv
+    assert any(a.startswith("--uid=") for a in argv)
+    assert argv[-3:] == ["supervise", "--job-dir=/jobs/j1", "--node-rank=0"]
+
+
+def test_state_files_of_a_dead_supervisor_or_another_boot_read_as_interrupted() -> None:
+    st = {"state": "running", "boot_id": "b1"}
+    assert job_runner.effective_state(st, alive=True, current_boot="b1") == "running"
+    assert job_runner.effective_state(st, alive=False, current_boot="b1") == "interrupted"
+    assert job_runner.effective_state(st, alive=True, current_boot="b2") == "interrupted"
+    done = {"state": "succeeded", "boot_id": "b1"}
+    assert job_runner.effective_state(done, alive=False, current_boot="b2") == "succeeded"

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from bootstrap.fleet.api import StepFailed
-from bootstrap.tasks.train import put_bytes
+from bootstrap.train.steps import put_bytes
 from tests.bootstrap.conftest import REPO, FabResult, node_dir, run_fab
 from tests.support.sshd import SshServer, free_port, start_sshd, stop_sshd
 

@@ -1,0 +1,166 @@
+"""The fleet's jobs: every node's state records merged into one row per job, and the table.
+
+A node sharing a disk with another reports the same record twice, and nodes of one job
+may disagree (the worst news wins); the cost so far is the stack's hourly price per node
+times the nodes times the runtime.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.table import Table
+
+from bootstrap.train.spec import TrainError
+
+# Which state wins when the nodes of one job disagree: the worst news first.
+_STATE_ORDER = ("cancelled", "failed", "interrupted", "starting", "running", "succeeded")
+
+
+@dataclass
+class JobRow:
+    job: str
+    name: str
+    state: str
+    started_at: str | None
+    runtime_s: float
+    nnodes: int
+    attempt: int
+    last_line: str
+    spec: Mapping[str, Any]
+    nodes: dict[int, dict[str, Any]] = field(default_factory=dict)
+    cost: float | None = None
+    currency: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "name": self.name,
+            "state": self.state,
+            "started_at": self.started_at,
+            "runtime_s": round(self.runtime_s, 1),
+            "nnodes": self.nnodes,
+            "attempt": self.attempt,
+            "cost": None if self.cost is None else round(self.cost, 4),
+            "currency": self.currency or None,
+            "last_line": self.last_line,
+            "nodes": {str(k): v.get("effective") for k, v in sorted(self.nodes.items())},
+        }
+
+
+def _parse_time(text: Any) -> dt.datetime | None:
+    if not text:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+def hourly_per_node(outputs: Mapping[str, Any]) -> tuple[float, str] | None:
+    """The stack's hourly price for one node (its ``hourly_cost`` covers every node)."""
+    cost = outputs.get("hourly_cost") or {}
+    nodes = outputs.get("nodes") or []
+    try:
+        amount = float(cost["amount"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return amount / max(1, len(nodes)), str(cost.get("currency") or "")
+
+
+def merge_jobs(
+    records: Iterable[Mapping[str, Any]], *, now: dt.datetime, outputs: Mapping[str, Any]
+) -> list[JobRow]:
+    """One row per job from every node's state records (a node sharing a disk with another
+    reports the same record twice: records are keyed by job and node rank)."""
+    by_job: dict[str, dict[int, dict[str, Any]]] = {}
+    specs: dict[str, Mapping[str, Any]] = {}
+    for rec in records:
+        job = str(rec.get("job"))
+        by_job.setdefault(job, {})[int(rec.get("node_rank") or 0)] = dict(rec)
+        if rec.get("spec"):
+            specs[job] = rec["spec"]
+    price = hourly_per_node(outputs)
+    rows = []
+    for job, nodes in by_job.items():
+        states = {str(n.get("effective") or n.get("state")) for n in nodes.values()}
+        state = next((s for s in _STATE_ORDER if s in states), sorted(states)[0])
+        spec = specs.get(job, {})
+        nnodes = int(spec.get("nnodes") or max(nodes) + 1)
+        if len(nodes) < nnodes and state in ("running", "starting", "succeeded"):
+            state = "unknown" if state == "succeeded" else state
+        head = nodes.get(0) or next(iter(nodes.values()))
+        started = _parse_time(head.get("started_at"))
+        ended = [_parse_time(n.get("ended_at")) for n in nodes.values()]
+        beats = [_parse_time(n.get("heartbeat_at")) for n in nodes.values()]
+        end: dt.datetime | None
+        if state in ("running", "starting"):
+            end = now
+        elif all(ended):
+            end = max(e for e in ended if e)
+        else:  # interrupted: the last sign of life
+            end = max((b for b in beats if b), default=started)
+        runtime = float(head.get("runtime_s_before") or 0.0)
+        if started and end:
+            runtime += max(0.0, (end - started).total_seconds())
+        row = JobRow(
+            job=job,
+            name=str(head.get("name") or job),
+            state=state,
+            started_at=str(spec.get("created_at") or head.get("started_at") or ""),
+            runtime_s=runtime,
+            nnodes=nnodes,
+            attempt=int(head.get("attempt") or 1),
+            last_line=str(head.get("last_line") or ""),
+            spec=spec,
+            nodes=nodes,
+        )
+        if price is not None:
+            row.cost = price[0] * nnodes * runtime / 3600.0
+            row.currency = price[1]
+        rows.append(row)
+    return sorted(rows, key=lambda r: (r.started_at or "", r.job))
+
+
+def find_job(rows: Sequence[JobRow], ref: str) -> JobRow:
+    """JOB given as an id, or as a --name (the newest job of that name)."""
+    for row in rows:
+        if row.job == ref:
+            return row
+    named = [r for r in rows if r.name == ref]
+    if named:
+        return named[-1]
+    known = ", ".join(r.job for r in rows[-5:]) or "none"
+    raise TrainError(f"no job {ref!r} on these nodes (newest: {known}); `fab jobs` lists them")
+
+
+def fmt_duration(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def jobs_table(rows: Sequence[JobRow]) -> Table:
+    table = Table(title=f"{len(rows)} job(s)")
+    for col in ("job", "state", "started (UTC)", "runtime", "cost", "last log line"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        cost = "-" if r.cost is None else f"{r.cost:.2f} {r.currency}".strip()
+        started = (r.started_at or "-")[5:16].replace("T", " ") or "-"
+        label = r.job if r.name in r.job else f"{r.job} ({r.name})"
+        state = r.state if r.attempt == 1 else f"{r.state} (attempt {r.attempt})"
+        line = r.last_line
+        shown = line if len(line) <= LAST_LINE_WIDTH else line[: LAST_LINE_WIDTH - 3] + "..."
+        table.add_row(label, state, started, fmt_duration(r.runtime_s), cost, shown)
+    return table
+
+
+# The start of a log line says what it is ("epoch 12 loss ..."); the end is cut instead.
+LAST_LINE_WIDTH = 40

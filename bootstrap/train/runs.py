@@ -1,0 +1,133 @@
+"""Running the train steps across the fleet, and reading back what the nodes said."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from invoke import Context
+from rich.console import Console
+
+from bootstrap.fleet.api import Host, HostContext, Options
+from bootstrap.fleet.hosts import Fleet
+from bootstrap.fleet.runner import FleetReport, run_fleet
+from bootstrap.fleet.system import probe_step
+from bootstrap.train.jobs import JobRow, merge_jobs
+from bootstrap.train.spec import rank_of
+from bootstrap.train.steps import jobs_step, logs_step
+
+
+def _context_factory(fleet: Fleet, extra: Mapping[str, Any]) -> Callable[[Host], HostContext]:
+    options = Options(extra=dict(extra))
+
+    def make(host: Host) -> HostContext:
+        return HostContext(
+            host=host,
+            options=options,
+            tier=fleet.tier,
+            scratch=fleet.scratch,
+            stack=fleet.stack,
+            outputs=fleet.outputs,
+        )
+
+    return make
+
+
+def run_steps(
+    c: Context,
+    fleet: Fleet,
+    name: str,
+    steps: Sequence[Any],
+    extra: Mapping[str, Any],
+    *,
+    console: Console | None,
+    connect_timeout: float,
+) -> FleetReport:
+    return run_fleet(
+        name,
+        fleet.hosts,
+        [probe_step, *steps],
+        _context_factory(fleet, extra),
+        config=c.config,
+        console=console,
+        connect_timeout_s=connect_timeout,
+    )
+
+
+def host_problems(report: FleetReport) -> list[str]:
+    out = []
+    for h in report.hosts:
+        if h.connection_error:
+            out.append(h.connection_message)
+            continue
+        for s in h.steps:
+            if s.result.is_failure:
+                msg = s.result.message
+                out.append(msg if msg.startswith(h.host.label) else f"{h.host.label}: {msg}")
+                break
+    return out
+
+
+def collect_jobs(
+    c: Context, fleet: Fleet, jobs_dir: str, connect_timeout: float
+) -> tuple[list[JobRow], FleetReport]:
+    report = run_steps(
+        c,
+        fleet,
+        "jobs",
+        [jobs_step],
+        {"jobs_dir": jobs_dir},
+        console=None,
+        connect_timeout=connect_timeout,
+    )
+    records: list[Mapping[str, Any]] = []
+    for h in report.hosts:
+        for s in h.steps:
+            if s.name == "jobs":
+                records.extend(s.result.details.get("jobs") or [])
+    return merge_jobs(records, now=dt.datetime.now(dt.UTC), outputs=fleet.outputs), report
+
+
+def warn_unreachable(report: FleetReport) -> None:
+    for line in host_problems(report):
+        print(f"gpufleet: {line}", file=sys.stderr)
+
+
+def follow_logs(
+    c: Context,
+    fleet: Fleet,
+    spec: Mapping[str, Any],
+    *,
+    rank: int | None,
+    follow: bool,
+    connect_timeout: float,
+    this_attempt: bool = False,
+) -> FleetReport:
+    extra = {
+        "spec": spec,
+        "rank": rank,
+        "follow": follow,
+        "this_attempt": this_attempt,
+        "out": sys.stdout,
+        "lock": threading.Lock(),
+    }
+    return run_steps(
+        c, fleet, "logs", [logs_step], extra, console=None, connect_timeout=connect_timeout
+    )
+
+
+def job_hosts(fleet: Fleet, spec: Mapping[str, Any]) -> Fleet:
+    hosts = tuple(h for h in fleet.hosts if rank_of(spec, h) is not None)
+    return Fleet(
+        hosts=hosts or fleet.hosts,
+        stack=fleet.stack,
+        provider=fleet.provider,
+        tier=fleet.tier,
+        scratch=fleet.scratch,
+        source=fleet.source,
+        host_keys=fleet.host_keys,
+        outputs=fleet.outputs,
+    )

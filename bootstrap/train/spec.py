@@ -1,0 +1,312 @@
+"""What ``fab train`` was asked, the job spec every node gets, and whether a node can run it.
+
+Every check that needs no node runs here, before anything is touched (a TrainError with
+one line); the node's own facts (python, torch, GPUs, CPUs, write access) are judged by
+:func:`judge_check` once the train-check step has read them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bootstrap.fleet.api import Host
+from bootstrap.fleet.hosts import Fleet
+from bootstrap.fleet.interconnect import network_env
+from bootstrap.tasks.pytorch import DEFAULT_VENV
+from bootstrap.verify.ship import parse_node_env
+
+JOBS_ROOT = "/var/lib/gpufleet/jobs"
+DEFAULT_MAX_WORKDIR_MB = 200.0
+SPEC_SCHEMA = "gpufleet.job/1"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,47}$")
+
+
+class TrainError(Exception):
+    """Bad input: one line for the person at the keyboard; nothing was changed."""
+
+
+def workdir_slug(path: Path) -> str:
+    """The node folder of a laptop workdir: its name plus a hash of where it lives."""
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", path.resolve().name) or "workdir"
+    return f"{name}-{digest}"
+
+
+# ---------------------------------------------------------------------------- the plan
+
+
+def validate_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise TrainError(
+            f"--name {name!r}: use 1-48 letters, digits, '.', '_' or '-', starting with a "
+            "letter or digit"
+        )
+    return name
+
+
+def new_job_id(name: str, now: dt.datetime, token: str) -> str:
+    """``<name>-<UTC yymmdd-HHMMSS>-<4 hex>``: sortable, unique, safe in paths and units."""
+    return f"{name}-{now.astimezone(dt.UTC).strftime('%y%m%d-%H%M%S')}-{token[:4]}"
+
+
+def bucket_prefix(head_name: str, job: str) -> str:
+    """Where a job's checkpoints live in the bucket: the watchdog's own layout for the
+    head's scratch (``checkpoints/<node>/``), plus the job's folder."""
+    return f"checkpoints/{head_name}/{job}/"
+
+
+def node_name(host: Host) -> str:
+    return host.name or re.sub(r"[^A-Za-z0-9_.-]", "-", f"{host.address}-{host.port}")
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """What ``fab train`` was asked, checked and completed with defaults."""
+
+    script: str  # relative to the workdir
+    args: tuple[str, ...]
+    workdir: Path
+    name: str
+    nproc_per_node: int  # 0: one per GPU
+    cpu: bool
+    stop_when_done: bool
+    venv: str
+    jobs_dir: str
+    max_workdir_mb: float
+    sync_interval_s: float
+    node_env: Mapping[str, str]
+    s3_endpoint: str
+    master_port: int  # 0: a free port on the head
+    detach: str
+
+
+def parse_request(
+    *,
+    script: str,
+    args: str,
+    workdir: str,
+    name: str,
+    nproc_per_node: int,
+    cpu: bool,
+    stop_when_done: bool,
+    venv: str,
+    jobs_dir: str,
+    max_workdir_mb: float,
+    sync_interval: float,
+    node_env: str,
+    s3_endpoint: str,
+    master_port: int,
+    detach: str,
+    cwd: Path,
+) -> TrainRequest:
+    """Every check that needs no node, or a TrainError with one line."""
+    if not script:
+        raise TrainError("--script is required: fab train --script train.py [--args '...']")
+    path = (cwd / script).resolve()
+    if not path.is_file():
+        raise TrainError(f"--script {script}: no such file")
+    root = (cwd / workdir).resolve() if workdir else path.parent
+    if not root.is_dir():
+        raise TrainError(f"--workdir {workdir}: no such folder")
+    try:
+        rel = path.relative_to(root).as_posix()
+    except ValueError:
+        raise TrainError(f"--script {script} is not inside the workdir {root}") from None
+    try:
+        argv = tuple(shlex.split(args))
+    except ValueError as exc:
+        raise TrainError(f"--args {args!r}: {exc}") from None
+    if nproc_per_node < 0:
+        raise TrainError(f"--nproc-per-node {nproc_per_node}: must be 1 or more")
+    if max_workdir_mb <= 0:
+        raise TrainError("--max-workdir-mb must be above 0")
+    if sync_interval <= 0:
+        raise TrainError("--sync-interval must be above 0 seconds")
+    if detach not in ("auto", "systemd", "fork"):
+        raise TrainError(f"--detach {detach!r}: one of auto, systemd, fork")
+    if not 0 <= master_port <= 65535:
+        raise TrainError(f"--master-port {master_port}: outside 0-65535")
+    try:
+        extra_env = parse_node_env(node_env)
+    except ValueError as exc:
+        raise TrainError(str(exc)) from None
+    return TrainRequest(
+        script=rel,
+        args=argv,
+        workdir=root,
+        name=validate_name(name or Path(rel).stem.replace("_", "-")),
+        nproc_per_node=nproc_per_node,
+        cpu=cpu,
+        stop_when_done=stop_when_done,
+        venv=venv or DEFAULT_VENV,
+        jobs_dir=jobs_dir or JOBS_ROOT,
+        max_workdir_mb=max_workdir_mb,
+        sync_interval_s=sync_interval,
+        node_env=extra_env,
+        s3_endpoint=s3_endpoint,
+        master_port=master_port,
+        detach=detach,
+    )
+
+
+def job_spec(
+    req: TrainRequest,
+    fleet: Fleet,
+    *,
+    job: str,
+    nproc: int,
+    master_addr: str,
+    master_port: int,
+    now: dt.datetime,
+) -> dict[str, Any]:
+    """The job.json every node gets (its node rank is passed separately)."""
+    outputs = fleet.outputs
+    head = fleet.hosts[0]
+    env = network_env(dict(outputs.get("tier") or {}), fleet.provider)
+    if req.cpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # --cpu means CPU, even on a GPU node
+    env.update(req.node_env)
+    scratch = fleet.scratch.path.rstrip("/") or "/"
+    bucket = str(outputs.get("bucket") or "")
+    return {
+        "schema": SPEC_SCHEMA,
+        "job": job,
+        "name": req.name,
+        "attempt": 1,
+        "resume": False,
+        "created_at": now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "script": req.script,
+        "args": list(req.args),
+        "local_workdir": str(req.workdir),
+        "workdir": f"{req.jobs_dir.rstrip('/')}/work/{workdir_slug(req.workdir)}",
+        "python": f"{req.venv.rstrip('/')}/bin/python",
+        "nnodes": len(fleet.hosts),
+        "nproc_per_node": nproc,
+        "cpu": req.cpu,
+        "master_addr": master_addr,
+        "master_port": master_port,
+        "env": env,
+        "checkpoint_dir": f"{scratch}/checkpoints/{job}",
+        "bucket": bucket,
+        "bucket_prefix": bucket_prefix(node_name(head), job) if bucket else "",
+        "sync_node": node_name(head),  # the watchdog's <node> in checkpoints/<node>/
+        "provider": fleet.provider or "",
+        "region": str(outputs.get("region") or ""),
+        "s3_endpoint": req.s3_endpoint,
+        "sync_interval_s": req.sync_interval_s,
+        "stop_when_done": req.stop_when_done,
+        "detach": req.detach,
+        "jobs_dir": req.jobs_dir,
+        "nodes": [
+            {"name": node_name(h), "address": h.address, "port": h.port, "label": h.label}
+            for h in fleet.hosts
+        ],
+    }
+
+
+def resume_spec(
+    old: Mapping[str, Any], *, master_addr: str, master_port: int, stop_when_done: bool
+) -> dict[str, Any]:
+    spec = dict(old)
+    spec.update(
+        attempt=int(old.get("attempt") or 1) + 1,
+        resume=True,
+        master_addr=master_addr,
+        master_port=master_port,
+        stop_when_done=bool(stop_when_done or old.get("stop_when_done")),
+    )
+    return spec
+
+
+def rank_of(spec: Mapping[str, Any], host: Host) -> int | None:
+    """This host's node rank in a recorded job (by address and port, else by node name)."""
+    nodes = list(spec.get("nodes") or [])
+    for i, n in enumerate(nodes):
+        if n.get("address") == host.address and int(n.get("port") or 22) == host.port:
+            return i
+    for i, n in enumerate(nodes):
+        if host.name and n.get("name") == host.name:
+            return i
+    return None
+
+
+# ---------------------------------------------------------------------------- node checks
+
+
+def check_command(req_python: str, jobs_dir: str, ckpt_parent: str, want_port: bool) -> str:
+    py = shlex.quote(req_python)
+    lines = [
+        "echo python3=$(python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' "
+        "2>/dev/null)",
+        f"echo torch=$({py} -c 'import torch; print(torch.__version__)' 2>/dev/null)",
+        "echo gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')",
+        "echo cpus=$(nproc 2>/dev/null)",
+        "echo systemd=$(test -d /run/systemd/system && echo yes || echo no)",
+        "echo sudo=$(sudo -n true 2>/dev/null && echo yes || echo no)",
+    ]
+    for key, path in (("jobs_dir", jobs_dir), ("ckpt_dir", ckpt_parent)):
+        q = shlex.quote(path)
+        lines.append(
+            f'p={q}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; '
+            f'echo {key}=$(test -w "$p" && echo writable || echo root-only)'
+        )
+    if want_port:
+        lines.append(
+            "echo port=$(python3 -c 'import socket; s = socket.socket(); "
+            's.bind(("", 0)); print(s.getsockname()[1])\')'
+        )
+    return "; ".join(lines)
+
+
+def parse_check(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def judge_check(
+    facts: Mapping[str, str], *, cpu: bool, venv: str, host: str, nproc: int = 0
+) -> str | None:
+    """Why this node cannot run the job (one line), or None. ``nproc`` (0: the default, one
+    per GPU) may not exceed the node's GPUs, or its CPUs with ``cpu``."""
+    py = facts.get("python3", "")
+    try:
+        major, minor = (int(x) for x in py.split(".")[:2])
+        old = (major, minor) < (3, 10)
+    except ValueError:
+        old = True
+    if old:
+        return f"{host}: the job runner needs python3 >= 3.10 on the node (found {py or 'none'})"
+    if not facts.get("torch"):
+        return (
+            f"{host}: torch is not installed in {venv} on the node: run `fab setup` "
+            "(or `fab install-pytorch`), or pass --venv"
+        )
+    if not cpu and int(facts.get("gpus") or 0) == 0:
+        return f"{host}: no NVIDIA GPU on the node: pass --cpu to run the job on CPUs with gloo"
+    why = _too_many_processes(facts, cpu=cpu, nproc=nproc)
+    if why:
+        return f"{host}: {why}"
+    for key in ("jobs_dir", "ckpt_dir"):
+        if facts.get(key) != "writable" and facts.get("sudo") != "yes":
+            return f"{host}: cannot create the {key.replace('_', ' ')} (no write access, no sudo)"
+    return None
+
+
+def _too_many_processes(facts: Mapping[str, str], *, cpu: bool, nproc: int) -> str | None:
+    # More ranks than GPUs puts two on one card (NCCL refuses it), and more than CPUs
+    # under gloo only thrashes: either way torchrun would start spawning to no use.
+    what, have = ("CPU(s)", facts.get("cpus")) if cpu else ("GPU(s)", facts.get("gpus"))
+    if not nproc or not (have or "").isdigit() or nproc <= int(have or 0):
+        return None
+    return f"--nproc-per-node {nproc}: the node has {have} {what}; give at most {have}"

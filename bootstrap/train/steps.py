@@ -1,0 +1,384 @@
+"""The node-side steps of ``fab train``, ``fab jobs``, ``fab logs`` and ``fab cancel``.
+
+Each step ships the job runner (``bootstrap/remote/job_runner.py`` and what it imports,
+content-addressed, nothing sent when present) and runs one of its commands; the steps only
+move bytes and read the runner's JSON answer, every decision is in
+:mod:`~bootstrap.train.spec`, :mod:`~bootstrap.train.workdir` and the runner.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json as jsonlib
+import secrets
+import shlex
+import tarfile
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import paramiko
+from fabric import Connection
+
+from bootstrap.fleet.api import HostContext, StepFailed, StepResult, step
+from bootstrap.fleet.system import sh
+from bootstrap.train.spec import check_command, judge_check, parse_check, rank_of
+from bootstrap.train.workdir import SYNC_MANIFEST, diff_manifest, pack
+
+REMOTE_DIR = Path(__file__).resolve().parents[1] / "remote"
+REMOTE_FILES = (
+    "job_runner.py",
+    "job_launch.py",
+    "job_sync.py",
+    # What job_sync imports: the bucket client and the node clouds (whose bucket_store it
+    # uses), with the tag names they read; not the watchdog, which fab setup installs.
+    "bucket.py",
+    "fleet_names.py",
+    # The node clouds, one module each (the folder as it is: no list here).
+    *(f"clouds/{p.name}" for p in sorted((REMOTE_DIR / "clouds").glob("*.py"))),
+)
+
+
+def bundle() -> tuple[str, str]:
+    """(sha, base64 of a tar.gz) of the node-side runner files."""
+    buf = io.BytesIO()
+    digest = hashlib.sha256()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name in REMOTE_FILES:
+            data = (REMOTE_DIR / name).read_bytes()
+            digest.update(name.encode() + b"\0" + data)
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o755, 0
+            tar.addfile(info, io.BytesIO(data))
+    return digest.hexdigest()[:12], base64.b64encode(buf.getvalue()).decode()
+
+
+def runner_path(jobs_dir: str, sha: str) -> str:
+    return f"{jobs_dir.rstrip('/')}/bin-{sha}/job_runner.py"
+
+
+def ensure_dir_command(path: str) -> str:
+    q = shlex.quote(path)
+    return f"mkdir -p {q} 2>/dev/null || sudo -n install -d -o $(id -u) -g $(id -g) {q}"
+
+
+def ship_command(jobs_dir: str, sha: str, b64: str) -> str:
+    """Unpack the runner into ``bin-<sha>/`` unless it is there; content-addressed, so two
+    nodes sharing a disk (or two runs at once) never trip over each other."""
+    root = shlex.quote(jobs_dir.rstrip("/"))
+    final = shlex.quote(f"{jobs_dir.rstrip('/')}/bin-{sha}")
+    return (
+        f"{ensure_dir_command(jobs_dir)} && if [ ! -f {final}/job_runner.py ]; then "
+        f"t=$(mktemp -d {root}/.bin.XXXXXX) && printf %s {b64} | base64 -d | "
+        f'tar -xzf - -C "$t" && (mv -T "$t" {final} 2>/dev/null || rm -rf "$t"); fi; '
+        f"test -f {final}/job_runner.py"
+    )
+
+
+def write_file_command(path: str, text: str) -> str:
+    b64 = base64.b64encode(text.encode()).decode()
+    q = shlex.quote(path)
+    parent = shlex.quote(str(Path(path).parent))
+    return (
+        f"mkdir -p {parent} && t=$(mktemp {parent}/.w.XXXXXX) && printf %s {b64} | "
+        f'base64 -d > "$t" && mv "$t" {q}'
+    )
+
+
+def _runner(conn: Connection, jobs_dir: str) -> str:
+    """Ship the runner (one round trip, nothing sent when present) and return its path."""
+    sha, b64 = bundle()
+    done = sh(conn, ship_command(jobs_dir, sha, b64), timeout=120)
+    if not done.ok:
+        why = (str(done.stderr) or str(done.stdout)).strip()[-300:]
+        raise StepFailed(f"could not install the job runner in {jobs_dir}: {why}")
+    return runner_path(jobs_dir, sha)
+
+
+def job_dir(spec: Mapping[str, Any]) -> str:
+    """The job's folder on its nodes."""
+    return f"{str(spec['jobs_dir']).rstrip('/')}/{spec['job']}"
+
+
+@dataclass(frozen=True)
+class NodeJob:
+    """A recorded job as one of its nodes runs it."""
+
+    spec: Mapping[str, Any]
+    rank: int  # this node's node rank
+    runner: str  # the job runner's path on the node
+    job_dir: str
+
+
+def node_job(conn: Connection, ctx: HostContext) -> NodeJob | None:
+    """The job of ``ctx.options.extra["spec"]`` on this node, with its runner shipped; None
+    when this host is not a node of the job (the runner is then not shipped)."""
+    spec = ctx.options.extra["spec"]
+    rank = rank_of(spec, ctx.host)
+    if rank is None:
+        return None
+    return NodeJob(spec, rank, _runner(conn, spec["jobs_dir"]), job_dir(spec))
+
+
+def _json_out(done: Any, what: str) -> dict[str, Any]:
+    text = str(done.stdout).strip().splitlines()
+    try:
+        data = jsonlib.loads(text[-1]) if text else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        tail = (str(done.stderr) or str(done.stdout)).strip()[-300:]
+        raise StepFailed(f"{what}: no answer from the job runner (exit {done.exited}): {tail}")
+    return data
+
+
+# ---------------------------------------------------------------------------- steps
+
+
+@step("train-check")
+def train_check_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """Can this node run the job? (reads only)"""
+    x = ctx.options.extra
+    want_port = ctx.host == x["head"] and not x.get("master_port")
+    done = sh(
+        conn,
+        check_command(x["python"], x["jobs_dir"], x["ckpt_parent"], want_port),
+        timeout=60,
+    )
+    facts = parse_check(str(done.stdout))
+    why = judge_check(
+        facts, cpu=x["cpu"], venv=x["venv"], host=ctx.host.label, nproc=int(x.get("nproc") or 0)
+    )
+    if why:
+        return StepResult.failed(why, facts=facts)
+    return StepResult.ok(
+        f"torch {facts['torch']}, {facts.get('gpus', '0')} GPU(s), systemd {facts['systemd']}",
+        facts=facts,
+    )
+
+
+def sync_workdir(conn: Connection, ctx: HostContext, runner: str) -> str:
+    x = ctx.options.extra
+    remote_dir: str = x["remote_workdir"]
+    manifest: dict[str, list[Any]] = x["manifest"]
+    root: Path = x["local_workdir"]
+    q = shlex.quote(remote_dir)
+    got = sh(conn, f"{ensure_dir_command(remote_dir)} && cat {q}/{SYNC_MANIFEST} 2>/dev/null")
+    try:
+        remote = dict(jsonlib.loads(str(got.stdout) or "{}").get("files") or {})
+    except ValueError:
+        remote = {}
+    send, delete = diff_manifest(manifest, remote)
+    if not send and not delete:
+        return f"workdir unchanged ({len(manifest)} file(s))"
+    data = pack(root, send, {"files": manifest, "delete": delete})
+    tmp = f"{remote_dir.rstrip('/')}/../.upload-{secrets.token_hex(4)}.tar.gz"
+    put_bytes(conn, data, tmp)
+    out = _json_out(
+        sh(
+            conn,
+            f"python3 {shlex.quote(runner)} unpack --workdir {q} --tar {shlex.quote(tmp)}",
+            timeout=300,
+        ),
+        "workdir update",
+    )
+    if not out.get("ok"):
+        raise StepFailed(f"workdir update refused: {out.get('error')}")
+    return f"workdir: {len(send)} file(s) sent ({len(data) / 1e3:.0f} kB), {len(delete)} removed"
+
+
+def put_bytes(conn: Connection, data: bytes, path: str) -> None:
+    """Copy ``data`` to ``path`` on the node over SFTP, naming a missing SFTP subsystem."""
+    try:
+        conn.put(io.BytesIO(data), path)
+    except paramiko.SSHException as exc:
+        # sshd refuses the subsystem by closing the channel: paramiko says only "Channel
+        # closed." while the session itself is fine. A dead session is a lost connection.
+        transport = conn.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise
+        raise StepFailed(
+            f"the node's sshd has no SFTP subsystem ({exc}): add `Subsystem sftp "
+            "internal-sftp` to /etc/ssh/sshd_config and reload sshd; fab train copies "
+            "the workdir over SFTP"
+        ) from None
+
+
+@step("train-start")
+def train_start_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """Copy the runner and the workdir, write job.json, start the detached supervisor."""
+    x = ctx.options.extra
+    spec: dict[str, Any] = x["spec"]
+    rank = rank_of(spec, ctx.host)
+    if rank is None:
+        return StepResult.failed(f"{ctx.host.label} is not a node of job {spec['job']}")
+    runner = _runner(conn, spec["jobs_dir"])
+    notes = []
+    if x.get("manifest") is not None:
+        notes.append(sync_workdir(conn, ctx, runner))
+    folder = job_dir(spec)
+    prep = " && ".join(
+        [
+            ensure_dir_command(str(Path(spec["checkpoint_dir"]).parent)),
+            ensure_dir_command(spec["checkpoint_dir"]),
+            write_file_command(f"{folder}/job.json", jsonlib.dumps(spec, indent=1)),
+        ]
+    )
+    made = sh(conn, prep, timeout=60)
+    if not made.ok:
+        raise StepFailed(f"could not write the job folder: {str(made.stderr).strip()[-300:]}")
+    out = _json_out(
+        sh(
+            conn,
+            f"python3 {shlex.quote(runner)} start --job-dir {shlex.quote(folder)} "
+            f"--node-rank {rank} --detach {spec.get('detach', 'auto')} --wait 120",
+            timeout=180,
+        ),
+        "start",
+    )
+    if not out.get("ok"):
+        return StepResult.failed(f"job not started: {out.get('error')}")
+    state = out["state"]
+    notes.append(
+        f"node rank {rank}: {state.get('effective')} under {out['mode']} (pid {state['pid']})"
+    )
+    return StepResult.changed("; ".join(notes), rank=rank, mode=out["mode"], state=state)
+
+
+@step("jobs")
+def jobs_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """Every job state this node holds (reads only, apart from shipping the runner)."""
+    jobs_dir = ctx.options.extra["jobs_dir"]
+    if not sh(conn, f"test -d {shlex.quote(jobs_dir)}").ok:
+        return StepResult.ok("no jobs on this node", jobs=[])
+    runner = _runner(conn, jobs_dir)
+    out = _json_out(
+        sh(conn, f"python3 {shlex.quote(runner)} list --root {shlex.quote(jobs_dir)}", timeout=60),
+        "list",
+    )
+    jobs = list(out.get("jobs") or [])
+    return StepResult.ok(f"{len(jobs)} job record(s)", jobs=jobs, now=out.get("now"))
+
+
+class LineWriter:
+    """Forwards whole lines from one host's stream to a shared output, under a lock."""
+
+    def __init__(self, out: Any, lock: threading.Lock, prefix: str = "") -> None:
+        self.out, self.lock, self.prefix, self.buffer = out, lock, prefix, ""
+
+    def write(self, data: str) -> int:
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split("\n")
+        if lines:
+            with self.lock:
+                for line in lines:
+                    self.out.write(f"{self.prefix}{line}\n")
+                self.out.flush()
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+@step("logs")
+def logs_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """Print (or follow) this node's rank logs of one job."""
+    x = ctx.options.extra
+    job = node_job(conn, ctx)
+    if job is None:
+        return StepResult.skipped("not a node of this job")
+    cmd = (
+        f"python3 {shlex.quote(job.runner)} follow --job-dir {shlex.quote(job.job_dir)} "
+        f"--node-rank {job.rank}"
+    )
+    if x.get("rank") is not None:
+        cmd += f" --rank {int(x['rank'])}"
+    if x.get("follow"):
+        cmd += " --follow"
+    if x.get("this_attempt"):
+        cmd += " --this-attempt"
+    writer = LineWriter(x["out"], x["lock"])
+    try:
+        done = conn.run(
+            cmd, warn=True, hide=False, in_stream=False, out_stream=writer, err_stream=writer
+        )
+    except Exception as exc:  # a dropped connection: the job is detached and goes on
+        return StepResult.failed(
+            f"connection lost ({exc.__class__.__name__}); the job keeps running on the node: "
+            f"`fab logs {job.spec['job']} --follow` to watch again"
+        )
+    writer.write("\n" if writer.buffer else "")
+    if not done.ok:
+        return StepResult.failed(f"log reader exited {done.exited}")
+    return StepResult.ok(f"node rank {job.rank} logs")
+
+
+@step("cancel")
+def cancel_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """SIGTERM the node's ranks, wait, SIGKILL what is left, upload the last checkpoint."""
+    job = node_job(conn, ctx)
+    if job is None:
+        return StepResult.skipped("not a node of this job")
+    wait = float(ctx.options.extra.get("wait", 120.0))
+    endpoint = str(ctx.options.extra.get("s3_endpoint") or "")
+    out = _json_out(
+        sh(
+            conn,
+            f"python3 {shlex.quote(job.runner)} cancel --job-dir {shlex.quote(job.job_dir)} "
+            f"--node-rank {job.rank} --wait {wait:g}"
+            + (f" --s3-endpoint {shlex.quote(endpoint)}" if endpoint else ""),
+            timeout=wait + 700,
+        ),
+        "cancel",
+    )
+    if not out.get("ok"):
+        return StepResult.failed(f"cancel failed: {out.get('error')}")
+    state = out.get("state") or {}
+    final = state.get("final_sync") or {}
+    sync = f"; last checkpoint: {final.get('detail')}" if final else ""
+    note = f" ({out['note']})" if out.get("note") else ""
+    message = f"node rank {job.rank}: {state.get('effective')}{note}{sync}"
+    if out.get("changed") is False:  # it had ended already: nothing was stopped
+        return StepResult.ok(message, state=state)
+    return StepResult.changed(message, state=state)
+
+
+@step("resume-check")
+def resume_check_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """What a resume would start from, on the head: its checkpoint folder and the bucket."""
+    job = node_job(conn, ctx)
+    if job is None:
+        return StepResult.skipped("not a node of this job")
+    out = _json_out(
+        sh(
+            conn,
+            f"python3 {shlex.quote(job.runner)} restorable --job-dir {shlex.quote(job.job_dir)}",
+            timeout=300,
+        ),
+        "resume check",
+    )
+    if not out.get("ok"):
+        return StepResult.failed(f"cannot tell what to resume from: {out.get('error')}")
+    return StepResult.ok(restorable_line(out), restorable=out)
+
+
+def restorable_line(found: Mapping[str, Any]) -> str:
+    """What ``job_runner.py restorable`` found, in words."""
+    local = int(found.get("local_files") or 0)
+    where = f"{local} file(s) in {found.get('checkpoint_dir')}" if local else "no local files"
+    if not found.get("bucket"):
+        return f"{where}; no bucket"
+    step_, files = found.get("bucket_step"), int(found.get("bucket_files") or 0)
+    kept = f"step {step_}" if step_ is not None else "no complete checkpoint"
+    if step_ is None and files:
+        kept = f"the job's folder ({files} file(s))"
+    return f"{where}; {kept} in {found['bucket']}"
+
+
+def nothing_to_restore(found: Mapping[str, Any]) -> bool:
+    stored = found.get("bucket_step") is not None or found.get("bucket_files")
+    return not found.get("local_files") and not stored
