@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infra.catalog import (
     PROFILES,
@@ -32,6 +32,9 @@ from infra.catalog import (
 from infra.pricing.billing import BILLING_MODES, SUBSCRIPTION_MONTHS, billing_problem
 from infra.reaper import tags as T
 from infra.suggest import did_you_mean
+
+if TYPE_CHECKING:
+    from infra.placement import Placement
 
 NAMESPACE = "gpufleet"
 MIN_ROOT_DISK_GB = 100  # driver + CUDA + PyTorch + pip/HF caches outgrow anything smaller
@@ -67,7 +70,11 @@ KEYS: Mapping[str, str] = MappingProxyType(
         "spotMaxPrice": "spot only: the most to pay per node-hour, in the provider's currency",
         "subscriptionMonths": "subscription only: 1-9, 12, 24 or 36 (where the cloud sells it)",
         "region": "cloud region (default: the provider's price region in the catalog)",
-        "zone": "availability zone (default: the first zone offering the instance type)",
+        "zone": "availability zone, or auto (default: the first zone offering the type)",
+        "allowedClouds": "zone auto: the clouds to try, in order (default: provider)",
+        "allowedRegions": "zone auto: the regions to try, in order (default: region)",
+        "allowedTypes": "zone auto: the tier's types to try, in order (default: all)",
+        "placement": "zone auto: where `make up` landed (provider/region/zone/type)",
         "sshCidrs": "list of CIDRs allowed to reach SSH (required)",
         "allowWorldSsh": "true to accept 0.0.0.0/0 in sshCidrs (default false)",
         "sshPublicKey": "OpenSSH public key installed for the SSH user (required for up)",
@@ -118,6 +125,8 @@ class StackConfig:
     destroy_data: bool
     max_hourly_cost: float | None
     tags: Mapping[str, str] = field(default_factory=dict)
+    # zone: auto: the candidates and the chosen one (infra/placement.py); None when pinned
+    placement: Placement | None = None
 
     @property
     def multi_node(self) -> bool:
@@ -505,6 +514,8 @@ def _read_location(r: _Reader, info: ProviderInfo | None) -> tuple[str, str | No
         # the shape rule is for clouds that list no regions (Azure's names have no hyphen)
         r.problem("region", f"{region!r} does not look like a region name (e.g. us-east-1)")
     zone = r.text("zone")
+    if zone and zone.lower() == "auto":
+        return region, "auto"  # resolved once the rest is valid (infra/placement.py)
     if zone and region and info:
         why = info.zone_problem(zone, region)
         if why:
@@ -681,11 +692,15 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
     root, scratch_gb, scratch_class, scratch_path = _read_disks(r, chosen.info)
     archive_days, idle, ttl, destroy, max_cost = _read_limits(r, cat, chosen.tier)
     tags = _read_tags(r, chosen.provider, cat)
+    from infra import placement  # local: placement parses each candidate with this module
+
+    for key, message in placement.problems(raw, cat, chosen.provider, chosen.tier):
+        r.problem(key, message)
 
     if r.problems:
         raise ConfigError(r.problems)
     assert chosen.provider and chosen.tier  # both required above
-    return StackConfig(
+    cfg = StackConfig(
         stack=stack,
         provider=chosen.provider,
         tier=chosen.tier,
@@ -710,6 +725,7 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
         max_hourly_cost=max_cost,
         tags=MappingProxyType(tags),
     )
+    return placement.resolve(raw, cfg, cat) if zone == "auto" else cfg
 
 
 def strip_namespace(raw: Mapping[str, Any]) -> dict[str, Any]:

@@ -85,6 +85,9 @@ def plan(
         "notes": notes,
         "policies": summary(check_plan(cfg, result, policy_config)),
     }
+    if cfg.placement is not None:  # zone: auto: the candidates, the chosen one and why
+        doc["placement"] = cfg.placement.to_json()
+        notes.insert(0, cfg.placement.line())
     # What the cloud says about this stack (infra/clouds/base.py PlanNotes): its billing
     # mode's note before the bill's warnings; then what its program knows the stack needs
     # said (e.g. a disk it cannot keep), its catalog's notes and deadlines near their date.

@@ -155,3 +155,38 @@ def test_a_tencent_plan_says_when_its_billing_needs_a_china_site_account(stack: 
     else:
         (note,) = china_only
         assert charge_type in note and "International" in note
+
+
+AUTO_STACK = """config:
+  gpufleet:provider: aws
+  gpufleet:tier: h100x8
+  gpufleet:nodes: 2
+  gpufleet:zone: auto
+  gpufleet:allowedRegions: [us-east-1, us-west-2]
+  gpufleet:sshCidrs: [203.0.113.0/24]
+"""
+
+
+def test_a_zone_auto_plan_says_its_choice_in_one_line_and_lists_the_candidates(
+    tmp_path: Path,
+) -> None:
+    stack = tmp_path / "Pulumi.auto-h100.yaml"
+    stack.write_text(AUTO_STACK)
+    doc = json.loads(run("--stack-file", str(stack), "--json").stdout)
+    chosen = doc["placement"]["chosen"]
+    assert chosen == doc["placement"]["candidates"][0]["key"]
+    zones = {r["inputs"].get("availabilityZone") for r in doc["resources"]}
+    assert chosen.split("/")[2] in zones and len(doc["placement"]["candidates"]) > 1
+    human = run("--stack-file", str(stack))
+    assert human.returncode == 0, human.stderr
+    (line,) = [x for x in human.stdout.splitlines() if "placed: aws" in x]
+    assert len(line) <= 80 and chosen.split("/")[2] in line
+
+
+def test_a_bad_allowed_list_is_refused_in_one_line_before_any_plan(tmp_path: Path) -> None:
+    stack = tmp_path / "Pulumi.auto-h100.yaml"
+    stack.write_text(AUTO_STACK.replace("us-west-2]", "us-wset-2]"))
+    proc = run("--stack-file", str(stack))
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert "allowedRegions[1]: 'us-wset-2'" in line and "did you mean 'us-west-2'" in line
