@@ -364,6 +364,27 @@ def render_estimate(
     _render_notes(con, est, live, not_priced)
 
 
+def _spot_observation(est: CostEstimate) -> str | None:
+    """'one observation, <date>, <source>' when the catalog's spot price for this type is one
+    price seen once (and not the estimated band)."""
+    if not est.hourly.spot or est.hourly.spot_estimated:
+        return None
+    i = est.inputs
+    price = load_catalog().instance(i.provider, i.instance_type).price
+    if price is None or est.hourly.spot[0] != est.hourly.spot[1]:
+        return None
+    return price.spot_observation
+
+
+def _spot_range_cell(rng: tuple[float, float] | None) -> str:
+    """'0.31-1.02'; one price seen once is '0.37 (one obs.)', not '0.37-0.37'."""
+    if not rng:
+        return ""
+    if rng[0] == rng[1]:
+        return f"{rng[0]:.2f} (one obs.)"
+    return f"{rng[0]:.2f}-{rng[1]:.2f}"
+
+
 def _compute_table(est: CostEstimate) -> Any:
     """Compute for all nodes per hour, day and month, one row per billing mode priced."""
     from rich.table import Table
@@ -384,7 +405,12 @@ def _compute_table(est: CostEstimate) -> Any:
     h, m = est.hourly, est.compute_monthly
     d = h.times(24)
     compute.add_row("on-demand", _money(h.on_demand), _money(d.on_demand), _money(m.on_demand))
-    if h.spot:
+    if h.spot and d.spot and m.spot and _spot_observation(est):
+        # one price seen once: its value, not a range of zero width ('0.44 - 0.44')
+        compute.add_row(
+            "spot (one observation)", _money(h.spot[0]), _money(d.spot[0]), _money(m.spot[0])
+        )
+    elif h.spot:
         label = "spot (estimate)" if h.spot_estimated else "spot (observed range)"
         compute.add_row(label, _money(h.spot), _money(d.spot), _money(m.spot))
     if h.subscription is not None:
@@ -441,11 +467,15 @@ def _render_notes(con: Any, est: CostEstimate, live: str | None, not_priced: str
     render_reservation(con, est, not_priced)
     if est.spot_saving:
         s = est.spot_saving
-        kind = "estimated" if s.estimated else "from observed spot prices"
-        con.print(
-            f"Spot saves {s.fraction[0]:.0%}-{s.fraction[1]:.0%} ({_money(s.per_hour)} {cur}/h, "
-            f"{kind}). Caveat: {s.caveat}."
-        )
+        seen = _spot_observation(est)
+        if seen:
+            saves = f"{s.fraction[0]:.0%} ({_money(s.per_hour[0])} {cur}/h, {seen})"
+        else:
+            kind = "estimated" if s.estimated else "from observed spot prices"
+            saves = (
+                f"{s.fraction[0]:.0%}-{s.fraction[1]:.0%} ({_money(s.per_hour)} {cur}/h, {kind})"
+            )
+        con.print(f"Spot saves {saves}. Caveat: {s.caveat}.")
     if live:
         con.print(f"Live: {live}")
     if est.warnings:
@@ -486,7 +516,7 @@ def render_comparison(cmp: Comparison, out: TextIO) -> None:
                 o.profile,
                 o.billing,
                 f"{o.per_gpu_hour:.3f}",
-                f"{rng[0]:.2f}-{rng[1]:.2f}" if rng else "",
+                _spot_range_cell(rng),
                 f"{o.per_tflop_hour:.5f}",
                 f"{o.native_node_hour:,.2f} {o.native_currency}",
                 o.price_date.isoformat(),

@@ -6,9 +6,12 @@
     python scripts/gpus.py --provider aws --json
 
 Per instance type: GPUs, GPU memory, interconnect (NVSwitch / NVLink / PCIe, and the network),
-the tier it serves, on-demand and spot per hour and per GPU-hour, and the price date. Spot
-ranges the catalog has not observed are the 30-70 % planning band, marked `~`. Exit status: 0
-done, 2 bad input (one line per problem on stderr), 1 the catalog data itself is broken.
+the tier it serves, on-demand and spot per hour and per GPU-hour in one common currency (USD
+unless --currency says otherwise; the line below each row gives the cloud's own currency and
+the rate used), and the price date. Spot ranges the catalog has not observed are the 30-70 %
+planning band, marked `~`; a spot price seen once is one figure, with its date and source.
+Exit status: 0 done, 2 bad input (one line per problem on stderr), 1 the catalog data itself
+is broken.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ def interconnect(it: InstanceType, gpu: Gpu) -> str:
     net = f"{'up to ' if it.network_up_to else ''}{it.network_gbps:g} Gbps"
     if it.efa:
         net += f", {it.efa_interfaces} EFA"
+    if it.infiniband:
+        net += f", {it.infiniband_gbps:g} Gbps InfiniBand" if it.infiniband_gbps else ", InfiniBand"
     return f"{link}; {net}"
 
 
@@ -68,14 +73,26 @@ def matching_gpus(cat: Catalog, wanted: str | None) -> list[Gpu]:
 
 
 def rows(
-    cat: Catalog, prc: Pricing, gpu_filter: str | None, provider: str | None
+    cat: Catalog,
+    prc: Pricing,
+    gpu_filter: str | None,
+    provider: str | None,
+    common: str = "USD",
 ) -> list[dict[str, Any]]:
-    """One dict per GPU model, each with its instance types (the --json contract)."""
+    """One dict per GPU model, each with its instance types (the --json contract), every
+    price in its cloud's own currency and, beside it, in `common`."""
     if provider is not None and provider not in cat.providers:
         raise UsageError(
             [
                 f"--provider: {provider!r} is not in the catalog"
                 f"{did_you_mean(provider, cat.providers)}; use one of {', '.join(cat.providers)}"
+            ]
+        )
+    if common not in prc.currencies:
+        raise UsageError(
+            [
+                f"--currency: {common!r} is unknown{did_you_mean(common, prc.currencies)}; "
+                f"use one of {', '.join(prc.currencies)}"
             ]
         )
     out = []
@@ -84,7 +101,7 @@ def rows(
         for (prov, _), it in cat.instances.items():
             if it.gpu != gpu.key or (provider and prov != provider):
                 continue
-            types.append(_type_row(cat, prc, it, gpu))
+            types.append(_type_row(cat, prc, it, gpu, common))
         types.sort(key=lambda r: (r["provider"], r["gpus"], r["instance_type"]))
         out.append(
             {
@@ -103,7 +120,9 @@ def rows(
     return out
 
 
-def _type_row(cat: Catalog, prc: Pricing, it: InstanceType, gpu: Gpu) -> dict[str, Any]:
+def _type_row(
+    cat: Catalog, prc: Pricing, it: InstanceType, gpu: Gpu, common: str
+) -> dict[str, Any]:
     price = it.price
     info = cat.providers[it.provider]
     row: dict[str, Any] = {
@@ -122,7 +141,13 @@ def _type_row(cat: Catalog, prc: Pricing, it: InstanceType, gpu: Gpu) -> dict[st
         "price_date": None,
         "spot_date": None,
         "source": None,
+        "spot_observation": None,
         "note": it.note or None,
+        "common_currency": common,
+        "fx_rate": None,
+        "on_demand_common": None,
+        "on_demand_per_gpu_common": None,
+        "spot_per_gpu_common": None,
     }
     if price is None:
         return row
@@ -142,6 +167,16 @@ def _type_row(cat: Catalog, prc: Pricing, it: InstanceType, gpu: Gpu) -> dict[st
         price_date=price.date.isoformat(),
         spot_date=spot_date.isoformat() if spot_date else None,
         source=price.source + (f"; spot {price.spot_source}" if price.spot_source else ""),
+        spot_observation=price.spot_observation,
+    )
+    k, rate = prc.fx_rate(info.currency, common)
+    row.update(
+        fx_rate=None
+        if rate is None
+        else {"rate": round(k, 6), "date": rate.date.isoformat(), "source": rate.source},
+        on_demand_common=round(price.on_demand * k, 4),
+        on_demand_per_gpu_common=round(price.on_demand * k / it.gpus, 4),
+        spot_per_gpu_common=[round(x * k / it.gpus, 4) for x in spot] if spot else None,
     )
     return row
 
@@ -150,7 +185,17 @@ def _p(x: float | None) -> str:
     return "-" if x is None else (f"{x:,.2f}" if x < 1000 else f"{x:,.0f}")
 
 
-def render(models: list[dict[str, Any]]) -> str:
+def _spot(pair: list[float] | None, estimated: bool | None) -> str:
+    """'~0.27-0.63', or one figure where the catalog saw one spot price once."""
+    if not pair:
+        return "-"
+    lo, hi = pair
+    return ("~" if estimated else "") + (_p(lo) if lo == hi else f"{_p(lo)}-{_p(hi)}")
+
+
+def render(models: list[dict[str, Any]], common: str = "USD") -> str:
+    """Each row in the common currency (so rows of different clouds compare); the line under
+    it gives the cloud's own currency, the rate used and where the price comes from."""
     lines: list[str] = []
     for g in models:
         extra = f"; unverified: {', '.join(g['unverified'])}" if g["unverified"] else ""
@@ -166,26 +211,17 @@ def render(models: list[dict[str, Any]]) -> str:
             continue
         lines.append(
             f"  {'provider':<9}{'instance type':<24}{'GPUs':>4} {'tier':<10}"
-            f"{'/h':>9}{'/GPU-h':>8}{'spot/GPU-h':>13}"
+            f"{common + '/h':>9}{'/GPU-h':>8}{'spot/GPU-h':>13}"
         )
         for r in g["instances"]:
-            spot = "-"
-            if r["spot_per_gpu"]:
-                lo, hi = r["spot_per_gpu"]
-                spot = ("~" if r["spot_estimated"] else "") + f"{_p(lo)}-{_p(hi)}"
             lines.append(
                 f"  {r['provider']:<9}{r['instance_type']:<24.24}{r['gpus']:>4} "
-                f"{(r['tier'] or '-'):<10.10}{_p(r['on_demand']):>9}"
-                f"{_p(r['on_demand_per_gpu']):>8}{spot:>13}"
+                f"{(r['tier'] or '-'):<10.10}{_p(r['on_demand_common']):>9}"
+                f"{_p(r['on_demand_per_gpu_common']):>8}"
+                f"{_spot(r['spot_per_gpu_common'], r['spot_estimated']):>13}"
             )
-            when = f"{r['currency']}, priced {r['price_date']}" if r["price_date"] else "no price"
-            if r["spot"]:
-                mark = "~" if r["spot_estimated"] else ""
-                when = f"spot {mark}{_p(r['spot'][0])}-{_p(r['spot'][1])}/h; {when}"
-            if r["spot_date"] and r["spot_date"] != r["price_date"]:
-                when += f", spot {r['spot_date']}"
             lines += textwrap.wrap(
-                f"{r['interconnect']}; {when}",
+                f"{r['interconnect']}; {_native(r)}",
                 WIDTH,
                 initial_indent="    ",
                 subsequent_indent="      ",
@@ -193,6 +229,25 @@ def render(models: list[dict[str, Any]]) -> str:
         lines.append("")
     lines.append("~ spot not observed: the 30-70 % of on-demand planning band (pricing.toml)")
     return "\n".join(lines) + "\n"
+
+
+def _native(r: dict[str, Any]) -> str:
+    """The price in the cloud's own currency, its date, and the exchange rate used."""
+    if not r["price_date"]:
+        return "no price"
+    cur = r["currency"]
+    text = f"{_p(r['on_demand'])} {cur}/h"
+    if r["spot"]:
+        text += f", spot {_spot(r['spot'], r['spot_estimated'])} {cur}/h"
+    text += f", priced {r['price_date']}"
+    if r["spot_observation"]:
+        text += f"; spot: {r['spot_observation']}"
+    elif r["spot_date"] and r["spot_date"] != r["price_date"]:
+        text += f", spot {r['spot_date']}"
+    fx = r["fx_rate"]
+    if fx:
+        text += f"; 1 {cur} = {fx['rate']:g} {r['common_currency']} ({fx['source']} {fx['date']})"
+    return text
 
 
 def main(
@@ -203,10 +258,14 @@ def main(
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--gpu", help="GPU models whose key or name contains this (e.g. A100)")
     parser.add_argument("--provider", help="one provider of the catalog (default: all)")
+    parser.add_argument(
+        "--currency", default="USD", help="the common currency of the table (default USD)"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args(argv)
+    common = args.currency.upper()
     try:
-        models = rows(load_catalog(), load_pricing(), args.gpu, args.provider)
+        models = rows(load_catalog(), load_pricing(), args.gpu, args.provider, common)
     except UsageError as exc:
         for problem in exc.problems:
             print(f"gpus.py: {problem}", file=err)
@@ -222,7 +281,7 @@ def main(
 
     Console(
         file=out, width=WIDTH, markup=False, emoji=False, highlight=False, soft_wrap=True
-    ).print(render(models), end="")
+    ).print(render(models, common), end="")
     return 0
 
 

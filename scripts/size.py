@@ -3,15 +3,16 @@
 
     python scripts/size.py --model llama-2-7b --tokens 1e9
     python scripts/size.py --params 7B --layers 32 --hidden 4096 --seq-len 4096 --tokens 2B \\
-        --strategy fsdp --grad-checkpointing --deadline-hours 48 --budget "5000 USD"
+        --strategy fsdp --grad-checkpointing --deadline 2d --budget "5000 USD"
     python scripts/size.py --model resnet50 --epochs 10 --dataset-samples 1.28M --json
     python scripts/size.py --model gpt2 --tokens 1e9 --write-stack gpt2-run
     python scripts/size.py --list-models
 
-Every tier x provider x billing mode (and 2 or 4 nodes of the 8-GPU tiers) is ranked by the
-cost of the whole run in one common currency. Exit status: 0 done; 2 bad input, or a deadline
-or budget that no fitting option meets (one line per problem on stderr); 1 the catalog data
-itself is broken.
+Every tier x provider x billing mode (and 2 or 4 nodes of the 8-GPU tiers; with --deadline,
+up to a stack's node limit) is ranked by the cost of the whole run in one common currency.
+Exit status (docs/exit-status.md): 0 an option fits and is left; 1 nothing fits, or every
+option is filtered out (the report says why), or the catalog data itself is broken; 2 bad
+input, or a deadline or budget that no fitting option meets (one line per problem on stderr).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from infra.pricing.workload import (  # noqa: E402
     SizingError,
     Workload,
     load_models,
+    shape_problems,
     workload_for_model,
 )
 from infra.stackfiles import stack_file  # noqa: E402
@@ -63,6 +65,11 @@ STACKS_DIR = REPO / "stacks"
 REPORTS_DIR = REPO / "reports"
 WIDTH = 80
 SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?")
+DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*([mhdw]?)\s*", re.IGNORECASE)
+HOURS_PER_UNIT = {"m": 1 / 60, "h": 1.0, "": 1.0, "d": 24.0, "w": 168.0}
+# a best answer slower than this gets a hint to give a deadline
+LONG_RUN_HOURS = 7 * 24
 STACK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 DOC_CIDR = "203.0.113.0/24"
 
@@ -83,14 +90,27 @@ def parse_amount(flag: str, text: str | None, problems: list[str], *, whole: boo
     """'7e9', '7B', '1.5M', '1_000', '1,000' -> a number; a problem line when it is not one."""
     if text is None:
         return None
-    raw = text.strip().replace("_", "").replace(",", "")
+    raw = text.strip().replace("_", "")
+    example = "e.g. 4096" if whole else "e.g. 7e9 or 7B"
     k = 1.0
     if raw and raw[-1].lower() in SUFFIXES:
         k, raw = SUFFIXES[raw[-1].lower()], raw[:-1]
+        if "e" in raw.lower():
+            # 1e9B would be 1e18: an exponent or a suffix, never both
+            problems.append(f"{flag}: {text!r} has both an exponent and a suffix ({example})")
+            return None
+    if "," in raw:
+        # a comma groups thousands (1,000,000); 1,5B is a decimal comma and would read as 15B
+        if not THOUSANDS.fullmatch(raw):
+            problems.append(
+                f"{flag}: {text!r}: a comma only groups thousands (1,000); "
+                "write a decimal point (1.5B)"
+            )
+            return None
+        raw = raw.replace(",", "")
     try:
         value = float(raw) * k
     except ValueError:
-        example = "e.g. 4096" if whole else "e.g. 7e9 or 7B"
         problems.append(f"{flag}: {text!r} is not a number ({example})")
         return None
     if not math.isfinite(value):
@@ -118,6 +138,21 @@ def parse_budget(text: str | None, problems: list[str]) -> tuple[float | None, s
     amount = parse_amount("--budget", m.group(2), problems)
     currency = (m.group(1) or m.group(3) or "").upper() or None
     return amount, currency
+
+
+def parse_duration(flag: str, text: str | None, problems: list[str]) -> float | None:
+    """'7d', '36h', '90m', '2w' or a plain number of hours -> hours."""
+    if text is None:
+        return None
+    m = DURATION.fullmatch(text)
+    if not m:
+        problems.append(f"{flag}: {text!r} is not a duration (e.g. 7d, 36h, 90m, 2w)")
+        return None
+    hours = float(m.group(1)) * HOURS_PER_UNIT[m.group(2).lower()]
+    if not hours > 0:
+        problems.append(f"{flag}: must be above 0, got {text!r}")
+        return None
+    return hours
 
 
 def parse_list(flag: str, text: str | None, choices: Sequence[str], problems: list[str]) -> Any:
@@ -177,11 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--no-momentum", action="store_true", help="sgd without momentum")
     how.add_argument("--strategy", default="ddp", help="ddp (replicated) | fsdp (sharded, ZeRO-3)")
     how.add_argument("--grad-checkpointing", action="store_true", help="recompute activations")
-    how.add_argument(
-        "--attention", default="flash", help="flash (SDPA, default) | eager (stores the scores)"
-    )
+    how.add_argument("--attention", help="flash (SDPA, default) | eager (stores the scores)")
     pick = p.add_argument_group("what to consider")
-    pick.add_argument("--deadline-hours", help="drop options that take longer")
+    pick.add_argument(
+        "--deadline",
+        help="finish within this (7d, 36h, 90m, 2w): the cheapest option that does, across "
+        "clouds and node counts up to the stack limit (unless --max-nodes)",
+    )
+    pick.add_argument("--deadline-hours", help="the same as --deadline, in hours")
     pick.add_argument("--budget", help="drop options that cost more, e.g. '5000 USD'")
     pick.add_argument("--currency", default="USD", help="common currency for ranking (USD)")
     pick.add_argument(
@@ -190,7 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     pick.add_argument(
         "--billing", help=f"comma-separated of {', '.join(BILLING_MODES)} (default all)"
     )
-    pick.add_argument("--max-nodes", default="4", help="most nodes of an 8-GPU tier (default 4)")
+    pick.add_argument(
+        "--max-nodes",
+        help="most nodes of an 8-GPU tier (default 4; with --deadline, the stack limit)",
+    )
     pick.add_argument(
         "--reports", default=str(REPORTS_DIR), help="verify-gpu reports to calibrate MFU"
     )
@@ -215,6 +256,9 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
         for k in ("layers", "hidden", "heads", "seq_len", "micro_batch", "vocab")
     }
     seq = shape["seq_len"] or (spec.seq_len if spec else None)
+    if spec is not None and spec.kind == "cnn":
+        _refuse_transformer_flags(args, spec, problems)
+        seq = spec.seq_len
     tokens = _tokens_from_args(args, seq, problems)
     _check_training_flags(args, problems)
     if problems:
@@ -225,21 +269,41 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
         "momentum": not args.no_momentum,
         "strategy": args.strategy,
         "grad_checkpointing": args.grad_checkpointing,
-        "attention": args.attention,
+        "attention": args.attention or "flash",
     }
     assert tokens is not None
     try:
         if spec is not None:
-            return workload_for_model(spec, tokens, **common, **shape)
-        shape["micro_batch"] = shape["micro_batch"] or 1
-        return Workload(
-            params=params,
-            tokens=tokens,
-            **common,
-            **{k: v for k, v in shape.items() if v is not None},
-        )
+            w = workload_for_model(spec, tokens, **common, **shape)
+        else:
+            shape["micro_batch"] = shape["micro_batch"] or 1
+            w = Workload(
+                params=params,
+                tokens=tokens,
+                **common,
+                **{k: v for k, v in shape.items() if v is not None},
+            )
     except SizingError as exc:
         raise UsageError(exc.problems) from None
+    if shape_problems(w):
+        raise UsageError(shape_problems(w))
+    return w
+
+
+# flags that describe a transformer's shape or attention: a CNN's figures are per image
+TRANSFORMER_FLAGS = ("layers", "hidden", "heads", "seq_len", "vocab", "attention")
+
+
+def _refuse_transformer_flags(
+    args: argparse.Namespace, spec: ModelSpec, problems: list[str]
+) -> None:
+    given = [f"--{k.replace('_', '-')}" for k in TRANSFORMER_FLAGS if getattr(args, k) is not None]
+    if given:
+        problems.append(
+            f"{', '.join(given)}: {spec.key} is a CNN, sized per image from models.toml; "
+            "these describe a transformer: leave them out (count images with --tokens or "
+            "--epochs --dataset-samples)"
+        )
 
 
 def _model_from_args(args: argparse.Namespace, problems: list[str]) -> ModelSpec | None:
@@ -309,7 +373,7 @@ def _check_training_flags(args: argparse.Namespace, problems: list[str]) -> None
         ("--precision", args.precision, PRECISIONS),
         ("--optimizer", args.optimizer, OPTIMIZERS),
         ("--strategy", args.strategy, STRATEGIES),
-        ("--attention", args.attention, ATTENTION),
+        ("--attention", args.attention or "flash", ATTENTION),
     ):
         if value not in choices:
             from infra.suggest import did_you_mean
@@ -324,9 +388,24 @@ def _check_training_flags(args: argparse.Namespace, problems: list[str]) -> None
 
 def filters_from_args(args: argparse.Namespace) -> tuple[Filters, str, int, int | None]:
     problems: list[str] = []
-    deadline = parse_amount("--deadline-hours", args.deadline_hours, problems)
+    from infra.config import MAX_NODES
+
+    if args.deadline is not None and args.deadline_hours is not None:
+        problems.append("give --deadline or --deadline-hours, not both")
+    deadline = parse_duration("--deadline", args.deadline, problems)
+    if args.deadline_hours is not None:
+        deadline = parse_amount("--deadline-hours", args.deadline_hours, problems)
     budget, budget_currency = parse_budget(args.budget, problems)
     max_nodes = parse_amount("--max-nodes", args.max_nodes, problems, whole=True)
+    if max_nodes is not None and max_nodes > MAX_NODES:
+        problems.append(
+            f"--max-nodes: {max_nodes} is more than a stack allows ({MAX_NODES} nodes, "
+            "gpufleet:nodes): give at most that"
+        )
+    if max_nodes is None:
+        # a deadline asks for the cheapest option that finishes in time: let it look as far
+        # as a stack can go; without one, the usual few nodes keep the table short
+        max_nodes = MAX_NODES if deadline is not None else 4
     top = parse_amount("--top", args.top, problems, whole=True)
     row = parse_amount("--row", args.row, problems, whole=True)
     providers = parse_list("--providers", args.providers, list(load_catalog().providers), problems)
@@ -344,7 +423,7 @@ def filters_from_args(args: argparse.Namespace) -> tuple[Filters, str, int, int 
         budget_currency=budget_currency,
         providers=providers,
         billings=billings,
-        max_nodes=max_nodes or 4,
+        max_nodes=max_nodes,
     )
     return f, args.currency.upper(), top or 10, row
 
@@ -506,8 +585,8 @@ def _section_options(result: SizingResult, top: int, show_all: bool) -> list[str
     if not shown:
         return [*lines, "  no option is left: see below"]
     lines.append(
-        f"{'#':>3} {'tier':<14}{'cloud':<9}{'billing':<10}{'GB/GPU':>10}"
-        f"{'hours':>8}{'cost':>14}{cur:>10}"
+        f"{'#':>3} {'tier':<16}{'cloud':<9}{'billing':<10}{'GB/GPU':>9}"
+        f"{'hours':>8}{'cost':>13}{cur:>10}"
     )
     index = {id(o): i + 1 for i, o in enumerate(result.options)}
     for o in shown:
@@ -520,21 +599,44 @@ def _section_options(result: SizingResult, top: int, show_all: bool) -> list[str
         "  ",
     )
     best = shown[0]
+    lines += _long_run_hint(result, best)
     lines += _wrap(
         f"Best: {best.label} on {best.provider} ({best.instance_type}), {_billing(best)}: "
         f"{best.gpus}x {best.gpu_model}, {_hours(best.hours)} h, "
         f"{_money(best.cost, best.currency)}"
-        + (
-            f" (range {_money(best.cost_range[0])}-{_money(best.cost_range[1])})"
-            if best.cost_range
-            else ""
-        )
+        + _range_note(best)
         + f". {best.peak_tflops:g} TF/s peak per GPU x MFU {best.mfu:.0%} x scaling "
         f"{best.scaling_efficiency:.2f}. Notes: {'; '.join(best.notes) or 'none'}.",
         "  ",
         "  ",
     )
     return lines
+
+
+def _long_run_hint(result: SizingResult, best: Option) -> list[str]:
+    """A best answer that runs for weeks, asked without a deadline: say how to trade money for
+    time (the cheapest answer is often one node for months)."""
+    if result.filters.deadline_hours is not None or (best.hours or 0) <= LONG_RUN_HOURS:
+        return []
+    fastest = min(result.viable, key=lambda o: o.hours or math.inf)
+    return _wrap(
+        f"The cheapest option takes {(best.hours or 0) / 24:,.0f} days; the fastest shown, "
+        f"{fastest.label} on {fastest.provider}, {(fastest.hours or 0) / 24:,.1f} days. "
+        "--deadline 7d (or any duration) ranks the cheapest that finishes in time, across "
+        "clouds and node counts up to a stack's limit.",
+        "  ",
+        "  ",
+    )
+
+
+def _range_note(o: Option) -> str:
+    """' (range 2,470-8,190)' for a spot range; the observation itself where the catalog saw
+    one price once (a range of zero width says nothing)."""
+    if o.spot_observation:
+        return f" (spot price: {o.spot_observation})"
+    if o.cost_range:
+        return f" (range {_money(o.cost_range[0])}-{_money(o.cost_range[1])})"
+    return ""
 
 
 def render(
@@ -570,8 +672,8 @@ def render_alternative(alt: SizingResult, fix: str, count: int = 5) -> str:
     """The best few options of the same run with one fix applied (nothing fit as asked)."""
     lines = [f"Nothing fits as asked. With {fix}, the best options would be:"]
     lines.append(
-        f"{'#':>3} {'tier':<14}{'cloud':<9}{'billing':<10}{'GB/GPU':>10}"
-        f"{'hours':>8}{'cost':>14}{alt.common_currency:>10}"
+        f"{'#':>3} {'tier':<16}{'cloud':<9}{'billing':<10}{'GB/GPU':>9}"
+        f"{'hours':>8}{'cost':>13}{alt.common_currency:>10}"
     )
     for i, o in enumerate(alt.viable[:count], 1):
         lines.append(_row(i, o))
@@ -583,8 +685,8 @@ def _row(i: int, o: Option) -> str:
     mem = f"{o.per_gpu_memory_gb:.0f}/{o.gpu_memory_gb:g}"
     star = "~" if o.estimate else ""
     return (
-        f"{i:>3} {o.label:<14.14}{o.provider:<9.9}{_billing(o):<10.10}"
-        f"{mem:>10}{_hours(o.hours):>8}{_money(o.cost, o.currency):>14}"
+        f"{i:>3} {o.label:<16.16}{o.provider:<9.9}{_billing(o):<10.10}"
+        f"{mem:>9}{_hours(o.hours):>8}{_money(o.cost, o.currency):>13}"
         f"{star + _money(o.cost_common):>10}"
     )
 
@@ -592,15 +694,17 @@ def _row(i: int, o: Option) -> str:
 def _section_no_fit(result: SizingResult) -> list[str]:
     """Tier sizes that do not fit, grouped by what would make them fit, each with its excess."""
     a = result.assumptions
-    seen: dict[tuple[str, int], Option] = {}
+    cat = load_catalog()
+    # one entry per tier size and GPU memory: an A10G and an A10 (both 24 GB) are one line
+    seen: dict[tuple[str, int, float], Option] = {}
     for o in result.options:
         if o.status == NO_FIT:
-            seen.setdefault((o.tier, o.nodes), o)
+            seen.setdefault((o.tier, o.nodes, o.gpu_memory_gb), o)
     if not seen:
         return []
     lines = _wrap(
-        f"Does not fit ({len(seen)} tier sizes, on every cloud and billing mode; GB over the "
-        f"{1 - a.headroom:.0%} usable per GPU)",
+        f"Does not fit ({len(seen)} tier sizes, on every cloud and billing mode; the GB "
+        f"each GPU needs beyond the {1 - a.headroom:.0%} of its memory that is usable)",
         "",
         "",
     )
@@ -609,10 +713,7 @@ def _section_no_fit(result: SizingResult) -> list[str]:
         groups.setdefault(o.fix, []).append(o)
     for fix, items in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] or "")):
         over = ", ".join(
-            f"{o.label} {o.per_gpu_memory_gb - o.gpu_memory_gb * (1 - a.headroom):.1f}".replace(
-                " ", NBSP
-            )
-            for o in items
+            _over(o, cat.gpus[cat.tiers[o.tier].gpu].memory_gb, a.headroom) for o in items
         )
         if fix:
             head = f"fits with {fix}: "
@@ -621,6 +722,14 @@ def _section_no_fit(result: SizingResult) -> list[str]:
         lines += _wrap(head + over, "  ", "  - ")
     lines.append("")
     return lines
+
+
+def _over(o: Option, nominal_gb: float, headroom: float) -> str:
+    """'a100x8 x2 13.5 GB over', naming the offer's GPU where its memory is not the one the
+    tier names (Azure's a100x1 is an 80 GB card, V100s come in 16 and 32 GB)."""
+    gpu = "" if o.gpu_memory_gb == nominal_gb else f" ({o.gpu_model})"
+    excess = o.per_gpu_memory_gb - o.gpu_memory_gb * (1 - headroom)
+    return f"{o.label}{gpu} {excess:.1f} GB over".replace(" ", NBSP)
 
 
 def _section_filtered(result: SizingResult, show_all: bool) -> list[str]:
@@ -669,13 +778,14 @@ def _section_time(result: SizingResult) -> list[str]:
     for gpu, (mfu, source) in sorted(sources.items()):
         lines += _wrap(f"{gpu}: MFU {mfu:.0%}, {source}", "  ", "  - ")
     scaling = ", ".join(
-        f"{eff:g} on >= {gbps:g} Gbps instance networks" if gbps else f"{eff:g} on slower ones"
+        f"{eff:g} on >= {gbps:g} Gbps between nodes" if gbps else f"{eff:g} on slower ones"
         for gbps, eff in a.scaling
     )
     lines += _wrap(
         "hours = FLOPs / (GPUs x dense peak in the chosen precision x MFU x scaling). One "
         "node: scaling 1 (the MFU is a whole node's). Several nodes: throughput kept per "
-        f"doubling of the node count: {scaling} (estimates, sizing.toml).",
+        f"doubling of the node count: {scaling}, counting the node's fastest fabric "
+        "(InfiniBand, EFA, else its Ethernet) (estimates, sizing.toml).",
         "  ",
         "  ",
     )
@@ -829,13 +939,15 @@ def main(
     except CatalogError as exc:
         print(f"size.py: the catalog data is broken: {exc}", file=err)
         return 1
+    # nothing fits, or nothing is left: the report says why, and the status says "no"
+    status = 0 if result.viable else 1
     if args.json:
         doc = result.to_dict()
         if written:
             doc["written_stack"] = str(written[0])
         json.dump(doc, out, indent=1)
         out.write("\n")
-        return 0
+        return status
     spec = load_models().get(w.model or "")
     alternative = None
     fix = best_fix(result)
@@ -866,7 +978,7 @@ def main(
             f"make plan STACK={args.write_stack}\n",
             out,
         )
-    return 0
+    return status
 
 
 if __name__ == "__main__":

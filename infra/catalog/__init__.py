@@ -94,6 +94,15 @@ class Price:
     # no source quoted it (e.g. a price only a signed API could confirm): cost.py says so
     estimate: bool = False
 
+    @property
+    def spot_observation(self) -> str | None:
+        """'one observation, 2024-06-01, SCAZ' when the spot "range" is one price seen once
+        (low == high): said instead of a range of zero width such as '1,481-1,481'."""
+        if not self.spot or self.spot[0] != self.spot[1]:
+            return None
+        when = (self.spot_date or self.date).isoformat()
+        return f"one observation, {when}, {self.spot_source or self.source}"
+
 
 @dataclass(frozen=True)
 class InstanceType:

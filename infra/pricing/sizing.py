@@ -76,6 +76,8 @@ class Option:
     price_date: str | None = None
     notes: tuple[str, ...] = ()
     fix: str | None = None  # does-not-fit: the flags that would make it fit, when some do
+    # spot priced from one price seen once: 'one observation, <date>, <source>' (no range)
+    spot_observation: str | None = None
 
     @property
     def label(self) -> str:
@@ -112,6 +114,7 @@ class Option:
             "price_date": self.price_date,
             "notes": list(self.notes),
             "fix": self.fix,
+            "spot_observation": self.spot_observation,
         }
 
 
@@ -264,7 +267,8 @@ class _Run:
     common_currency: str
     flops: float
     calibrations: Mapping[str, Calibration]
-    # (tier, nodes) -> (GB needed per GPU, whether that fits), and the sizes that fit
+    # (GPU model, GPUs in all) -> (GB needed per GPU, whether that fits), and the sizes
+    # that fit
     fit: Mapping[tuple[str, int], tuple[float, bool]]
     fitting: Sequence[str]
 
@@ -283,23 +287,35 @@ class _Speed:
 def _fit_table(
     w: Workload, cat: Catalog, memory: Memory, a: Assumptions, max_nodes: int
 ) -> tuple[dict[tuple[str, int], tuple[float, bool]], list[str]]:
-    """Per (tier, nodes): the GB each GPU needs and whether it fits; and the sizes that fit,
-    smallest GPU memory first (the advice on those that do not names them)."""
+    """Per (GPU model, GPUs in all): the GB each GPU needs and whether it fits; and the tier
+    sizes that fit, smallest GPU memory first (the advice on those that do not names them).
+
+    Each offer is judged by its own GPU, not by the tier's nominal one: a tier a cloud fills
+    with another card (Azure's a100x1 is an 80 GB PCIe A100) fits what that card holds."""
     fit: dict[tuple[str, int], tuple[float, bool]] = {}
+    sizes: dict[str, tuple[float, int]] = {}
     for tier in cat.tiers.values():
-        gpu = cat.gpus[tier.gpu]
-        for nodes in _node_counts(tier.gpus, max_nodes):
-            need = memory.per_gpu(w.strategy, tier.gpus * nodes, a.fsdp_gathered_layers)
-            fit[(tier.key, nodes)] = (need, need <= usable_gb(gpu, a))
-    fitting = [
-        f"{t}{f' x{n}' if n > 1 else ''}"
-        for (t, n), (_, ok) in sorted(
-            fit.items(),
-            key=lambda kv: (cat.gpus[cat.tiers[kv[0][0]].gpu].memory_gb, kv[0][1]),
-        )
-        if ok
-    ]
+        for provider, offer in tier.offers.items():
+            if "general" not in offer or provider not in cat.providers:
+                continue
+            gpu = cat.gpu_for(cat.instance(provider, offer["general"]))
+            for nodes in _node_counts(tier.gpus, max_nodes):
+                gpus = tier.gpus * nodes
+                need = memory.per_gpu(w.strategy, gpus, a.fsdp_gathered_layers)
+                ok = need <= usable_gb(gpu, a)
+                fit[(gpu.key, gpus)] = (need, ok)
+                if ok:
+                    label = _size_label(tier.key, nodes, gpu.key, tier.gpu)
+                    sizes.setdefault(label, (gpu.memory_gb, nodes))
+    fitting = sorted(sizes, key=lambda k: sizes[k])
     return fit, fitting
+
+
+def _size_label(tier: str, nodes: int, gpu: str, nominal: str) -> str:
+    """'a100x8 x2', or 'a100x1 (A100-PCIE-80GB)' where a cloud fills the tier with another
+    GPU than the tier names."""
+    label = f"{tier}{f' x{nodes}' if nodes > 1 else ''}"
+    return label if gpu == nominal else f"{label} ({gpu})"
 
 
 def _speed(w: Workload, gpu: Gpu, calibrations: Mapping[str, Calibration]) -> _Speed:
@@ -333,7 +349,7 @@ def _tier_options(
     stale: dt.date | None = None
     for nodes in _node_counts(tier.gpus, f.max_nodes):
         gpus = tier.gpus * nodes
-        need, ok = run.fit[(tier.key, nodes)]
+        need, ok = run.fit[(gpu.key, gpus)]
         eff = scaling_efficiency(it, nodes, a)
         base = Option(
             tier=tier.key,
@@ -540,6 +556,7 @@ def _priced(
     hours = base.hours
     months = None
     cost_range = None
+    observation = None
     estimate = not base.mfu_measured
     price_date = it.price.date.isoformat()
     why = None
@@ -554,6 +571,7 @@ def _priced(
         cost = (lo + hi) / 2 * hours
         if it.price.spot_date:
             price_date = it.price.spot_date.isoformat()
+        observation = None if est.hourly.spot_estimated else it.price.spot_observation
         if est.hourly.spot_estimated:
             lo_f, hi_f = prc.spot_band
             notes.append(f"spot estimated as {lo_f:.0%}-{hi_f:.0%} of on-demand")
@@ -588,6 +606,7 @@ def _priced(
         status=FILTERED if why else OK,
         why=why,
         notes=tuple(notes),
+        spot_observation=observation,
     )
 
 
@@ -666,10 +685,11 @@ def _impossible(
     problems = []
     fastest = min(candidates, key=lambda o: o.hours or math.inf)
     if f.deadline_hours is not None and all((o.hours or 0) > f.deadline_hours for o in candidates):
+        more = " or more nodes with --max-nodes" if fastest.nodes >= f.max_nodes else ""
         problems.append(
-            f"deadline {f.deadline_hours:g} h is impossible: the fastest fitting option "
+            f"deadline {duration(f.deadline_hours)} is impossible: the fastest fitting option "
             f"({fastest.label} on {fastest.provider}, {fastest.billing}) needs "
-            f"{fastest.hours:,.1f} h; allow at least that, or more nodes with --max-nodes"
+            f"{duration(fastest.hours or 0)}; allow at least that{more}"
         )
     in_time = [
         o for o in candidates if f.deadline_hours is None or (o.hours or 0) <= f.deadline_hours
@@ -685,6 +705,17 @@ def _impossible(
         )
     if problems:
         raise SizingError(problems)
+
+
+def duration(hours: float) -> str:
+    """48 -> '48 h', 168 -> '7 days', 1/60 -> '1 min': a deadline as it was given."""
+    if hours < 1 / 60:
+        return f"{hours * 3600:.3g} s"
+    if hours < 1:
+        return f"{hours * 60:.3g} min"
+    if hours >= 72 and hours % 24 == 0:
+        return f"{hours / 24:g} days"
+    return f"{hours:,.0f} h" if hours >= 100 or hours == int(hours) else f"{hours:,.1f} h"
 
 
 def _rank_key(o: Option) -> tuple[Any, ...]:

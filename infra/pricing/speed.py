@@ -108,8 +108,20 @@ def read_calibrations(
     return best
 
 
+def fabric_gbps(it: InstanceType) -> float:
+    """The bandwidth the gradient all-reduce has between nodes: the InfiniBand HCAs where the
+    node has them (Azure ND: 8x 200 Gb/s HDR beside a 24 Gb/s Ethernet NIC), else the
+    instance network, which on EFA types is the EFA figure itself (p4d: 4x 100 Gb/s EFA).
+    A cloud's RDMA fabric (Alicloud eRDMA, Tencent HCC) counts once its catalog lists a type
+    with it; today neither catalog does, so those nodes scale as plain TCP."""
+    if it.infiniband and it.infiniband_gbps:
+        return float(max(it.infiniband_gbps, it.network_gbps))
+    return float(it.network_gbps)
+
+
 def scaling_efficiency(it: InstanceType, nodes: int, assumptions: Assumptions) -> float:
     if nodes <= 1:
         return 1.0
-    per = next(eff for gbps, eff in assumptions.scaling if it.network_gbps >= gbps)
+    gbps = fabric_gbps(it)
+    per = next(eff for floor, eff in assumptions.scaling if gbps >= floor)
     return float(per ** math.log2(nodes))

@@ -228,6 +228,50 @@ class Workload:
         return None not in (self.layers, self.hidden, self.seq_len)
 
 
+# A dense decoder's count from its shape (12 L h^2 + embeddings) is within a few percent of
+# the published one for every transformer in models.toml (GPT-2 1.01, Llama-2-7B 1.03,
+# Llama-3-8B 1.15 with its larger MLP); outside this factor the shape and --params describe
+# different models (or a mixture of experts, which 6ND and these memory formulas do not cover).
+SHAPE_PARAMS_FACTOR = 2.0
+
+
+def shape_problems(w: Workload) -> list[str]:
+    """What is wrong with a transformer's shape: heads that do not divide the hidden size, or
+    a layer count and hidden size that cannot hold the parameter count."""
+    problems: list[str] = []
+    if w.kind != "transformer":
+        return problems
+    if w.heads is not None and w.hidden is not None and w.hidden % w.heads:
+        near = _near_divisor(w.hidden, w.heads)
+        problems.append(
+            f"--heads: {w.heads} heads do not divide the hidden size {w.hidden} (each head "
+            f"gets hidden/heads dimensions): give a divisor, e.g. {near}"
+        )
+    if w.layers is not None and w.hidden is not None:
+        shaped = 12 * w.layers * w.hidden**2 + (w.vocab or 0) * w.hidden
+        ratio = w.params / shaped
+        if not 1 / SHAPE_PARAMS_FACTOR <= ratio <= SHAPE_PARAMS_FACTOR:
+            problems.append(
+                f"--layers {w.layers} --hidden {w.hidden} make a model of about "
+                f"{_count(shaped)} parameters, not {_count(w.params)} ({ratio:.2g}x): fix the "
+                "shape or the parameter count (a mixture of experts is not modelled)"
+            )
+    return problems
+
+
+def _near_divisor(hidden: int, heads: int) -> int:
+    """The divisor of `hidden` nearest to `heads` (ties: the smaller)."""
+    divisors = [d for d in range(1, hidden + 1) if hidden % d == 0]
+    return min(divisors, key=lambda d: (abs(d - heads), d))
+
+
+def _count(n: float) -> str:
+    for k, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= k:
+            return f"{n / k:.3g}{unit}"
+    return f"{n:.3g}"
+
+
 def workload_for_model(spec: ModelSpec, tokens: float, **kw: Any) -> Workload:
     """A Workload from a models.toml row; keyword arguments override the row's shape."""
     precision = kw.get("precision", "bf16")

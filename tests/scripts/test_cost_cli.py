@@ -124,6 +124,24 @@ def test_human_output_shows_break_even_spot_caveat_and_warnings(tmp_path: Path):
     assert "Warnings" in out and "days old" in out
 
 
+def test_a_spot_price_seen_once_is_said_as_one_observation_not_a_zero_width_range(
+    tmp_path: Path,
+):
+    # Standard_NC24ads_A100_v4's spot is one SCAZ figure (spot = [0.4444, 0.4444])
+    stack = write_stack(tmp_path, provider="azure", tier="a100x1", region="eastus")
+    code, out, _ = run("--stack-file", str(stack))
+    assert code == 0
+    text = " ".join(out.split())
+    assert "spot (one observation)" in text and "0.44 - 0.44" not in text
+    assert "Spot saves 88% (3.23 USD/h, one observation, 2024-06-01, SCAZ)" in text
+    assert "88%-88%" not in text
+
+
+def test_the_compare_table_shows_a_single_spot_observation_as_one_figure():
+    assert cli._spot_range_cell((0.37, 0.37)) == "0.37 (one obs.)"
+    assert cli._spot_range_cell((0.31, 1.02)) == "0.31-1.02"
+
+
 # --- bad input: exit 2, a clear line on stderr -------------------------------------------------
 
 

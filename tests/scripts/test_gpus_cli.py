@@ -86,3 +86,38 @@ def test_bad_input_exits_2_with_one_line(argv, expected):
     code, out, err = run(*argv)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and expected in err
+
+
+def test_every_row_has_a_common_currency_figure_beside_the_clouds_own():
+    doc = run_json("--gpu", "A100-40GB", "--provider", "alicloud")
+    one = next(r for r in doc["gpus"][0]["instances"] if r["gpus"] == 1)
+    rate = one["fx_rate"]["rate"]  # pricing.toml's CNY->USD
+    assert one["currency"] == "CNY" and one["common_currency"] == "USD"
+    assert one["on_demand_common"] == pytest.approx(one["on_demand"] * rate, abs=1e-3)
+    assert run("--gpu", "A100-40GB")[0] == 0
+    _, out, _ = run("--gpu", "A100-40GB")
+    text = " ".join(out.split())
+    # the row is in USD for every cloud; the line under it keeps the cloud's own price
+    assert "USD/h" in text and f"{one['on_demand']:,.2f} CNY/h" in text
+    assert f"1 CNY = {rate:g} USD" in text
+
+
+def test_the_common_currency_can_be_chosen_and_an_unknown_one_is_refused():
+    doc = run_json("--gpu", "A100-40GB", "--provider", "aws", "--currency", "cny")
+    (p4d,) = doc["gpus"][0]["instances"]
+    assert p4d["common_currency"] == "CNY" and p4d["on_demand_common"] > p4d["on_demand"]
+    code, out, err = run("--currency", "EURO")
+    assert code == 2 and out == "" and "--currency: 'EURO' is unknown" in err
+
+
+def test_a_spot_price_seen_once_is_one_figure_with_its_date_and_source():
+    _, out, _ = run("--gpu", "A100-40GB", "--provider", "azure")
+    text = " ".join(out.split())
+    assert "spot: one observation, 2024-06-01, SCAZ" in text
+    assert "0.37-0.37" not in text and "2.99-2.99" not in text
+
+
+def test_infiniband_is_named_with_the_interconnect():
+    doc = run_json("--gpu", "A100-40GB", "--provider", "azure")
+    (nd,) = doc["gpus"][0]["instances"]
+    assert "1600 Gbps InfiniBand" in nd["interconnect"]

@@ -94,13 +94,61 @@ def test_the_report_fits_80_columns_and_shows_each_memory_part_and_the_mfu_sourc
     assert "Options ranked by the cost of the whole run in USD" in out
 
 
-def test_when_nothing_fits_the_report_says_by_how_much_and_shows_the_fix():
+def test_when_nothing_fits_the_report_says_by_how_much_and_shows_the_fix_and_exits_1():
     code, out, _ = run("--model", "llama-2-7b", "--tokens", "1e9")
-    assert code == 0
+    assert code == 1  # the answer is "nothing fits": not a success (docs/exit-status.md)
     assert "Nothing fits as asked. With --strategy fsdp, the best options would be:" in out
     assert "fits with --strategy fsdp: a100x8" in out
-    assert "h100x1 56.1" in out  # 128.1 GB needed, 72.0 usable
+    assert "h100x1 56.1 GB over" in out  # 128.1 GB needed, 72.0 usable
     assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_thousands_separators_and_suffixes_still_read_as_numbers():
+    doc = run_json("--model", "gpt2", "--tokens", "1,500,000,000")
+    assert doc["tokens"] == 1.5e9
+    assert run_json("--model", "gpt2", "--tokens", "1.5B")["tokens"] == 1.5e9
+
+
+def test_the_does_not_fit_list_says_gb_over_and_names_a_gpu_other_than_the_tiers():
+    code, out, _ = run("--params", "3B", "--tokens", "1e10", "--layers", "26", "--hidden", "3072")
+    assert code == 0
+    text = " ".join(out.split())
+    assert "a100x8 13.5 GB over" in text  # was 'a100x8 13.5', which reads like a label
+    assert "v100x1 (V100-32GB) 20.7 GB over" in text  # the 32 GB card a cloud sells as v100x1
+    assert "a100x1 (A100-PCIE-80GB)" not in text  # Azure's 80 GB a100x1 fits: not listed
+    assert " -22.5" not in text  # the negative excess of judging it as a 40 GB card
+
+
+def test_a_deadline_ranks_the_cheapest_option_that_finishes_in_time_across_node_counts():
+    argv = ("--params", "3B", "--tokens", "1e11", "--layers", "26", "--hidden", "3072")
+    doc = run_json(*argv, "--deadline", "7d")
+    assert doc["filters"]["deadline_hours"] == 168 and doc["filters"]["max_nodes"] == 64
+    ok = [o for o in doc["options"] if o["status"] == "ok"]
+    assert ok and all(o["hours"] <= 168 for o in ok)
+    assert ok[0]["nodes"] >= 8  # one to four nodes of any tier take longer than a week
+    assert run_json(*argv, "--deadline", "2w")["filters"]["deadline_hours"] == 336
+    assert run_json(*argv, "--deadline", "36h")["filters"]["deadline_hours"] == 36
+
+
+def test_a_run_of_months_without_a_deadline_gets_a_hint_to_give_one():
+    code, out, _ = run("--params", "3B", "--tokens", "1e11", "--layers", "26", "--hidden", "3072")
+    assert code == 0
+    text = " ".join(out.split())
+    assert "The cheapest option takes 367 days" in text and "--deadline 7d" in text
+
+
+def test_a_spot_price_seen_once_is_said_as_such_not_as_a_zero_width_range():
+    code, out, _ = run("--params", "3B", "--tokens", "1e10", "--layers", "26", "--hidden", "3072")
+    assert code == 0
+    text = " ".join(out.split())
+    assert "(spot price: one observation, 2024-06-01, SCAZ)" in text
+    assert "392-392" not in text and "range" not in text.split("Best:")[1].split(".")[0]
+
+
+def test_when_every_option_is_filtered_out_the_status_is_1_with_json_too():
+    # a budget only a subscription meets is still a budget: nothing is left, not bad input
+    code, out, _ = run("--model", "llama-2-7b", "--tokens", "1e9", "--json")
+    assert code == 1 and json.loads(out)["options"]
 
 
 def test_a_recorded_report_changes_the_mfu_and_the_output_says_so(tmp_path: Path):
@@ -198,11 +246,65 @@ def test_list_models_names_each_model_and_its_source():
         (["--model", "gpt2", "--tokens", "nan"], ["--tokens: must be a finite number"]),
         (
             ["--model", "gpt2", "--tokens", "1e9", "--deadline-hours", "0.0001"],
-            ["deadline 0.0001 h is impossible: the fastest fitting option"],
+            ["deadline 0.36 s is impossible: the fastest fitting option"],
         ),
         (
             ["--model", "gpt2", "--tokens", "1e9", "--precision", "bff16", "--budget", "lots"],
             ["did you mean 'bf16'?", "--budget: 'lots' is not an amount"],
+        ),
+        # token counts: a decimal comma would read as 15B, an exponent with a suffix as 1e18
+        (["--model", "gpt2", "--tokens", "1,5B"], ["a comma only groups thousands"]),
+        (["--model", "gpt2", "--tokens", "1,00"], ["a comma only groups thousands"]),
+        (["--model", "gpt2", "--tokens", "1e9B"], ["both an exponent and a suffix"]),
+        (["--params", "2.5E3M", "--tokens", "1e9"], ["both an exponent and a suffix"]),
+        # shapes
+        (
+            [
+                "--params",
+                "7B",
+                "--layers",
+                "32",
+                "--hidden",
+                "4096",
+                "--heads",
+                "30",
+                "--tokens",
+                "1e9",
+            ],
+            ["30 heads do not divide the hidden size 4096"],
+        ),
+        (
+            ["--params", "7B", "--layers", "2", "--hidden", "64", "--tokens", "1e9"],
+            ["--layers 2 --hidden 64 make a model of about"],
+        ),
+        (
+            ["--model", "llama-2-7b", "--hidden", "512", "--tokens", "1e9"],
+            ["parameters, not 6.74B"],
+        ),
+        # a CNN has no sequence, attention, heads or vocabulary
+        (["--model", "resnet50", "--tokens", "1e6", "--seq-len", "4096"], ["--seq-len: resnet50"]),
+        (
+            ["--model", "resnet50", "--tokens", "1e6", "--attention", "eager"],
+            ["--attention: resnet50 is a CNN"],
+        ),
+        (
+            ["--model", "resnet50", "--tokens", "1e6", "--heads", "8", "--vocab", "10"],
+            ["--heads, --vocab: resnet50 is a CNN"],
+        ),
+        # nodes and deadlines
+        (
+            ["--model", "gpt2", "--tokens", "1e9", "--max-nodes", "65"],
+            ["more than a stack allows (64 nodes"],
+        ),
+        (["--model", "gpt2", "--tokens", "1e9", "--deadline", "7x"], ["is not a duration"]),
+        (["--model", "gpt2", "--tokens", "1e9", "--deadline", "0d"], ["--deadline: must be above"]),
+        (
+            ["--model", "gpt2", "--tokens", "1e9", "--deadline", "1d", "--deadline-hours", "24"],
+            ["give --deadline or --deadline-hours, not both"],
+        ),
+        (
+            ["--model", "gpt2", "--tokens", "1e12", "--deadline", "1m"],
+            ["deadline 1 min is impossible: the fastest fitting option (h100x8 x64 on aws"],
         ),
     ],
 )
