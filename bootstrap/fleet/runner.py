@@ -373,6 +373,39 @@ class _Printer:
             self.live = None
 
 
+class ConnectFailed(Exception):
+    """The SSH connection to a host could not be opened (or its key was refused):
+    ``kind`` and ``message`` as :func:`classify_connect_error` gives them."""
+
+    def __init__(self, kind: str, message: str, host_key: HostKeyEvent | None) -> None:
+        super().__init__(message)
+        self.kind, self.message, self.host_key = kind, message, host_key
+
+
+def open_checked(
+    host: Host,
+    config: Config | None,
+    timeout_s: float,
+    verifier: HostKeyVerifier,
+    *,
+    on_pinned: Callable[[HostKeyEvent], None] | None = None,
+) -> tuple[Connection, HostKeyEvent]:
+    """An open connection whose host key the run's ``verifier`` accepted, and what the key
+    check did; raises :class:`ConnectFailed` with the one-line reason otherwise.
+    ``on_pinned`` hears of a key pinned from the stack outputs before connecting."""
+    check = verifier.check(host)
+    if check.event is not None and on_pinned is not None:
+        on_pinned(check.event)
+    try:
+        conn = connect(host, config, timeout_s, host_keys=check)
+        return conn, check.confirm(conn.client)
+    except Exception as exc:
+        explained = check.explain(exc)
+        mismatch = explained.event if isinstance(explained, HostKeyError) else None
+        kind, message = classify_connect_error(explained, host, timeout_s)
+        raise ConnectFailed(kind, message, mismatch or check.event) from None
+
+
 def run_host(
     host: Host,
     steps: Sequence[Step],
@@ -384,19 +417,17 @@ def run_host(
 ) -> HostReport:
     report = HostReport(host)
     started = time.monotonic()
-    check = verifier.check(host)
-    if check.event is not None:  # pinned from the stack outputs before connecting
-        printer.line(host, check.event.message, "yellow")
     try:
-        conn = connect(host, config, timeout_s, host_keys=check)
-        event = check.confirm(conn.client)
-    except Exception as exc:
-        explained = check.explain(exc)
-        mismatch = explained.event if isinstance(explained, HostKeyError) else None
-        report.host_key = mismatch or check.event
-        report.connection_error, report.connection_message = classify_connect_error(
-            explained, host, timeout_s
+        conn, event = open_checked(
+            host,
+            config,
+            timeout_s,
+            verifier,
+            on_pinned=lambda pinned: printer.line(host, pinned.message, "yellow"),
         )
+    except ConnectFailed as exc:
+        report.host_key = exc.host_key
+        report.connection_error, report.connection_message = exc.kind, exc.message
         printer.line(host, report.connection_message, "bold red")
         report.seconds = time.monotonic() - started
         return report

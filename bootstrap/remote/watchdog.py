@@ -250,6 +250,9 @@ class Watchdog:
             "action": decision.action,
             "reason": decision.reason,
             "idle_minutes": decision.idle_minutes,
+            # What `fab top` shows from this file: how near the stop is, and why.
+            "idle_limit_minutes": signals.limits.idle_minutes,
+            "warning": decision.warning,
             "protected": signals.protected,
             "problems": list(signals.problems),
             "unsynced_files": unsynced,

@@ -89,7 +89,7 @@ def write_file_command(path: str, text: str) -> str:
     )
 
 
-def _runner(conn: Connection, jobs_dir: str) -> str:
+def ship_runner(conn: Connection, jobs_dir: str) -> str:
     """Ship the runner (one round trip, nothing sent when present) and return its path."""
     sha, b64 = bundle()
     done = sh(conn, ship_command(jobs_dir, sha, b64), timeout=120)
@@ -121,7 +121,7 @@ def node_job(conn: Connection, ctx: HostContext) -> NodeJob | None:
     rank = rank_of(spec, ctx.host)
     if rank is None:
         return None
-    return NodeJob(spec, rank, _runner(conn, spec["jobs_dir"]), job_dir(spec))
+    return NodeJob(spec, rank, ship_runner(conn, spec["jobs_dir"]), job_dir(spec))
 
 
 def _json_out(done: Any, what: str) -> dict[str, Any]:
@@ -216,7 +216,7 @@ def train_start_step(conn: Connection, ctx: HostContext) -> StepResult:
     rank = rank_of(spec, ctx.host)
     if rank is None:
         return StepResult.failed(f"{ctx.host.label} is not a node of job {spec['job']}")
-    runner = _runner(conn, spec["jobs_dir"])
+    runner = ship_runner(conn, spec["jobs_dir"])
     notes = []
     if x.get("manifest") is not None:
         notes.append(sync_workdir(conn, ctx, runner))
@@ -255,7 +255,7 @@ def jobs_step(conn: Connection, ctx: HostContext) -> StepResult:
     jobs_dir = ctx.options.extra["jobs_dir"]
     if not sh(conn, f"test -d {shlex.quote(jobs_dir)}").ok:
         return StepResult.ok("no jobs on this node", jobs=[])
-    runner = _runner(conn, jobs_dir)
+    runner = ship_runner(conn, jobs_dir)
     out = _json_out(
         sh(conn, f"python3 {shlex.quote(runner)} list --root {shlex.quote(jobs_dir)}", timeout=60),
         "list",

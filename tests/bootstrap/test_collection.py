@@ -27,6 +27,7 @@ TASK_NAMES = {
     "mount-scratch",
     "setup",
     "status",
+    "top",
     "train",
     "verify-gpu",
 }

@@ -30,7 +30,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -185,12 +185,18 @@ def make_workdir() -> Path:
 
 
 def start_sshd(
-    workdir: Path | None = None, *, timeout_s: float = 10.0, sftp: bool = True
+    workdir: Path | None = None,
+    *,
+    timeout_s: float = 10.0,
+    sftp: bool = True,
+    extra_config: Sequence[str] = (),
 ) -> SshServer:
     """Create the users and keys, start sshd on a free loopback port, wait until it answers.
 
     ``workdir`` must be traversable by the test users (see :func:`make_workdir`, the default).
     ``sftp=False`` leaves out the SFTP subsystem, as on a node whose sshd_config lacks it.
+    ``extra_config`` lines go at the end of sshd_config (e.g. ``SetEnv PATH=...``: a
+    node of its own, with its own tools, on a machine the nodes share).
     """
     reason = skip_reason()
     if reason:
@@ -230,6 +236,7 @@ def start_sshd(
                 "LogLevel VERBOSE",
                 # Fabric's put/get speak SFTP; without this line the channel just closes.
                 "Subsystem sftp internal-sftp" if sftp else "",
+                *extra_config,
                 "",
             ]
         )

@@ -343,6 +343,20 @@ def test_stalled_job_is_warned_once_then_stopped(tmp_path: Path) -> None:
     assert 100.5 <= off <= 102.5  # 60 min stall + 10 min after the warning, from 31 min
 
 
+def test_the_last_run_in_the_state_file_says_its_warning_and_the_idle_limit(
+    tmp_path: Path,
+) -> None:
+    """What `fab top` reads from the node to mark one the watchdog is about to stop."""
+    dog, probe, rec = make_dog(tmp_path, Timeline(util=lambda m: 1.0, procs=lambda m: 1))
+    while not rec.warnings and probe.minutes < 200:
+        dog.run_once()
+        probe.sleep(15)
+    last = wstate.State.load(dog.state_path).last_decision
+    assert last["warning"] == rec.warnings[0] and "stops in" in last["warning"]
+    assert last["idle_limit_minutes"] == 15.0  # the A100 tiers' limit
+    assert last["idle_minutes"] >= 60
+
+
 def test_unreadable_nvidia_smi_never_powers_off_before_the_ttl(tmp_path: Path) -> None:
     dog, probe, rec = make_dog(
         tmp_path, Timeline(util=lambda m: None, procs=lambda m: None), ttl_hours=3
