@@ -168,17 +168,9 @@ def install_watchdog_step(conn: Connection, ctx: HostContext) -> StepResult:
 
     enable = extra.get("enable_timer", True)
     if enable:
-        if not sh(conn, "test -d /run/systemd/system").ok:
-            return StepResult.failed(
-                "systemd is not running on this node: the watchdog timer cannot be armed",
-                updated=stale,
-            )
-        for command in enable_commands(unit_dir):
-            done = root_sh(conn, ctx, command)
-            if not done.ok:
-                return StepResult.failed(f"{command}: {done.stderr.strip()[:300]}")
-        if not sh(conn, f"systemctl is-active --quiet {TIMER}").ok:
-            return StepResult.failed(f"{TIMER} is not active after enabling it")
+        refused = arm_timer(conn, ctx, unit_dir)
+        if refused is not None:
+            return StepResult.failed(refused, updated=stale)
 
     check = root_sh(
         conn, ctx, f"python3 {prefix}/watchdog.py status --json --config {etc}/watchdog.json"
@@ -211,6 +203,19 @@ def install_watchdog_step(conn: Connection, ctx: HostContext) -> StepResult:
     if not stale:
         return StepResult.ok(f"up to date, {armed}; {note}")
     return StepResult.changed(f"installed {len(stale)} file(s), {armed}; {note}", updated=stale)
+
+
+def arm_timer(conn: Connection, ctx: HostContext, unit_dir: str) -> str | None:
+    """Enable and start the watchdog's timer; why it could not be, or None."""
+    if not sh(conn, "test -d /run/systemd/system").ok:
+        return "systemd is not running on this node: the watchdog timer cannot be armed"
+    for command in enable_commands(unit_dir):
+        done = root_sh(conn, ctx, command)
+        if not done.ok:
+            return f"{command}: {done.stderr.strip()[:300]}"
+    if not sh(conn, f"systemctl is-active --quiet {TIMER}").ok:
+        return f"{TIMER} is not active after enabling it"
+    return None
 
 
 def put_command(data: bytes, dest: str, mode: str) -> str:
@@ -288,6 +293,75 @@ def idle_status_message(status: Mapping[str, Any], clock: str) -> str:
         parts.append(f"{status['unsynced_files']} checkpoint file(s) not yet in the bucket")
     parts.extend(str(p) for p in status.get("unreadable") or [])
     return "; ".join(parts)
+
+
+def _watchdog_json(conn: Connection, ctx: HostContext, command: str) -> dict[str, Any] | str:
+    """``watchdog.py COMMAND --json`` as root: its answer, or why there is none."""
+    prefix, etc, _unit, _state = _paths(ctx)
+    done = root_sh(
+        conn, ctx, f"python3 {prefix}/watchdog.py {command} --json --config {etc}/watchdog.json"
+    )
+    try:
+        out = json.loads(done.stdout)
+    except ValueError:
+        return (done.stderr or done.stdout).strip()[:300] or f"exit {done.exited}"
+    return out if isinstance(out, dict) else f"not a JSON object: {done.stdout[:200]}"
+
+
+@step("watchdog-running")
+def watchdog_running_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """After a start: the installed watchdog's timer armed again, and its verdict (the
+    files and config are left as ``fab install-watchdog`` wrote them)."""
+    _prefix, etc, unit_dir, _state = _paths(ctx)
+    if not sh(conn, f"test -f {shlex.quote(etc)}/watchdog.json").ok:
+        return StepResult.failed(
+            f"no watchdog on this node ({etc}/watchdog.json missing): fab install-watchdog"
+        )
+    armed = "timer not checked (--no-watchdog-timer)"
+    if ctx.options.extra.get("enable_timer", True):
+        refused = arm_timer(conn, ctx, unit_dir)
+        if refused is not None:
+            return StepResult.failed(refused)
+        armed = "timer active"
+    status = _watchdog_json(conn, ctx, "status")
+    if isinstance(status, str):
+        return StepResult.failed(f"the watchdog does not answer: {status}")
+    return StepResult.ok(f"{armed}; {status.get('action')}: {status.get('reason')}")
+
+
+@step("save-scratch")
+def save_scratch_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """Before a stop: scratch to the bucket the watchdog's way (``watchdog.py sync``).
+    Refused while a job runs; ``force`` (fab stop --force) only turns a refusal into a
+    warning: the caller decides whether the node is stopped."""
+    force = bool(ctx.options.force)
+    status = _watchdog_json(conn, ctx, "status")
+    if isinstance(status, str):
+        return _unsaved(f"the watchdog does not answer ({status}; fab install-watchdog)", force)
+    jobs = status.get("running_jobs") or 0
+    if jobs and not force:
+        return StepResult.failed(
+            f"{jobs} job(s) running (fab jobs): fab cancel saves their last checkpoint; "
+            "not stopped (--force stops it anyway)"
+        )
+    timeout = float(ctx.options.extra.get("sync_timeout_s") or 0)
+    command = "sync" + (f" --timeout {timeout:g}" if timeout else "")
+    synced = _watchdog_json(conn, ctx, command)
+    if isinstance(synced, str):
+        return _unsaved(f"scratch not saved: {synced}", force)
+    if not synced.get("ok"):
+        return _unsaved(f"scratch not saved: {synced.get('detail')}", force)
+    uploaded = synced.get("uploaded") or 0
+    note = f"scratch saved to the bucket ({synced.get('detail')})"
+    if uploaded:
+        return StepResult.changed(note, saved=True, uploaded=uploaded)
+    return StepResult.ok(note, saved=True, uploaded=0)
+
+
+def _unsaved(message: str, force: bool) -> StepResult:
+    if force:
+        return StepResult.skipped(f"{message}; stopping anyway (--force)", saved=False)
+    return StepResult.failed(f"{message}; not stopped (--force stops it anyway)", saved=False)
 
 
 def _extra(**values: Any) -> Options:

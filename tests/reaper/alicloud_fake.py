@@ -28,6 +28,7 @@ from tests.support.alicloud_models import unknown_params
 REQUEST_MODELS: dict[str, type[Any]] = {
     "DescribeInstances": ecs_models.DescribeInstancesRequest,
     "StopInstances": ecs_models.StopInstancesRequest,
+    "StartInstances": ecs_models.StartInstancesRequest,
     "DescribeMetricList": cms_models.DescribeMetricListRequest,
 }
 
@@ -43,6 +44,13 @@ class FakeInstance:
     charge_type: str = "PostPaid"
     refuses_stop: bool = False
     stopped_mode: str = ""  # DescribeInstances StoppedMode; StopInstances sets it
+    public_ip: str = ""
+    private_ip: str = "10.0.0.5"
+    # Local disks: no economical mode, and "API 侧不会进行报错拦截，优先保证实例停机" (StopInstance,
+    # https://help.aliyun.com/document_detail/25501.html, read 2026-12-02): stopped in
+    # standard mode (StoppedMode KeepCharging), with no error.
+    local_disks: bool = False
+    starts: int = 0
 
 
 @dataclass
@@ -71,7 +79,13 @@ class FakeAlicloud:
             n += 1
         if q.get("RegionId") != "cn-beijing":
             return {"__status__": 400, "Code": "InvalidRegionId.NotFound", "Message": "region"}
-        match = [i for i in self.instances if all(i.tags.get(k) == v for k, v in wanted.items())]
+        ids = json.loads(q["InstanceIds"]) if "InstanceIds" in q else None
+        match = [
+            i
+            for i in self.instances
+            if all(i.tags.get(k) == v for k, v in wanted.items())
+            and (ids is None or i.instance_id in ids)
+        ]
         size = int(q.get("MaxResults", "10"))
         offset = int(q.get("NextToken") or 0)
         page = match[offset : offset + size]
@@ -90,6 +104,11 @@ class FakeAlicloud:
                         "SpotStrategy": i.spot_strategy,
                         "InstanceChargeType": i.charge_type,
                         **({"StoppedMode": i.stopped_mode} if i.stopped_mode else {}),
+                        # the SDK's DescribeInstancesResponseBody...PublicIpAddress,
+                        # EipAddress and VpcAttributes.PrivateIpAddress models
+                        "PublicIpAddress": {"IpAddress": [i.public_ip] if i.public_ip else []},
+                        "EipAddress": {"IpAddress": ""},
+                        "VpcAttributes": {"PrivateIpAddress": {"IpAddress": [i.private_ip]}},
                         "Tags": {"Tag": [{"TagKey": k, "TagValue": v} for k, v in i.tags.items()]},
                     }
                     for i in page
@@ -115,7 +134,8 @@ class FakeAlicloud:
                 )
             else:
                 previous = inst.status
-                inst.status, inst.stopped_mode = "Stopped", q["StoppedMode"]
+                mode = "KeepCharging" if inst.local_disks else q["StoppedMode"]
+                inst.status, inst.stopped_mode = "Stopped", mode
                 rows.append(
                     {
                         "InstanceId": iid,
@@ -123,6 +143,38 @@ class FakeAlicloud:
                         "Message": "success",
                         "PreviousStatus": previous,
                         "CurrentStatus": "Stopping",
+                    }
+                )
+        return {"RequestId": "fake", "InstanceResponses": {"InstanceResponse": rows}}
+
+    def start_instances(self, q: dict[str, str]) -> dict[str, Any]:
+        """StartInstances with BatchOptimization=SuccessFirst: a row per id (the SDK's
+        StartInstancesResponseBody InstanceResponses.InstanceResponse: InstanceId, Code,
+        Message, PreviousStatus, CurrentStatus)."""
+        ids = [q[k] for k in sorted(q, key=_index) if k.startswith("InstanceId.")]
+        if not 1 <= len(ids) <= 100:
+            return {"__status__": 400, "Code": "InvalidParameter", "Message": "1..100 ids"}
+        by_id = {i.instance_id: i for i in self.instances}
+        rows = []
+        for iid in ids:
+            inst = by_id.get(iid)
+            if inst is None:
+                rows.append({"InstanceId": iid, "Code": "InvalidInstanceId.NotFound"})
+            elif inst.status != "Stopped":
+                rows.append({"InstanceId": iid, "Code": "IncorrectInstanceStatus"})
+            else:
+                inst.starts += 1
+                if inst.stopped_mode == "StopCharging" and inst.public_ip:
+                    # "固定公网 IP 地址可能会变" in economical mode (the same page)
+                    inst.public_ip = f"127.0.{inst.starts}.1"
+                inst.status, inst.stopped_mode = "Running", ""
+                rows.append(
+                    {
+                        "InstanceId": iid,
+                        "Code": "200",
+                        "Message": "success",
+                        "PreviousStatus": "Stopped",
+                        "CurrentStatus": "Starting",
                     }
                 )
         return {"RequestId": "fake", "InstanceResponses": {"InstanceResponse": rows}}
@@ -186,6 +238,7 @@ class FakeAlicloud:
             fn = {
                 "DescribeInstances": self.describe_instances,
                 "StopInstances": self.stop_instances,
+                "StartInstances": self.start_instances,
                 "DescribeMetricList": self.describe_metric_list,
             }.get(action)
             if fn is None:

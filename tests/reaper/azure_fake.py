@@ -194,9 +194,22 @@ class FakeAzure:
             return 404, _error("ResourceNotFound", name), {}
         if vm.refuses_deallocate:
             return 409, _error("OperationNotAllowed", "locked by the fake"), {}
+        return self._operation_started(vm, "deallocating", "deallocated", base)
+
+    def start(self, name: str, base: str) -> tuple[int, Any, dict[str, str]]:
+        """Virtual Machines - Start (POST .../virtualMachines/{vmName}/start), a long-running
+        operation answered like Deallocate (azure-mgmt-compute begin_start)."""
+        vm = self.by_name().get(name)
+        if vm is None:
+            return 404, _error("ResourceNotFound", name), {}
+        return self._operation_started(vm, "starting", "running", base)
+
+    def _operation_started(
+        self, vm: FakeVM, during: str, ends: str, base: str
+    ) -> tuple[int, Any, dict[str, str]]:
         op = uuid.uuid4().hex
-        self.operations[op] = {"vm": name, "polls": 0}
-        vm.power = "deallocating"
+        self.operations[op] = {"vm": vm.name, "polls": 0, "ends": ends}
+        vm.power = during
         sub = f"/subscriptions/{SUBSCRIPTION}/providers/Microsoft.Compute/locations/{LOCATION}"
         return (
             202,
@@ -226,7 +239,7 @@ class FakeAzure:
             vm.power = "running"
             failed = {**ended, "status": "Failed", "name": op, **_error("Conflict", "no")}
             return 200, failed, {}
-        vm.power = "deallocated"
+        vm.power = state.get("ends", "deallocated")
         return 200, {**ended, "status": "Succeeded", "name": op}, {}
 
     def metrics(self, name: str, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
@@ -295,6 +308,9 @@ class FakeAzure:
         m = re.fullmatch(re.escape(vms) + r"/([^/]+)/deallocate", path)
         if method == "POST" and m:
             return "deallocate", lambda: self.deallocate(m.group(1), base)
+        m = re.fullmatch(re.escape(vms) + r"/([^/]+)/start", path)
+        if method == "POST" and m:
+            return "start", lambda: self.start(m.group(1), base)
         m = re.fullmatch(re.escape(ops) + r"/(operations|operationResults)/([^/]+)", path)
         if method == "GET" and m:
             return "operation", lambda: self.operation(m.group(2), m.group(1) != "operations")

@@ -53,6 +53,7 @@ SECRET_KEY = "fakeSecretKeyForTheLocalFake0000"
 PRODUCTS = {  # action -> (service in the credential scope, API version)
     "DescribeInstances": ("cvm", "2017-03-12"),
     "StopInstances": ("cvm", "2017-03-12"),
+    "StartInstances": ("cvm", "2017-03-12"),
     "GetMonitorData": ("monitor", "2018-07-24"),
     # What the node watchdog calls beside those (bootstrap/remote/clouds/tencent.py).
     "GetCallerIdentity": ("sts", "2018-08-13"),
@@ -112,6 +113,8 @@ class FakeCvm:
     charge_type: str = "POSTPAID_BY_HOUR"
     latest_operation: str | None = None
     refuses_stop: bool = False  # e.g. local disks: STOP_CHARGING is not supported
+    public_ip: str = ""
+    private_ip: str = "10.0.0.7"
 
 
 @dataclass
@@ -170,6 +173,9 @@ class FakeTencent:
                     "CreatedTime": i.created,
                     "InstanceChargeType": i.charge_type,
                     "LatestOperation": i.latest_operation,
+                    # the SDK's Instance model: PublicIpAddresses, PrivateIpAddresses
+                    "PublicIpAddresses": [i.public_ip] if i.public_ip else None,
+                    "PrivateIpAddresses": [i.private_ip],
                     "Tags": [{"Key": k, "Value": v} for k, v in i.tags.items()],
                 }
                 for i in page
@@ -195,6 +201,31 @@ class FakeTencent:
         for iid in ids:
             by_id[iid].state = "STOPPED"
         return {}
+
+    def start_instances(self, q: dict[str, Any]) -> dict[str, Any]:
+        """StartInstances (the SDK's StartInstancesRequest: InstanceIds, at most 100), all or
+        nothing like StopInstances here."""
+        ids = q.get("InstanceIds") or []
+        refused = self._refusal(ids, "STOPPED")
+        if refused:
+            return refused
+        for inst in self.instances:
+            if inst.instance_id in ids:
+                inst.state = "RUNNING"
+        return {}
+
+    def _refusal(self, ids: list[str], state: str) -> dict[str, Any] | None:
+        """All or nothing: the first id that is unknown or not in ``state`` fails the call."""
+        if not 1 <= len(ids) <= 100:
+            return _error("InvalidParameterValue.LimitExceeded", "1..100 ids")
+        by_id = {i.instance_id: i for i in self.instances}
+        for iid in ids:
+            inst = by_id.get(iid)
+            if inst is None:
+                return _error("InvalidInstanceId.NotFound", iid)
+            if inst.state != state:
+                return _error(f"UnsupportedOperation.InstanceState{inst.state.title()}", iid)
+        return None
 
     def get_monitor_data(self, q: dict[str, Any]) -> dict[str, Any]:
         if q.get("Namespace") != "QCE/CVM" or q.get("MetricName") != METRIC_GPU:
@@ -265,6 +296,7 @@ class FakeTencent:
             fn = {
                 "DescribeInstances": self.describe_instances,
                 "StopInstances": self.stop_instances,
+                "StartInstances": self.start_instances,
                 "GetMonitorData": self.get_monitor_data,
                 "GetCallerIdentity": self.get_caller_identity,
                 "TagResources": self.tag_resources,
