@@ -72,6 +72,16 @@ FLEET_HELP = {
     "connect_timeout": "seconds to wait for each host's SSH handshake (default 10)",
 }
 
+# The options of every task that reads or writes the stack's bucket (train, cancel and the
+# data tasks): the bucket itself comes from the stack outputs, reached from the nodes with
+# their own identity; these say how to reach it where that is not the cloud's own endpoint.
+BUCKET_HELP = {
+    "s3_endpoint": "S3-compatible endpoint URL for the bucket (tests, MinIO, a private "
+    "link; default: the cloud's own)",
+    "node_env": "extra environment on the node, KEY=VALUE,... (e.g. the bucket's keys "
+    "where the node has no role)",
+}
+
 HOST_KEY_HELP = {
     "known_hosts": "file of pinned SSH host keys (default: $"
     + KNOWN_HOSTS_ENV

@@ -54,6 +54,7 @@ from typing import ClassVar, TypeVar
 
 UTC = dt.timezone.utc  # noqa: UP017 (the node's Python may be 3.10)
 MANIFEST = ".gpufleet-sync.json"
+PART_SUFFIX = ".gpufleet-part"  # a download on its way, continued by the next try
 PROBE_KEY = ".gpufleet/sync-check/{node}"
 # Files up to this size go in one PUT; larger ones as multipart uploads (S3 allows at most
 # 5 GiB in one PUT and 10,000 parts per upload, each part >= 5 MiB but the last:
@@ -63,6 +64,20 @@ MIN_PART_SIZE = 5 * 1024 * 1024
 MAX_PARTS = 10_000
 
 Credentials = dict[str, str]  # access_key_id, secret, token (may be "")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One object of a listing: its size and what the store says about its bytes.
+
+    ``digest`` is S3's ETag without its quotes (the MD5 of a single-PUT object in hex, or
+    ``<md5 of the parts' MD5s>-<parts>`` for a multipart upload; neither under SSE-KMS:
+    botocore's s3 model, shape ETag) or Blob's Content-MD5 as hex (the List Blobs answer's
+    Properties; Azure's ETag says nothing about the bytes); "" when there is none.
+    """
+
+    size: int
+    digest: str = ""
 
 
 # ---------------------------------------------------------------------------- signing
@@ -346,9 +361,44 @@ class BucketStore:
     def upload_file(self, key: str, path: Path, size: int, deadline: float) -> None:
         raise NotImplementedError
 
-    def list_objects(self, prefix: str) -> dict[str, int]:
-        """Every key under ``prefix`` with its size, page after page (bounded)."""
+    def list_entries(self, prefix: str) -> dict[str, Entry]:
+        """Every key under ``prefix`` with its size and digest, page after page (bounded)."""
         raise NotImplementedError
+
+    def list_objects(self, prefix: str) -> dict[str, int]:
+        """Every key under ``prefix`` with its size."""
+        return {key: entry.size for key, entry in self.list_entries(prefix).items()}
+
+    def download_file(self, key: str, dest: Path, size: int, deadline: float) -> None:
+        """``key`` into ``dest`` in ranged GETs of PART_SIZE (S3 GetObject's and Get Blob's
+        ``Range`` header), never the whole object in memory. The bytes go to
+        ``<dest>.gpufleet-part`` first and a cut-off download goes on from where that file
+        ends; ``dest`` appears only once all ``size`` bytes are there. A store that answers
+        a range with the whole object (200, as HTTP allows) is taken whole."""
+        part = dest.with_name(dest.name + PART_SUFFIX)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        have = part.stat().st_size if part.exists() else 0
+        if have > size:
+            part.unlink()
+            have = 0
+        with part.open("ab") as out:
+            while have < size:
+                end = min(size, have + PART_SIZE) - 1
+                status, _, data = self.request(
+                    "GET", key, headers={"Range": f"bytes={have}-{end}"}, deadline=deadline
+                )
+                if status == 200:  # the whole object, whatever we asked
+                    out.seek(0)
+                    out.truncate()
+                    have = 0
+                if not data:
+                    raise StoreError(f"GET {key}: no bytes at {have} of {size}", "ShortRead")
+                out.write(data)
+                have += len(data)
+        if have != size or part.stat().st_size != size:
+            part.unlink(missing_ok=True)
+            raise StoreError(f"GET {key}: {have} bytes, the listing said {size}", "ShortRead")
+        os.replace(part, dest)
 
     def _pages(
         self, first: dict[str, str], next_params: Callable[[ET.Element, str], dict[str, str] | None]
@@ -412,9 +462,9 @@ class Store(BucketStore):
             req.add_header("Content-Length", str(len(body)))
         return req
 
-    def list_objects(self, prefix: str) -> dict[str, int]:
+    def list_entries(self, prefix: str) -> dict[str, Entry]:
         """ListObjectsV2 under ``prefix``, following NextContinuationToken."""
-        out: dict[str, int] = {}
+        out: dict[str, Entry] = {}
 
         def more(root: ET.Element, ns: str) -> dict[str, str] | None:
             token = root.findtext(f"{ns}NextContinuationToken") or ""
@@ -424,7 +474,9 @@ class Store(BucketStore):
 
         for root, ns in self._pages({"list-type": "2", "prefix": prefix}, more):
             for item in root.iter(f"{ns}Contents"):
-                out[item.findtext(f"{ns}Key") or ""] = int(item.findtext(f"{ns}Size") or 0)
+                size = int(item.findtext(f"{ns}Size") or 0)
+                etag = (item.findtext(f"{ns}ETag") or "").strip().strip('"').lower()
+                out[item.findtext(f"{ns}Key") or ""] = Entry(size, etag)
         return out
 
     def upload_file(self, key: str, path: Path, size: int, deadline: float) -> None:
@@ -528,10 +580,11 @@ class BlobStore(BucketStore):
             req.add_header("Content-Type", "application/octet-stream")
         return req
 
-    def list_objects(self, prefix: str) -> dict[str, int]:
+    def list_entries(self, prefix: str) -> dict[str, Entry]:
         """List Blobs (``restype=container&comp=list``) under ``prefix``, following
-        NextMarker; sizes from each blob's Content-Length."""
-        out: dict[str, int] = {}
+        NextMarker; sizes from each blob's Content-Length, digests from its Content-MD5
+        (learn.microsoft.com/en-us/rest/api/storageservices/list-blobs, read 2026-12-02)."""
+        out: dict[str, Entry] = {}
         first = {"restype": "container", "comp": "list", "prefix": prefix}
 
         def more(root: ET.Element, ns: str) -> dict[str, str] | None:
@@ -541,7 +594,12 @@ class BlobStore(BucketStore):
         for root, ns in self._pages(first, more):
             for item in root.iter(f"{ns}Blob"):
                 size = item.findtext(f"{ns}Properties/{ns}Content-Length") or "0"
-                out[item.findtext(f"{ns}Name") or ""] = int(size)
+                md5 = (item.findtext(f"{ns}Properties/{ns}Content-MD5") or "").strip()
+                try:
+                    digest = base64.b64decode(md5, validate=True).hex() if md5 else ""
+                except ValueError:
+                    digest = ""
+                out[item.findtext(f"{ns}Name") or ""] = Entry(int(size), digest)
         return out
 
     def upload_file(self, key: str, path: Path, size: int, deadline: float) -> None:

@@ -31,7 +31,7 @@ from invoke.exceptions import Exit
 from rich.console import Console
 
 from bootstrap.fleet.api import Host
-from bootstrap.fleet.cli import FleetArgs, fleet_task, resolve_fleet
+from bootstrap.fleet.cli import BUCKET_HELP, FleetArgs, fleet_task, resolve_fleet
 from bootstrap.fleet.hosts import Fleet
 from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.runner import FleetReport, summary_table
@@ -100,7 +100,7 @@ TRAIN_HELP = {
     "max_workdir_mb": f"refuse a workdir over this size (default {DEFAULT_MAX_WORKDIR_MB:g})",
     "sync_interval": "seconds between checkpoint uploads while the job runs (default 60)",
     "node_env": "extra environment for the job, KEY=VALUE,...",
-    "s3_endpoint": "S3-compatible endpoint for the bucket (tests, MinIO)",
+    "s3_endpoint": BUCKET_HELP["s3_endpoint"],
     "master_port": "rendezvous port on the head (default: a free one)",
     "detach": "auto (systemd where it runs, else a supervised process), systemd or fork",
     "from_scratch": "with --resume: start again from step 0 when there is no checkpoint "

@@ -34,6 +34,7 @@ REMOTE_FILES = (
     "job_runner.py",
     "job_launch.py",
     "job_sync.py",
+    "data_sync.py",  # fab data-*: datasets between scratch and the bucket
     # What job_sync imports: the bucket client and the node clouds (whose bucket_store it
     # uses), with the tag names they read; not the watchdog, which fab setup installs.
     "bucket.py",
@@ -191,10 +192,11 @@ def sync_workdir(conn: Connection, ctx: HostContext, runner: str) -> str:
     return f"workdir: {len(send)} file(s) sent ({len(data) / 1e3:.0f} kB), {len(delete)} removed"
 
 
-def put_bytes(conn: Connection, data: bytes, path: str) -> None:
-    """Copy ``data`` to ``path`` on the node over SFTP, naming a missing SFTP subsystem."""
+def put_bytes(conn: Connection, data: bytes | Path, path: str) -> None:
+    """Copy ``data`` (bytes, or a file here: streamed) to ``path`` on the node over SFTP,
+    naming a missing SFTP subsystem."""
     try:
-        conn.put(io.BytesIO(data), path)
+        conn.put(str(data) if isinstance(data, Path) else io.BytesIO(data), path)
     except paramiko.SSHException as exc:
         # sshd refuses the subsystem by closing the channel: paramiko says only "Channel
         # closed." while the session itself is fine. A dead session is a lost connection.
@@ -203,8 +205,8 @@ def put_bytes(conn: Connection, data: bytes, path: str) -> None:
             raise
         raise StepFailed(
             f"the node's sshd has no SFTP subsystem ({exc}): add `Subsystem sftp "
-            "internal-sftp` to /etc/ssh/sshd_config and reload sshd; fab train copies "
-            "the workdir over SFTP"
+            "internal-sftp` to /etc/ssh/sshd_config and reload sshd; fab train and "
+            "fab data-push copy files over SFTP"
         ) from None
 
 

@@ -15,6 +15,9 @@ from bootstrap.fleet import system
 # A CLI contract: scripts, docs and people's shell history type these names.
 TASK_NAMES = {
     "cancel",
+    "data-fetch",
+    "data-pull",
+    "data-push",
     "forget-host-key",
     "host-keys",
     "idle-status",

@@ -11,13 +11,14 @@ from bootstrap.train.steps import REMOTE_DIR, REMOTE_FILES
 
 
 def test_fab_train_ships_exactly_what_the_job_runner_imports() -> None:
-    """No more and no less: the runner's own files and, following their imports, the
-    bucket client, the node clouds and the names (not the watchdog: fab setup installs it)."""
+    """No more and no less: the runner's own files and the data tasks' tool and, following
+    their imports, the bucket client, the node clouds and the names (not the watchdog: fab
+    setup installs it)."""
     from tests.bootstrap.remote.test_watchdog_alone import imports_of
 
     remote = REMOTE_DIR
     wanted: set[str] = set()
-    todo = ["job_runner.py", "job_launch.py", "job_sync.py"]
+    todo = ["job_runner.py", "job_launch.py", "job_sync.py", "data_sync.py"]
     while todo:
         name = todo.pop()
         if name in wanted:
@@ -40,7 +41,7 @@ def test_the_node_files_run_on_a_bare_interpreter_with_only_the_shipped_files(
     for name in REMOTE_FILES:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes((REMOTE_DIR / name).read_bytes())
-    code = "import job_runner, job_sync, job_launch; print(job_runner.STATE_SCHEMA)"
+    code = "import job_runner, job_sync, job_launch, data_sync; print(job_runner.STATE_SCHEMA)"
     done = subprocess.run(
         # -S: no site-packages (so not the editable install of this repo); -E: no PYTHONPATH.
         [sys.executable, "-S", "-E", "-c", code],
