@@ -533,18 +533,58 @@ def _node_bucket() -> tuple[Any, Any]:
     return importlib.import_module("bucket"), importlib.import_module("clouds")
 
 
+def node_store(args: argparse.Namespace) -> Any:
+    """The stack's bucket through the node's own client and identity: its cloud's node
+    module (clouds/<provider>.py) says which store, where, and with which credentials. A
+    ValueError names a provider this node has no module for."""
+    _, clouds = _node_bucket()
+    cloud = clouds.node_cloud(args.provider, args.region, "", args.metadata_url)
+    return cloud.bucket_store.for_node(
+        endpoint=cloud.bucket_endpoint(),
+        region=args.region,
+        bucket=args.bucket,
+        credentials=cloud.credentials,
+        endpoint_url=args.s3_endpoint or "",
+    )
+
+
+def _store_failure(bucket: Any, exc: Exception) -> dict[str, Any]:
+    """A bucket error as a result: SKIP when the node has no credentials, else ERROR."""
+    code = getattr(exc, "code", "")
+    status = "skip" if code == "NoCredentials" else "error"
+    reason = f"{code}: {exc}" if code and code not in str(exc) else str(exc)
+    return {"status": status, "tool": BUCKET_TOOL, "reason": reason}
+
+
+# Where fab verify-gpu's saved reports go in the stack's bucket.
+REPORT_PREFIX = "gpufleet/verify/"
+
+
+def upload_report(args: argparse.Namespace, path: Path) -> dict[str, Any]:
+    """Copy a saved verify report (fab verify-gpu ships it to the head) into the stack's
+    bucket under REPORT_PREFIX, with the probe's client and the node's own identity, so
+    the laptop needs no bucket credentials of any cloud. Never raises."""
+    if not args.bucket:
+        return {"status": "skip", "reason": "the stack has no bucket"}
+    bucket, _ = _node_bucket()
+    key = REPORT_PREFIX + path.name
+    try:
+        store = node_store(args)
+        store.put(key, path.read_bytes(), time.monotonic() + 300)
+    except ValueError as exc:  # a provider this node has no module for
+        return {"status": "error", "tool": BUCKET_TOOL, "reason": str(exc)}
+    except bucket.StoreError as exc:
+        return _store_failure(bucket, exc)
+    except OSError as exc:
+        return {"status": "error", "tool": BUCKET_TOOL, "reason": f"{type(exc).__name__}: {exc}"}
+    return {"status": "ok", "tool": BUCKET_TOOL, "url": store.url(key)}
+
+
 def _bucket_round_trip(args: argparse.Namespace, key: str, payload: bytes) -> dict[str, Any]:
-    bucket, clouds = _node_bucket()
+    bucket, _ = _node_bucket()
     timings: dict[str, float] = {}
     try:
-        cloud = clouds.node_cloud(args.provider, args.region, "", args.metadata_url)
-        store = cloud.bucket_store.for_node(
-            endpoint=cloud.bucket_endpoint(),
-            region=args.region,
-            bucket=args.bucket,
-            credentials=cloud.credentials,
-            endpoint_url=args.s3_endpoint or "",
-        )
+        store = node_store(args)
         deadline = time.monotonic() + 300
         t = time.perf_counter()
         store.put(key, payload, deadline)
@@ -558,9 +598,7 @@ def _bucket_round_trip(args: argparse.Namespace, key: str, payload: bytes) -> di
     except ValueError as exc:  # a provider this node has no module for
         return {"status": "error", "tool": BUCKET_TOOL, "reason": str(exc)}
     except bucket.StoreError as exc:
-        status = "skip" if exc.code == "NoCredentials" else "error"
-        reason = f"{exc.code}: {exc}" if exc.code and exc.code not in str(exc) else str(exc)
-        return {"status": status, "tool": BUCKET_TOOL, "reason": reason, **timings}
+        return {**_store_failure(bucket, exc), **timings}
     return _verified(BUCKET_TOOL, payload, body, timings)
 
 
@@ -678,11 +716,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--master-addr", default="127.0.0.1")
     p.add_argument("--master-port", type=int, default=29512)
     p.add_argument("--workdir", default=None, help="scratch space for logs (default: a temp dir)")
+    p.add_argument(
+        "--upload-report",
+        default="",
+        help="copy this saved report into the bucket (no stage runs); the result as JSON",
+    )
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.upload_report:
+        print(json.dumps(upload_report(args, Path(args.upload_report))))
+        return 0
     started = time.monotonic()
     # A workdir made here is removed at the end (the report keeps the log tails); one given
     # with --workdir belongs to the caller (fab removes the whole verify folder on the node).

@@ -280,7 +280,14 @@ def verify_gpu(
     )
     path = save_report(run, Path(reports))
     uploaded = (
-        upload_report(path, exp, endpoint_url=opts.s3_endpoint)
+        upload_report(
+            path,
+            exp,
+            opts,
+            fleet.hosts[0],
+            config=c.config,
+            connect_timeout_s=fleet_args.connect_timeout,
+        )
         if upload
         else {"status": "skip", "reason": "--no-upload"}
     )

@@ -1,18 +1,21 @@
 """What one ``fab verify-gpu`` produced (:class:`VerifyRun`), saved as JSON under reports/ and
-copied into the stack's bucket."""
+copied into the stack's bucket from the head node (the node's own bucket client)."""
 
 from __future__ import annotations
 
 import json as jsonlib
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fabric import Connection
+
+from bootstrap.fleet.api import Host, HostContext, Options, StepResult, step
+from bootstrap.fleet.runner import run_fleet
 from bootstrap.verify.expected import Expected
+from bootstrap.verify.ship import VerifyOptions, upload_on_node
 from bootstrap.verify.verdict import Verdict, overall
-from infra.catalog import object_store
 
 REPORT_SCHEMA = "gpufleet.verify-report/1"
 
@@ -58,116 +61,41 @@ def save_report(run: VerifyRun, reports_dir: Path) -> Path:
     return path
 
 
-def upload_report(path: Path, exp: Expected, *, endpoint_url: str | None = None) -> dict[str, Any]:
-    """Copy the saved report into the stack's bucket. Returns what happened; never raises."""
+@step("verify-upload")
+def upload_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """Copy the saved report into the stack's bucket from this node."""
+    result = upload_on_node(conn, ctx, ctx.options.extra["report"])
+    return StepResult.ok(str(result.get("status")), upload=result)
+
+
+def upload_report(
+    path: Path,
+    exp: Expected,
+    opts: VerifyOptions,
+    head: Host,
+    *,
+    config: Any = None,
+    connect_timeout_s: float = 10.0,
+) -> dict[str, Any]:
+    """Copy the saved report into the stack's bucket from the head node, with the node's
+    own bucket client (bootstrap/remote/bucket.py) and identity: the client and the
+    credentials the watchdog, job sync and the storage probe use, so this machine needs
+    no bucket credentials of any cloud. Returns what happened; never raises."""
     if not exp.bucket:
         return {"status": "skip", "reason": "the stack has no bucket"}
-    key = f"gpufleet/verify/{path.name}"
-    return UPLOADERS[object_store(exp.provider)](path, exp, key, endpoint_url)
-
-
-def _upload_s3(path: Path, exp: Expected, key: str, endpoint_url: str | None) -> dict[str, Any]:
-    try:
-        import boto3
-        import botocore.exceptions
-    except ImportError:
-        return {"status": "skip", "reason": "boto3 is not installed here"}
-    session = boto3.session.Session(region_name=exp.region or None)
-    if session.get_credentials() is None:
-        return {"status": "skip", "reason": "no AWS credentials here (aws configure / AWS_PROFILE)"}
-    try:
-        session.client("s3", endpoint_url=endpoint_url).upload_file(str(path), exp.bucket, key)
-    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError, OSError) as exc:
-        return {"status": "error", "reason": f"{type(exc).__name__}: {exc}"}
-    return {"status": "ok", "url": f"s3://{exp.bucket}/{key}"}
-
-
-def _upload_oss(path: Path, exp: Expected, key: str, endpoint_url: str | None) -> dict[str, Any]:
-    try:
-        import oss2
-    except ImportError:
-        return {
-            "status": "skip",
-            "reason": "uploading to OSS needs the oss2 package (pip install oss2)",
-        }
-    key_id = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID")
-    secret = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET")
-    if not key_id or not secret:
-        return {
-            "status": "skip",
-            "reason": "no ALIBABA_CLOUD_ACCESS_KEY_ID/SECRET in the environment",
-        }
-    try:
-        bucket = oss2.Bucket(
-            oss2.Auth(key_id, secret), f"https://oss-{exp.region}.aliyuncs.com", exp.bucket
-        )
-        bucket.put_object_from_file(key, str(path))
-    except Exception as exc:  # oss2 raises its own hierarchy; report, never crash the task
-        return {"status": "error", "reason": f"{type(exc).__name__}: {exc}"}
-    return {"status": "ok", "url": f"oss://{exp.bucket}/{key}"}
-
-
-def _upload_cos(path: Path, exp: Expected, key: str, endpoint_url: str | None) -> dict[str, Any]:
-    """COS through its S3-compatible API (SigV4 at ``cos.<region>.myqcloud.com``, the region
-    as the signing region: cloud.tencent.com/document/product/436/37421): the S3 path with
-    Tencent's keys from the environment."""
-    try:
-        import boto3
-        import botocore.config
-        import botocore.exceptions
-    except ImportError:
-        return {"status": "skip", "reason": "boto3 is not installed here"}
-    key_id = os.environ.get("TENCENTCLOUD_SECRET_ID")
-    secret = os.environ.get("TENCENTCLOUD_SECRET_KEY")
-    if not key_id or not secret:
-        return {"status": "skip", "reason": "no TENCENTCLOUD_SECRET_ID/KEY in the environment"}
-    style = "path" if endpoint_url else "virtual"
-    client = boto3.client(
-        "s3",
-        region_name=exp.region,
-        endpoint_url=endpoint_url or f"https://cos.{exp.region}.myqcloud.com",
-        aws_access_key_id=key_id,
-        aws_secret_access_key=secret,
-        aws_session_token=os.environ.get("TENCENTCLOUD_SESSION_TOKEN") or None,
-        config=botocore.config.Config(signature_version="s3v4", s3={"addressing_style": style}),
+    options = Options(extra={"verify": opts, "expected": exp, "report": path})
+    done = run_fleet(
+        "verify-gpu (report upload)",
+        [head],
+        [upload_step],
+        lambda host: HostContext(host=host, options=options, scratch=exp.scratch),
+        config=config,
+        connect_timeout_s=connect_timeout_s,
     )
-    try:
-        client.upload_file(str(path), exp.bucket, key)
-    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError, OSError) as exc:
-        return {"status": "error", "reason": f"{type(exc).__name__}: {exc}"}
-    return {"status": "ok", "url": f"cos://{exp.bucket}/{key}"}
-
-
-def _upload_azureblob(
-    path: Path, exp: Expected, key: str, endpoint_url: str | None
-) -> dict[str, Any]:
-    """Azure Blob (not S3-compatible): the node sync's stdlib Blob client (Put Blob) with a
-    bearer token for storage.azure.com from GPUFLEET_AZURE_STORAGE_TOKEN (``az account
-    get-access-token --resource https://storage.azure.com/``); the bucket is
-    ``<storage account>/<container>``."""
-    from bootstrap.remote import bucket
-
-    token = os.environ.get("GPUFLEET_AZURE_STORAGE_TOKEN", "").strip()
-    if not token:
-        return {"status": "skip", "reason": "no GPUFLEET_AZURE_STORAGE_TOKEN in the environment"}
-    try:
-        store = bucket.BlobStore.for_node(
-            endpoint="https://blob.core.windows.net",
-            region=exp.region or "",
-            bucket=exp.bucket or "",
-            credentials=lambda: {"access_key_id": "bearer", "secret": "", "storage": token},
-            endpoint_url=endpoint_url or "",
-        )
-        store.put(key, path.read_bytes(), deadline=None)
-    except (bucket.StoreError, OSError) as exc:
-        return {"status": "error", "reason": f"{type(exc).__name__}: {exc}"}
-    return {"status": "ok", "url": f"azureblob://{exp.bucket}/{key}"}
-
-
-# How a report reaches each kind of object store (the catalog's ``object_store`` values).
-UPLOADERS: Mapping[str, Callable[[Path, Expected, str, str | None], dict[str, Any]]] = {
-    "s3": _upload_s3,
-    "oss": _upload_oss,
-    "cos": _upload_cos,
-    "azureblob": _upload_azureblob,
-}
+    (host,) = done.hosts
+    if host.connection_error:
+        return {"status": "error", "reason": host.connection_message}
+    rec = next((s for s in host.steps if s.name == upload_step.step_name), None)
+    if rec is None or "upload" not in rec.result.details:
+        return {"status": "error", "reason": rec.result.message if rec else "not run"}
+    return dict(rec.result.details["upload"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import gzip
 import io
+import json
 import shlex
 import tarfile
 from collections.abc import Mapping
@@ -99,14 +100,7 @@ def node_command(
         args.append("--quick")
     if opts.steps:
         args.append(f"--steps={opts.steps}")
-    if exp.bucket and stage == "local":
-        args.append(f"--bucket={exp.bucket}")
-    if exp.provider:
-        args.append(f"--provider={exp.provider}")
-    if exp.region:
-        args.append(f"--region={exp.region}")
-    if opts.s3_endpoint:
-        args.append(f"--s3-endpoint={opts.s3_endpoint}")
+    args += _bucket_args(opts, exp, bucket=stage == "local")
     if stage == "cross":
         args += [
             f"--nnodes={nnodes}",
@@ -117,6 +111,73 @@ def node_command(
     env = [f"{k}={v}" for k, v in opts.stage_env(stage).items()]
     prefix = ["env", *env] if env else []
     return " ".join(shlex.quote(a) for a in [*prefix, *args])
+
+
+def _bucket_args(opts: VerifyOptions, exp: Expected, *, bucket: bool) -> list[str]:
+    """Where the stack's bucket is, for the node's own client (``--bucket`` only with
+    ``bucket``: the cross-node stage reaches no bucket)."""
+    named = (
+        ("bucket", exp.bucket if bucket else ""),
+        ("provider", exp.provider),
+        ("region", exp.region),
+        ("s3-endpoint", opts.s3_endpoint),
+    )
+    return [f"--{name}={value}" for name, value in named if value]
+
+
+def upload_command(remote_dir: str, opts: VerifyOptions, exp: Expected, report: str) -> str:
+    """The shell command that copies ``report`` (on the node) into the stack's bucket
+    with the node's own client and identity (verify_node.py --upload-report)."""
+    args = [
+        opts.python,
+        f"{remote_dir}/verify_node.py",
+        f"--upload-report={report}",
+        *_bucket_args(opts, exp, bucket=True),
+    ]
+    env = [f"{k}={v}" for k, v in opts.stage_env("local").items()]
+    return " ".join(shlex.quote(a) for a in [*(["env", *env] if env else []), *args])
+
+
+# The most of a file one command line carries (Linux caps one argument at 128 KiB).
+FILE_PIECE = 64_000
+
+
+def write_file_commands(path: str, data: bytes) -> list[str]:
+    """Commands that write ``data`` to ``path`` on the node: gzipped, base64, one piece per
+    command line (no SFTP, as :func:`ship_command`), decoded once all pieces are there."""
+    b64 = base64.b64encode(gzip.compress(data, mtime=0)).decode()
+    q, part = shlex.quote(path), shlex.quote(f"{path}.b64")
+    pieces = [b64[i : i + FILE_PIECE] for i in range(0, len(b64), FILE_PIECE)]
+    return [
+        *(f"printf %s {p} {'>' if i == 0 else '>>'} {part}" for i, p in enumerate(pieces)),
+        f"base64 -d {part} | gunzip > {q} && rm -f {part}",
+    ]
+
+
+def upload_on_node(conn: Connection, ctx: HostContext, report: Path) -> dict[str, Any]:
+    """Ship the node files and the saved ``report``, upload it from the node, clean up.
+    Returns what verify_node.py --upload-report said; StepFailed when it said nothing."""
+    opts: VerifyOptions = ctx.options.extra["verify"]
+    remote = _ship(conn)
+    target = f"{remote}/{report.name}"
+    try:
+        for command in write_file_commands(target, report.read_bytes()):
+            wrote = sh(conn, command, timeout=60)
+            if not wrote.ok:
+                why = (str(wrote.stderr) or str(wrote.stdout)).strip()[-300:]
+                raise StepFailed(f"could not copy the report to the node: {why}")
+        cmd = upload_command(remote, opts, ctx.options.extra["expected"], target)
+        done = sh(conn, cmd, timeout=420)
+    finally:
+        sh(conn, f"rm -rf {shlex.quote(remote)}", timeout=60)
+    try:
+        result = json.loads(str(done.stdout).strip() or "null")
+    except ValueError:
+        result = None
+    if not isinstance(result, dict):
+        tail = (str(done.stderr) or str(done.stdout)).strip()[-300:]
+        raise StepFailed(f"the node's upload said nothing (exit {done.exited}): {tail}")
+    return result
 
 
 def remote_bundle() -> str:

@@ -212,7 +212,6 @@ class ProviderInfo:
     ssh_user: str
     billing: tuple[str, ...]
     title: str = ""  # how messages name the cloud
-    object_store: str = "s3"
     max_root_disk_gb: int = 16384
     scratch_disk: str = "disk"
     # in the order they are offered; the default is one of them
@@ -499,7 +498,7 @@ def _gpus(data: dict[str, Any]) -> dict[str, Gpu]:
 _PROVIDER_KEYS = frozenset(
     {"name", "order", "title", "currency", "price_region", "default_region", "ssh_user"}
     | {"billing"}
-    | {"object_store", "max_root_disk_gb", "scratch_disk", "default_scratch_class"}
+    | {"max_root_disk_gb", "scratch_disk", "default_scratch_class"}
     | {"reserved_tag_value_prefixes", "unsupported", "scratch_classes", "stopped_mode"}
     | {"tag_key_chars", "refused_tag_keys", "max_stack_name"}
     | {"billing_notes"}
@@ -570,7 +569,6 @@ def _provider(p: dict[str, Any], file: str) -> ProviderInfo:
         ssh_user=p["ssh_user"],
         billing=tuple(p["billing"]),
         title=p.get("title", p["name"]),
-        object_store=p.get("object_store", "s3"),
         max_root_disk_gb=int(p.get("max_root_disk_gb", 16384)),
         scratch_disk=p.get("scratch_disk", "disk"),
         scratch_classes=MappingProxyType(classes),
@@ -715,12 +713,6 @@ def load_catalog() -> Catalog:
         providers=MappingProxyType(providers),
         default_thresholds=MappingProxyType(_default_thresholds(gpu_data)),
     )
-
-
-def object_store(provider: str | None, catalog: Catalog | None = None) -> str:
-    """The kind of the cloud's bucket ("s3", "oss"); an ad-hoc run of no known cloud is S3."""
-    info = (catalog or load_catalog()).providers.get(provider or "")
-    return info.object_store if info else "s3"
 
 
 def gpu_by_nvml_name(catalog: Catalog, nvml_name: str) -> Gpu | None:

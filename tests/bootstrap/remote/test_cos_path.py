@@ -1,6 +1,6 @@
-"""COS (Tencent's object store) reached through the S3 path: the verify report upload with
-boto3 and Tencent's keys, and verify-gpu's node probe through the node's own bucket client
-(bucket.py's SigV4, as the Tencent node module builds it). Both against moto's S3
+"""COS (Tencent's object store) reached through the S3 path: verify-gpu's report upload and
+its node probe, both through the node's own bucket client (bucket.py's SigV4, as the
+Tencent node module builds it) with Tencent's keys. Both against moto's S3
 on 127.0.0.1 standing for COS's S3-compatible endpoint: what moto proves is our SigV4 path
 and addressing, not that COS accepts them (only a real bucket does)."""
 
@@ -14,8 +14,6 @@ import boto3
 import pytest
 
 from bootstrap.remote import verify_node
-from bootstrap.verify import report
-from bootstrap.verify.expected import Expected
 from tests.bootstrap.remote.watchdog_fakes import closed_port, moto_server
 
 REMOTE = Path(__file__).resolve().parents[3] / "bootstrap" / "remote"
@@ -51,25 +49,6 @@ def keys(moto: str, name: str) -> list[str]:
     return sorted(o["Key"] for o in s3.list_objects_v2(Bucket=name).get("Contents", []))
 
 
-@pytest.mark.integration
-def test_report_upload_to_cos_uses_the_s3_path_with_tencent_keys(
-    moto: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    name = bucket(moto, "gpufleet-tc-1250000000")
-    path = tmp_path / "verify-1.json"
-    path.write_text('{"overall": "PASS"}')
-    exp = Expected(provider="tencent", region=REGION, bucket=name)
-    upload = report.UPLOADERS["cos"]
-    monkeypatch.delenv("TENCENTCLOUD_SECRET_ID", raising=False)
-    skipped = upload(path, exp, "gpufleet/verify/verify-1.json", moto)
-    assert skipped["status"] == "skip" and "TENCENTCLOUD_SECRET_ID" in skipped["reason"]
-    monkeypatch.setenv("TENCENTCLOUD_SECRET_ID", "AKIDtest")
-    monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", "secret")
-    done = upload(path, exp, "gpufleet/verify/verify-1.json", moto)
-    assert done == {"status": "ok", "url": f"cos://{name}/gpufleet/verify/verify-1.json"}
-    assert keys(moto, name) == ["gpufleet/verify/verify-1.json"]
-
-
 def cos_probe_args(name: str, moto: str) -> SimpleNamespace:
     return SimpleNamespace(
         bucket=name,
@@ -78,6 +57,27 @@ def cos_probe_args(name: str, moto: str) -> SimpleNamespace:
         s3_endpoint=moto,
         metadata_url=closed_port(),  # no metadata service: Tencent's keys from the environment
     )
+
+
+@pytest.mark.integration
+def test_report_upload_to_cos_is_the_nodes_own_client_with_tencents_keys(
+    moto: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = bucket(moto, "gpufleet-tc-1250000000")
+    path = tmp_path / "verify-1.json"
+    path.write_text('{"overall": "PASS"}')
+    monkeypatch.delenv("TENCENTCLOUD_SECRET_ID", raising=False)
+    skipped = verify_node.upload_report(cos_probe_args(name, moto), path)  # type: ignore[arg-type]
+    assert skipped["status"] == "skip" and "no credentials" in skipped["reason"], skipped
+    monkeypatch.setenv("TENCENTCLOUD_SECRET_ID", "AKIDtest")
+    monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", "secret")
+    done = verify_node.upload_report(cos_probe_args(name, moto), path)  # type: ignore[arg-type]
+    assert done == {
+        "status": "ok",
+        "tool": "bucket.py",
+        "url": f"{moto}/{name}/gpufleet/verify/verify-1.json",
+    }
+    assert keys(moto, name) == ["gpufleet/verify/verify-1.json"]
 
 
 @pytest.mark.integration

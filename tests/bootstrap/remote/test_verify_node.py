@@ -1,6 +1,6 @@
 """The node-side verify files: parsers for other driver generations, the scratch and object
 storage probes against real files and a real S3 API (moto on 127.0.0.1), the CPU training
-step under a real torchrun, and the report upload."""
+step under a real torchrun, and the report upload (the probe's client, on the node)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from moto.server import ThreadedMotoServer
 from bootstrap.fleet.api import ScratchSpec
 from bootstrap.remote import verify_node, verify_smi
 from bootstrap.verify import judge as j
-from bootstrap.verify.report import REPORT_SCHEMA, VerifyRun, save_report, upload_report
+from bootstrap.verify.report import REPORT_SCHEMA, VerifyRun, save_report
 from bootstrap.verify.ship import REMOTE_DIR, REMOTE_FILES
 from infra.catalog import load_catalog
 from tests.bootstrap.remote.watchdog_fakes import closed_port
@@ -184,6 +184,13 @@ S3_CLOUDS = {
 }
 
 
+def only_the_clouds_own_keys(monkeypatch: pytest.MonkeyPatch, provider: str) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    for name in S3_CLOUDS[provider]:
+        monkeypatch.setenv(name, "testing")
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("provider", sorted(S3_CLOUDS))
 def test_storage_probe_puts_gets_and_deletes_with_the_nodes_own_client(
@@ -191,11 +198,7 @@ def test_storage_probe_puts_gets_and_deletes_with_the_nodes_own_client(
 ) -> None:
     s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=moto_s3)
     s3.create_bucket(Bucket=f"gpufleet-probe-{provider}")
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.delenv(name, raising=False)  # only this cloud's own keys are there
-    key_id, secret = S3_CLOUDS[provider]
-    monkeypatch.setenv(key_id, "testing")
-    monkeypatch.setenv(secret, "testing")
+    only_the_clouds_own_keys(monkeypatch, provider)
     result = verify_node.storage_probe(probe_args(moto_s3, f"gpufleet-probe-{provider}", provider))
     assert result["status"] == "ok", result
     assert result["tool"] == "bucket.py" and result["bytes"] == 1 << 20
@@ -264,15 +267,24 @@ def test_the_shipped_probe_needs_neither_boto3_nor_a_cli_on_the_node(
 
 
 @pytest.mark.integration
-def test_the_report_is_uploaded_to_the_stack_bucket(moto_s3: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("provider", sorted(S3_CLOUDS))
+def test_the_report_upload_is_the_nodes_own_client_with_its_clouds_keys(
+    moto_s3: str, provider: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=moto_s3)
-    s3.create_bucket(Bucket="gpufleet-reports")
+    s3.create_bucket(Bucket=f"gpufleet-reports-{provider}")
+    only_the_clouds_own_keys(monkeypatch, provider)
     report = tmp_path / "verify-20261129T120000Z.json"
     report.write_text('{"overall": "PASS"}')
-    exp = j.Expected(provider="aws", region="us-east-1", bucket="gpufleet-reports")
-    result = upload_report(report, exp, endpoint_url=moto_s3)
-    assert result == {"status": "ok", "url": f"s3://gpufleet-reports/gpufleet/verify/{report.name}"}
-    body = s3.get_object(Bucket="gpufleet-reports", Key=f"gpufleet/verify/{report.name}")["Body"]
+    args = probe_args(moto_s3, f"gpufleet-reports-{provider}", provider)
+    result = verify_node.upload_report(args, report)
+    key = f"gpufleet/verify/{report.name}"
+    assert result == {
+        "status": "ok",
+        "tool": "bucket.py",
+        "url": f"{moto_s3}/gpufleet-reports-{provider}/{key}",
+    }
+    body = s3.get_object(Bucket=f"gpufleet-reports-{provider}", Key=key)["Body"]
     assert json.loads(body.read()) == {"overall": "PASS"}
 
 
@@ -283,9 +295,15 @@ def test_without_credentials_the_upload_is_skipped_with_a_clear_message(
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     report = tmp_path / "r.json"
     report.write_text("{}")
-    exp = j.Expected(provider="aws", region="us-east-1", bucket="b")
-    result = upload_report(report, exp)
-    assert result["status"] == "skip" and "no AWS credentials" in result["reason"]
+    result = verify_node.upload_report(probe_args(closed_port(), "b"), report)
+    assert result["status"] == "skip" and "no credentials" in result["reason"], result
+
+
+def test_an_upload_for_a_cloud_without_a_node_module_is_an_error(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    report.write_text("{}")
+    result = verify_node.upload_report(probe_args(closed_port(), "b", "nimbus"), report)
+    assert result["status"] == "error" and "'nimbus'" in result["reason"]
 
 
 def test_the_saved_report_is_named_by_stack_and_time(tmp_path: Path) -> None:

@@ -592,47 +592,49 @@ def test_azure_is_a_registered_node_cloud_with_a_blob_store() -> None:
 # ---------------------------------------------------------------- verify-gpu's paths
 
 
-@pytest.mark.integration
-def test_the_verify_report_reaches_the_container_with_a_storage_token(
-    azure: tuple[FakeAzureNode, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from bootstrap.verify import report
-    from bootstrap.verify.expected import Expected
-
-    fake, url = azure
-    path = tmp_path / "verify-1.json"
-    path.write_text('{"overall": "pass"}\n')
-    exp = Expected(stack="azt", provider="azure", region=REGION, bucket=f"{ACCOUNT}/{CONTAINER}")
-    upload = report.UPLOADERS["azureblob"]
-    monkeypatch.delenv("GPUFLEET_AZURE_STORAGE_TOKEN", raising=False)
-    assert upload(path, exp, "gpufleet/verify/verify-1.json", url)["status"] == "skip"
-    monkeypatch.setenv("GPUFLEET_AZURE_STORAGE_TOKEN", "storage-token")
-    done = upload(path, exp, "gpufleet/verify/verify-1.json", url)
-    assert done == {
-        "status": "ok",
-        "url": f"azureblob://{ACCOUNT}/{CONTAINER}/gpufleet/verify/verify-1.json",
-    }
-    assert fake.blobs["gpufleet/verify/verify-1.json"] == path.read_bytes()
-    monkeypatch.setenv("GPUFLEET_AZURE_STORAGE_TOKEN", "expired")
-    assert upload(path, exp, "k", url)["status"] == "error"
-
-
-@pytest.mark.integration
-def test_the_node_probe_for_blob_is_the_nodes_own_client_with_its_managed_identity(
-    azure: tuple[FakeAzureNode, str],
-) -> None:
+def verify_args(url: str) -> Any:
+    """verify_node.py's bucket arguments for the fake's container and identity."""
     from argparse import Namespace
 
-    from bootstrap.remote import verify_node
-
-    fake, url = azure
-    args = Namespace(
+    return Namespace(
         bucket=f"{ACCOUNT}/{CONTAINER}",
         provider="azure",
         region=REGION,
         s3_endpoint=url,
         metadata_url=url,
     )
+
+
+@pytest.mark.integration
+def test_the_verify_report_reaches_the_container_with_the_vms_managed_identity(
+    azure: tuple[FakeAzureNode, str], tmp_path: Path
+) -> None:
+    from bootstrap.remote import verify_node
+
+    fake, url = azure
+    path = tmp_path / "verify-1.json"
+    path.write_text('{"overall": "pass"}\n')
+    args = verify_args(url)
+    done = verify_node.upload_report(args, path)
+    assert done == {
+        "status": "ok",
+        "tool": "bucket.py",
+        "url": f"{url}/{ACCOUNT}/{CONTAINER}/gpufleet/verify/verify-1.json",
+    }
+    assert fake.blobs["gpufleet/verify/verify-1.json"] == path.read_bytes()
+    fake.identity = False  # no managed identity: nothing to authorise the upload with
+    missing = verify_node.upload_report(args, path)
+    assert missing["status"] == "skip" and "no storage token" in missing["reason"], missing
+
+
+@pytest.mark.integration
+def test_the_node_probe_for_blob_is_the_nodes_own_client_with_its_managed_identity(
+    azure: tuple[FakeAzureNode, str],
+) -> None:
+    from bootstrap.remote import verify_node
+
+    fake, url = azure
+    args = verify_args(url)
     result = verify_node.storage_probe(args)
     assert result["status"] == "ok", result
     assert result["tool"] == "bucket.py" and {"put_s", "get_s", "delete_s"} <= set(result)
