@@ -35,6 +35,11 @@ SCHEMA = "gpufleet.health/1"
 # The watchdog keeps its lease and history here (bootstrap/remote/watchdog.py STATE_DIR).
 STATE_DIR = Path("/var/lib/gpufleet")
 VERDICT_FILE = "health/verdict.json"
+# A failed node set aside for replacement (fab health --quarantine): fab train and the
+# node's watchdog leave it alone until the node is replaced (a new node has no such file).
+QUARANTINE_FILE = "health/quarantine.json"
+# Where the verdict is kept in the stack's bucket: one object per node, the latest verdict.
+BUCKET_PREFIX = "gpufleet/health/"
 
 # `dcgmi diag -j`: the keys DCGM writes (nvvs/include/NvvsJsonStrings.h, NVIDIA/DCGM).
 _DIAG = "DCGM Diagnostic"
@@ -233,15 +238,52 @@ def snapshot(
     return doc
 
 
-def store_verdict(verdict: dict[str, Any], state_dir: Path = STATE_DIR) -> Path:
-    """Write the verdict where the node keeps it, atomically (a reader never sees half)."""
-    path = state_dir / VERDICT_FILE
+def store_verdict(
+    verdict: dict[str, Any], state_dir: Path = STATE_DIR, name: str = VERDICT_FILE
+) -> Path:
+    """Write the verdict where the node keeps it, atomically (a reader never sees half),
+    readable by every user: fab train and fab status read it without sudo."""
+    path = state_dir / name
     path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(0o755)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".verdict-")
     with os.fdopen(fd, "w") as out:
         json.dump(verdict, out, indent=1, sort_keys=True)
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
     return path
+
+
+def object_key(host: str) -> str:
+    """The verdict's key in the bucket: the host's label with only safe characters."""
+    return BUCKET_PREFIX + (re.sub(r"[^A-Za-z0-9._-]+", "_", host).strip("_") or "node") + ".json"
+
+
+def put_verdict(verdict: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The verdict into the stack's bucket with the node's own bucket client (bucket.py)
+    and role credentials, as verify's storage probe and the watchdog use them. What
+    happened, never an exception: the verdict on the node counts even when this fails."""
+    if not args.bucket:
+        return {"status": "skip", "reason": "the stack has no bucket"}
+    bucket, clouds = node._node_bucket()
+    key = object_key(str(verdict.get("host") or ""))
+    try:
+        cloud = clouds.node_cloud(args.provider, args.region, "", args.metadata_url)
+        store = cloud.bucket_store.for_node(
+            endpoint=cloud.bucket_endpoint(),
+            region=args.region,
+            bucket=args.bucket,
+            credentials=cloud.credentials,
+            endpoint_url=args.s3_endpoint or "",
+        )
+        body = json.dumps(verdict, indent=1, sort_keys=True).encode()
+        store.put(key, body, time.monotonic() + 60)
+    except ValueError as exc:  # a provider this node has no module for
+        return {"status": "error", "reason": str(exc)}
+    except bucket.StoreError as exc:
+        status = "skip" if exc.code == "NoCredentials" else "error"
+        return {"status": status, "reason": str(exc)[:300]}
+    return {"status": "ok", "key": key, "url": f"{args.bucket}/{key}"}
 
 
 def read_verdict(state_dir: Path = STATE_DIR) -> dict[str, Any] | None:
@@ -289,6 +331,8 @@ def collect(
     # Without infiniband-diags (no ibstat), the ports as sysfs shows them.
     ports = node.collect_infiniband().get("ports") if texts["ibstat"] is None else None
     doc = snapshot(taken_at=taken_at, dcgm_level=dcgm_level, **texts)
+    if texts["smi_xml"] is None:  # no nvidia-smi, or one that printed nothing
+        doc["nvidia_smi"] = "missing"
     if texts["ibstat"] is None and ports:
         doc["infiniband"] = ports
     start = time.monotonic()
@@ -298,11 +342,39 @@ def collect(
     return doc
 
 
+def save(args: argparse.Namespace) -> dict[str, Any]:
+    """``--save FILE``: the laptop's verdict kept on the node and in the bucket;
+    ``--quarantine``: the node also set aside until it is replaced."""
+    verdict = json.loads(Path(args.save).read_text())
+    state = Path(args.state_dir)
+    out: dict[str, Any] = {"file": str(store_verdict(verdict, state))}
+    if args.quarantine:
+        mark = {"host": verdict.get("host"), "since": verdict.get("taken_at")}
+        out["quarantine"] = str(store_verdict({**mark, "verdict": verdict}, state, QUARANTINE_FILE))
+    elif args.release:
+        (state / QUARANTINE_FILE).unlink(missing_ok=True)
+        out["quarantine"] = "released"
+    out["bucket"] = put_verdict(verdict, args)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="gpufleet node health snapshot (JSON)")
     parser.add_argument("--dcgm-level", type=int, choices=(1, 2, 3), default=None)
     parser.add_argument("--out", default="-", help="file to write (default: stdout)")
+    parser.add_argument("--save", default="", help="a verdict (JSON file) to store instead")
+    parser.add_argument("--state-dir", default=str(STATE_DIR))
+    parser.add_argument("--quarantine", action="store_true", help="with --save: set aside")
+    parser.add_argument("--release", action="store_true", help="with --save: lift it")
+    parser.add_argument("--bucket", default="")
+    parser.add_argument("--provider", default="")
+    parser.add_argument("--region", default="")
+    parser.add_argument("--s3-endpoint", default="", help="bucket API override (tests)")
+    parser.add_argument("--metadata-url", default="", help="metadata service override (tests)")
     args = parser.parse_args(argv)
+    if args.save:
+        print(json.dumps(save(args), sort_keys=True))
+        return 0
     taken = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     doc = collect(taken, args.dcgm_level)
     text = json.dumps(doc, indent=1, sort_keys=True)

@@ -178,7 +178,7 @@ def plan_driver(
     )
 
 
-def _ensure_keyring(conn: Connection, ctx: HostContext, url: str) -> bool:
+def ensure_keyring(conn: Connection, ctx: HostContext, url: str) -> bool:
     """Install cuda-keyring (NVIDIA's apt signing key + repo entry); True when it changed."""
     if sh(conn, "dpkg-query -W -f='${Status}' cuda-keyring 2>/dev/null").stdout.startswith(
         "install ok installed"
@@ -227,7 +227,7 @@ def install_driver_step(conn: Connection, ctx: HostContext) -> StepResult:
     if plan.action == "keep":
         return StepResult.ok(plan.reason, **details)
     assert plan.keyring_url is not None
-    _ensure_keyring(conn, ctx, plan.keyring_url)
+    ensure_keyring(conn, ctx, plan.keyring_url)
     ctx.progress(
         f"{plan.reason}: installing {' '.join(plan.packages)} (DKMS builds take several minutes)"
     )

@@ -8,20 +8,26 @@ from bootstrap.fleet.api import Options, Step
 from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.fleet.numbers import Bound
 from bootstrap.tasks.agent import monitoring_agent_step
+from bootstrap.tasks.dcgm import install_dcgm_step
 from bootstrap.tasks.driver import install_driver_step
+from bootstrap.tasks.health import health_step
 from bootstrap.tasks.pytorch import DEFAULT_TORCH, DEFAULT_VENV, install_pytorch_step
 from bootstrap.tasks.scratch import mount_scratch_step
 from bootstrap.tasks.watchdog import install_watchdog_step
+from bootstrap.verify.health_run import HealthOptions
 
 
 def setup_steps() -> list[Step]:
-    # The cloud's monitoring agent last: a node whose agent will not install still has the rest.
+    # The cloud's monitoring agent after the rest: a node whose agent will not install still
+    # has them; the fast health check last, so its verdict sees the node as it is left.
     return [
         install_driver_step,
+        install_dcgm_step,
         install_pytorch_step,
         mount_scratch_step,
         install_watchdog_step,
         monitoring_agent_step,
+        health_step,
     ]
 
 
@@ -39,6 +45,9 @@ def setup_steps() -> list[Step]:
         "apt_lock_timeout": "seconds to wait for an apt lock held by unattended upgrades",
         "watchdog_timer": "arm the idle watchdog's systemd timer (--no-watchdog-timer: install "
         "its files only, for images and hosts without systemd)",
+        "dcgm": "install NVIDIA DCGM on GPU nodes, for fab health --deep (--no-dcgm: skip)",
+        "state_dir": "the node's gpufleet state folder for the health verdict "
+        "(default /var/lib/gpufleet)",
     },
     bounds={"apt_lock_timeout": Bound(0, example="300")},
 )
@@ -56,8 +65,10 @@ def setup(
     fstab: str = "/etc/fstab",
     apt_lock_timeout: int = 300,
     watchdog_timer: bool = True,
+    dcgm: bool = True,
+    state_dir: str = "/var/lib/gpufleet",
 ) -> None:
-    """Driver + CUDA, PyTorch venv, NVMe scratch, idle watchdog: the whole bootstrap."""
+    """Driver + CUDA, DCGM, PyTorch venv, NVMe scratch, idle watchdog, a health check."""
     options = Options(
         allow_no_gpu=allow_no_gpu,
         force=force,
@@ -69,7 +80,11 @@ def setup(
         scratch_devices=tuple(d.strip() for d in scratch_devices.split(",") if d.strip()),
         scratch_path=scratch_path or None,
         fstab=fstab,
-        extra={"enable_timer": watchdog_timer},
+        extra={
+            "enable_timer": watchdog_timer,
+            "dcgm": dcgm,
+            "health": HealthOptions(state_dir=state_dir),
+        },
     )
     fleet_run(
         c,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import json
 import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -16,7 +18,10 @@ from bootstrap.fleet.api import HostContext, Options, StepResult, step
 from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.fleet.runner import FleetReport, summary_table
 from bootstrap.fleet.system import sh, split_sections
+from bootstrap.remote.verify_health import QUARANTINE_FILE, STATE_DIR, VERDICT_FILE
 from bootstrap.tasks.pytorch import DEFAULT_VENV
+from bootstrap.verify.health_run import age_hours, format_age
+from bootstrap.verify.node_health import HealthVerdict
 from infra.render import literal
 
 _STATUS_SCRIPT = r"""
@@ -24,7 +29,30 @@ echo ==torch; {py} -c 'import importlib.metadata as m; print(m.version("torch"))
 echo ==df; df -B1 --output=source,size,avail,target {path} 2>/dev/null | tail -n +2
 echo ==mountpoint; mountpoint -q {path} && echo yes || echo no
 echo ==nvcc; (nvcc --version || /usr/local/cuda/bin/nvcc --version) 2>/dev/null | tail -2
+echo ==health; cat {verdict} 2>/dev/null | tr -d '\n'
+echo; echo ==quarantine; test -e {quarantine} && echo yes || echo no
 """
+
+
+def health_summary(sections: Mapping[str, str], now: dt.datetime | None = None) -> dict[str, Any]:
+    """The node's last verdict as status shows it: its status, age and first reason."""
+    try:
+        verdict = HealthVerdict.from_json(json.loads(sections.get("health") or "null") or {})
+    except (ValueError, AttributeError):
+        return {"status": "none", "age": "", "reason": "no verdict: run fab health"}
+    hours = age_hours(verdict.taken_at, now)
+    worst = next((r for r in verdict.reasons if r.level == verdict.status), None)
+    return {
+        "status": verdict.status,
+        "taken_at": verdict.taken_at,
+        "age": format_age(hours),
+        "age_hours": hours,
+        "reason": f"{worst.check}: {worst.text}" if worst else "",
+        "quarantined": sections.get("quarantine") == "yes",
+    }
+
+
+_HEALTH_STYLE = {"healthy": "green", "degraded": "yellow", "failed": "bold red"}
 
 
 def format_uptime(seconds: float) -> str:
@@ -82,9 +110,16 @@ def status_details(facts: Mapping[str, Any], sections: Mapping[str, str]) -> dic
 @step("status")
 def status_step(conn: Connection, ctx: HostContext) -> StepResult:
     py = shlex.quote(f"{ctx.options.venv.rstrip('/')}/bin/python")
-    script = _STATUS_SCRIPT.format(py=py, path=shlex.quote(ctx.scratch.path))
+    state = str(ctx.options.extra.get("state_dir") or STATE_DIR)
+    script = _STATUS_SCRIPT.format(
+        py=py,
+        path=shlex.quote(ctx.scratch.path),
+        verdict=shlex.quote(f"{state}/{VERDICT_FILE}"),
+        quarantine=shlex.quote(f"{state}/{QUARANTINE_FILE}"),
+    )
     sections = split_sections(sh(conn, script, timeout=60).stdout)
     details = status_details(ctx.facts, sections)
+    details["health"] = health_summary(sections)
     details["scratch_path"] = ctx.scratch.path
     gpu = f"{details['gpu_count']}x {details['gpu_model']}" if details["gpu_count"] else "no GPU"
     return StepResult.ok(f"{gpu}, driver {details['driver'] or '-'}", **details)
@@ -92,7 +127,8 @@ def status_step(conn: Connection, ctx: HostContext) -> StepResult:
 
 def render_status(report: FleetReport) -> Iterable[Any]:
     table = Table(title=f"fab status: {len(report.hosts)} host(s)")
-    for column in ("host", "GPUs", "driver", "CUDA", "torch", "scratch", "uptime", "notes"):
+    columns = ("host", "GPUs", "driver", "CUDA", "torch", "scratch", "uptime", "health", "notes")
+    for column in columns:
         table.add_column(column, overflow="fold")
     problems = False
     for h in report.hosts:
@@ -103,7 +139,7 @@ def render_status(report: FleetReport) -> Iterable[Any]:
                 (s.result.message for s in h.steps if s.result.is_failure), "no data"
             )
             table.add_row(
-                literal(h.host.label), Text(h.status, "bold red"), "", "", "", "", "", literal(why)
+                literal(h.host.label), Text(h.status, "bold red"), *[""] * 6, literal(why)
             )
             continue
         d = rec.result.details
@@ -117,6 +153,13 @@ def render_status(report: FleetReport) -> Iterable[Any]:
         else:
             scratch = f"{d['scratch_path']}: not mounted"
         notes = "REBOOT REQUIRED" if d["reboot_required"] else ""
+        hv = d.get("health") or {}
+        if hv.get("quarantined"):
+            notes = " ".join(filter(None, (notes, "QUARANTINED")))
+        health = Text(
+            f"{hv.get('status', 'none')} {hv.get('age', '')}".strip(),
+            _HEALTH_STYLE.get(hv.get("status", ""), ""),
+        )
         table.add_row(
             *(
                 literal(cell)
@@ -130,6 +173,7 @@ def render_status(report: FleetReport) -> Iterable[Any]:
                     format_uptime(d["uptime_s"] or 0),
                 )
             ),
+            health,
             Text(notes, "bold yellow"),
         )
     yield table
@@ -141,19 +185,25 @@ def render_status(report: FleetReport) -> Iterable[Any]:
             yield summary_table(dataclasses.replace(report, hosts=failed_steps))
 
 
-@fleet_task(help={"venv": f"node virtualenv to read torch from ({DEFAULT_VENV})"})
+@fleet_task(
+    help={
+        "venv": f"node virtualenv to read torch from ({DEFAULT_VENV})",
+        "state_dir": f"the node's gpufleet state folder, where its health verdict is ({STATE_DIR})",
+    }
+)
 def status(
     c: Context,
     fleet_args: FleetArgs,
     venv: str = DEFAULT_VENV,
+    state_dir: str = "",
 ) -> None:
-    """Per node: GPU model/count, driver, CUDA, torch, scratch space, uptime."""
+    """Per node: GPU model/count, driver, CUDA, torch, scratch, uptime, health verdict."""
     fleet_run(
         c,
         "status",
         [status_step],
         fleet_args,
-        options=Options(venv=venv),
+        options=Options(venv=venv, extra={"state_dir": state_dir or STATE_DIR}),
         readonly=True,
         render=render_status,
     )

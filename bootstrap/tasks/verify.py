@@ -31,7 +31,9 @@ from bootstrap.fleet.runner import FleetReport, run_fleet
 from bootstrap.fleet.system import probe_step
 from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.verify.expected import Expected, expected_from
+from bootstrap.verify.health_run import HealthOptions, check_node, expect_from, now_utc
 from bootstrap.verify.judge import cluster_not_run, judge, judge_cluster
+from bootstrap.verify.node_health import from_verify
 from bootstrap.verify.render import STYLE, overall_line, verdict_text
 from bootstrap.verify.report import VerifyRun, save_report, upload_report
 from bootstrap.verify.ship import VerifyOptions, parse_node_env, run_on_node
@@ -56,8 +58,24 @@ def _result(measurements: dict[str, Any], ctx: HostContext, cluster: bool = Fals
 
 @step("verify-node")
 def verify_node_step(conn: Connection, ctx: HostContext) -> StepResult:
-    """Inventory, health and the benchmarks on one node."""
-    return _result(run_on_node(conn, ctx, "local"), ctx)
+    """Inventory, health and the benchmarks on one node; the node's health verdict (the
+    health snapshot with verify's findings) is kept as fab health keeps it."""
+    kept: dict[str, Any] = {}
+
+    def keep_verdict(remote: str, measurements: dict[str, Any]) -> None:
+        exp: Expected = ctx.options.extra["expected"]
+        found = from_verify(judge(measurements, exp, host=ctx.host.label), now_utc())
+        load = (measurements.get("load") or {}).get("gpus") or []
+        verdict, stored = check_node(
+            conn, ctx, remote, opts, expect_from(exp, ctx.tier, ctx.outputs), other=found, load=load
+        )
+        kept.update(verdict=verdict.to_json(), stored=stored)
+
+    opts: HealthOptions | None = ctx.options.extra.get("health")  # verify_fleet sets it
+    measurements = run_on_node(conn, ctx, "local", after=keep_verdict if opts else None)
+    if kept:
+        measurements["health_verdict"] = kept
+    return _result(measurements, ctx)
 
 
 @step("verify-cross-node")
@@ -104,6 +122,7 @@ def verify_fleet(
     config: Any = None,
     console: Console | None = None,
     connect_timeout_s: float = 10.0,
+    health: HealthOptions | None = None,
 ) -> VerifyRun:
     """Run the local stage on every host in parallel, then (several hosts, not --quick) the
     cross-node stage on all of them at once, and judge everything."""
@@ -113,6 +132,7 @@ def verify_fleet(
         raise ValueError("the same host is listed twice")
     extra = {
         "verify": opts,
+        "health": health or HealthOptions(python=opts.python),
         "expected": exp,
         "ranks": ranks,
         "master_addr": master_address(outputs, fleet, opts.master_addr),
@@ -207,6 +227,8 @@ def verify_fleet(
         "timeout": "seconds before a node's benchmark run is killed (default 600)",
         "reports": "folder for the JSON report (default reports/)",
         "upload": "upload the report to the stack's bucket (default on; --no-upload)",
+        "state_dir": "the node's gpufleet state folder, where the health verdict is kept "
+        "(default /var/lib/gpufleet)",
     },
     bounds={
         "nproc": Bound(1, example="2"),
@@ -234,6 +256,7 @@ def verify_gpu(
     timeout: float = 600.0,
     reports: str = "reports",
     upload: bool = True,
+    state_dir: str = "/var/lib/gpufleet",
 ) -> None:
     """Prove each node trains at the speed it is paid for: health, GEMM, bandwidth, a DDP step."""
     json = fleet_args.json
@@ -277,6 +300,7 @@ def verify_gpu(
         config=c.config,
         console=None if quiet else console,
         connect_timeout_s=fleet_args.connect_timeout,
+        health=HealthOptions(python=opts.python, state_dir=state_dir, s3_endpoint=s3_endpoint),
     )
     path = save_report(run, Path(reports))
     uploaded = (
@@ -291,31 +315,51 @@ def verify_gpu(
         if upload
         else {"status": "skip", "reason": "--no-upload"}
     )
-    doc = run.to_json()
-    doc["report_path"] = str(path)
-    doc["upload"] = uploaded
     if json:
+        doc = {**run.to_json(), "report_path": str(path), "upload": uploaded}
         print(jsonlib.dumps(doc, indent=1, default=str))
     else:
-        # Laid out for the terminal's width (none when piped); rich must not wrap it again.
-        width = output_width()
-        for v in run.verdicts:
-            console.print(verdict_text(v, f"verify-gpu {v.host}", width), soft_wrap=True)
-        if run.cluster:
-            title = f"verify-gpu cluster ({len(fleet.hosts)} nodes)"
-            console.print(verdict_text(run.cluster, title, width), soft_wrap=True)
-        if run.network is not None:
-            console.print(f"cross-node env: {opts.fabric.describe()}", highlight=False)
-            if opts.node_env:
-                user = " ".join(f"{k}={v}" for k, v in opts.node_env.items())
-                console.print(f"  --node-env over it: {user}", highlight=False)
-        console.print(f"report: {path}")
-        where = uploaded.get("url") or f"not uploaded ({uploaded.get('reason')})"
-        console.print(f"bucket: {where}", highlight=False)
-        console.print(
-            overall_line([*run.verdicts, *([run.cluster] if run.cluster else [])], run.status),
-            style=STYLE.get(run.status, ""),
-            highlight=False,
-        )
+        print_run(console, run, opts, path, uploaded)
     if run.status == FAIL:
         raise Exit(code=1)
+
+
+def print_run(
+    console: Console, run: VerifyRun, opts: VerifyOptions, path: Path, uploaded: Mapping[str, Any]
+) -> None:
+    """The verdicts laid out for the terminal's width (none when piped): rich must not
+    wrap them again."""
+    width = output_width()
+    for v in run.verdicts:
+        console.print(verdict_text(v, f"verify-gpu {v.host}", width), soft_wrap=True)
+    if run.cluster:
+        title = f"verify-gpu cluster ({len(run.verdicts)} nodes)"
+        console.print(verdict_text(run.cluster, title, width), soft_wrap=True)
+    if run.network is not None:
+        console.print(f"cross-node env: {opts.fabric.describe()}", highlight=False)
+        if opts.node_env:
+            user = " ".join(f"{k}={v}" for k, v in opts.node_env.items())
+            console.print(f"  --node-env over it: {user}", highlight=False)
+    for line in health_lines(run):
+        console.print(line, highlight=False)
+    console.print(f"report: {path}")
+    where = uploaded.get("url") or f"not uploaded ({uploaded.get('reason')})"
+    console.print(f"bucket: {where}", highlight=False)
+    console.print(
+        overall_line([*run.verdicts, *([run.cluster] if run.cluster else [])], run.status),
+        style=STYLE.get(run.status, ""),
+        highlight=False,
+    )
+
+
+def health_lines(run: VerifyRun) -> list[str]:
+    """Per node, the health verdict verify-gpu kept and where."""
+    out = []
+    for host, m in run.measurements.items():
+        kept = (m.get("local") or {}).get("health_verdict")
+        if not kept:
+            continue
+        stored = kept["stored"]
+        where = stored.get("error") or stored.get("file")
+        out.append(f"health {host}: {kept['verdict']['status']}, kept in {where}")
+    return out

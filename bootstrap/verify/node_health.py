@@ -22,6 +22,7 @@ from bootstrap.remote.verify_health import SCHEMA, port_from_sysfs
 from bootstrap.verify.verdict import FAIL, WARN, Verdict
 
 HEALTHY, DEGRADED, FAILED, NOTE = "healthy", "degraded", "failed", "note"
+NO_GPU = "no NVIDIA GPU on this node (no nvidia-smi, none on the PCI bus): GPU checks not run"
 _RANK = {NOTE: 0, HEALTHY: 0, DEGRADED: 1, FAILED: 2}
 CATALOG_FILE = Path(infra.catalog.__file__).resolve().parent / "health.toml"
 
@@ -351,6 +352,8 @@ def _dcgm(c: Context) -> list[Reason] | None:
         ]
     severity = {int(k): v for k, v in c.catalog["dcgm"]["severity"].items()}
     by_error = {int(k): v for k, v in c.catalog["dcgm"]["error"].items()}
+    actions = {int(k): v for k, v in c.catalog["dcgm"]["action"].items()}
+    by_action = {int(k): v for k, v in c.catalog["dcgm"]["error_action"].items()}
     out = []
     for test in diag.get("tests") or []:
         for r in test.get("gpus") or []:
@@ -364,11 +367,17 @@ def _dcgm(c: Context) -> list[Reason] | None:
                 if level_of is None:
                     level_of = FAILED if r["status"] == "Fail" else DEGRADED
                 text = w.get("text") or f"{test['name']}: {r['status']}"
+                action = (
+                    by_action.get(w.get("error_id") or -1)
+                    or actions.get(w.get("severity") or -1)
+                    or actions[2 if level_of == FAILED else 4]
+                )
                 out.append(
                     Reason(
                         "dcgm",
                         level_of,
                         f"{test['name']}: {text}",
+                        action,
                         gpu=r.get("gpu"),
                         source=f"DCGM error {w.get('error_id', '?')}",
                     )
@@ -379,9 +388,16 @@ def _dcgm(c: Context) -> list[Reason] | None:
 def _gpu_count(c: Context) -> list[Reason] | None:
     """Fewer GPUs in the driver than the tier has, or than the PCI bus shows."""
     pci = (c.doc.get("pci") or {}).get("gpus")
-    if "nvidia" not in c.doc or not (c.gpu_count or pci):
-        return None
     want = max(c.gpu_count or 0, pci or 0)
+    if "nvidia" not in c.doc:
+        if c.doc.get("nvidia_smi") != "missing":
+            return None  # not asked for (a partial snapshot)
+        if want:  # GPUs on the bus or in the tier, but nvidia-smi printed nothing
+            return [c.finding("gpu_missing", f"0 of {want} GPUs in the driver (no nvidia-smi)")]
+        # A CPU node (the tests' sshd nodes, a head without GPUs): say so, fail nothing.
+        return [Reason("gpu-count", NOTE, NO_GPU)]
+    if not want:
+        return None
     if len(c.gpus) >= want:
         return []
     seen = f"; the PCI bus shows {pci}" if pci else ""

@@ -11,7 +11,7 @@ import io
 import json
 import shlex
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,8 @@ REMOTE_FILES = (
     "verify_node.py",
     "verify_smi.py",
     "verify_train.py",
+    # The node health snapshot and the verdict's store (bootstrap/verify/health_run.py).
+    "verify_health.py",
     # The bucket probe's client: the watchdog's own (one client, one signing, the node's
     # role credentials), with the node clouds (the folder as it is: no list here).
     "bucket.py",
@@ -207,7 +209,7 @@ def ship_command(bundle: str) -> str:
     )
 
 
-def _ship(conn: Connection) -> str:
+def ship(conn: Connection) -> str:
     """Copy the node-side files into a fresh temp dir on the node; returns its path."""
     made = sh(conn, ship_command(remote_bundle()), timeout=60)
     remote = str(made.stdout).strip()
@@ -217,9 +219,16 @@ def _ship(conn: Connection) -> str:
     return remote
 
 
-def run_on_node(conn: Connection, ctx: HostContext, stage: str) -> dict[str, Any]:
+def run_on_node(
+    conn: Connection,
+    ctx: HostContext,
+    stage: str,
+    after: Callable[[str, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """Ship, run one stage, fetch its report, clean up. Report problems become measurements
-    with ``report_error`` so the verdict shows them instead of a traceback."""
+    with ``report_error`` so the verdict shows them instead of a traceback. ``after`` runs
+    with the shipped folder and the measurements before the folder is removed (the health
+    verdict uses the files already there)."""
     opts: VerifyOptions = ctx.options.extra["verify"]
     py = shlex.quote(opts.python)
     if not sh(conn, f"test -x {py}", timeout=30).ok:
@@ -227,17 +236,27 @@ def run_on_node(conn: Connection, ctx: HostContext, stage: str) -> dict[str, Any
             f"no Python at {opts.python} on the node: run `fab install-pytorch` first, or pass "
             "--python with the interpreter that has torch"
         )
-    remote = _ship(conn)
+    remote = ship(conn)
     try:
         measurements = _run_stage(conn, ctx, remote, stage)
+        if after is not None:
+            after(remote, measurements)
     finally:
-        cleaned = sh(conn, f"rm -rf {shlex.quote(remote)}", timeout=60)
-    if not cleaned.ok:
+        cleanup_error = remove(conn, remote)
+    if cleanup_error:
         # Not a verdict on the GPU, but a folder left in the node's /tmp: say so in the report.
-        why = (str(cleaned.stderr) or str(cleaned.stdout)).strip()[-200:]
-        measurements["cleanup_error"] = f"could not remove {remote} (exit {cleaned.exited}): {why}"
-        ctx.progress(measurements["cleanup_error"])
+        measurements["cleanup_error"] = cleanup_error
+        ctx.progress(cleanup_error)
     return measurements
+
+
+def remove(conn: Connection, remote: str) -> str:
+    """Remove a shipped folder; what went wrong, or "" when it is gone."""
+    cleaned = sh(conn, f"rm -rf {shlex.quote(remote)}", timeout=60)
+    if cleaned.ok:
+        return ""
+    why = (str(cleaned.stderr) or str(cleaned.stdout)).strip()[-200:]
+    return f"could not remove {remote} (exit {cleaned.exited}): {why}"
 
 
 def _run_stage(conn: Connection, ctx: HostContext, remote: str, stage: str) -> dict[str, Any]:

@@ -4,12 +4,17 @@ lines, and the stored verdict."""
 
 from __future__ import annotations
 
+import argparse
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import pytest
+from moto.server import ThreadedMotoServer
 
 from bootstrap.remote import verify_health as vh
+from tests.bootstrap.remote.watchdog_fakes import closed_port
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "health"
 
@@ -181,3 +186,92 @@ def test_the_shipped_files_alone_take_a_snapshot_with_the_tools_they_find(
     assert [e["xid"] for e in doc["xid"]["events"]] == [79] and doc["xid"]["source"] == "dmesg"
     assert doc["nvlink_errors"][1]["links"][1]["replay"] == 3
     assert set(doc["timings"]) >= {"smi_xml", "dcgm", "kernel_log"}
+
+
+# --- the verdict's store: the node's file, the quarantine and the bucket ---------------------
+
+
+def save_args(tmp_path: Path, verdict: dict[str, object], **over: object) -> argparse.Namespace:
+    path = tmp_path / "verdict-in.json"
+    path.write_text(json.dumps(verdict))
+    base: dict[str, object] = {
+        "save": str(path),
+        "state_dir": str(tmp_path / "state"),
+        "quarantine": False,
+        "release": False,
+        "bucket": "",
+        "provider": "aws",
+        "region": "us-east-1",
+        "s3_endpoint": "",
+        "metadata_url": closed_port(),
+    }
+    return argparse.Namespace(**{**base, **over})
+
+
+FAILED_VERDICT = {
+    "host": "a100x8-0 (10.0.0.5)",
+    "status": "failed",
+    "taken_at": "2026-12-02T01:00:00Z",
+}
+
+
+def test_a_saved_verdict_is_readable_by_every_user_and_needs_no_bucket(tmp_path: Path) -> None:
+    out = vh.save(save_args(tmp_path, FAILED_VERDICT))
+    path = tmp_path / "state" / "health" / "verdict.json"
+    assert out["file"] == str(path) and vh.read_verdict(tmp_path / "state") == FAILED_VERDICT
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert out["bucket"] == {"status": "skip", "reason": "the stack has no bucket"}
+    assert "quarantine" not in out
+
+
+def test_quarantine_is_kept_beside_the_verdict_until_released(tmp_path: Path) -> None:
+    out = vh.save(save_args(tmp_path, FAILED_VERDICT, quarantine=True))
+    mark = json.loads(Path(out["quarantine"]).read_text())
+    assert mark["since"] == "2026-12-02T01:00:00Z" and mark["verdict"] == FAILED_VERDICT
+    healthy = {**FAILED_VERDICT, "status": "healthy"}
+    vh.save(save_args(tmp_path, healthy))  # a verdict alone does not lift it
+    assert (tmp_path / "state" / vh.QUARANTINE_FILE).exists()
+    assert vh.save(save_args(tmp_path, healthy, release=True))["quarantine"] == "released"
+    assert not (tmp_path / "state" / vh.QUARANTINE_FILE).exists()
+
+
+def test_the_bucket_key_is_the_host_label_in_safe_characters() -> None:
+    assert vh.object_key("a100x8-0 (10.0.0.5:22)") == "gpufleet/health/a100x8-0_10.0.0.5_22.json"
+    assert vh.object_key("") == "gpufleet/health/node.json"
+
+
+@pytest.fixture(scope="module")
+def moto_s3() -> Iterator[str]:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.mark.integration
+def test_the_verdict_goes_into_the_stack_bucket_with_the_nodes_own_client(
+    moto_s3: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=moto_s3)
+    s3.create_bucket(Bucket="gpufleet-health")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    args = save_args(tmp_path, FAILED_VERDICT, bucket="gpufleet-health", s3_endpoint=moto_s3)
+    out = vh.save(args)
+    assert out["bucket"]["status"] == "ok", out
+    body = s3.get_object(Bucket="gpufleet-health", Key=out["bucket"]["key"])["Body"].read()
+    assert json.loads(body) == FAILED_VERDICT
+
+
+@pytest.mark.integration
+def test_a_bucket_that_refuses_the_verdict_is_reported_and_the_node_copy_stays(
+    moto_s3: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    out = vh.save(save_args(tmp_path, FAILED_VERDICT, bucket="no-such", s3_endpoint=moto_s3))
+    assert out["bucket"]["status"] == "error" and "NoSuchBucket" in out["bucket"]["reason"]
+    assert vh.read_verdict(tmp_path / "state") == FAILED_VERDICT

@@ -102,5 +102,7 @@ def test_a_cloud_whose_reaper_reads_no_agent_skips_the_step(remote: MockRemote) 
     assert result.status.value == "skipped"
 
 
-def test_setup_runs_the_agent_step_last() -> None:
-    assert setup_steps()[-1] is monitoring_agent_step
+def test_setup_runs_the_agent_step_after_the_installs_and_the_health_check_last() -> None:
+    from bootstrap.tasks.health import health_step
+
+    assert setup_steps()[-2:] == [monitoring_agent_step, health_step]

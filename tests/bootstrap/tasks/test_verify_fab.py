@@ -82,6 +82,8 @@ def verify(inventory: Path, reports: Path, *args: str) -> FabResult:
         str(reports),
         "--scratch-mb",
         "16",
+        "--state-dir",
+        str(reports.parent / "state"),
         *args,
         timeout=400,
     )
@@ -140,6 +142,13 @@ def test_without_cpu_a_node_with_no_gpu_fails_clearly_without_a_traceback(
     assert "Traceback" not in out
     assert "gpu.present" in out and "no NVIDIA GPU" in out and "--cpu" in out
     assert "verify-gpu: FAIL" in result.stdout
+    # verify-gpu keeps the node's health verdict as fab health does: its findings with the
+    # health snapshot's (the a100x8 tier's 8 GPUs are not in the driver), failed.
+    kept = json.loads((tmp_path / "state" / "health" / "verdict.json").read_text())
+    assert (kept["origin"], kept["status"]) == ("verify-gpu", "failed")
+    assert kept["reasons"][0]["text"] == "0 of 8 GPUs in the driver (no nvidia-smi)"
+    assert "gpu.present" in [r["check"] for r in kept["reasons"]]
+    assert "failed, kept in " in result.stdout
 
 
 def test_a_missing_node_python_is_explained(

@@ -193,20 +193,30 @@ def test_application_xids_only_leave_the_node_healthy() -> None:
 
 
 @pytest.mark.parametrize(
-    ("fixture", "status", "gpu"),
+    ("fixture", "status", "gpu", "action"),
     [
-        ("dcgm_r1_pass.json", nh.HEALTHY, None),
-        ("dcgm_r2_fail_pending_remap.json", nh.DEGRADED, 1),
-        ("dcgm_r2_fail_row_remap_failure.json", nh.FAILED, 0),
-        ("dcgm_r3_fail_thermal.json", nh.DEGRADED, 0),
+        ("dcgm_r1_pass.json", nh.HEALTHY, None, ""),
+        ("dcgm_r2_pass.json", nh.HEALTHY, None, ""),
+        ("dcgm_r3_pass.json", nh.HEALTHY, None, ""),
+        # Level 1, the software test: a DBE with pages still to retire (RESET): drain, reset.
+        ("dcgm_r1_fail_dbe_pending_retirement.json", nh.FAILED, 1, "drain the node and reset"),
+        # Persistence mode off (CONFIG), as NVSentinel's preflight saw it: fix it, may train.
+        ("dcgm_r1_warn_persistence_mode.json", nh.DEGRADED, 0, "fix the configuration"),
+        # A pending row remap (RESET, classed down): the GPU works, reset at the next chance.
+        ("dcgm_r2_fail_pending_remap.json", nh.DEGRADED, 1, "reset the GPU"),
+        # Row remapping failed (RESET, DCGM: "unrecoverable memory hardware damage"): replace.
+        ("dcgm_r2_fail_row_remap_failure.json", nh.FAILED, 0, "replace the GPU"),
+        # Too hot under targeted_power (MONITOR): it can train, watch its cooling.
+        ("dcgm_r3_fail_thermal.json", nh.DEGRADED, 0, "it can still train: watch it"),
     ],
 )
 def test_dcgm_diag_results_end_in_the_operators_verdict(
-    fixture: str, status: str, gpu: int | None
+    fixture: str, status: str, gpu: int | None, action: str
 ) -> None:
     v = verdict(dcgm=read(fixture), dcgm_level=int(fixture[6]))
     assert v.status == status
     assert [r.gpu for r in v.reasons] == ([] if gpu is None else [gpu])
+    assert all(r.action.startswith(action) for r in v.reasons)
 
 
 def test_a_dcgm_that_could_not_run_is_noted_not_passed_or_failed() -> None:
@@ -291,3 +301,19 @@ def test_a_stopped_fabric_manager_fails_an_nvswitch_node_only() -> None:
     assert verdict(lspci=lspci, fabric_manager="active\n").status == nh.HEALTHY
     assert verdict(fabric_manager="inactive", nvswitch=False).status == nh.HEALTHY
     assert verdict(fabric_manager="failed", nvswitch=True).status == nh.FAILED
+
+
+# --- a node without GPUs -----------------------------------------------------------------------
+
+
+def test_a_node_without_nvidia_smi_or_gpus_is_noted_and_stays_healthy() -> None:
+    doc = {**vh.snapshot(taken_at=TAKEN, lspci=""), "nvidia_smi": "missing"}
+    v = nh.judge_health(doc, "cpu-0")
+    assert v.status == nh.HEALTHY and [r.text for r in v.reasons] == [nh.NO_GPU]
+
+
+def test_gpus_on_the_bus_or_in_the_tier_without_nvidia_smi_fail_the_node() -> None:
+    doc = {**vh.snapshot(taken_at=TAKEN), "nvidia_smi": "missing"}
+    v = nh.judge_health(doc, "gpu-0", gpu_count=8)
+    assert levels(v) == [("gpu-count", nh.FAILED, None)]
+    assert v.reasons[0].text == "0 of 8 GPUs in the driver (no nvidia-smi)"

@@ -117,3 +117,37 @@ def test_no_report_from_the_node_becomes_a_failed_verdict_and_the_folder_still_g
     assert result.is_failure
     verdict = result.details["verdict"]
     assert verdict.checks[0].detail == "the node wrote no report (exit 137): Killed"
+
+
+def test_the_health_verdict_is_taken_and_kept_in_the_shipped_folder_before_it_goes(
+    remote: MockRemote,  # noqa: F811
+) -> None:
+    from bootstrap.verify.health_run import HealthOptions, snapshot_command
+
+    health = HealthOptions(python=PY, state_dir="/var/lib/gpufleet")
+    snap = {"schema": "gpufleet.health/1", "taken_at": "2026-12-02T01:00:00Z", "errors": []}
+    stored = {"file": "/var/lib/gpufleet/health/verdict.json", "bucket": {"status": "skip"}}
+    remote.expect(
+        host="node",
+        user="ubuntu",
+        commands=[
+            *until_the_report(),
+            Command(snapshot_command(DIR, health), out=json.dumps(snap).encode()),
+            # The save command carries the verdict itself (base64): any command text will do
+            # for the mock as long as it answers; what it sends is test_health_run's.
+            Command(None, out=json.dumps(stored).encode()),
+            Command(f"rm -rf {DIR}"),
+        ],
+    )
+    ctx = HostContext(
+        host=Host("node", user="ubuntu"),
+        options=Options(extra={"verify": OPTS, "expected": EXP, "health": health}),
+    )
+    conn = Connection("node", user="ubuntu")
+    try:
+        result = run_step(verify_node_step, conn, ctx)
+    finally:
+        conn.close()
+    kept = result.details["measurements"]["health_verdict"]
+    assert kept["stored"]["file"] == stored["file"]
+    assert kept["verdict"]["origin"] == "verify-gpu"
