@@ -61,6 +61,7 @@ if TYPE_CHECKING:  # for mypy only; never executed
         merge_leases,
         read_jobs,
         read_lease,
+        read_quarantine,
         write_lease,
     )
     from bootstrap.remote.watchdog_state import STATE_FILE, State
@@ -81,6 +82,7 @@ else:
         merge_leases,
         read_jobs,
         read_lease,
+        read_quarantine,
         write_lease,
     )
     from watchdog_state import STATE_FILE, State
@@ -133,7 +135,8 @@ class Watchdog:
                 same_boot = float("inf")
             if same_boot < 120:
                 known = {str(k): str(v) for k, v in dict(state.tags.get("tags") or {}).items()}
-        leases = [read_lease(Path(self.config.state_dir))]
+        state_dir = Path(self.config.state_dir)
+        leases = [read_lease(state_dir), read_quarantine(state_dir)]
         if known is not None and known.get(names.KEEP_ALIVE_UNTIL, "").strip():
             tag_lease = idle_rules.Lease.parse(known[names.KEEP_ALIVE_UNTIL])
             if tag_lease.error:

@@ -25,6 +25,9 @@ else:
 
 
 LEASE_FILE = "keep-alive-until"
+# fab health --quarantine marks a failed node kept for its replacement (verify_health.py
+# writes it): the watchdog holds it as it holds an unreadable lease, within the same caps.
+QUARANTINE_FILE = "health/quarantine.json"
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,14 @@ def read_lease(state_dir: Path) -> idle_rules.Lease:
     except OSError as exc:
         return idle_rules.Lease(error=f"{path}: {exc}")
     return idle_rules.Lease.parse(text)
+
+
+def read_quarantine(state_dir: Path) -> idle_rules.Lease:
+    """A hold while the node is quarantined (an error lease: kept, not for ever)."""
+    path = state_dir / QUARANTINE_FILE
+    if not path.exists():
+        return idle_rules.Lease()
+    return idle_rules.Lease(error=f"quarantined for replacement by fab health ({path})")
 
 
 def write_lease(

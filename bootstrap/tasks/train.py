@@ -63,6 +63,7 @@ from bootstrap.train.steps import (
     train_start_step,
 )
 from bootstrap.train.workdir import build_manifest, workdir_files
+from bootstrap.verify.health_run import MAX_AGE_HOURS
 from infra.render import literal_console
 
 
@@ -106,6 +107,8 @@ TRAIN_HELP = {
     "from_scratch": "with --resume: start again from step 0 when there is no checkpoint "
     "to restore (refused otherwise)",
     "rerun": "with --resume: run a job that already succeeded again",
+    "ignore_health": f"train on nodes whose health verdict is failed or over {MAX_AGE_HOURS:g} h "
+    "old (fab health); the job's record says so",
 }
 
 # The node's own ceiling (its GPUs, or its CPUs with --cpu) is judged once its facts are in.
@@ -142,10 +145,11 @@ def _checked_node_facts(
             f"{len(problems)} of {len(fleet.hosts)} node(s) not ready: nothing started "
             f"(a {len(fleet.hosts)}-node job needs every node)"
         )
-    return {
-        h.host: dict(next(s for s in h.steps if s.name == "train-check").result.details["facts"])
-        for h in checked.hosts
-    }
+    out = {}
+    for h in checked.hosts:
+        details = next(s for s in h.steps if s.name == "train-check").result.details
+        out[h.host] = {**details["facts"], "health": details.get("health")}
+    return out
 
 
 def _report_started(
@@ -217,6 +221,7 @@ def _job_spec_for(
     *,
     venv: str,
     stop_when_done: bool,
+    ignore_health: bool,
     console: Console,
     quiet: bool,
     timeout: float,
@@ -234,18 +239,23 @@ def _job_spec_for(
         "cpu": req.cpu if req else bool(old and old.get("cpu")),
         "master_port": req.master_port if req else 0,
         "nproc": req.nproc_per_node if req else int(old["nproc_per_node"]) if old else 0,
+        "ignore_health": ignore_health,
     }
     facts = _checked_node_facts(c, fleet, check_extra, console, quiet, timeout)
     port = (req.master_port if req else 0) or int(facts[head].get("port") or 29500)
     addr = master_address(fleet.outputs, fleet, None)
+    # Each node's health verdict as this attempt found it (and any --ignore-health override).
+    checked = {h.label: f["health"] for h, f in facts.items()}
     if old is not None:
-        return resume_spec(old, master_addr=addr, master_port=port, stop_when_done=stop_when_done)
+        spec = resume_spec(old, master_addr=addr, master_port=port, stop_when_done=stop_when_done)
+        return {**spec, "health": checked}
     assert req is not None
     now = dt.datetime.now(dt.UTC)
     gpus = min(int(f.get("gpus") or 0) for f in facts.values())
     nproc = req.nproc_per_node or (1 if req.cpu else gpus)
     job = new_job_id(req.name, now, secrets.token_hex(2))
-    return job_spec(req, fleet, job=job, nproc=nproc, master_addr=addr, master_port=port, now=now)
+    spec = job_spec(req, fleet, job=job, nproc=nproc, master_addr=addr, master_port=port, now=now)
+    return {**spec, "health": checked}
 
 
 def _start(
@@ -292,6 +302,7 @@ def train(
     detach: str = "auto",
     from_scratch: bool = False,
     rerun: bool = False,
+    ignore_health: bool = False,
 ) -> None:
     """Run a PyTorch script with torchrun on every node, detached; checkpoints to the bucket."""
     json, timeout = fleet_args.json, fleet_args.connect_timeout
@@ -340,6 +351,7 @@ def train(
         old,
         venv=venv,
         stop_when_done=stop_when_done,
+        ignore_health=ignore_health,
         console=console,
         quiet=quiet,
         timeout=timeout,

@@ -60,9 +60,11 @@ def _result(measurements: dict[str, Any], ctx: HostContext, cluster: bool = Fals
 def verify_node_step(conn: Connection, ctx: HostContext) -> StepResult:
     """Inventory, health and the benchmarks on one node; the node's health verdict (the
     health snapshot with verify's findings) is kept as fab health keeps it."""
+    opts: HealthOptions | None = ctx.options.extra.get("health")  # verify_fleet sets it
     kept: dict[str, Any] = {}
 
     def keep_verdict(remote: str, measurements: dict[str, Any]) -> None:
+        assert opts is not None
         exp: Expected = ctx.options.extra["expected"]
         found = from_verify(judge(measurements, exp, host=ctx.host.label), now_utc())
         load = (measurements.get("load") or {}).get("gpus") or []
@@ -71,7 +73,6 @@ def verify_node_step(conn: Connection, ctx: HostContext) -> StepResult:
         )
         kept.update(verdict=verdict.to_json(), stored=stored)
 
-    opts: HealthOptions | None = ctx.options.extra.get("health")  # verify_fleet sets it
     measurements = run_on_node(conn, ctx, "local", after=keep_verdict if opts else None)
     if kept:
         measurements["health_verdict"] = kept

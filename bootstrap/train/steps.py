@@ -26,6 +26,7 @@ from fabric import Connection
 
 from bootstrap.fleet.api import HostContext, StepFailed, StepResult, step
 from bootstrap.fleet.system import sh
+from bootstrap.train import health
 from bootstrap.train.spec import check_command, judge_check, parse_check, rank_of
 from bootstrap.train.workdir import SYNC_MANIFEST, diff_manifest, pack
 
@@ -145,20 +146,29 @@ def train_check_step(conn: Connection, ctx: HostContext) -> StepResult:
     """Can this node run the job? (reads only)"""
     x = ctx.options.extra
     want_port = ctx.host == x["head"] and not x.get("master_port")
-    done = sh(
-        conn,
-        check_command(x["python"], x["jobs_dir"], x["ckpt_parent"], want_port),
-        timeout=60,
-    )
+    command = check_command(x["python"], x["jobs_dir"], x["ckpt_parent"], want_port)
+    done = sh(conn, f"{command}; {health.check_lines(x['jobs_dir'])}", timeout=60)
     facts = parse_check(str(done.stdout))
     why = judge_check(
         facts, cpu=x["cpu"], venv=x["venv"], host=ctx.host.label, nproc=int(x.get("nproc") or 0)
     )
+    record = health.health_record(facts)
+    facts.pop("health", None)  # the record keeps what counts of it
     if why:
-        return StepResult.failed(why, facts=facts)
+        return StepResult.failed(why, facts=facts, health=record)
+    held = health.quarantined(record, ctx.host.label)  # waits for its replacement: no override
+    if held:
+        return StepResult.failed(held, facts=facts, health=record)
+    why = health.refusal(record, ctx.host.label)
+    if why and not x.get("ignore_health"):
+        return StepResult.failed(why, facts=facts, health=record)
+    if why:
+        record["override"] = why  # --ignore-health: the job's record says what was ignored
     return StepResult.ok(
-        f"torch {facts['torch']}, {facts.get('gpus', '0')} GPU(s), systemd {facts['systemd']}",
+        f"torch {facts['torch']}, {facts.get('gpus', '0')} GPU(s), systemd {facts['systemd']}"
+        f", health {record['status']}" + (" (ignored)" if why else ""),
         facts=facts,
+        health=record,
     )
 
 

@@ -334,6 +334,19 @@ def test_lease_file_keeps_an_idle_node_until_it_expires(tmp_path: Path) -> None:
     assert 100 <= off <= 101.5
 
 
+def test_a_quarantined_node_is_kept_for_its_replacement_and_says_why(tmp_path: Path) -> None:
+    from bootstrap.remote import verify_health
+
+    dog, probe, rec = make_dog(tmp_path, Timeline())
+    state = Path(dog.config.state_dir)
+    # fab health --quarantine writes the mark where the watchdog looks (one name, two files).
+    assert wsignals.QUARANTINE_FILE == verify_health.QUARANTINE_FILE
+    verify_health.store_verdict({"host": "n"}, state, verify_health.QUARANTINE_FILE)
+    assert run_until_poweroff(dog, probe, rec, 300) is None
+    decision, _, _ = dog.status()
+    assert decision.action == "keep" and "quarantined for replacement" in decision.reason
+
+
 def test_stalled_job_is_warned_once_then_stopped(tmp_path: Path) -> None:
     dog, probe, rec = make_dog(tmp_path, Timeline(util=lambda m: 1.0, procs=lambda m: 1))
     off = run_until_poweroff(dog, probe, rec, 300)

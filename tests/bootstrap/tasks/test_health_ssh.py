@@ -22,7 +22,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 def fake_tools(folder: Path, smi_xml: str, dcgm: str = "") -> Path:
     """nvidia-smi (and dcgmi) printing recorded outputs, in a folder the node user reads."""
     bin_dir = folder / "bin"
-    bin_dir.mkdir(exist_ok=True)
+    bin_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy(FIXTURES / "verify" / smi_xml, bin_dir / "smi.xml")
     shutil.copy(FIXTURES / "verify" / "a100x8_nvlink.txt", bin_dir / "nvlink.txt")
     smi = f"""#!/bin/sh
