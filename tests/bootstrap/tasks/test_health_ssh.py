@@ -116,3 +116,21 @@ def test_status_shows_the_verdict_and_its_age(node: tuple[SshServer, Path]) -> N
     assert health["status"] == "failed" and health["age"].endswith("m")
     table = run_fab("status", "--inventory", str(inv), "--state-dir", str(folder / "state"))
     assert "failed" in table.stdout
+
+
+def test_quarantine_marks_a_failed_node_until_released(node: tuple[SshServer, Path]) -> None:
+    server, folder = node
+    mark = folder / "state" / "health" / "quarantine.json"
+    bad = fake_tools(folder / "bad", "a100x8_smi_ecc.xml")
+    result = fab_health(server, folder, "--node-path", str(bad), "--quarantine")
+    assert result.returncode == 1 and f"quarantine: {mark}" in result.stdout
+    assert json.loads(mark.read_text())["verdict"]["status"] == "failed"
+    inv = inventory(server, folder)
+    shown = run_fab("status", "--inventory", str(inv), "--state-dir", str(folder / "state"))
+    assert "QUARANTINED" in shown.stdout
+    good = fake_tools(folder / "good", "a100x8_smi.xml")
+    # A healthy node is never quarantined; only --release lifts an earlier mark.
+    fab_health(server, folder, "--node-path", str(good), "--quarantine")
+    assert mark.exists()
+    released = fab_health(server, folder, "--node-path", str(good), "--release")
+    assert released.returncode == 0 and not mark.exists()
