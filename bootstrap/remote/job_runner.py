@@ -13,6 +13,9 @@ Job folder on each node (``<jobs root>``, default /var/lib/gpufleet/jobs)::
     <job>/logs/rank-<G>.log    stdout + stderr of global rank G (appended across attempts)
     <job>/node-<R>/state.json  node R's job state: THE CONTRACT WITH THE WATCHDOG (below)
     <job>/node-<R>/supervisor.pid, torchrun.log, cancel (present: fab cancel asked)
+    <job>/node-<R>/events.jsonl       the job's events on node R (start, resume, checkpoint,
+                                      cancel, end), one JSON object a line
+    <job>/node-<R>/gpu-samples.jsonl  the watchdog's GPU samples while the job ran here
 
 ``state.json`` (schema ``gpufleet.job-state/1``), written only by this node's supervisor (and
 by ``cancel`` when the supervisor is gone), always whole: a temp file renamed over the old::
@@ -35,6 +38,9 @@ Commands (all print one JSON document, except ``follow``)::
     job_runner.py cancel    --job-dir D --node-rank R   SIGTERM, bounded wait, SIGKILL, sync
     job_runner.py follow    --job-dir D --node-rank R   this node's rank logs (--follow: tail)
     job_runner.py sync      --job-dir D --node-rank R   upload the checkpoints now
+    job_runner.py history   --job-dir D --node-rank R   node R's events and GPU samples
+    job_runner.py put       --job-dir D --file F        F into the bucket, beside the job's
+                                                        checkpoints (its chart)
     job_runner.py unpack    --workdir W --tar T         apply a workdir update from fab
 """
 
@@ -109,6 +115,52 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def node_dir(job_dir: Path, node_rank: int) -> Path:
     return job_dir / f"node-{node_rank}"
+
+
+EVENTS_FILE = "events.jsonl"
+SAMPLES_FILE = "gpu-samples.jsonl"  # written by the watchdog (watchdog_state.py)
+# What history returns at most per file: a chart needs no more points than that.
+HISTORY_POINTS = 4000
+
+
+def add_event(nd: Path, event: str, **detail: Any) -> None:
+    """One line in the node's event log; a failed write never stops the job."""
+    line = json.dumps({"at": utcnow(), "event": event, **detail}, sort_keys=True)
+    with contextlib.suppress(OSError):
+        nd.mkdir(parents=True, exist_ok=True)
+        with open(nd / EVENTS_FILE, "a") as f:
+            f.write(line + "\n")
+
+
+def read_lines(path: Path, limit: int = HISTORY_POINTS) -> list[dict[str, Any]]:
+    """The JSON objects of a .jsonl file, thinned evenly to ``limit`` (first and last
+    kept); unreadable lines are skipped."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            out.append(item)
+    if len(out) > limit > 1:
+        step = (len(out) - 1) / (limit - 1)
+        out = [out[round(i * step)] for i in range(limit)]
+    return out
+
+
+def history(job_dir: Path, node_rank: int) -> dict[str, Any]:
+    nd = node_dir(job_dir, node_rank)
+    return {
+        "ok": True,
+        "node_rank": node_rank,
+        "events": read_lines(nd / EVENTS_FILE),
+        "samples": read_lines(nd / SAMPLES_FILE),
+    }
 
 
 def boot_id() -> str:
@@ -351,6 +403,16 @@ class Supervisor:
         )
         return {"at": utcnow(), **out.to_json()}
 
+    def record_sync(self, result: dict[str, Any] | None) -> None:
+        """The last upload in the state file; a newer checkpoint step is an event."""
+        if result is None:
+            return
+        before = (self.state.get("last_sync") or {}).get("newest_step")
+        self.state["last_sync"] = result
+        step = result.get("newest_step")
+        if result.get("ok") and step is not None and step != before:
+            add_event(self.dir, "checkpoint", step=step)
+
     def restore(self) -> None:
         if self.node_rank != 0 or not self.spec.get("resume"):
             return
@@ -369,6 +431,8 @@ class Supervisor:
 
     def _on_term(self, signum: int, frame: object) -> None:
         del frame
+        if not self.cancel_requested:
+            add_event(self.dir, "cancel", signal=signum)
         self.cancel_requested = True
         self.log(f"signal {signum}: stopping the ranks")
         self._signal_group(signal.SIGTERM)
@@ -399,6 +463,8 @@ class Supervisor:
             for r in ranks_of(None, self.spec, self.node_rank)
         }
         self.log("start: " + " ".join(argv))
+        attempt = int(self.spec.get("attempt") or 1)
+        add_event(self.dir, "resume" if self.spec.get("resume") else "start", attempt=attempt)
         with open(self.dir / "torchrun.log", "ab") as out:
             self.proc = subprocess.Popen(
                 argv,
@@ -434,7 +500,7 @@ class Supervisor:
                     self.log(f"ranks still running {grace:g} s after SIGTERM: SIGKILL")
                     self._signal_group(signal.SIGKILL)
             if time.monotonic() >= next_sync:
-                self.state["last_sync"] = self.sync() or self.state["last_sync"]
+                self.record_sync(self.sync())
                 next_sync = time.monotonic() + interval
             self.save()
         # Whatever is left of the group (a rank that ignored torchrun's SIGTERM) goes too.
@@ -447,8 +513,8 @@ class Supervisor:
         self.save()
         final = self.sync()
         self.state["final_sync"] = final
-        if final is not None:
-            self.state["last_sync"] = final
+        self.record_sync(final)
+        add_event(self.dir, "end", state=self.state["state"], exit_code=rc)
         self.state.pop("syncing", None)
         self.save()
         self.log(f"done: {self.state['state']} (exit {rc}); final sync: {final}")
@@ -614,6 +680,7 @@ def cancel(job_dir: Path, node_rank: int, wait_s: float, endpoint: str = "") -> 
     # No supervisor (interrupted) or it did not finish in time: stop the ranks ourselves, save
     # the checkpoints, record the end.
     now = state_now(path) or state
+    add_event(nd, "cancel", supervisor="gone")
     kill_node(nd, int(now.get("pgid") or 0), signal.SIGKILL)
     sup = Supervisor(job_dir, node_rank)
     if endpoint:
@@ -646,6 +713,21 @@ def restorable(job_dir: Path) -> dict[str, Any]:
         return {"ok": False, "error": f"cannot list {where}: {exc}"}
     step = best.step if best else None
     return {**out, "bucket": where, "bucket_step": step, "bucket_files": len(folder or {})}
+
+
+def put_file(job_dir: Path, file: Path) -> dict[str, Any]:
+    """``file`` into the job's bucket prefix under its own name, with the job's credentials
+    (its chart beside its checkpoints). No bucket: said, not an error."""
+    sup = Supervisor(job_dir, 0)
+    store = sup.store()
+    if store is None:
+        return {"ok": True, "key": None, "detail": "no bucket: the file stays on the node"}
+    key = f"{str(sup.spec.get('bucket_prefix') or '').rstrip('/')}/{file.name}".lstrip("/")
+    try:
+        store.put(key, file.read_bytes(), time.monotonic() + 120)
+    except (OSError, job_sync.bucket.StoreError) as exc:
+        return {"ok": False, "error": f"could not upload {file.name}: {exc}"}
+    return {"ok": True, "key": key, "bucket": sup.spec.get("bucket")}
 
 
 def _size(path: Path) -> int:
@@ -779,7 +861,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="gpufleet job runner (node side of fab train)")
     p.add_argument(
         "command",
-        choices=["start", "supervise", "list", "cancel", "follow", "sync", "unpack", "restorable"],
+        choices=[
+            "start",
+            "supervise",
+            "list",
+            "cancel",
+            "follow",
+            "sync",
+            "unpack",
+            "restorable",
+            "history",
+            "put",
+        ],
     )
     p.add_argument("--job-dir", type=Path)
     p.add_argument("--node-rank", type=int, default=0)
@@ -792,6 +885,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--s3-endpoint", default="", help="cancel: the bucket's endpoint")
     p.add_argument("--workdir", type=Path, help="unpack: the node's copy of the workdir")
     p.add_argument("--tar", type=Path, help="unpack: the update fab sent")
+    p.add_argument("--file", type=Path, help="put: the file to upload")
     args = p.parse_args(argv)
     if args.command == "unpack":
         if args.workdir is None or args.tar is None:
@@ -815,6 +909,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = cancel(job_dir, args.node_rank, args.wait, args.s3_endpoint)
     elif args.command == "restorable":
         out = restorable(job_dir)
+    elif args.command == "history":
+        out = history(job_dir, args.node_rank)
+    elif args.command == "put":
+        if args.file is None:
+            p.error("put needs --file")
+        out = put_file(job_dir, args.file)
     elif args.command == "sync":
         sup = Supervisor(job_dir, args.node_rank)
         out = {"ok": True, "sync": sup.sync()}

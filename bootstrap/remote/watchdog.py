@@ -62,9 +62,10 @@ if TYPE_CHECKING:  # for mypy only; never executed
         read_jobs,
         read_lease,
         read_quarantine,
+        running_job_folders,
         write_lease,
     )
-    from bootstrap.remote.watchdog_state import STATE_FILE, State
+    from bootstrap.remote.watchdog_state import STATE_FILE, State, append_job_samples
 else:
     # Installed side by side in /opt/gpufleet; nothing else is on the node's path. Tests run
     # these files the same way (tests/bootstrap/remote/test_watchdog_alone.py).
@@ -83,9 +84,10 @@ else:
         read_jobs,
         read_lease,
         read_quarantine,
+        running_job_folders,
         write_lease,
     )
-    from watchdog_state import STATE_FILE, State
+    from watchdog_state import STATE_FILE, State, append_job_samples
 
 LOG = logging.getLogger("gpufleet-watchdog")
 
@@ -208,17 +210,20 @@ class Watchdog:
         state = State.load(self.state_path)
         utils: list[float] = []
         mems: list[float] = []
+        taken: list[tuple[idle_rules.Sample, float | None]] = []
         for n in range(max(1, self.config.samples_per_run)):
             if n:
                 self.probe.sleep(self.config.sample_interval_s)
             self._check_spot(state)
             sample, mem = take_sample(self.probe)
             state.samples.append(sample)
+            taken.append((sample, mem))
             if sample.gpu_util is not None:
                 utils.append(sample.max_util)
             if mem is not None:
                 mems.append(mem)
         now = self.probe.now()
+        append_job_samples(running_job_folders(Path(self.config.jobs_dir)), taken)
         signals = self.gather_signals(state, now)
         keep = max(
             signals.limits.idle_minutes + self.rules.activity_window_minutes,

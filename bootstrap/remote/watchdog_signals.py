@@ -55,13 +55,39 @@ def _pid_runs(pid: int, name: bytes) -> bool:
     return name in cmd
 
 
+def _current_boot() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _supervised(st: dict[str, Any], current_boot: str) -> bool:
+    """A starting/running state whose supervisor lives, in this boot."""
+    same_boot = not st.get("boot_id") or not current_boot or st["boot_id"] == current_boot
+    return same_boot and _pid_runs(int(st.get("pid") or 0), b"job_runner.py")
+
+
+def running_job_folders(jobs_dir: Path) -> list[Path]:
+    """The node folders (``<job>/node-<R>``) of the jobs that run here now: where this
+    run's samples go, for the job's chart."""
+    current_boot = _current_boot()
+    found = []
+    for path in sorted(jobs_dir.glob("*/node-*/state.json")) if jobs_dir.is_dir() else []:
+        try:
+            st = json.loads(path.read_text())
+            active = str(st["state"]) in ("starting", "running")
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # unreadable: read_jobs counts it as activity; no chart for it
+        if active and _supervised(st, current_boot):
+            found.append(path.parent)
+    return found
+
+
 def read_jobs(jobs_dir: Path, boot: dt.datetime) -> tuple[idle_rules.Jobs, list[str]]:
     """This node's ``fab train`` jobs from their state files (the job runner's contract): a
     job runs while its state is starting/running in this boot and its supervisor lives."""
-    try:
-        current_boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        current_boot = ""
+    current_boot = _current_boot()
     running, problems = 0, []
     ended: list[dt.datetime] = []
     stop_when_done: str | None = None
@@ -74,8 +100,7 @@ def read_jobs(jobs_dir: Path, boot: dt.datetime) -> tuple[idle_rules.Jobs, list[
             problems.append(f"job state {path} unreadable ({exc.__class__.__name__})")
             continue
         if state in ("starting", "running"):
-            same_boot = not st.get("boot_id") or not current_boot or st["boot_id"] == current_boot
-            if same_boot and _pid_runs(int(st.get("pid") or 0), b"job_runner.py"):
+            if _supervised(st, current_boot):
                 running += 1
             continue
         try:

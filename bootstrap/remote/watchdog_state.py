@@ -21,6 +21,37 @@ else:
 
 
 STATE_FILE = "watchdog-state.json"
+# Each running job's copy of the samples (job_runner.py's SAMPLES_FILE in its node folder),
+# for its chart; a file this big takes no more (a year of runs is about 40 MB).
+JOB_SAMPLES_FILE = "gpu-samples.jsonl"
+JOB_SAMPLES_MAX_BYTES = 16 * 1024 * 1024
+
+
+def append_job_samples(
+    folders: list[Path], samples: list[tuple[idle_rules.Sample, float | None]]
+) -> None:
+    """This run's samples (per-GPU utilization, the fullest GPU's memory %) appended to
+    each running job's node folder. A write that fails never stops the watchdog's run."""
+    lines = "".join(
+        json.dumps(
+            {
+                "at": idle_rules.format_utc(sample.at),
+                "gpu_util": None if sample.gpu_util is None else list(sample.gpu_util),
+                "gpu_mem": mem,
+            }
+        )
+        + "\n"
+        for sample, mem in samples
+    )
+    for folder in folders:
+        path = folder / JOB_SAMPLES_FILE
+        try:
+            if path.exists() and path.stat().st_size > JOB_SAMPLES_MAX_BYTES:
+                continue
+            with open(path, "a") as f:
+                f.write(lines)
+        except OSError:
+            continue
 
 
 @dataclass

@@ -40,12 +40,14 @@ from bootstrap.tasks.verify import master_address
 from bootstrap.train.jobs import JobRow, find_job, jobs_table
 from bootstrap.train.resume import check_restorable, job_to_resume
 from bootstrap.train.runs import (
+    chart_path,
     collect_jobs,
     follow_logs,
     host_problems,
     job_hosts,
     run_steps,
     warn_unreachable,
+    write_chart,
 )
 from bootstrap.train.spec import (
     DEFAULT_MAX_WORKDIR_MB,
@@ -371,14 +373,19 @@ def jobs(c: Context, fleet_args: FleetArgs, jobs_dir: str = "") -> None:
     fleet = resolve_fleet(c, fleet_args)
     rows, report = collect_jobs(c, fleet, jobs_dir or JOBS_ROOT, fleet_args.connect_timeout)
     warn_unreachable(report)
+    # Each job's chart, where `fab logs JOB` has drawn one on this machine.
+    charts = {r.job: chart_path(r.job) for r in rows if chart_path(r.job).is_file()}
     if fleet_args.json:
         doc = {
-            "jobs": [r.to_json() for r in rows],
+            "jobs": [r.to_json() | {"chart": str(charts.get(r.job) or "") or None} for r in rows],
             "unreachable": host_problems(report),
         }
         sys.stdout.write(jsonlib.dumps(doc, indent=2) + "\n")
     else:
-        literal_console().print(jobs_table(rows))
+        console = literal_console()
+        console.print(jobs_table(rows))
+        for job, path in charts.items():
+            console.print(f"chart of {job}: {path}", soft_wrap=True)
     if report.failed_hosts:
         raise Exit(code=1)
 
@@ -429,9 +436,23 @@ def logs(
         follow=follow,
         connect_timeout=fleet_args.connect_timeout,
     )
+    _chart(c, fleet, row, fleet_args.connect_timeout)
     if report.failed_hosts:
         warn_unreachable(report)
         raise Exit(code=1)
+
+
+def _chart(c: Context, fleet: Fleet, row: JobRow, connect_timeout: float) -> None:
+    """The job's chart after its logs, said on stderr (stdout is the job's own lines); a
+    chart that cannot be drawn never fails the logs."""
+    try:
+        path, notes = write_chart(c, fleet, row, connect_timeout=connect_timeout)
+    except Exception as exc:
+        path, notes = None, [f"chart not drawn: {exc.__class__.__name__}: {exc}"]
+    for note in notes:
+        print(f"gpufleet: {note}", file=sys.stderr)
+    if path is not None:
+        print(f"gpufleet: chart of {row.job}: {path}", file=sys.stderr)
 
 
 @fleet_task(

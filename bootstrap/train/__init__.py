@@ -11,6 +11,8 @@
   their table;
 - :mod:`~bootstrap.train.runs`: running those steps across the fleet and reading back what
   they found;
+- :mod:`~bootstrap.train.chart`: a job's chart (GPU utilisation and memory per node, its
+  events) from what its nodes recorded;
 - :mod:`~bootstrap.train.resume`: which recorded job ``--resume`` reruns, and whether it has
   a checkpoint to resume from.
 """

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from invoke import Context
@@ -15,9 +17,10 @@ from bootstrap.fleet.api import Host, HostContext, Options
 from bootstrap.fleet.hosts import Fleet
 from bootstrap.fleet.runner import FleetReport, run_fleet
 from bootstrap.fleet.system import probe_step
+from bootstrap.train.chart import CHART_NAME, history_of, job_figure, save_chart
 from bootstrap.train.jobs import JobRow, merge_jobs
 from bootstrap.train.spec import rank_of
-from bootstrap.train.steps import jobs_step, logs_step
+from bootstrap.train.steps import chart_step, history_step, jobs_step, logs_step
 
 
 def _context_factory(fleet: Fleet, extra: Mapping[str, Any]) -> Callable[[Host], HostContext]:
@@ -131,3 +134,56 @@ def job_hosts(fleet: Fleet, spec: Mapping[str, Any]) -> Fleet:
         host_keys=fleet.host_keys,
         outputs=fleet.outputs,
     )
+
+
+def charts_dir() -> Path:
+    """Where the laptop keeps each job's chart: ``$XDG_CACHE_HOME/gpufleet/jobs`` (else
+    ``~/.cache/gpufleet/jobs``), one folder per job."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gpufleet" / "jobs"
+
+
+def chart_path(job: str) -> Path:
+    return charts_dir() / job / CHART_NAME
+
+
+def write_chart(
+    c: Context, fleet: Fleet, row: JobRow, *, connect_timeout: float
+) -> tuple[Path | None, list[str]]:
+    """Read the job's history from its nodes, draw its chart here, and keep it with the
+    job's record on its head node and in the bucket. (local path or None, what to say)."""
+    report = run_steps(
+        c,
+        fleet,
+        "history",
+        [history_step],
+        {"spec": row.spec},
+        console=None,
+        connect_timeout=connect_timeout,
+    )
+    answers: dict[int, Mapping[str, Any]] = {}
+    for h in report.hosts:
+        for s in h.steps:
+            if s.name == "history" and "history" in s.result.details:
+                answers[int(s.result.details["node_rank"])] = s.result.details["history"]
+    notes = host_problems(report)
+    history = history_of(row.job, row.name, answers)
+    if history.empty:
+        return None, [*notes, f"chart: no samples or events recorded for {row.job} yet"]
+    fig = job_figure(history)
+    path = save_chart(fig, chart_path(row.job))
+    kept = run_steps(
+        c,
+        fleet,
+        "chart",
+        [chart_step],
+        {"spec": row.spec, "chart_png": path.read_bytes(), "chart_name": CHART_NAME},
+        console=None,
+        connect_timeout=connect_timeout,
+    )
+    for h in kept.hosts:
+        for s in h.steps:
+            if s.name == "chart" and s.result.status.value != "skipped":
+                notes.append(f"chart on {h.host.label}: {s.result.message}")
+    notes += host_problems(kept)
+    return path, notes

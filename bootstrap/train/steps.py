@@ -359,6 +359,50 @@ def cancel_step(conn: Connection, ctx: HostContext) -> StepResult:
     return StepResult.changed(message, state=state)
 
 
+@step("history")
+def history_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """This node's events and GPU samples of one job (what its chart is drawn from)."""
+    job = node_job(conn, ctx)
+    if job is None:
+        return StepResult.skipped("not a node of this job")
+    cmd = (
+        f"python3 {shlex.quote(job.runner)} history --job-dir {shlex.quote(job.job_dir)} "
+        f"--node-rank {job.rank}"
+    )
+    out = _json_out(sh(conn, cmd, timeout=60), "history")
+    return StepResult.ok(
+        f"{len(out.get('samples') or [])} sample(s), {len(out.get('events') or [])} event(s)",
+        node_rank=job.rank,
+        history=out,
+    )
+
+
+@step("chart")
+def chart_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """The job's chart into its folder on the head (beside job.json), then into the
+    bucket beside its checkpoints, with the job's own credentials."""
+    job = node_job(conn, ctx)
+    if job is None or job.rank != 0:
+        return StepResult.skipped("the chart is kept on the job's head node")
+    x = ctx.options.extra
+    path = f"{job.job_dir}/{x['chart_name']}"
+    put_bytes(conn, x["chart_png"], path)
+    cmd = (
+        f"python3 {shlex.quote(job.runner)} put --job-dir {shlex.quote(job.job_dir)} "
+        f"--file {shlex.quote(path)}"
+    )
+    out = _json_out(sh(conn, cmd, timeout=180), "put")
+    if not out.get("ok"):
+        why = out.get("error") or "upload failed"
+        return StepResult.failed(f"{path} written, not uploaded: {why}", node_path=path)
+    where = f"{out.get('bucket')}/{out['key']}" if out.get("key") else None
+    return StepResult.ok(
+        f"{path}" + (f", {where}" if where else f" ({out.get('detail')})"),
+        node_path=path,
+        bucket_key=where,
+    )
+
+
 @step("resume-check")
 def resume_check_step(conn: Connection, ctx: HostContext) -> StepResult:
     """What a resume would start from, on the head: its checkpoint folder and the bucket."""

@@ -256,3 +256,55 @@ def test_state_files_of_a_dead_supervisor_or_another_boot_read_as_interrupted() 
     assert job_runner.effective_state(st, alive=True, current_boot="b2") == "interrupted"
     done = {"state": "succeeded", "boot_id": "b1"}
     assert job_runner.effective_state(done, alive=False, current_boot="b2") == "succeeded"
+
+
+def events(job_dir: Path) -> list[tuple[str, Any]]:
+    return [
+        (e["event"], e.get("step") or e.get("supervisor"))
+        for e in job_runner.history(job_dir, 0)["events"]
+    ]
+
+
+def test_each_newer_checkpoint_step_an_upload_reports_is_an_event_for_the_chart(
+    tmp_path: Path,
+) -> None:
+    job_dir = recorded_job(tmp_path, "", bucket="")
+    sup = job_runner.Supervisor(job_dir, 0)
+    for step in (10, 10, None, 20):
+        sup.record_sync({"at": "2026-12-02T04:00:00Z", "ok": True, "newest_step": step})
+    sup.record_sync({"at": "2026-12-02T04:01:00Z", "ok": False, "newest_step": 30})
+    assert events(job_dir) == [("checkpoint", 10), ("checkpoint", 20)]
+    assert sup.state["last_sync"]["newest_step"] == 30  # the state still says the last try
+
+
+def test_a_cancel_done_without_the_supervisor_is_an_event_too(
+    tmp_path: Path, bucket: Any, moto_url: str
+) -> None:
+    job_dir = recorded_job(tmp_path, moto_url)
+    assert job_runner.cancel(job_dir, 0, wait_s=0.5)["ok"]
+    assert events(job_dir) == [("cancel", "gone")]
+
+
+def test_history_thins_a_long_file_evenly_and_keeps_its_first_and_last_lines(
+    tmp_path: Path,
+) -> None:
+    job_dir = recorded_job(tmp_path, "", bucket="")
+    lines = [json.dumps({"at": f"t{i}", "gpu_util": [i], "gpu_mem": 1.0}) for i in range(10_001)]
+    (job_dir / "node-0" / "gpu-samples.jsonl").write_text("\n".join([*lines, "{half"]) + "\n")
+    samples = job_runner.history(job_dir, 0)["samples"]
+    assert len(samples) == job_runner.HISTORY_POINTS
+    assert samples[0]["at"] == "t0" and samples[-1]["at"] == "t10000"
+
+
+def test_put_uploads_a_file_beside_the_jobs_checkpoints(
+    tmp_path: Path, bucket: Any, moto_url: str
+) -> None:
+    job_dir = recorded_job(tmp_path, moto_url)
+    chart = job_dir / "gpufleet-chart.png"
+    chart.write_bytes(b"\x89PNG fake")
+    out = job_runner.put_file(job_dir, chart)
+    assert out == {"ok": True, "key": "checkpoints/n0/j1/gpufleet-chart.png", "bucket": BUCKET}
+    body = bucket.get_object(Bucket=BUCKET, Key=out["key"])["Body"].read()
+    assert body == b"\x89PNG fake"
+    no_bucket = job_runner.put_file(recorded_job(tmp_path / "b", "", bucket=""), chart)
+    assert no_bucket["ok"] and no_bucket["key"] is None

@@ -176,3 +176,27 @@ def test_stop_when_done_powers_off_right_after_the_job_and_its_sync(
             "reason"
         ]
     )
+
+
+def test_the_watchdog_keeps_each_running_jobs_gpu_samples_in_its_node_folder(
+    tmp_path: Path, supervisor: int
+) -> None:
+    """The samples a run takes go to the job's own folder too (its chart reads them);
+    a job that ended, or whose supervisor is gone, gets none."""
+    jobs = tmp_path / "jobs"
+    dog, probe, _ = make_dog(
+        tmp_path, Timeline(util=lambda m: 80.0 if m < 40 else 30.0), jobs_dir=str(jobs)
+    )
+    write_state(jobs, "lm", state="running", pid=supervisor, boot_id=boot_id())
+    write_state(jobs, "killed", state="running", pid=999_999_999, boot_id=boot_id())
+    write_state(jobs, "done", state="succeeded", ended_at="2026-03-01T08:10:00Z")
+    for _ in range(3):
+        dog.run_once()
+        probe.sleep(15)
+    path = jobs / "lm" / "node-0" / "gpu-samples.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) == 3 * 4  # every sample of every run (4 a run)
+    assert lines[0] == {"at": "2026-03-01T08:31:00Z", "gpu_util": [80.0, 0.0], "gpu_mem": 40.0}
+    assert [line["at"] for line in lines] == sorted(line["at"] for line in lines)
+    assert not (jobs / "killed" / "node-0" / "gpu-samples.jsonl").exists()
+    assert not (jobs / "done" / "node-0" / "gpu-samples.jsonl").exists()

@@ -231,6 +231,12 @@ def losses(log: str) -> list[float]:
     return [float(m.group(1)) for m in re.finditer(r"\bstep \d+ loss ([0-9.]+)", log)]
 
 
+def events(jobs: Path, job: str, node_rank: int = 0) -> list[dict[str, Any]]:
+    """The node's event log (job_runner.py's events.jsonl)."""
+    path = jobs / job / f"node-{node_rank}" / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
 @pytest.mark.slow
 def test_two_nodes_of_two_processes_train_to_the_end_even_when_the_follow_drops(
     fleet: TrainFleet, place: dict[str, Path]
@@ -329,6 +335,13 @@ def test_a_killed_job_resumes_from_its_last_checkpoint_in_the_bucket_not_step_ze
     row = one_job(two_nodes, jobs)
     assert (row["state"], row["attempt"]) == ("succeeded", 2)
     assert bucket_steps(moto_url, job)[-1] == 99 and 40 in bucket_steps(moto_url, job)
+    # The head's events, for the job's chart: the killed attempt has no end of its own.
+    kinds = [(e["event"], e.get("attempt") or e.get("state")) for e in events(jobs, job)]
+    assert kinds[0] == ("start", 1) and ("resume", 2) in kinds
+    assert kinds[-1] == ("end", "succeeded")
+    assert [k for k, _ in kinds].count("end") == 1
+    steps = [e["step"] for e in events(jobs, job) if e["event"] == "checkpoint"]
+    assert saved in steps and steps[-1] == 40
 
 
 @pytest.mark.slow
@@ -353,6 +366,8 @@ def test_cancel_stops_every_rank_gracefully_and_saves_the_last_checkpoint(
     assert bucket_steps(moto_url, job) == [int(stopped.group(1))]
     head = next(s for s in states(jobs, job) if s["node_rank"] == 0)
     assert head["final_sync"]["ok"] is True
+    kinds = [(e["event"], e.get("state")) for e in events(jobs, job)]
+    assert ("cancel", None) in kinds and kinds[-1] == ("end", "cancelled")
 
 
 def test_bad_input_is_refused_in_one_line_before_any_node_changes(
