@@ -160,7 +160,7 @@ def upload_on_node(conn: Connection, ctx: HostContext, report: Path) -> dict[str
     """Ship the node files and the saved ``report``, upload it from the node, clean up.
     Returns what verify_node.py --upload-report said; StepFailed when it said nothing."""
     opts: VerifyOptions = ctx.options.extra["verify"]
-    remote = _ship(conn)
+    remote = ship(conn)
     target = f"{remote}/{report.name}"
     try:
         for command in write_file_commands(target, report.read_bytes()):
