@@ -20,7 +20,7 @@ from bootstrap.fleet.runner import FleetReport, summary_table
 from bootstrap.fleet.system import sh, split_sections
 from bootstrap.remote.verify_health import QUARANTINE_FILE, STATE_DIR, VERDICT_FILE
 from bootstrap.tasks.pytorch import DEFAULT_VENV
-from bootstrap.verify.health_run import age_hours, format_age
+from bootstrap.verify.health_run import MAX_AGE_HOURS, age_hours, format_age
 from bootstrap.verify.node_health import HealthVerdict
 from infra.render import literal
 
@@ -156,6 +156,8 @@ def render_status(report: FleetReport) -> Iterable[Any]:
         hv = d.get("health") or {}
         if hv.get("quarantined"):
             notes = " ".join(filter(None, (notes, "QUARANTINED")))
+        elif (hv.get("age_hours") or 0) > MAX_AGE_HOURS:  # fab train refuses it: say so here
+            notes = " ".join(filter(None, (notes, "HEALTH STALE: fab health")))
         health = Text(
             f"{hv.get('status', 'none')} {hv.get('age', '')}".strip(),
             _HEALTH_STYLE.get(hv.get("status", ""), ""),

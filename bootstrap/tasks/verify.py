@@ -158,13 +158,8 @@ def verify_fleet(
     measurements: dict[str, Any] = {}
     for label, m, why in _host_outcomes(local, verify_node_step.step_name):
         if m is None:
-            verdicts.append(
-                Verdict(
-                    label,
-                    "cpu" if exp.cpu else "gpu",
-                    (Check("node", FAIL, "not verified", "-", detail=why),),
-                )
-            )
+            not_verified = Check("node", FAIL, "not verified", "-", detail=why)
+            verdicts.append(Verdict(label, "cpu" if exp.cpu else "gpu", (not_verified,)))
             continue
         measurements[label] = {"local": m}
         verdicts.append(judge(m, exp, host=label))

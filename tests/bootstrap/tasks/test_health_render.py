@@ -50,3 +50,48 @@ def test_the_replace_command_is_quoted_whole_for_copying() -> None:
         "replace t4x1-0: `pulumi up --stack t4x1 --replace "
         "'urn:pulumi:t4x1::gpufleet::gpufleet:node:GpuNode$aws:ec2/instance:Instance::t4x1-0'`"
     )
+
+
+# --- fab status's health column ----------------------------------------------------------------
+
+
+def test_status_reads_the_verdict_its_age_and_its_worst_reason() -> None:
+    import datetime as dt
+    import json
+
+    from bootstrap.tasks.status import health_summary
+
+    now = dt.datetime(2026, 12, 2, 3, 0, tzinfo=dt.UTC)
+    verdict = {**VERDICT, "schema": "gpufleet.verdict/1"}
+    got = health_summary({"health": json.dumps(verdict), "quarantine": "no"}, now)
+    assert (got["status"], got["age"], got["quarantined"]) == ("failed", "2h", False)
+    assert got["reason"].startswith("dcgm: memory: GPU 0 had uncorrectable")
+    assert health_summary({"health": ""}, now)["status"] == "none"
+
+
+def test_status_notes_a_verdict_too_old_for_fab_train() -> None:
+    from rich.console import Console
+
+    from bootstrap.fleet.api import Host, StepResult
+    from bootstrap.fleet.runner import FleetReport, HostReport, StepRecord
+    from bootstrap.tasks.status import render_status
+
+    details = {
+        "gpu_count": 0,
+        "gpu_model": None,
+        "driver": None,
+        "cuda": None,
+        "torch": None,
+        "scratch": {"mounted": False},
+        "scratch_path": "/scratch",
+        "reboot_required": False,
+        "uptime_s": 60,
+        "health": {"status": "healthy", "age": "2d", "age_hours": 50.0, "quarantined": False},
+    }
+    step = StepRecord("status", StepResult.ok("no GPU", **details), 0.1)
+    report = FleetReport("status", [HostReport(Host("n0"), steps=[step])], 0.1)
+    console = Console(width=200, record=True)
+    for part in render_status(report):
+        console.print(part)
+    text = console.export_text()
+    assert "healthy 2d" in text and "HEALTH STALE: fab health" in text
