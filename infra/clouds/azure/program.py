@@ -232,7 +232,9 @@ def reaper_settings(
 
 def workbook_body(stack: str, vm_ids: list[str]) -> dict[str, Any]:
     """An Azure Monitor workbook: GPU utilisation, GPU memory and heartbeat per node, from
-    the custom metrics the watchdog posts against its VM (namespace from infra.reaper.core)."""
+    the custom metrics the watchdog posts against its VM (namespace from infra.reaper.core).
+    Only keys Microsoft's workbook schema defines (tests/data/dashboards/azure_workbook.toml,
+    checked by tests/infra/test_dashboards.py)."""
 
     def chart(title: str, metric: str, aggregation: int) -> dict[str, Any]:
         return {
@@ -265,7 +267,6 @@ def workbook_body(stack: str, vm_ids: list[str]) -> dict[str, Any]:
             chart("GPU memory used (%), max per node", METRIC_GPU_MEM, 3),
             chart("Watchdog heartbeat (samples)", METRIC_HEARTBEAT, 7),
         ],
-        "isLocked": False,
     }
 
 
