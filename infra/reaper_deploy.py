@@ -52,19 +52,48 @@ def function_env(args: GuardArgs) -> dict[str, str]:
     }
 
 
-@functools.lru_cache(maxsize=2)
+# Built zips, by the digest of their inputs (handler.function_zip_inputs): a plan reuses the
+# zip the last plan built instead of unpacking the wheels and compressing ~11 MB again.
+ZIP_CACHE = BUILD_DIR / "zip-cache"
+
+
+@functools.lru_cache(maxsize=4)
 def function_zip(provider: str = "alicloud") -> bytes:
     """The reaper as a deterministic zip (same bytes for the same sources): its code, the
     catalog's per-instance-type table, and for Alicloud the SDKs from the wheels built for
-    FC_RUNTIME (Function Compute's Python runtime has none). Built once per process: the
-    SDKs make it ~11 MB. A missing or wrong wheelhouse is bad setup, reported as a
-    ConfigError (one line each, naming `make fc-wheels`), before any resource exists."""
-    from infra.reaper.handler import build_function_zip
+    FC_RUNTIME (Function Compute's Python runtime has none). Built once per content digest
+    of its inputs and kept under ZIP_CACHE (the SDKs make it ~11 MB; building it was most of
+    an Alicloud plan's time), and once per process. A missing or wrong wheelhouse is bad
+    setup, reported as a ConfigError (one line each, naming `make fc-wheels`), before any
+    resource exists."""
+    from infra.reaper.handler import build_function_zip, function_zip_inputs
 
     try:
-        return build_function_zip(provider=provider)
+        key = function_zip_inputs(provider)[:16]
+        cached = ZIP_CACHE / f"{provider}-inputs-{key}.zip"
+        if cached.is_file():
+            return cached.read_bytes()
+        data = build_function_zip(provider=provider)
     except WheelhouseError as exc:
         raise ConfigError(exc.problems) from None
+    _keep(cached, data, re.compile(rf"{re.escape(provider)}-inputs-[0-9a-f]{{16}}\.(zip|tmp)"))
+    return data
+
+
+def _keep(path: Path, data: bytes, own: re.Pattern[str]) -> None:
+    """Write `data` to `path` through a .tmp beside it, then remove the older files of the
+    same pattern in that folder (one cached zip per provider). A folder that cannot be
+    written only costs the next plan a rebuild."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+        for old in path.parent.iterdir():
+            if own.fullmatch(old.name) and old.name != path.name and old.is_file():
+                old.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def function_zip_file(provider: str, build_dir: Path | None = None) -> Path:

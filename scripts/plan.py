@@ -78,7 +78,7 @@ def plan(
         "stack": cfg.stack,
         "stack_file": str(path),
         "stack_urn": result.stack_urn,
-        "resources": [r.as_dict() for r in result.resources],
+        "resources": [shown_inline_zips(r.as_dict()) for r in result.resources],
         "outputs": result.outputs,
         "output_docs": OUTPUT_DOCS,
         "cost": result.outputs["hourly_cost"],
@@ -124,14 +124,61 @@ def print_human(doc: dict[str, Any], notes: list[str]) -> None:
 
 
 def as_json(value: Any) -> Any:
-    """`json.dump`'s default for what the engine would receive as an asset or archive."""
+    """`json.dump`'s default for what the engine would receive as an asset or archive: shown
+    as `pulumi preview --json` shows one, by where it is, its size and its digest, never its
+    bytes (a file asset's path, size and sha256; an archive per member)."""
     kind = type(value).__name__
     if hasattr(value, "assets"):  # pulumi.AssetArchive
-        return {kind: sorted(value.assets)}
-    for attr in ("path", "text", "uri"):  # FileAsset / StringAsset / RemoteAsset ...
-        if isinstance(getattr(value, attr, None), str):
-            return {kind: getattr(value, attr) if attr != "text" else f"{len(value.text)} chars"}
+        return {kind: {name: as_json(value.assets[name]) for name in sorted(value.assets)}}
+    path = getattr(value, "path", None)
+    if isinstance(path, str):  # FileAsset / FileArchive
+        file = Path(path)
+        if file.is_file():
+            data = file.read_bytes()
+            return {kind: {"path": path, "size": len(data), "sha256": _sha256(data)}}
+        return {kind: {"path": path}}
+    text = getattr(value, "text", None)
+    if isinstance(text, str):  # StringAsset
+        data = text.encode()
+        return {kind: {"size": len(data), "sha256": _sha256(data)}}
+    uri = getattr(value, "uri", None)
+    if isinstance(uri, str):  # RemoteAsset / RemoteArchive
+        return {kind: {"uri": uri}}
     return str(value)
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+# A zip handed to a provider inline, as base64 text (Alicloud's fc.V3Function code.zipFile):
+# shown by its size and digest like an asset, not as 15 MB of text. "UEsDB" is the base64
+# of a zip's first bytes, "PK\x03\x04"; shorter strings stay as they are.
+INLINE_ZIP_PREFIX = "UEsDB"
+INLINE_LIMIT = 4096
+
+
+def shown_inline_zips(value: Any) -> Any:
+    """The resource inputs with each inline base64 zip replaced by {"InlineZip": {size,
+    sha256}} (the digest of the zip's bytes, as its file would have)."""
+    if isinstance(value, dict):
+        return {k: shown_inline_zips(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shown_inline_zips(v) for v in value]
+    if isinstance(value, str) and len(value) > INLINE_LIMIT and value.startswith(INLINE_ZIP_PREFIX):
+        import base64
+        import binascii
+
+        try:
+            data = base64.b64decode(value, validate=True)
+        except binascii.Error:
+            return value
+        return {
+            "InlineZip": {"base64_chars": len(value), "size": len(data), "sha256": _sha256(data)}
+        }
+    return value
 
 
 class OneLineParser(argparse.ArgumentParser):

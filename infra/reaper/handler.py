@@ -404,6 +404,54 @@ def function_module(source: str) -> bytes:
     return shipped.encode()
 
 
+def function_zip_inputs(provider: str, *, wheelhouse: Path | None = None) -> str:
+    """The sha256 of everything build_function_zip(provider=...) reads, so a zip built once
+    can be reused until one of them changes (reaper_deploy caches by it): this builder and
+    the wheelhouse checker, the shipped modules, the cloud folder's Python files (a package.py
+    layout and its entry file live there), the catalog table, and the vendored part's
+    identity: each wheel's name, size and mtime with the lock for a cloud built from wheels,
+    else every installed distribution's name, version and RECORD (pip rewrites it on any
+    install). A site-packages file edited by hand in place is not seen: reinstall it."""
+    import hashlib
+
+    from . import wheelhouse as wh
+    from .catalog_data import TABLE_FILE, table_json
+
+    if provider not in CLOUDS:
+        raise ValueError(f"provider must be {_known()}, got {provider!r}")
+    digest = hashlib.sha256()
+
+    def add(name: str, data: bytes) -> None:
+        digest.update(f"{name}\0{len(data)}\0".encode() + data)
+
+    here = Path(__file__).resolve().parent
+    add("zip-date", repr(_ZIP_DATE).encode())
+    for n in sorted({*NEUTRAL_MODULES, "wheelhouse.py"}):
+        add(n, (here / n).read_bytes())
+    entry = CLOUDS[provider]
+    for name, other in sorted(CLOUDS.items()):
+        add(f"cloud:{name}", other.source.read_bytes())
+    for path in sorted(entry.source.parent.glob("*.py")):
+        add(f"folder:{path.name}", path.read_bytes())
+    from infra.catalog import load_catalog
+
+    add(TABLE_FILE, table_json(load_catalog()))
+    if entry.layout is None and not entry.vendor_sdk:
+        return digest.hexdigest()
+    if entry.wheels and entry.layout is None:
+        add("lock", wh.LOCK.read_bytes())
+        for whl in sorted((wheelhouse or wh.WHEELHOUSE).glob("*.whl")):
+            st = whl.stat()
+            add(f"wheel:{whl.name}", f"{st.st_size}:{st.st_mtime_ns}".encode())
+        return digest.hexdigest()
+    from importlib import metadata
+
+    for dist in sorted(metadata.distributions(), key=lambda d: str(d.metadata["Name"])):
+        record = dist.read_text("RECORD") or ""
+        add(f"dist:{dist.metadata['Name']}=={dist.version}", record.encode())
+    return digest.hexdigest()
+
+
 def build_function_zip(
     source_dir: Path | None = None,
     *,

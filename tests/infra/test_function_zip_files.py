@@ -86,3 +86,59 @@ def test_the_build_folder_is_the_repositorys_ignored_one() -> None:
     build_dir = reaper_deploy.BUILD_DIR
     assert build_dir == root / ".gpufleet-build"
     assert ".gpufleet-build/" in (root / ".gitignore").read_text().splitlines()
+
+
+# --- the zip itself, built once per digest of its inputs ---------------------------------------
+
+
+@pytest.fixture
+def zip_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh cache folder, and function_zip without its per-process memo."""
+    folder = tmp_path / "zip-cache"
+    monkeypatch.setattr(reaper_deploy, "ZIP_CACHE", folder)
+    reaper_deploy.function_zip.cache_clear()
+    yield folder
+    reaper_deploy.function_zip.cache_clear()
+
+
+def test_a_built_zip_is_kept_by_its_inputs_digest_and_reused_without_building(
+    zip_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from infra.reaper import handler
+
+    built = reaper_deploy.function_zip("aws")
+    assert built == handler.build_function_zip(provider="aws")  # the same bytes as a build
+    key = handler.function_zip_inputs("aws")[:16]
+    assert sorted(p.name for p in zip_cache.iterdir()) == [f"aws-inputs-{key}.zip"]
+
+    def no_build(**_: object) -> bytes:
+        raise AssertionError("rebuilt although nothing it reads changed")
+
+    monkeypatch.setattr(handler, "build_function_zip", no_build)
+    reaper_deploy.function_zip.cache_clear()  # as a new plan process would start
+    assert reaper_deploy.function_zip("aws") == built
+
+
+def test_a_change_in_what_the_zip_carries_changes_its_key_and_replaces_the_old_zip(
+    zip_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from infra.reaper import catalog_data, handler
+
+    reaper_deploy.function_zip("aws")
+    before = handler.function_zip_inputs("aws")
+    real = catalog_data.table_json
+    monkeypatch.setattr(catalog_data, "table_json", lambda cat: real(cat) + b"\n")
+    after = handler.function_zip_inputs("aws")
+    assert after != before
+    reaper_deploy.function_zip.cache_clear()
+    new = reaper_deploy.function_zip("aws")
+    assert sorted(p.name for p in zip_cache.iterdir()) == [f"aws-inputs-{after[:16]}.zip"]
+    assert new == handler.build_function_zip(provider="aws")
+
+
+def test_every_cloud_has_an_inputs_digest_and_the_clouds_differ() -> None:
+    from infra.reaper import handler
+
+    keys = {name: handler.function_zip_inputs(name) for name in handler.CLOUDS}
+    assert len(set(keys.values())) == len(keys)
+    assert all(len(k) == 64 for k in keys.values())

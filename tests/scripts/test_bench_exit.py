@@ -47,3 +47,32 @@ def test_make_bench_runs_each_benchmark_as_a_command_whose_status_counts() -> No
     benches = sorted(f"$(PY) scripts/{p.name}" for p in (ROOT / "scripts").glob("bench_*.py"))
     assert sorted(lines) == benches
     assert not any("|| true" in ln or ln.startswith("-") for ln in lines)
+
+
+def test_plan_bench_times_each_stack_against_a_same_run_baseline_and_fails_a_slow_one(
+    monkeypatch, capsys
+) -> None:
+    bench = load("bench_plan")
+    # every fresh process "takes" 1.0 s, plans 2.0 s: over the 1.5 s target
+    clock = iter(range(0, 10_000))
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: float(next(clock)))
+
+    def fake_run(cmd, **kw):
+        import subprocess
+
+        if "scripts/plan.py" in cmd:
+            next(clock)  # a plan takes one tick more than the baseline
+        return subprocess.CompletedProcess(cmd, 0, b"{}", b"")
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    assert bench.main(["--stacks", "a100x4", "--repeat", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "baseline (python -c 'import pulumi'): 1.00 s" in out
+    assert "a100x4" in out and "SLOW" in out and "2.00" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_plan_bench_refuses_an_unknown_stack_with_exit_2(capsys) -> None:
+    bench = load("bench_plan")
+    assert bench.main(["--stacks", "a100x44"]) == 2
+    assert "unknown stack(s) a100x44" in capsys.readouterr().err

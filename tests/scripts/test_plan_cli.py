@@ -190,3 +190,71 @@ def test_a_bad_allowed_list_is_refused_in_one_line_before_any_plan(tmp_path: Pat
     assert proc.returncode == 2 and proc.stdout == ""
     (line,) = proc.stderr.strip().splitlines()
     assert "allowedRegions[1]: 'us-wset-2'" in line and "did you mean 'us-west-2'" in line
+
+
+# --- assets and archives in plan --json: where, how big, which digest; never the bytes -------
+
+
+def _walk(value, key=None):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _walk(v, k)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _walk(v, key)
+    else:
+        yield key, value
+
+
+def test_an_inline_function_zip_is_shown_by_its_size_and_digest_not_as_base64():
+    import base64
+    import hashlib
+
+    from infra import reaper_deploy
+
+    proc = run("--stack", "a100x4", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout) < 200_000  # was 14.8 MB: the zip as base64
+    doc = json.loads(proc.stdout)
+    (fn,) = [r for r in doc["resources"] if r["type"] == "alicloud:fc/v3Function:V3Function"]
+    shown = fn["inputs"]["code"]["zipFile"]["InlineZip"]
+    data = reaper_deploy.function_zip("alicloud")
+    assert shown == {
+        "base64_chars": len(base64.b64encode(data)),
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    assert max(len(v) for _, v in _walk(doc) if isinstance(v, str)) < 10_000
+
+
+def test_a_file_asset_is_shown_with_its_path_size_and_digest():
+    import hashlib
+
+    proc = run("--stack", "azure-a100x1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    (blob,) = [r for r in doc["resources"] if "FileAsset" in json.dumps(r["inputs"])]
+    shown = blob["inputs"]["source"]["FileAsset"]
+    data = Path(shown["path"]).read_bytes()
+    assert shown["size"] == len(data) and shown["sha256"] == hashlib.sha256(data).hexdigest()
+
+
+def test_an_inline_archive_is_shown_member_by_member_with_size_and_digest():
+    import hashlib
+    import io
+    import zipfile
+
+    from infra import reaper_deploy
+
+    proc = run("--stack", "a100x8", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    (fn,) = [r for r in doc["resources"] if r["type"] == "aws:lambda/function:Function"]
+    members = fn["inputs"]["code"]["AssetArchive"]
+    with zipfile.ZipFile(io.BytesIO(reaper_deploy.function_zip("aws"))) as zf:
+        want = {
+            n: {"StringAsset": {"size": len(b), "sha256": hashlib.sha256(b).hexdigest()}}
+            for n in zf.namelist()
+            for b in [zf.read(n)]
+        }
+    assert members == want
