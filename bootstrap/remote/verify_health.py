@@ -265,17 +265,10 @@ def put_verdict(verdict: dict[str, Any], args: argparse.Namespace) -> dict[str, 
     happened, never an exception: the verdict on the node counts even when this fails."""
     if not args.bucket:
         return {"status": "skip", "reason": "the stack has no bucket"}
-    bucket, clouds = node._node_bucket()
+    bucket, _ = node._node_bucket()
     key = object_key(str(verdict.get("host") or ""))
     try:
-        cloud = clouds.node_cloud(args.provider, args.region, "", args.metadata_url)
-        store = cloud.bucket_store.for_node(
-            endpoint=cloud.bucket_endpoint(),
-            region=args.region,
-            bucket=args.bucket,
-            credentials=cloud.credentials,
-            endpoint_url=args.s3_endpoint or "",
-        )
+        store = node.node_store(args)
         body = json.dumps(verdict, indent=1, sort_keys=True).encode()
         store.put(key, body, time.monotonic() + 60)
     except ValueError as exc:  # a provider this node has no module for

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from bootstrap.remote import verify_health as vh
+from tests.bootstrap.remote.test_verify_node import moto_s3  # noqa: F401  (the fixture)
 from tests.bootstrap.remote.watchdog_fakes import closed_port
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "health"
@@ -240,20 +239,11 @@ def test_the_bucket_key_is_the_host_label_in_safe_characters() -> None:
     assert vh.object_key("") == "gpufleet/health/node.json"
 
 
-@pytest.fixture(scope="module")
-def moto_s3() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
 @pytest.mark.integration
 def test_the_verdict_goes_into_the_stack_bucket_with_the_nodes_own_client(
-    moto_s3: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    moto_s3: str,  # noqa: F811  (the imported fixture)
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=moto_s3)
     s3.create_bucket(Bucket="gpufleet-health")
@@ -268,7 +258,9 @@ def test_the_verdict_goes_into_the_stack_bucket_with_the_nodes_own_client(
 
 @pytest.mark.integration
 def test_a_bucket_that_refuses_the_verdict_is_reported_and_the_node_copy_stays(
-    moto_s3: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    moto_s3: str,  # noqa: F811  (the imported fixture)
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
