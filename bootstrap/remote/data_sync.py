@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", type=Path, required=True, help="the folder on the node")
     p.add_argument("--prefix", default="", help="fetch/upload: the folder in the bucket")
     p.add_argument("--bucket", default="")
-    p.add_argument("--provider", default="aws")
+    p.add_argument("--provider", default="", help="the stack's cloud (no default)")
     p.add_argument("--region", default="")
     p.add_argument("--s3-endpoint", default="")
     p.add_argument("--delete", action="store_true", help="fetch: remove what the bucket lacks")

@@ -153,10 +153,17 @@ def make_store(
     provider: str, bucket: str, region: str, endpoint: str = "", metadata_url: str = ""
 ) -> bucket.BucketStore | None:
     """The watchdog's store for the stack's bucket (the node cloud's ``bucket_store``,
-    as the watchdog's own sync picks it), or None when checkpoints stay here."""
+    as the watchdog's own sync picks it), or None when checkpoints stay here. A bucket
+    without its cloud or region is a ValueError: there is no default cloud to guess."""
     if not bucket:
         return None
-    cloud = clouds.node_cloud(provider or "aws", region or "us-east-1", "", metadata_url)
+    missing = [name for name, value in (("provider", provider), ("region", region)) if not value]
+    if missing:
+        raise ValueError(
+            f"bucket {bucket!r} comes without its {' and '.join(missing)}: the job spec "
+            "(fab train records the stack's) must name the cloud and region it is in"
+        )
+    cloud = clouds.node_cloud(provider, region, "", metadata_url)
 
     def creds() -> dict[str, str] | None:
         # The instance role only on a real node: never the metadata address for a test
@@ -167,7 +174,7 @@ def make_store(
 
     return cloud.bucket_store.for_node(
         endpoint=cloud.bucket_endpoint(),
-        region=region or "us-east-1",
+        region=region,
         bucket=bucket,
         credentials=creds,
         endpoint_url=endpoint,

@@ -232,7 +232,7 @@ def _bucket_args(plan: DataPlan, *, delete: bool = False) -> str:
     args = [
         f"--prefix {shlex.quote(plan.prefix)}",
         f"--bucket {shlex.quote(b['bucket'])}",
-        f"--provider {shlex.quote(b['provider'] or 'aws')}",
+        f"--provider {shlex.quote(b['provider'])}",
         f"--region {shlex.quote(b['region'])}",
     ]
     if b["s3_endpoint"]:

@@ -54,6 +54,7 @@ from bootstrap.train.spec import (
     JOBS_ROOT,
     TrainError,
     TrainRequest,
+    check_bucket_home,
     job_spec,
     new_job_id,
     parse_request,
@@ -230,6 +231,9 @@ def _job_spec_for(
 ) -> dict[str, Any]:
     """The spec to start: a new job from ``req`` or the next attempt of ``old``, once every
     node passed train-check."""
+    if old is None:
+        with _refusals():
+            check_bucket_home(fleet)
     python = f"{(venv or DEFAULT_VENV).rstrip('/')}/bin/python" if old is None else old["python"]
     head = fleet.hosts[0]
     check_extra = {

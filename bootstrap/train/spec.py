@@ -156,6 +156,20 @@ def parse_request(
     )
 
 
+def check_bucket_home(fleet: Fleet) -> None:
+    """A TrainError when the stack names a bucket without its cloud or region: the node's
+    bucket client needs both to reach it, and no default cloud is guessed."""
+    bucket = fleet.outputs.get("bucket")
+    region = fleet.outputs.get("region")
+    missing = [n for n, v in (("provider", fleet.provider), ("region", region)) if not v]
+    if bucket and missing:
+        names = " and ".join(f'"{n}"' for n in missing)
+        raise TrainError(
+            f"the stack's bucket {bucket!r} comes without its {' and '.join(missing)}: "
+            f"add {names} to the inventory (stack outputs name both)"
+        )
+
+
 def job_spec(
     req: TrainRequest,
     fleet: Fleet,

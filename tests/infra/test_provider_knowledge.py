@@ -43,13 +43,7 @@ NODE_CLOUDS = "bootstrap/remote/clouds/"
 # without a reason a reviewer accepts.
 ALLOWED: dict[str, tuple[int, str]] = {}
 # The same for the node files outside NODE_CLOUDS (a provider's name anywhere in their code).
-NODE_ALLOWED: dict[str, tuple[int, str]] = {
-    "bootstrap/remote/job_sync.py": (
-        1,
-        "a job spec without a provider gets the aws store (make_store): a default cloud that "
-        "issue 23 removes once a spec with a bucket always names its cloud",
-    ),
-}
+NODE_ALLOWED: dict[str, tuple[int, str]] = {}
 
 
 def _names_a_provider(node: ast.AST | None, names: frozenset[str]) -> bool:

@@ -172,7 +172,7 @@ def test_the_shipped_files_alone_fetch_with_the_environment_from_stdin(
     done = subprocess.run(
         [sys.executable, "-S", "-E", str(alone / "data_sync.py"), "fetch", "--root",
          str(tmp_path / "dest"), "--prefix", "data/a/", "--bucket", "gpufleet-data-alone",
-         "--region", "us-east-1", "--s3-endpoint", moto_s3],
+         "--provider", "aws", "--region", "us-east-1", "--s3-endpoint", moto_s3],
         input=json.dumps(doc), capture_output=True, text=True, timeout=60,
         env={"PATH": "/usr/bin:/bin"}, check=False,
     )  # fmt: skip
@@ -212,3 +212,23 @@ def test_blob_up_and_down_and_a_listing_without_md5_is_known_by_the_record(
     blind = data_sync.fetch(dest, store, "data/set/")
     assert blind["moved"] == 2 and folder(dest) == folder(src), blind
     assert data_sync.upload(src, store, "data/set/")["kept"] == 2
+
+
+def test_a_bucket_without_its_cloud_is_one_line_from_the_node_not_a_default_cloud(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 23: --provider used to default to aws (no default cloud is guessed).
+    import io
+
+    from tests.bootstrap.remote.watchdog_fakes import closed_port
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("{}"))
+    argv = ["fetch", "--root", str(tmp_path / "d"), "--prefix", "data/x/", "--bucket", "b"]
+    argv += ["--region", "us-east-1", "--s3-endpoint", closed_port()]
+    assert data_sync.main(argv) == 1
+    answer = json.loads(capsys.readouterr().out)
+    assert answer == {
+        "ok": False,
+        "error": "bucket 'b' comes without its provider: the job spec (fab train records "
+        "the stack's) must name the cloud and region it is in",
+    }

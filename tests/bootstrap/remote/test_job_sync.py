@@ -118,6 +118,22 @@ def test_a_test_endpoint_without_credentials_never_asks_the_metadata_service(
     assert store is not None and store.credentials() is None
 
 
+@pytest.mark.parametrize(
+    ("provider", "region", "says"),
+    [("", "us-east-1", "without its provider"), ("tencent", "", "without its region")],
+)
+def test_a_bucket_without_its_cloud_or_region_is_an_error_not_a_default_cloud(
+    provider: str, region: str, says: str
+) -> None:
+    # Issue 23: an empty provider used to get the aws store, an empty region us-east-1.
+    with pytest.raises(ValueError, match=says):
+        job_sync.make_store(provider, "b", region, "http://127.0.0.1:9")
+
+
+def test_no_bucket_means_no_store_whatever_the_cloud() -> None:
+    assert job_sync.make_store("", "", "", "") is None
+
+
 def test_restore_ignores_a_newer_checkpoint_cut_off_in_the_bucket(tmp_path: Path) -> None:
     store = DictStore()
     node = tmp_path / "n"

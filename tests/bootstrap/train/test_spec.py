@@ -3,6 +3,7 @@ of a node's facts."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from bootstrap.remote import job_runner
 from bootstrap.train.spec import (
     TrainError,
     TrainRequest,
+    check_bucket_home,
     job_spec,
     judge_check,
     parse_request,
@@ -82,6 +84,26 @@ def test_efa_tiers_get_the_efa_provider_and_rdma_only_where_the_catalog_says() -
     g5 = network_env({"efa": True, "instance_type": "g5.48xlarge"}, "aws")
     assert g5["FI_PROVIDER"] == "efa" and "FI_EFA_USE_DEVICE_RDMA" not in g5
     assert network_env({"efa": False, "instance_type": "ecs.gn7i-c8g1.2xlarge"}, "alicloud") == {}
+
+
+@pytest.mark.parametrize(
+    ("provider", "region", "says"),
+    [("", "us-east-1", 'without its provider: add "provider"'), ("aws", "", 'add "region"')],
+)
+def test_a_bucket_without_its_cloud_or_region_is_refused_in_one_line(
+    provider: str, region: str, says: str
+) -> None:
+    f = fleet(provider=provider)
+    f = replace(f, outputs={**f.outputs, "region": region})
+    with pytest.raises(TrainError) as err:
+        check_bucket_home(f)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_stack_without_a_bucket_or_with_its_cloud_and_region_passes() -> None:
+    check_bucket_home(fleet())
+    f = fleet(provider="")
+    check_bucket_home(replace(f, outputs={**f.outputs, "bucket": None}))
 
 
 def test_an_nd_stack_trains_with_the_infiniband_env_and_the_users_env_over_it(
