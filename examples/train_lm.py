@@ -174,6 +174,44 @@ def broadcast_bytes(blob: bytes, rank: int, device: torch.device) -> bytes:
     return blob if rank == 0 else bytes(data.cpu().tolist())
 
 
+def restore(
+    ckpt_dir: Path, rank: int, device: torch.device, distributed: bool, parts: tuple[Any, ...]
+) -> int:
+    """The step to start from, with ``parts`` (model, optimizer, scaler) loaded from the
+    newest complete checkpoint. Rank 0 reads it and hands it to every rank, so only the
+    head's GPUFLEET_CHECKPOINT_DIR needs to hold it (the other nodes' may be empty)."""
+    blob = b""
+    if rank == 0:
+        found = complete_checkpoints(ckpt_dir)
+        if found:
+            blob = (found[0][1] / "model.pt").read_bytes()
+    if distributed:
+        blob = broadcast_bytes(blob, rank, device)
+    if not blob:
+        return 0
+    ckpt = torch.load(io.BytesIO(blob), map_location="cpu")
+    model, opt, scaler = parts
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    scaler.load_state_dict(ckpt["scaler"])
+    start = int(ckpt["step"])
+    print(f"resumed from step {start}", flush=True)
+    return start
+
+
+def training_state(
+    model: nn.Module, opt: Any, scaler: Any, step: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """What a checkpoint holds: enough to go on from ``step`` exactly."""
+    return {
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "scaler": scaler.state_dict(),
+        "step": step,
+        "args": vars(args),
+    }
+
+
 # ---------------------------------------------------------------------------- training
 
 
@@ -210,24 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     # Loss scaling only matters for fp16 on a GPU: bf16 keeps fp32's exponent range.
     scaler = torch.amp.GradScaler("cuda", enabled=use_cuda and dtype == torch.float16)
 
-    # Rank 0 reads the newest complete checkpoint and hands it to every rank, so only the
-    # head's GPUFLEET_CHECKPOINT_DIR needs to hold it (the other nodes' may be empty).
-    blob = b""
-    if rank == 0:
-        found = complete_checkpoints(ckpt_dir)
-        if found:
-            blob = (found[0][1] / "model.pt").read_bytes()
-    if distributed:
-        blob = broadcast_bytes(blob, rank, device)
-    loaded: list[Any] = [torch.load(io.BytesIO(blob), map_location="cpu") if blob else None]
-    start = 0
-    if loaded[0] is not None:
-        ckpt = loaded[0]
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        scaler.load_state_dict(ckpt["scaler"])
-        start = int(ckpt["step"])
-        print(f"resumed from step {start}", flush=True)
+    start = restore(ckpt_dir, rank, device, distributed, (model, opt, scaler))
     ddp: nn.Module = DDP(model) if distributed else model
 
     first_loss = last_loss = math.nan
@@ -259,17 +280,7 @@ def main(argv: list[str] | None = None) -> None:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         stopping = bool(flag.item())
         if rank == 0 and (step % args.ckpt_every == 0 or step == args.steps or stopping):
-            path = save_checkpoint(
-                ckpt_dir,
-                step,
-                {
-                    "model": model.state_dict(),
-                    "optimizer": opt.state_dict(),
-                    "scaler": scaler.state_dict(),
-                    "step": step,
-                    "args": vars(args),
-                },
-            )
+            path = save_checkpoint(ckpt_dir, step, training_state(model, opt, scaler, step, args))
             print(f"checkpoint {path.name}", flush=True)
         if stopping:
             print(f"stopping at step {step} (SIGTERM): checkpoint saved", flush=True)
