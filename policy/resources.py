@@ -149,6 +149,12 @@ def positive(value: Any) -> float | None:
     return number if math.isfinite(number) and number > 0 else None
 
 
+def prepaid_months(period: Any) -> int:
+    """A subscription's prepaid period: a known count above zero, else 1 (a period not
+    known yet, or none, bills as the shortest one)."""
+    return int(period) if isinstance(period, int | float) and period > 0 else 1
+
+
 @dataclass(frozen=True)
 class Bill:
     """How one instance is paid for, read from its inputs."""

@@ -23,6 +23,7 @@ from policy.resources import (
     known,
     mapping_at,
     positive,
+    prepaid_months,
     refers_to,
     unencrypted,
     world,
@@ -157,10 +158,9 @@ def guard_scheduled(resources: Sequence[Resource], fn: Resource) -> bool:
 
 def bill(r: Resource, itype: str) -> Bill:
     if r.get("instanceChargeType") == "PrePaid":
-        months = r.get("period")
         unit = r.get("periodUnit") or "Month"
-        count = int(months) if isinstance(months, int | float) and months > 0 else 1
-        return Bill(NAME, itype, "subscription", None, count if unit == "Month" else 1)
+        months = prepaid_months(r.get("period")) if unit == "Month" else 1
+        return Bill(NAME, itype, "subscription", None, months)
     if r.get("spotStrategy") in SPOT:
         return Bill(NAME, itype, "spot", positive(r.get("spotPriceLimit")))
     return Bill(NAME, itype, "on-demand")

@@ -21,6 +21,7 @@ from policy.resources import (
     known,
     mapping_at,
     positive,
+    prepaid_months,
     unencrypted,
     world,
 )
@@ -170,9 +171,8 @@ def guard_scheduled(resources: Sequence[Resource], fn: Resource) -> bool:
 def bill(r: Resource, itype: str) -> Bill:
     charge = r.get("instanceChargeType") or "POSTPAID_BY_HOUR"
     if charge == "PREPAID":
-        months = r.get("instanceChargeTypePrepaidPeriod")
-        count = int(months) if isinstance(months, int | float) and months > 0 else 1
-        return Bill(NAME, itype, "subscription", None, count)
+        months = prepaid_months(r.get("instanceChargeTypePrepaidPeriod"))
+        return Bill(NAME, itype, "subscription", None, months)
     if charge == SPOT:
         return Bill(NAME, itype, "spot", positive(r.get("spotMaxPrice")))
     return Bill(NAME, itype, "on-demand")
