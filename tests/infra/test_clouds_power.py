@@ -207,3 +207,38 @@ def test_azure_without_a_token_or_subscription_is_a_one_line_refusal() -> None:
         connect("eastus", STACK, {}, None)
     with pytest.raises(ValueError, match="GPUFLEET_AZURE_ACCESS_TOKEN"):
         connect("eastus", STACK, {"GPUFLEET_AZURE_SUBSCRIPTION_ID": "s"}, None)
+
+
+# ------------------------------------------------------------------ the laptop's permissions
+
+
+def test_the_ec2_actions_the_laptop_needs_are_in_the_service_reference() -> None:
+    from tests.infra.aws_iam import actions_named
+
+    actions = clouds.module("aws", "power").LAPTOP_ACTIONS
+    assert [a for a in actions if actions_named(a) != [a]] == []
+
+
+def test_the_ecs_actions_the_laptop_needs_are_rams_own() -> None:
+    from tests.infra.alicloud_ram import action_known
+
+    actions = clouds.module("alicloud", "power").LAPTOP_ACTIONS
+    assert [a for a in actions if not action_known(a)] == []
+
+
+def test_the_cvm_actions_the_laptop_needs_are_cams_own() -> None:
+    import tomllib
+
+    snapshot = Path(__file__).resolve().parents[1] / "data" / "clouds" / "tencent_cam.toml"
+    listed = tomllib.loads(snapshot.read_text())["services"]["cvm"]["actions"]
+    actions = clouds.module("tencent", "power").LAPTOP_ACTIONS
+    assert [a for a in actions if a.removeprefix("cvm:") not in listed] == []
+
+
+def test_the_azure_operations_the_laptop_needs_are_microsofts_own() -> None:
+    import tomllib
+
+    snapshot = Path(__file__).resolve().parents[1] / "data" / "clouds" / "azure_rbac.toml"
+    listed = tomllib.loads(snapshot.read_text())["operations"]["Microsoft.Compute"]["actions"]
+    actions = clouds.module("azure", "power").LAPTOP_ACTIONS
+    assert [a for a in actions if a not in listed] == []

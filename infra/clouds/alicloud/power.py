@@ -28,6 +28,8 @@ from infra.clouds.power import NodePower
 # The reaper needs the account for its metrics namespace; starting and stopping read no
 # metrics, so any value does when the environment gives none.
 NO_ACCOUNT = "not-needed-to-start-or-stop"
+# What the laptop's credentials need for fab start / fab stop (SECURITY.md section 2).
+LAPTOP_ACTIONS = ("ecs:DescribeInstances", "ecs:StartInstances", "ecs:StopInstances")
 
 
 def connect(region: str, stack: str, env: Mapping[str, str], endpoint: str | None) -> AlicloudPower:

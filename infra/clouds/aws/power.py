@@ -15,6 +15,8 @@ from infra.clouds.aws.reaper import AwsCloud, _error_text, parse_instance
 from infra.clouds.power import NodePower
 
 MAX_PAGES = 20  # the stack's nodes fit one page; more is a paging loop
+# What the laptop's credentials need for fab start / fab stop (SECURITY.md section 2).
+LAPTOP_ACTIONS = ("ec2:DescribeInstances", "ec2:StartInstances", "ec2:StopInstances")
 
 
 def connect(region: str, stack: str, env: Mapping[str, str], endpoint: str | None) -> AwsPower:

@@ -28,6 +28,15 @@ from infra.clouds.azure.reaper import (
 from infra.clouds.power import NodePower
 
 TOKEN_ENV = "GPUFLEET_AZURE_ACCESS_TOKEN"
+# What the laptop's identity needs for fab start / fab stop (SECURITY.md section 2), on
+# the stack's resource group.
+LAPTOP_ACTIONS = (
+    "Microsoft.Compute/virtualMachines/read",
+    "Microsoft.Compute/virtualMachines/instanceView/read",
+    "Microsoft.Compute/virtualMachines/start/action",
+    "Microsoft.Compute/virtualMachines/deallocate/action",
+    "Microsoft.Compute/locations/operations/read",
+)
 
 
 def connect(region: str, stack: str, env: Mapping[str, str], endpoint: str | None) -> AzurePower:

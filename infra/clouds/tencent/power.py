@@ -21,6 +21,8 @@ from infra.clouds.power import NodePower
 from infra.clouds.tencent.reaper import TencentCloud, _text, credentials_from, parse_instance
 
 NO_STOP_CHARGING_CODE = "UnsupportedOperation.StoppedModeStopCharging"
+# What the laptop's credentials need for fab start / fab stop (SECURITY.md section 2).
+LAPTOP_ACTIONS = ("cvm:DescribeInstances", "cvm:StartInstances", "cvm:StopInstances")
 NO_STOP_CHARGING = (
     "this instance cannot stop without charging (UnsupportedOperation.StoppedModeStopCharging:"
     " local disks or a type without STOP_CHARGING): not stopped; stop it from the console if"
