@@ -35,6 +35,7 @@ OUTPUT_DOCS = {
     "scratch": "scratch mount path, kind (nvme|disk), devices, size_gb",
     "idle": "idle_minutes and ttl_hours the guards enforce",
     "guard": "scheduled reaper function name and schedule",
+    "dashboard": "the stack's monitoring view on its cloud: name, console url (or a note why none)",
     "hourly_cost": "estimated cost per hour for all nodes (currency, billing, amount)",
 }
 
@@ -107,6 +108,11 @@ def build(cfg: StackConfig) -> dict[str, Any]:
         "scratch": specs[0].scratch.as_output(),
         "idle": {"idle_minutes": cfg.idle_minutes, "ttl_hours": cfg.ttl_hours},
         "guard": {"function": guard.function_name, "schedule": guard.schedule},
+        "dashboard": {
+            "name": guard.parts.dashboard,
+            "url": guard.parts.console_url,
+            "note": guard.parts.console_note or None,
+        },
         "hourly_cost": hourly,
     }
 

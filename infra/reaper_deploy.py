@@ -135,6 +135,15 @@ def function_archive(provider: str = "aws") -> pulumi.AssetArchive:
         )
 
 
+def cloudwatch_console_url(region: str, name: str) -> str:
+    """The CloudWatch console's address of a dashboard (the console's own link form,
+    ``#dashboards:name=``; CloudWatch documents no other)."""
+    return (
+        f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}"
+        f"#dashboards:name={name}"
+    )
+
+
 def dashboard_body(region: str, instance_ids: list[str]) -> dict[str, Any]:
     """A CloudWatch dashboard: GPU utilisation, GPU memory and heartbeat per node."""
 

@@ -58,7 +58,11 @@ class NodeParts:
 class GuardParts:
     function_name: pulumi.Output[str]
     schedule: str
-    dashboard: pulumi.Output[str] | None
+    dashboard: pulumi.Output[str] | None  # the monitoring view's name, where one is declared
+    # Its console address, and a note: where in the console, or why the cloud has none
+    # (the stack's `dashboard` output).
+    console_url: pulumi.Input[str] | None = None
+    console_note: str = ""
 
 
 @dataclass(frozen=True)

@@ -103,3 +103,33 @@ def test_the_workbook_checker_refuses_what_the_published_schema_does(
     assert workbook_problems(GOOD_AZURE) == []
     problems = workbook_problems(broken(GOOD_AZURE, change))
     assert any(said in p for p in problems), problems
+
+
+@pytest.mark.parametrize("path", STACK_FILES, ids=stack_id)
+def test_every_stack_says_where_its_monitoring_view_is_or_why_it_has_none(path: Path) -> None:
+    cfg, result = planned(path)
+    out = result.outputs["dashboard"]
+    if cfg.provider == "aws":
+        assert out["url"] == (
+            f"https://{cfg.region}.console.aws.amazon.com/cloudwatch/home?region={cfg.region}"
+            f"#dashboards:name={out['name']}"
+        )
+        (dash,) = result.of_type("aws:cloudwatch/dashboard:Dashboard")
+        assert dash.inputs["dashboardName"] == out["name"]
+    elif cfg.provider == "azure":
+        (book,) = result.of_type("azure-native:applicationinsights:Workbook")
+        assert out["url"] == f"https://portal.azure.com/#resource{book.id}"
+        assert out["name"] == book.inputs["displayName"]
+    elif cfg.provider == "alicloud":
+        (group,) = result.of_type("alicloud:cms/monitorGroup:MonitorGroup")
+        (members,) = result.of_type("alicloud:cms/monitorGroupInstances:MonitorGroupInstances")
+        nodes = result.of_type("alicloud:ecs/instance:Instance")
+        assert members.inputs["groupId"] == group.id
+        listed = members.inputs["instances"]
+        assert sorted(i["instanceId"] for i in listed) == sorted(n.id for n in nodes)
+        assert {(i["category"], i["regionId"]) for i in listed} == {("ecs", cfg.region)}
+        assert out["name"] == group.inputs["monitorGroupName"] == f"gpufleet-{cfg.stack}"
+        assert out["note"].endswith(f"Application Groups > gpufleet-{cfg.stack}")
+    else:
+        assert out["name"] is None and out["url"] is None
+        assert "no Cloud Monitor dashboard resource" in out["note"]

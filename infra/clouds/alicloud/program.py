@@ -605,7 +605,49 @@ class AlicloudProvider:
             qualifier="LATEST",
             opts=child_opts(parent),
         )
-        return GuardParts(fn.function_name, guard_logic.ALICLOUD_CRON, None)
+        group = self._monitor_group(parent, name, args, nodes)
+        return GuardParts(
+            fn.function_name,
+            guard_logic.ALICLOUD_CRON,
+            group.monitor_group_name,
+            # The console's home: a group's own page address is not documented, so the
+            # note names where it is (Application Groups, by its name).
+            console_url="https://cloudmonitor.console.aliyun.com/",
+            console_note=f"CloudMonitor > Application Groups > gpufleet-{args.stack}",
+        )
+
+    def _monitor_group(
+        self,
+        parent: pulumi.Resource,
+        name: str,
+        args: GuardArgs,
+        nodes: list[tuple[NodeSpec, NodeParts]],
+    ) -> ali.cms.MonitorGroup:
+        """The stack's monitoring view: CloudMonitor has no dashboard resource in the
+        provider (pulumi_alicloud.cms), so an application group holding the stack's ECS
+        nodes, whose console page shows their metrics (the GPU ones included) and alarms
+        together. category "ecs" as the SDK's own example spells a category ("vpc")."""
+        group = ali.cms.MonitorGroup(
+            f"{name}-monitor-group",
+            monitor_group_name=f"gpufleet-{args.stack}",
+            tags=args.tags,
+            opts=child_opts(parent),
+        )
+        ali.cms.MonitorGroupInstances(
+            f"{name}-monitor-group-nodes",
+            group_id=group.id,
+            instances=[
+                ali.cms.MonitorGroupInstancesInstanceArgs(
+                    category="ecs",
+                    instance_id=parts.instance_id,
+                    instance_name=spec.name,
+                    region_id=args.region,
+                )
+                for spec, parts in nodes
+            ],
+            opts=child_opts(group),
+        )
+        return group
 
 
 PROVIDER = AlicloudProvider()

@@ -704,7 +704,14 @@ class AwsProvider:
             ),
             opts=child_opts(parent),
         )
-        return GuardParts(fn.name, guard_logic.AWS_SCHEDULE, dash.dashboard_name)
+        return GuardParts(
+            fn.name,
+            guard_logic.AWS_SCHEDULE,
+            dash.dashboard_name,
+            console_url=dash.dashboard_name.apply(
+                lambda n: guard_logic.cloudwatch_console_url(args.region, n)
+            ),
+        )
 
 
 PROVIDER = AwsProvider()

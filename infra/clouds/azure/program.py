@@ -844,7 +844,13 @@ class AzureProvider:
             parent, name, args, identity, client.subscription_id, fn_account, package, tags
         )
         workbook = self._workbook(parent, name, args, nodes, tags)
-        return GuardParts(app.name, AZURE_SCHEDULE, workbook.display_name)
+        return GuardParts(
+            app.name,
+            AZURE_SCHEDULE,
+            workbook.display_name,
+            # The portal's deep link to a resource: /#resource + its ARM id.
+            console_url=workbook.id.apply(lambda i: f"https://portal.azure.com/#resource{i}"),
+        )
 
     def _reaper_identity(
         self, parent: pulumi.Resource, name: str, args: GuardArgs, tags: dict[str, str]

@@ -653,7 +653,16 @@ class TencentProvider:
             tags=tags,
             opts=child_opts(parent),
         )
-        return GuardParts(fn.name, SCF_CRON, None)
+        return GuardParts(fn.name, SCF_CRON, None, console_note=NO_DASHBOARD)
 
+
+# Why a Tencent stack declares no monitoring view (docs/monitoring.md says the same): the
+# provider (tencentcloud-iac-pulumi 0.2.3, tencentcloud_iac_pulumi.monitor) declares alarm
+# policies and managed Grafana, no Cloud Monitor dashboard; the CVM console's own
+# monitoring tab shows the QCE/CVM GPU metrics per instance without one.
+NO_DASHBOARD = (
+    "none declared: tencentcloud-iac-pulumi has no Cloud Monitor dashboard resource; the CVM "
+    "console's Monitoring tab shows each node's GPU metrics"
+)
 
 PROVIDER = TencentProvider()
