@@ -7,7 +7,7 @@ ARGS    ?= --model gpt2 --tokens 1e9
 GPUS_ARGS ?=
 WHERE_ARGS ?= $(TIER)
 
-.PHONY: setup fc-wheels help system-packages test test-fast plan up cost compare size gpus where lint format bench device-verify clean
+.PHONY: setup fc-wheels help system-packages test test-fast plan up reserve cost compare size gpus where lint format bench device-verify clean
 
 # The Alicloud reaper function's wheels, built for its runtime (CPython 3.10, manylinux
 # x86_64), not for this venv: the function zip is built from them.
@@ -68,6 +68,9 @@ gpus: setup  ## every GPU model and instance type, priced (GPUS_ARGS=)
 
 where: setup  ## where a tier is offered, priced (WHERE_ARGS=a100x8)
 	$(PY) scripts/where.py $(WHERE_ARGS)
+
+reserve: setup  ## Capacity Blocks for ML, priced (RESERVE_ARGS=...)
+	$(PY) scripts/reserve.py $(RESERVE_ARGS)
 
 lint: setup  ## ruff (lint + format check) and mypy
 	$(PY) -m ruff check .

@@ -87,6 +87,8 @@ KEYS: Mapping[str, str] = MappingProxyType(
         "ttlHours": "hard limit per run even while busy; 0 turns it off (default 24, 12 for x8)",
         "destroyData": "true lets `pulumi destroy` delete the bucket and its objects",
         "maxHourlyCost": "refuse plans above this hourly cost for the whole stack",
+        "capacityReservation": "launch into this existing capacity reservation (its id)",
+        "capacityBlock": "true: capacityReservation is an AWS Capacity Block for ML",
         "tags": "extra tags (a map) on every taggable resource",
     }
 )
@@ -127,6 +129,9 @@ class StackConfig:
     tags: Mapping[str, str] = field(default_factory=dict)
     # zone: auto: the candidates and the chosen one (infra/placement.py); None when pinned
     placement: Placement | None = None
+    # an existing capacity reservation (block, group, private pool) the nodes launch into
+    capacity_reservation: str | None = None
+    capacity_block: bool = False
 
     @property
     def multi_node(self) -> bool:
@@ -523,6 +528,41 @@ def _read_location(r: _Reader, info: ProviderInfo | None) -> tuple[str, str | No
     return region, zone
 
 
+def _read_reservation(
+    r: _Reader, info: ProviderInfo | None, billing: str, zone: str | None
+) -> tuple[str | None, bool]:
+    """capacityReservation and capacityBlock: an id the cloud's nodes can launch into."""
+    reservation = r.text("capacityReservation")
+    block = r.boolean("capacityBlock", False)
+    if block and not reservation:
+        r.problem("capacityBlock", "needs capacityReservation: the block's reservation id")
+    if not info:
+        return reservation, block
+    for wanted, feature, key in (
+        (reservation, Feature.CAPACITY_RESERVATION, "capacityReservation"),
+        (block, Feature.CAPACITY_BLOCK, "capacityBlock"),
+    ):
+        if wanted and not info.supports(feature):
+            r.problem(key, f"{info.title}: {info.unsupported[feature]}")
+            return None, False
+    if not reservation:
+        return None, False
+    if info.reservation_id and not re.fullmatch(info.reservation_id, reservation):
+        r.problem(
+            "capacityReservation",
+            f"{reservation[:80]!r} is not a {info.title} capacity reservation id "
+            f"(e.g. {info.reservation_example})",
+        )
+    if billing == "spot":
+        r.problem("capacityReservation", "a reservation is used by on-demand nodes, not spot")
+    if zone == "auto":
+        r.problem(
+            "capacityReservation",
+            "holds capacity in one zone: pin gpufleet:zone to it (zone: auto moves)",
+        )
+    return reservation, block
+
+
 def _read_ssh(r: _Reader) -> tuple[tuple[str, ...], str | None]:
     """sshCidrs (required, and not the internet unless allowWorldSsh) and sshPublicKey."""
     allow_world = r.boolean("allowWorldSsh", False)
@@ -688,6 +728,7 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
         )
     billing, spot_max, months = _read_billing(r, cat, chosen)
     region, zone = _read_location(r, chosen.info)
+    reservation, block = _read_reservation(r, chosen.info, billing, zone)
     cidrs, ssh_key = _read_ssh(r)
     root, scratch_gb, scratch_class, scratch_path = _read_disks(r, chosen.info)
     archive_days, idle, ttl, destroy, max_cost = _read_limits(r, cat, chosen.tier)
@@ -724,6 +765,8 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
         destroy_data=destroy,
         max_hourly_cost=max_cost,
         tags=MappingProxyType(tags),
+        capacity_reservation=reservation,
+        capacity_block=block,
     )
     return placement.resolve(raw, cfg, cat) if zone == "auto" else cfg
 

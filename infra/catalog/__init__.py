@@ -169,6 +169,8 @@ class Feature(enum.Enum):
     CONSOLE_HOST_KEYS = "SSH host keys read from the console output before the first connection"
     INFINIBAND = "InfiniBand RDMA between nodes"
     SPOT_INFINIBAND_GROUP = "spot nodes joined into one InfiniBand group"
+    CAPACITY_RESERVATION = "launching into an existing capacity reservation"
+    CAPACITY_BLOCK = "a Capacity Block for ML (reserved GPU capacity for fixed dates)"
 
 
 @dataclass(frozen=True)
@@ -229,6 +231,10 @@ class ProviderInfo:
     regions: tuple[str, ...] = ()
     zone_names: tuple[str, ...] = ()
     zone_suffix: str = "a"  # what follows the region's name in a zone's, e.g. "a" or "-b"
+    # what a capacity reservation's id looks like there (a regex; "" when not documented)
+    # and an example for the error that refuses one
+    reservation_id: str = ""
+    reservation_example: str = ""
 
     def zone_problem(self, zone: str, region: str) -> str | None:
         """Why ``zone`` cannot be a zone of ``region`` on this cloud, or None."""
@@ -503,6 +509,7 @@ _PROVIDER_KEYS = frozenset(
     | {"tag_key_chars", "refused_tag_keys", "max_stack_name"}
     | {"billing_notes"}
     | {"regions", "regions_source", "zone_names", "zone_suffix", "monitoring_agent"}
+    | {"reservation_id", "reservation_example"}
 )
 _AGENT_KEYS = frozenset({"name", "processes", "installer", "source"})
 _SCRATCH_KEYS = frozenset({"min_gb", "max_gb", "iops", "iops_per_gb", "max_iops", "throughput_mbs"})
@@ -581,6 +588,8 @@ def _provider(p: dict[str, Any], file: str) -> ProviderInfo:
         regions=tuple(p.get("regions", ())),
         zone_names=tuple(str(z) for z in p.get("zone_names", ())),
         zone_suffix=str(p.get("zone_suffix", "a")),
+        reservation_id=str(p.get("reservation_id", "")),
+        reservation_example=str(p.get("reservation_example", "")),
         stopped_mode=str(p.get("stopped_mode", "")),
         billing_notes=MappingProxyType(notes),
         monitoring_agent=agent,

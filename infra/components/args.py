@@ -75,6 +75,9 @@ class NodeArgs:
     root_disk_gb: int
     destroy_data: bool
     tags: dict[str, str]
+    # an existing capacity reservation to launch into (infra/config.py capacityReservation)
+    capacity_reservation: str | None = None
+    capacity_block: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,8 @@ def node_args(cfg: StackConfig) -> NodeArgs:
         root_disk_gb=cfg.root_disk_gb,
         destroy_data=cfg.destroy_data,
         tags=stack_tags(cfg),
+        capacity_reservation=cfg.capacity_reservation,
+        capacity_block=cfg.capacity_block,
     )
 
 

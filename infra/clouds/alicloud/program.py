@@ -544,6 +544,10 @@ class AlicloudProvider:
             tags=spec.tags,
             volume_tags=spec.tags,
             opts=child_opts(parent, ignore_changes=["image_id"]),
+            # capacityReservation: start from that elasticity assurance's or capacity
+            # reservation's private pool and only there (Target: no fallback to the public pool)
+            private_pool_options_match_criteria="Target" if args.capacity_reservation else None,
+            private_pool_options_id=args.capacity_reservation,
             **charge_args(args.billing),
         )
         lease = _custom_policy(

@@ -53,9 +53,14 @@ def ami_parameter(arch: str) -> str:
     return UBUNTU_PARAM if arch in NO_DLAMI_ARCHS else DLAMI_PARAM
 
 
-def market_options(billing: Billing) -> aws.ec2.InstanceInstanceMarketOptionsArgs | None:
+def market_options(
+    billing: Billing, capacity_block: bool = False
+) -> aws.ec2.InstanceInstanceMarketOptionsArgs | None:
     """Spot that stops (not terminates) on interruption keeps the root disk; this needs a
-    persistent request."""
+    persistent request. A Capacity Block for ML is launched with its own market type
+    (pulumi_aws InstanceInstanceMarketOptionsArgs.market_type: spot, capacity-block, ...)."""
+    if capacity_block:
+        return aws.ec2.InstanceInstanceMarketOptionsArgs(market_type="capacity-block")
     if billing.mode != "spot":
         return None
     return aws.ec2.InstanceInstanceMarketOptionsArgs(
@@ -65,6 +70,19 @@ def market_options(billing: Billing) -> aws.ec2.InstanceInstanceMarketOptionsArg
             spot_instance_type="persistent",
             max_price=f"{billing.spot_max_price:g}" if billing.spot_max_price else None,
         ),
+    )
+
+
+def reservation_spec(
+    reservation: str | None,
+) -> aws.ec2.InstanceCapacityReservationSpecificationArgs | None:
+    """Launch into that On-Demand Capacity Reservation or Capacity Block, and only there:
+    a target, so a full reservation fails the launch instead of landing elsewhere."""
+    if not reservation:
+        return None
+    target = aws.ec2.InstanceCapacityReservationSpecificationCapacityReservationTargetArgs
+    return aws.ec2.InstanceCapacityReservationSpecificationArgs(
+        capacity_reservation_target=target(capacity_reservation_id=reservation)
     )
 
 
@@ -521,7 +539,8 @@ class AwsProvider:
             key_name=access.key_name,
             iam_instance_profile=profile.name,
             instance_initiated_shutdown_behavior="stop",
-            instance_market_options=market_options(args.billing),
+            instance_market_options=market_options(args.billing, args.capacity_block),
+            capacity_reservation_specification=reservation_spec(args.capacity_reservation),
             metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
                 http_endpoint="enabled",
                 http_tokens="required",

@@ -762,6 +762,16 @@ class AzureProvider:
             availability_set=(
                 az.compute.SubResourceArgs(id=availability_set) if availability_set else None
             ),
+            # an existing capacity reservation group the VM is allocated from (capacityReservation)
+            capacity_reservation=(
+                az.compute.CapacityReservationProfileArgs(
+                    capacity_reservation_group=az.compute.SubResourceArgs(
+                        id=args.capacity_reservation
+                    )
+                )
+                if args.capacity_reservation
+                else None
+            ),
             # Spot eviction and platform maintenance show up in Scheduled Events (IMDS), which
             # the watchdog reads to sync scratch before the VM goes.
             scheduled_events_profile=az.compute.ScheduledEventsProfileArgs(

@@ -71,3 +71,32 @@ def serving(
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def ec2_query(answer: Callable[[dict[str, list[str]]], str]) -> Iterator[tuple[str, list[Any]]]:
+    """An EC2 Query API endpoint on 127.0.0.1: each POSTed form (parsed) -> the XML ``answer``
+    gives; yields (its URL, the forms it got)."""
+    sent: list[dict[str, list[str]]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            form = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
+            sent.append(form)
+            data = answer(form).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/xml")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", sent
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -3,15 +3,13 @@ server on 127.0.0.1: real HTTP, real botocore, moto's copy of EC2's offerings.""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs
 
 import pytest
 
 from infra.clouds.availability import OFFERED, NoSignal
 from infra.clouds.aws import availability
+from tests.infra.where.fakes import ec2_query
 
 
 @pytest.fixture(scope="module")
@@ -88,30 +86,9 @@ SCORES_XML = (
 def test_spot_placement_scores_are_read_per_region_from_the_models_answer() -> None:
     import boto3
 
-    sent: list[dict[str, list[str]]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            sent.append(parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode()))
-            data = SCORES_XML.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/xml")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_port}"
+    with ec2_query(lambda form: SCORES_XML) as (url, sent):
         ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=url)
         scores = availability.placement_scores(ec2, "p5.48xlarge", ["us-east-1", "eu-west-1"])
-    finally:
-        server.shutdown()
-        server.server_close()
     assert scores == {"us-east-1": 9, "eu-west-1": 3}
     (q,) = sent
     assert q["Action"] == ["GetSpotPlacementScores"] and q["InstanceType.1"] == ["p5.48xlarge"]
