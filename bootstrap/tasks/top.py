@@ -17,6 +17,7 @@ Everything shown is decided by pure functions here (parsing, the marks, both lay
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -34,7 +35,7 @@ from invoke import Context
 from invoke.config import Config
 from invoke.exceptions import Exit
 
-from bootstrap.fleet.api import Host
+from bootstrap.fleet.api import Host, StepFailed
 from bootstrap.fleet.cli import FleetArgs, fleet_task, resolve_fleet
 from bootstrap.fleet.hostkeys import HostKeyVerifier
 from bootstrap.fleet.hosts import Fleet
@@ -566,8 +567,9 @@ def refresh_json(views: Sequence[NodeView], *, stack: str | None, at: dt.datetim
 class _Node:
     host: Host
     conn: Connection | None = None
-    runner: str | None = None
+    runner: str | None = None  # "": it could not be installed (jobs_error says why)
     error: str | None = None
+    jobs_error: str = ""
 
 
 @dataclass
@@ -599,7 +601,10 @@ class TopSession:
                     node.host, self.config, self.connect_timeout_s, self.verifier
                 )
             if node.runner is None and sh(node.conn, f"test -d {shlex.quote(self.jobs_dir)}").ok:
-                node.runner = ship_runner(node.conn, self.jobs_dir)
+                try:
+                    node.runner = ship_runner(node.conn, self.jobs_dir)
+                except StepFailed as exc:  # the GPUs are still worth showing
+                    node.runner, node.jobs_error = "", exc.message
             done = sh(
                 node.conn,
                 refresh_command(self.jobs_dir, self.state_dir, node.runner),
@@ -639,9 +644,11 @@ class TopSession:
                     NodeView(node.host.name or node.host.address, node.host.label, node.error)
                 )
                 continue
-            views.append(
-                node_view(node.host, sections, rows, recs, policy=self.policy, rates=rates)
-            )
+            view = node_view(node.host, sections, rows, recs, policy=self.policy, rates=rates)
+            if node.jobs_error:
+                why = f"jobs unknown: {node.jobs_error}"
+                view = dataclasses.replace(view, marks=(*view.marks, why))
+            views.append(view)
         return views
 
     def close(self) -> None:

@@ -290,3 +290,16 @@ def test_ctrl_c_ends_the_live_view_cleanly(fleet: Path, place: Path) -> None:
             proc.wait()
     assert proc.returncode == 0, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+def test_a_jobs_folder_the_runner_cannot_be_installed_in_still_shows_the_gpus(
+    fleet: Path, place: Path
+) -> None:
+    (place / "jobs").chmod(0o555)  # the SSH user cannot create jobs/bin
+    result = run_fab(*top_args(fleet, place, "--once", "--json"), timeout=120)
+    assert result.returncode == 0, result.stderr
+    head, _ = json.loads(result.stdout)["nodes"]
+    assert len(head["gpus"]) == 4 and head["job"] is None
+    assert any(
+        m.startswith("jobs unknown: could not install the job runner") for m in head["marks"]
+    )
