@@ -43,6 +43,8 @@ from infra import clouds
 from infra.clouds.power import NodePower
 from infra.reaper import tags as T
 
+# Stopped, or (Azure) stopped from inside the OS but still allocated: both start.
+STARTABLE = ("stopped", "stopped-allocated")
 POLL_S = 3.0  # between two reads of the power states, and two SSH knocks
 SSH_KNOCK_S = 5.0  # one TCP connect + banner read
 
@@ -137,6 +139,13 @@ def watchdog_paths(prefix: str, etc: str) -> dict[str, str]:
         **({"watchdog_prefix": prefix} if prefix else {}),
         **({"watchdog_etc": etc} if etc else {}),
     }
+
+
+def unsettled(iid: str, state: str) -> str | None:
+    """Why an instance cannot be started now (it is on its way somewhere), or None."""
+    if state in (*STARTABLE, "running"):
+        return None
+    return f"instance {iid} is {state}: try again when it has settled"
 
 
 def refusal(t: Target, node: NodePower | None, stack: str) -> str | None:
@@ -246,16 +255,23 @@ def merged_report(
 
 
 def node_lines(report: FleetReport) -> Iterable[str]:
-    """One line per node: its last word (the failure, else the last step's message)."""
+    """One line per node: the failure, or what the cloud did and how each step on the
+    node ended."""
     for h in report.hosts:
         if h.connection_error:
             yield f"{h.host.label}: {h.connection_error}: {h.connection_message}"
             continue
         bad = [s for s in h.steps if s.result.is_failure]
-        last = bad[0] if bad else (h.steps[-1] if h.steps else None)
-        if last is not None:
-            word = "FAILED" if bad else h.status
-            yield f"{h.host.label}: {word}: {last.name}: {last.result.message}"
+        if bad:
+            yield f"{h.host.label}: FAILED: {bad[0].name}: {bad[0].result.message}"
+            continue
+        cloud = [s.result.message for s in h.steps if s.name == report.task]
+        steps = [
+            f"{s.name} {s.result.status.value}"
+            for s in h.steps
+            if s.name not in (report.task, "preflight")
+        ]
+        yield f"{h.host.label}: " + "; ".join([*cloud, *steps])
 
 
 def _render(report: FleetReport) -> list[Any]:
@@ -335,14 +351,14 @@ def start(
     for t in found:
         why = refused_here.get(t.host)
         state = nodes[t.instance_id].state if why is None else ""
-        if why is None and state not in ("stopped", "running"):
-            why = f"instance {t.instance_id} is {state}: try again when it has settled"
+        if why is None:
+            why = unsettled(t.instance_id, state)
         if why:
             first[t.host] = cloud_record("start", StepResult.failed(why))
         else:
             wanted.append(t)
     began = time.monotonic()
-    to_start = [t.instance_id for t in wanted if nodes[t.instance_id].state == "stopped"]
+    to_start = [t.instance_id for t in wanted if nodes[t.instance_id].state in STARTABLE]
     refused = power.start(to_start) if to_start else {}
     waiting = [t.instance_id for t in wanted if t.instance_id not in refused]
     now = wait_for_states(power, waiting, "running", timeout) if waiting else {}

@@ -9,14 +9,17 @@ from pathlib import Path
 import pytest
 from invoke.exceptions import Exit
 
-from bootstrap.fleet.api import Host
+from bootstrap.fleet.api import Host, StepResult
 from bootstrap.fleet.hostkeys import KnownHostsFile, PublicKey, host_alias, keys_for
 from bootstrap.fleet.hosts import parse_stack_outputs
+from bootstrap.fleet.runner import FleetReport, HostReport, StepRecord
 from bootstrap.tasks.power import (
     Target,
     carry_host_keys,
     moved_host,
+    node_lines,
     targets,
+    unsettled,
     wait_for_ssh,
     wait_for_states,
 )
@@ -133,3 +136,32 @@ def test_waiting_for_ssh_knocks_until_the_deadline_then_gives_up() -> None:
     assert not wait_for_ssh(host, 7.0, knock=knock, sleep=sleep, clock=lambda: now[0])
     assert knocks == [("127.0.0.1", 2222)] * 4  # 0, 3, 6, 9 s
     assert wait_for_ssh(host, 0.0, knock=lambda a, p: True, sleep=sleep, clock=lambda: 99.0)
+
+
+def test_each_node_ends_with_one_line_what_the_cloud_did_or_what_failed() -> None:
+    good, bad = Host("127.0.0.1", name="n-0"), Host("127.0.0.2", name="n-1")
+    steps = [
+        ("stop", StepResult.changed("i-0a stopped")),
+        ("preflight", StepResult.ok("Debian")),
+        ("save-scratch", StepResult.ok("saved")),
+    ]
+    report = FleetReport(
+        "stop",
+        [
+            HostReport(good, steps=[StepRecord(n, r, 0.0) for n, r in steps]),
+            HostReport(bad, steps=[StepRecord("save-scratch", StepResult.failed("no bucket"), 0)]),
+        ],
+        1.0,
+    )
+    assert list(node_lines(report)) == [
+        "n-0 (127.0.0.1): i-0a stopped; save-scratch ok",
+        "n-1 (127.0.0.2): FAILED: save-scratch: no bucket",
+    ]
+
+
+def test_a_stopped_or_still_allocated_node_starts_and_one_on_its_way_is_refused() -> None:
+    for state in ("stopped", "stopped-allocated", "running"):
+        assert unsettled("i-0a", state) is None
+    assert (
+        unsettled("i-0a", "stopping") == "instance i-0a is stopping: try again when it has settled"
+    )
