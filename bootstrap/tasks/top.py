@@ -740,8 +740,9 @@ def top(
     jobs_dir: str = "",
     state_dir: str = "",
 ) -> None:
-    """Live per-node, per-GPU view: utilisation, memory, power, temperature, the job and
-    its cost; marks under-fed nodes and nodes the watchdog is about to stop."""
+    """Live per-node, per-GPU view: utilisation, memory, power, temperature,
+    the job and its cost; marks under-fed nodes and nodes the watchdog is
+    about to stop."""
     if width and width < 40:
         raise Exit(f"gpufleet: --width {width}: give 40 columns or more (e.g. --width 80)", 2)
     fleet = resolve_fleet(c, fleet_args)
