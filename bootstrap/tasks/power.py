@@ -24,7 +24,14 @@ from invoke.exceptions import Exit
 
 from bootstrap.fleet.api import Host, HostContext, Options, Step, StepResult
 from bootstrap.fleet.cli import FleetArgs, _console, fleet_task, resolve_fleet
-from bootstrap.fleet.hostkeys import Entry, KnownHostsFile, host_alias, keys_for, replace_keys
+from bootstrap.fleet.hostkeys import (
+    Entry,
+    KnownHostsFile,
+    forget_host,
+    host_alias,
+    keys_for,
+    replace_keys,
+)
 from bootstrap.fleet.hosts import Fleet
 from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.runner import (
@@ -225,8 +232,8 @@ def carry_host_keys(store: KnownHostsFile, old: Host, new: Host) -> str:
 
     def move(entries: list[Entry]) -> tuple[list[Entry], int]:
         keys = keys_for(entries, before)
-        if not keys:
-            return entries, 0
+        if not keys:  # nothing to carry: forget what another machine left, as forget-host-key
+            return forget_host(entries, after)[0], 0
         moved, _removed = replace_keys(entries, after, keys)
         return moved, len(keys)
 

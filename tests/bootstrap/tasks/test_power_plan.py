@@ -87,6 +87,16 @@ def test_the_nodes_pinned_keys_follow_it_to_its_new_address(tmp_path: Path) -> N
     assert carry_host_keys(store, old, old) == ""
 
 
+def test_with_nothing_pinned_to_carry_a_stale_key_at_the_new_address_is_forgotten(
+    tmp_path: Path,
+) -> None:
+    store = KnownHostsFile(tmp_path / "known_hosts")
+    store.update(lambda e: _pin(e, host_alias("5.6.7.8", 22), new_key()))
+    note = carry_host_keys(store, Host("1.2.3.4"), Host("5.6.7.8"))
+    assert note == "no key pinned for 1.2.3.4: the first connection to 5.6.7.8 records one"
+    assert keys_for(store.read(), "5.6.7.8") == []
+
+
 def _pin(entries: list, alias: str, key: PublicKey) -> tuple[list, None]:  # type: ignore[type-arg]
     from bootstrap.fleet.hostkeys import replace_keys
 
