@@ -52,7 +52,7 @@ plan: setup  ## STACK=a100x4: offline plan under Pulumi's mocks
 	$(PY) scripts/plan.py --stack $(STACK)
 
 up: setup  ## STACK=a100x8: deploy, failing over when a zone is full
-	$(PY) scripts/up.py --stack $(STACK)
+	$(PY) scripts/up.py --stack $(STACK) $(UP_ARGS)
 
 cost: setup  ## STACK=a100x4: the bill before deploying
 	$(PY) scripts/cost.py --stack $(STACK)

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from infra import capacity
+from infra.clouds.availability import RESTRICTED, SOLD_OUT, NoSignal, ZoneSignal
 from infra.placement import Candidate, Placement
 
 LOG_DIR = ".gpufleet"
@@ -105,14 +106,61 @@ def _first_line(text: str, limit: int = 300) -> str:
     return (hit or (lines[-1] if lines else "no error text"))[:limit]
 
 
+# (instance type, regions) -> the cloud's ZoneSignals (its availability.py live_zones)
+LiveZones = Callable[[str, Sequence[str]], Sequence[ZoneSignal]]
+
+
+def live_screen(
+    candidates: Sequence[Candidate],
+    signal_for: Callable[[str], LiveZones | None],
+    say: Callable[[str], None] = print,
+) -> dict[str, str]:
+    """Candidate key -> why to skip it, from each cloud's own availability signal now: a
+    zone the signal reports sold out or restricted to this account. A cloud without a signal,
+    or whose signal fails, skips nothing (the update finds out)."""
+    skip: dict[str, str] = {}
+    wanted: dict[tuple[str, str], list[str]] = {}
+    for c in candidates:
+        regions = wanted.setdefault((c.provider, c.instance_type), [])
+        if c.region not in regions:
+            regions.append(c.region)
+    failed: set[str] = set()
+    for (provider, itype), regions in wanted.items():
+        live_zones = signal_for(provider)
+        if live_zones is None or provider in failed:
+            continue
+        try:
+            signals = live_zones(itype, regions)
+        except NoSignal as exc:  # asked once: the next type would fail the same way
+            failed.add(provider)
+            say(f"live signal of {provider}: {exc}; its candidates are tried as planned")
+            continue
+        state = {(z.region, z.zone): z for z in signals}
+        for c in candidates:
+            z = state.get((c.region, c.zone or ""))
+            ours = c.provider == provider and c.instance_type == itype
+            if ours and z is not None and z.state in (SOLD_OUT, RESTRICTED):
+                words = f" ({z.detail})" if z.detail else ""
+                skip[c.key] = f"live signal: {z.state}{words}"
+    return skip
+
+
 def up(
     placement: Placement,
     engine: Engine,
     log: Log,
     say: Callable[[str], None] = print,
+    skip: Mapping[str, str] | None = None,
 ) -> int:
-    """Try the candidates in order; the exit status (EXIT_*)."""
+    """Try the candidates in order (leaving out those ``skip`` names, with its reason);
+    the exit status (EXIT_*)."""
     order: Sequence[Candidate] = placement.order()
+    skip = skip or {}
+    for c in order:
+        if c.key in skip:
+            log.write(candidate=c.key, outcome="skipped", reason=skip[c.key])
+            say(f"skip {_where(c)}: {skip[c.key]}")
+    order = [c for c in order if c.key not in skip]
     last = log.last()
     if last and last.get("outcome") in ("started", "interrupted"):  # Ctrl-C, or killed
         # The interrupted update may have left pending operations: refresh, then finish in

@@ -5,7 +5,9 @@
 and the cloud's credentials needed, as for `pulumi up`). A `zone: auto` stack tries its
 candidates in the plan's order (zone, sibling type, region, cloud: docs/placement.md) and
 records where it landed in gpufleet:placement; a pinned stack is tried once. Every attempt
-is printed with its reason and appended to stacks/.gpufleet/<stack>-up.jsonl.
+is printed with its reason and appended to stacks/.gpufleet/<stack>-up.jsonl. With --live,
+each cloud's own availability signal (`where.py --live`) is asked first, and the zones it
+reports sold out or restricted are skipped.
 
 Exit status: 0 landed; 1 a non-capacity error (stopped at once); 2 invalid stack config
 (one line per problem, nothing run); 4 no candidate had capacity (nothing half-made left);
@@ -37,6 +39,11 @@ def main(argv: list[str] | None = None, engine_for: object = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--stack", required=True, help="stack name (stacks/Pulumi.<name>.yaml)")
+    ap.add_argument(
+        "--live",
+        action="store_true",
+        help="first ask each cloud's availability signal and skip zones it reports sold out",
+    )
     args = ap.parse_args(argv)
     try:
         path = find_stack(args.stack, STACKS_DIR)
@@ -62,12 +69,22 @@ def main(argv: list[str] | None = None, engine_for: object = None) -> int:
     if cfg.placement is None:
         engine = _NoRecord(engine)
     log = failover.Log(failover.log_path(path, cfg.stack))
+    skip = failover.live_screen(placement.candidates, _signal) if args.live else {}
     try:
-        return failover.up(placement, engine, log)
+        return failover.up(placement, engine, log, skip=skip)
     except KeyboardInterrupt:  # outside an update (the loop handles one inside)
         log.write(outcome="interrupted", candidate=placement.choice.key)
         print("interrupted: the next `make up` refreshes and finishes", file=sys.stderr)
         return failover.EXIT_INTERRUPTED
+
+
+def _signal(provider: str) -> Any:
+    """The cloud's live_zones (its folder's availability.py), or None when it has none."""
+    from infra import clouds
+
+    if provider not in clouds.names("availability.py"):
+        return None
+    return clouds.module(provider, "availability").live_zones
 
 
 class _NoRecord:

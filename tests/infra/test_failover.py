@@ -350,3 +350,41 @@ def test_a_pinned_stack_is_tried_once_and_records_nothing(
     assert [c for c in fake.calls if c[0] == "update"] == [
         ("update", "aws/us-east-1/us-east-1b/g5.xlarge")
     ]
+
+
+def test_the_live_signal_skips_a_sold_out_zone_before_any_update(tmp_path: Path) -> None:
+    from infra.clouds.availability import AVAILABLE, SOLD_OUT, ZoneSignal
+
+    p = placement()
+    first, second = p.order()[0], p.order()[1]
+    asked: list[tuple[str, list[str]]] = []
+
+    def live_zones(itype: str, regions: list[str]) -> list[ZoneSignal]:
+        asked.append((itype, list(regions)))
+        if itype != first.instance_type:
+            return []
+        return [
+            ZoneSignal(first.region, first.zone or "", SOLD_OUT, None, "WithoutStock"),
+            ZoneSignal(second.region, second.zone or "", AVAILABLE),
+        ]
+
+    skip = failover.live_screen(p.candidates, lambda provider: live_zones)
+    assert skip == {first.key: "live signal: sold out (WithoutStock)"}
+    assert {t for t, _ in asked} == {c.instance_type for c in p.candidates}
+    fake = Fake(1)
+    said: list[str] = []
+    log = failover.Log(tmp_path / "s-up.jsonl")
+    assert failover.up(p, fake, log, said.append, skip=skip) == failover.EXIT_LANDED
+    assert [c for c in fake.calls if c[0] == "update"] == [("update", second.key)]
+    assert said[0].startswith(f"skip aws {first.zone}") and "sold out" in said[0]
+
+
+def test_a_live_signal_that_fails_skips_nothing_and_says_why() -> None:
+    from infra.clouds.availability import NoSignal
+
+    def live_zones(itype: str, regions: list[str]) -> list[Any]:
+        raise NoSignal("no AWS credentials")
+
+    said: list[str] = []
+    assert failover.live_screen(placement().candidates, lambda _p: live_zones, said.append) == {}
+    assert said == ["live signal of aws: no AWS credentials; its candidates are tried as planned"]
