@@ -4,6 +4,13 @@ Hosts come from the Pulumi stack outputs, `--inventory FILE` or `-H user@host:po
 every task runs on all hosts in parallel and ends with a per-host summary.
 """
 
+import fabric.main
+
 from bootstrap import ns
+from bootstrap.fleet.usage import exit_2_on_parse_errors
+
+# invoke's own parse errors (a flag that needs a value, an unknown flag or task) exit 2,
+# as every gpufleet usage error does (docs/exit-status.md)
+exit_2_on_parse_errors(fabric.main.program)
 
 __all__ = ["ns"]

@@ -11,7 +11,6 @@ Needs root, openssh-server and sudo (as the tests do).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -25,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from infra.usage import OneLineParser  # noqa: E402
 from tests.support.sshd import running_sshd, skip_reason  # noqa: E402
 
 TARGET_RERUN_S = 10.0
@@ -61,7 +61,7 @@ def attach_loop(work: Path) -> str | None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="re-runs after the first (default 3)")
     args = parser.parse_args()
     reason = skip_reason()

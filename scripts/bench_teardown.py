@@ -47,6 +47,7 @@ from infra.reaper.fleet_names import (  # noqa: E402
     NAMESPACE,
 )
 from infra.reaper.idle_rules import UTC  # noqa: E402
+from infra.usage import OneLineParser  # noqa: E402
 
 
 class NaiveAws(AwsCloud):
@@ -141,7 +142,7 @@ def run_scenarios() -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", type=int, default=1, help="multiply the fleet (1: 2,055)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(

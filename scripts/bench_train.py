@@ -18,7 +18,6 @@ Needs root (the sshds switch users), openssh-server and sudo, as the tests do.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import logging
@@ -37,6 +36,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from infra.usage import OneLineParser  # noqa: E402
 from tests.support.sshd import SshServer, skip_reason, start_sshd, stop_sshd  # noqa: E402
 
 BUCKET = "gpufleet-bench-train"
@@ -202,7 +202,7 @@ def _measure(
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("--venv", help="node venv with torch (default: fab install-pytorch)")
     p.add_argument("--ssh-runs", type=int, default=7)
     args = p.parse_args()

@@ -8,7 +8,9 @@
     python scripts/cost.py --compare a100x8 [--currency USD] [--sort tflop-hour]
                            [--plot a100x8.png] [--json]
 
-Exit status: 0 done, 2 bad input (message on stderr), 1 the catalog data itself is broken.
+Exit status (docs/exit-status.md): 0 done; 1 --live could not compare (no credentials, no
+network, an API error: the bill is still printed, the reason on stderr) or the catalog data
+itself is broken; 2 bad input (message on stderr).
 --live asks AWS's Price List API / Alibaba's DescribePrice for the current on-demand price of the
 stack's instance type when credentials are present; the estimate never depends on it.
 --reservation prices a 1- or 3-year reservation beside the bill where the cloud's catalog file
@@ -116,6 +118,10 @@ def reservation_term(value: str | None) -> str | None:
         f"--reservation: {value!r} is not a term: use one of "
         f"{', '.join(RESERVATION_TERM_MONTHS)}{hint}"
     )
+
+
+# exit status when --live could not compare (docs/exit-status.md: it ran, the answer is no)
+LIVE_NOT_CHECKED = 1
 
 
 class LiveUnavailable(Exception):
@@ -775,7 +781,9 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
         out.write(json.dumps(doc, indent=2) + "\n")
     else:
         render_estimate(est, out, live_line, not_priced)
-    return 0
+    # --live asked for a comparison: when none could be made (no credentials, no network, an
+    # API error) the bill is still printed, and the status says the check did not happen
+    return LIVE_NOT_CHECKED if live_doc is not None and not live_doc["ok"] else 0
 
 
 def main(

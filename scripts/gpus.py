@@ -16,7 +16,6 @@ is broken.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import textwrap
@@ -30,6 +29,7 @@ if str(REPO) not in sys.path:
 from infra.catalog import Catalog, CatalogError, Gpu, InstanceType, load_catalog  # noqa: E402
 from infra.pricing.prices import Pricing, load_pricing  # noqa: E402
 from infra.suggest import did_you_mean  # noqa: E402
+from infra.usage import OneLineParser  # noqa: E402
 
 WIDTH = 80
 
@@ -255,7 +255,7 @@ def main(
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = OneLineParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--gpu", help="GPU models whose key or name contains this (e.g. A100)")
     parser.add_argument("--provider", help="one provider of the catalog (default: all)")
     parser.add_argument(

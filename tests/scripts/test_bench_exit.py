@@ -52,23 +52,33 @@ def test_make_bench_runs_each_benchmark_as_a_command_whose_status_counts() -> No
 def test_plan_bench_times_each_stack_against_a_same_run_baseline_and_fails_a_slow_one(
     monkeypatch, capsys
 ) -> None:
+    import subprocess
+    from types import SimpleNamespace
+
     bench = load("bench_plan")
-    # every fresh process "takes" 1.0 s, plans 2.0 s: over the 1.5 s target
+    # a fresh process takes one tick (1 s) and 0.5 CPU s; a plan two ticks and 2 CPU s:
+    # over the 1.5 s target
     clock = iter(range(0, 10_000))
+    cpu = [0.0]
     monkeypatch.setattr(bench.time, "perf_counter", lambda: float(next(clock)))
+    monkeypatch.setattr(
+        bench.resource, "getrusage", lambda who: SimpleNamespace(ru_utime=cpu[0], ru_stime=0.0)
+    )
 
     def fake_run(cmd, **kw):
-        import subprocess
-
+        cpu[0] += 0.5
         if "scripts/plan.py" in cmd:
             next(clock)  # a plan takes one tick more than the baseline
+            cpu[0] += 1.5
         return subprocess.CompletedProcess(cmd, 0, b"{}", b"")
 
     monkeypatch.setattr(bench.subprocess, "run", fake_run)
     assert bench.main(["--stacks", "a100x4", "--repeat", "1"]) == 1
     out = capsys.readouterr().out
-    assert "baseline (python -c 'import pulumi'): 1.00 s" in out
-    assert "a100x4" in out and "SLOW" in out and "2.00" in out
+    assert "before each stack, median 1.00 s" in out
+    row = next(line for line in out.splitlines() if line.startswith("a100x4"))
+    assert row.split()[1:8] == ["2.00", "2.00", "1.00", "2.00", "2.00", "0.50", "0"]
+    assert row.endswith("SLOW") and "over 1.5 CPU s: a100x4" in out
     assert max(len(line) for line in out.splitlines()) <= 80
 
 

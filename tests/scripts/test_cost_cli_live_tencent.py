@@ -193,7 +193,7 @@ def test_tencent_live_price_comes_from_inquiry_price_run_instances(
 
 def test_tencent_live_when_no_zone_sells_the_type_says_so(fake: FakeCvm, tmp_path: Path) -> None:
     code, doc, err = run("--stack-file", str(stack(tmp_path, "t4x1")), "--live")
-    assert code == 0
+    assert code == 1  # --live did not compare (docs/exit-status.md)
     assert doc["live"]["ok"] is False
     assert "no zone sells GN7.2XLARGE32 pay-as-you-go now" in err
     assert doc["hourly"]["on_demand"] == pytest.approx(8.68)  # the bill is still printed
@@ -205,7 +205,7 @@ def test_tencent_api_errors_are_reported_in_one_line_not_raised(
     fake.selling["GT4.4XLARGE96"] = ["ap-guangzhou-4"]
     fake.error = ("AuthFailure.SignatureFailure", "The provided credentials could not be validated")
     code, doc, err = run("--stack-file", str(stack(tmp_path, "a100x1")), "--live")
-    assert code == 0
+    assert code == 1  # --live did not compare (docs/exit-status.md)
     assert doc["live"]["ok"] is False
     assert "InquiryPriceRunInstances: AuthFailure.SignatureFailure" in err
     assert "Traceback" not in err
@@ -217,7 +217,7 @@ def test_tencent_live_without_credentials_is_a_clear_message(
     monkeypatch.delenv("TENCENTCLOUD_SECRET_ID", raising=False)
     monkeypatch.delenv("TENCENTCLOUD_SECRET_KEY", raising=False)
     code, doc, err = run("--stack-file", str(stack(tmp_path, "a100x1")), "--live")
-    assert code == 0
+    assert code == 1  # --live did not compare (docs/exit-status.md)
     assert "no Tencent Cloud credentials: set TENCENTCLOUD_SECRET_ID" in err
     assert doc["live"]["ok"] is False
 
@@ -234,6 +234,6 @@ def test_a_closed_port_is_one_line_and_bounded(
     monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", "fake-secret")
     monkeypatch.setenv("TENCENTCLOUD_CVM_ENDPOINT", f"127.0.0.1:{port}")
     code, doc, err = run("--stack-file", str(stack(tmp_path, "a100x1")), "--live")
-    assert code == 0
+    assert code == 1  # --live did not compare (docs/exit-status.md)
     assert doc["live"]["ok"] is False
     assert "DescribeZoneInstanceConfigInfos" in err and "Traceback" not in err

@@ -58,6 +58,6 @@ def test_azure_live_price_follows_next_page_link_and_takes_the_linux_pay_as_you_
 def test_azure_live_without_a_reachable_api_says_so_and_still_prints_the_bill(tmp_path: Path):
     # the autouse fixture points the API at a closed port on 127.0.0.1
     code, doc, err = _run("--stack-file", str(_stack(tmp_path, "t4x1")), "--live")
-    assert code == 0
+    assert code == 1  # --live did not compare (docs/exit-status.md)
     assert "Azure Retail Prices API" in err and doc["live"]["ok"] is False
     assert doc["hourly"]["on_demand"] == pytest.approx(0.526)

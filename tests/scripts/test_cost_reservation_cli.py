@@ -151,7 +151,7 @@ def test_live_without_a_reachable_api_prints_the_bill_and_says_the_reservation_i
 ):
     # the autouse fixture points the API at a closed port on 127.0.0.1
     code, doc, err = _json("--stack-file", str(_stack(tmp_path)), "--live", "--reservation", "1y")
-    assert code == 0
+    assert code == 1  # --live did not compare (docs/exit-status.md)
     assert doc["reservation"] is None
     assert doc["live"]["reservation"]["ok"] is False
     assert "reservation: Azure Retail Prices API" in err

@@ -155,6 +155,11 @@ def test_a_good_number_is_parsed_as_its_kind(
 
 
 def test_a_missing_value_names_the_flag_as_typed() -> None:
-    # invoke's own "needed value" error (exit 1) used to say <Argument: wait [float]>.
+    # invoke's own "needed value" error used to say <Argument: wait [float]>; it exits 2 now
+    # (bootstrap/fleet/usage.py, docs/exit-status.md)
     proc = _fab("cancel", "--wait")
-    assert proc.stderr.strip() == "Flag --wait needed value and was not given one!"
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "gpufleet: Flag --wait needed value and was not given one! "
+        "(fab --list names the tasks, fab --help TASK its flags)"
+    )
