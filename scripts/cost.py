@@ -28,7 +28,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a file from a checkout without the editable install
@@ -238,6 +238,33 @@ def _money(value: float | tuple[float, float] | None, unit: str = "") -> str:
     return f"{value:,.2f}{unit}"
 
 
+class _TrailingSpacesDropped:
+    """The stream rich writes to, minus the spaces it pads each line of a table's title or a
+    wrapped paragraph with up to the console width (piped output read them as content)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.pending = ""
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            self.out.write(line.rstrip(" ") + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.out.write(self.pending)
+            self.pending = ""
+        self.out.flush()
+
+    def isatty(self) -> bool:
+        return bool(getattr(self.out, "isatty", lambda: False)())
+
+    def fileno(self) -> int:
+        return int(self.out.fileno())
+
+
 def _console(out: TextIO) -> Any:
     """A console that prints text as it is (no markup or emoji read from prices or names), as
     wide as the terminal, or unlimited when piped (lines as long as their content)."""
@@ -247,7 +274,7 @@ def _console(out: TextIO) -> Any:
 
     width = output_width(out)
     return Console(
-        file=out,
+        file=cast(TextIO, _TrailingSpacesDropped(out)),
         width=width or 1000,
         markup=False,
         emoji=False,

@@ -268,3 +268,22 @@ def test_compare_and_currency_names_are_case_blind_on_the_command_line():
 def test_a_stack_bill_takes_its_currency_in_any_case(tmp_path: Path):
     stack = write_stack(tmp_path, provider="aws", tier="t4x1")
     assert run_json("--stack-file", str(stack), "--currency", "cny")["currency"] == "CNY"
+
+
+@pytest.mark.parametrize("argv", [["--stack", "a100x4"], ["--compare", "a100x8"]])
+def test_piped_at_80_columns_every_line_fits_and_none_is_padded(argv: list[str]) -> None:
+    import os
+
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *argv],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "COLUMNS": "80"},
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert [line for line in lines if line != line.rstrip()] == []  # rich padded 5-25 lines
