@@ -19,6 +19,7 @@ TASK_NAMES = {
     "data-pull",
     "data-push",
     "forget-host-key",
+    "health",
     "host-keys",
     "idle-status",
     "install-driver",
