@@ -58,7 +58,7 @@ ZIP_CACHE = BUILD_DIR / "zip-cache"
 
 
 @functools.lru_cache(maxsize=4)
-def function_zip(provider: str = "alicloud") -> bytes:
+def function_zip(provider: str) -> bytes:
     """The reaper as a deterministic zip (same bytes for the same sources): its code, the
     catalog's per-instance-type table, and for Alicloud the SDKs from the wheels built for
     FC_RUNTIME (Function Compute's Python runtime has none). Built once per content digest
@@ -126,7 +126,7 @@ def stale_function_zips(folder: Path, provider: str, keep: str) -> list[Path]:
     )
 
 
-def function_archive(provider: str = "aws") -> pulumi.AssetArchive:
+def function_archive(provider: str) -> pulumi.AssetArchive:
     """The same files as a Pulumi archive: inline, so the program writes nothing to disk.
     Lambda's runtime has boto3: the AWS archive is the code and the table, all text."""
     with zipfile.ZipFile(io.BytesIO(function_zip(provider))) as zf:

@@ -586,7 +586,7 @@ class AlicloudProvider:
             runtime=guard_logic.FC_RUNTIME,
             handler=guard_logic.FC_HANDLER,
             code=ali.fc.V3FunctionCodeArgs(
-                zip_file=base64.b64encode(guard_logic.function_zip()).decode()
+                zip_file=base64.b64encode(guard_logic.function_zip(self.name)).decode()
             ),
             role=role.arn,
             timeout=300,

@@ -684,7 +684,7 @@ class AwsProvider:
             runtime="python3.12",
             handler=guard_logic.LAMBDA_HANDLER,
             role=role.arn,
-            code=guard_logic.function_archive(),
+            code=guard_logic.function_archive(self.name),
             timeout=300,
             memory_size=256,
             environment=aws.lambda_.FunctionEnvironmentArgs(
