@@ -67,28 +67,13 @@ def enabled(env: Mapping[str, str] | None = None) -> bool:
     return env.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def aws_console_fetcher(region: str) -> Fetch:
-    """Reads one instance's console output with the caller's own AWS credentials."""
-    import boto3
-
-    client = boto3.client("ec2", region_name=region)
-
-    def fetch(instance_id: str) -> str:
-        answer = client.get_console_output(InstanceId=instance_id, Latest=True)
-        return str(answer.get("Output") or "")
-
-    return fetch
-
-
-# Where each cloud's console output is read: provider name -> fetcher factory (region -> Fetch).
-# Only the clouds whose catalog file does not list Feature.CONSOLE_HOST_KEYS as unsupported
-# belong here; a test holds the two together.
-FETCHERS: Mapping[str, Callable[[str], Fetch]] = {"aws": aws_console_fetcher}
-
-
 def fetcher_for(provider: str, region: str) -> Fetch:
-    """The console reader for this cloud (KeyError where it has none)."""
-    return FETCHERS[provider](region)
+    """The console reader of this cloud's folder (infra/clouds/<cloud>/console.py);
+    LookupError where the cloud has none."""
+    from infra import clouds
+
+    fetcher: Callable[[str], Fetch] = clouds.module(provider, "console").fetcher
+    return fetcher(region)
 
 
 def with_console_host_keys(

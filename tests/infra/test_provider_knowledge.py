@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from bootstrap.fleet import console_keys
 from infra import clouds
 from infra.catalog import (
     CatalogError,
@@ -287,7 +286,9 @@ def test_console_host_keys_are_read_exactly_where_the_catalog_says_the_cloud_can
         for name, info in load_catalog().providers.items()
         if info.supports(Feature.CONSOLE_HOST_KEYS)
     }
-    assert set(console_keys.FETCHERS) == able
+    assert set(clouds.names("console.py")) == able
+    for name in able:
+        assert callable(clouds.module(name, "console").fetcher)
 
 
 @pytest.mark.parametrize("name", provider_names())
