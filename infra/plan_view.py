@@ -24,6 +24,11 @@ STACK_TYPE = "pulumi:pulumi:Stack"
 KEY_INPUTS = (
     "region",
     "instanceType",
+    "hardwareProfile",  # Azure VM: its size
+    "priority",  # Azure VM: Regular or Spot
+    "evictionPolicy",
+    "billingProfile",  # Azure Spot's max price
+    "zones",  # Azure: the availability zone
     "availabilityZone",
     "zoneId",
     "instanceChargeType",

@@ -258,3 +258,13 @@ def test_an_inline_archive_is_shown_member_by_member_with_size_and_digest():
             for b in [zf.read(n)]
         }
     assert members == want
+
+
+def test_an_azure_vm_shows_its_size_priority_and_eviction_in_the_tree():
+    proc = run("--stack", "azure-t4x1")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if "azure-native:compute:VirtualMachine" in line)
+    shown = " ".join(line.strip(" │") for line in lines[at + 1 : at + 5])
+    assert 'hardwareProfile: {"vmSize": "Standard_NC4as_T4_v3"}' in shown
+    assert "priority: Spot" in shown and "evictionPolicy: Deallocate" in shown
