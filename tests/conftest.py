@@ -33,6 +33,9 @@ _CLOUD_ENV = (
     "GPUFLEET_KNOWN_HOSTS",
     "GPUFLEET_INVENTORY",
     "XDG_CONFIG_HOME",
+    # fab train's cache of what train-check learnt (bootstrap/train/check_cache.py)
+    "XDG_CACHE_HOME",
+    "GPUFLEET_CACHE_DIR",
 )
 
 

@@ -42,7 +42,7 @@ from bootstrap.fleet.runner import FleetReport, emit
 from bootstrap.tasks.train import TRAIN_HELP, _fail
 from bootstrap.train.runs import run_steps
 from bootstrap.train.spec import JOBS_ROOT, TrainError, node_name, validate_name
-from bootstrap.train.steps import put_bytes, ship_runner
+from bootstrap.train.steps import SHIP_FAILED, put_bytes, ship_then_command
 from bootstrap.verify.ship import parse_node_env
 from infra.render import literal_console
 
@@ -202,8 +202,12 @@ def node_tool(
     """Run ``data_sync.py COMMAND --root <the dataset> ARGS`` with ``doc`` on its stdin;
     its JSON answer (a StepFailed when it has none, or says it failed)."""
     plan: DataPlan = ctx.options.extra["plan"]
-    tool = str(Path(ship_runner(conn, plan.jobs_dir)).with_name("data_sync.py"))
-    cmd = f"python3 {shlex.quote(tool)} {command} --root {shlex.quote(plan.node_root)} {args}"
+    runner, _ = ship_then_command(plan.jobs_dir, "")
+    tool = shlex.quote(str(Path(runner).with_name("data_sync.py")))
+    # The tools shipped (when they are not there) and run in one round trip.
+    _, cmd = ship_then_command(
+        plan.jobs_dir, f"python3 {tool} {command} --root {shlex.quote(plan.node_root)} {args}"
+    )
     err = io.StringIO()
     done = conn.run(
         cmd.strip(),
@@ -221,6 +225,8 @@ def node_tool(
         answer = None
     if not isinstance(answer, dict):
         tail = (err.getvalue() or str(done.stdout)).strip()[-300:]
+        if done.exited == SHIP_FAILED:
+            raise StepFailed(f"could not install the node tools in {plan.jobs_dir}: {tail}")
         raise StepFailed(f"{command}: no answer from the node's data tool: {tail}")
     if not answer.get("ok"):
         raise StepFailed(f"{command}: {answer.get('error')}")

@@ -37,6 +37,7 @@ from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.runner import FleetReport, summary_table
 from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.tasks.verify import master_address
+from bootstrap.train import check_cache
 from bootstrap.train.jobs import JobRow, find_job, jobs_table
 from bootstrap.train.resume import check_restorable, job_to_resume
 from bootstrap.train.runs import (
@@ -62,6 +63,7 @@ from bootstrap.train.spec import (
 )
 from bootstrap.train.steps import (
     cancel_step,
+    resume_check_step,
     train_check_step,
     train_start_step,
 )
@@ -130,13 +132,18 @@ def _checked_node_facts(
     console: Console,
     quiet: bool,
     timeout: float,
-) -> dict[Host, dict[str, Any]]:
-    """Every node's train-check facts; refuses the whole job when one node is not ready."""
+) -> tuple[dict[Host, dict[str, Any]], Mapping[str, Any] | None]:
+    """Every node's train-check facts, and for a resume (``extra["spec"]``: the job) what
+    the head can restore, asked on the same connection; refuses the whole job when one node
+    is not ready."""
+    steps: list[Any] = [train_check_step]
+    if extra.get("spec") is not None:
+        steps.append(resume_check_step)
     checked = run_steps(
         c,
         fleet,
         "train",
-        [train_check_step],
+        steps,
         dict(extra),
         console=None if quiet else console,
         connect_timeout=timeout,
@@ -148,11 +155,28 @@ def _checked_node_facts(
             f"{len(problems)} of {len(fleet.hosts)} node(s) not ready: nothing started "
             f"(a {len(fleet.hosts)}-node job needs every node)"
         )
-    out = {}
+    facts = {}
     for h in checked.hosts:
         details = next(s for s in h.steps if s.name == "train-check").result.details
-        out[h.host] = {**details["facts"], "health": details.get("health")}
-    return out
+        facts[h.host] = {**details["facts"], "health": details.get("health")}
+    found = next(
+        (
+            s.result.details["restorable"]
+            for h in checked.hosts
+            for s in h.steps
+            if s.name == "resume-check" and "restorable" in s.result.details
+        ),
+        None,
+    )
+    # What the nodes said of their venvs, for the next launch to skip the torch import.
+    check_cache.remember(
+        {
+            f["cache_key"]: check_cache.Known(f["venv_id"], f["torch"])
+            for f in facts.values()
+            if f.get("venv_id") and f.get("torch")
+        }
+    )
+    return facts, found
 
 
 def _report_started(
@@ -228,9 +252,9 @@ def _job_spec_for(
     console: Console,
     quiet: bool,
     timeout: float,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], Mapping[str, Any] | None]:
     """The spec to start: a new job from ``req`` or the next attempt of ``old``, once every
-    node passed train-check."""
+    node passed train-check; and for a resume, what the head can restore."""
     if old is None:
         with _refusals():
             check_bucket_home(fleet)
@@ -246,22 +270,23 @@ def _job_spec_for(
         "master_port": req.master_port if req else 0,
         "nproc": req.nproc_per_node if req else int(old["nproc_per_node"]) if old else 0,
         "ignore_health": ignore_health,
+        "spec": old,
     }
-    facts = _checked_node_facts(c, fleet, check_extra, console, quiet, timeout)
+    facts, found = _checked_node_facts(c, fleet, check_extra, console, quiet, timeout)
     port = (req.master_port if req else 0) or int(facts[head].get("port") or 29500)
     addr = master_address(fleet.outputs, fleet, None)
     # Each node's health verdict as this attempt found it (and any --ignore-health override).
     checked = {h.label: f["health"] for h, f in facts.items()}
     if old is not None:
         spec = resume_spec(old, master_addr=addr, master_port=port, stop_when_done=stop_when_done)
-        return {**spec, "health": checked}
+        return {**spec, "health": checked}, found
     assert req is not None
     now = dt.datetime.now(dt.UTC)
     gpus = min(int(f.get("gpus") or 0) for f in facts.values())
     nproc = req.nproc_per_node or (1 if req.cpu else gpus)
     job = new_job_id(req.name, now, secrets.token_hex(2))
     spec = job_spec(req, fleet, job=job, nproc=nproc, master_addr=addr, master_port=port, now=now)
-    return {**spec, "health": checked}
+    return {**spec, "health": checked}, None
 
 
 def _start(
@@ -350,7 +375,7 @@ def train(
             print("gpufleet: nothing to resume: no interrupted job on these nodes")
             return
         old, fleet, manifest = found
-    spec = _job_spec_for(
+    spec, restorable = _job_spec_for(
         c,
         fleet,
         req,
@@ -364,7 +389,7 @@ def train(
     )
     if old is not None:
         with _refusals():
-            check_restorable(c, fleet, old, from_scratch, console, quiet, timeout)
+            check_restorable(old, restorable, from_scratch, console)
     started = _start(c, fleet, spec, manifest, console=None if quiet else console, timeout=timeout)
     _report_started(started, spec, old is not None, json, console, len(fleet.hosts))
     if follow:

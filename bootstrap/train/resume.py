@@ -7,7 +7,6 @@ Each refusal is a TrainError with one line, raised before anything starts on a n
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,9 @@ from rich.console import Console
 
 from bootstrap.fleet.hosts import Fleet
 from bootstrap.train.jobs import find_job
-from bootstrap.train.runs import collect_jobs, host_problems, job_hosts, run_steps, warn_unreachable
-from bootstrap.train.spec import JOBS_ROOT, TrainError, rank_of
-from bootstrap.train.steps import nothing_to_restore, restorable_line, resume_check_step
+from bootstrap.train.runs import collect_jobs, job_hosts, warn_unreachable
+from bootstrap.train.spec import JOBS_ROOT, TrainError
+from bootstrap.train.steps import nothing_to_restore, restorable_line
 from bootstrap.train.workdir import build_manifest, workdir_files
 
 
@@ -67,33 +66,20 @@ def job_to_resume(
 
 
 def check_restorable(
-    c: Context,
-    fleet: Fleet,
     old: Mapping[str, Any],
+    found: Mapping[str, Any] | None,
     from_scratch: bool,
     console: Console,
-    quiet: bool,
-    timeout: float,
 ) -> None:
     """Refuse a resume with nothing to restore (no checkpoint on the head, none complete in
-    the bucket) unless ``from_scratch``: it would start from step 0 and call it resumed."""
-    head = replace(fleet, hosts=tuple(h for h in fleet.hosts if rank_of(old, h) == 0))
-    report = run_steps(
-        c,
-        head,
-        "train",
-        [resume_check_step],
-        {"spec": old},
-        console=None if quiet else console,
-        connect_timeout=timeout,
-    )
-    if host_problems(report) or not head.hosts:
-        warn_unreachable(report)
+    the bucket) unless ``from_scratch``: it would start from step 0 and call it resumed.
+    ``found``: what the head's resume-check said (run with train-check, in its round
+    trips), None when the head did not answer."""
+    if found is None:
         raise TrainError(f"job {old['job']}: cannot tell what to resume from: nothing started")
-    found = next(s for s in report.hosts[0].steps if s.name == "resume-check").result.details
-    if not nothing_to_restore(found["restorable"]):
+    if not nothing_to_restore(found):
         return
-    said = restorable_line(found["restorable"])
+    said = restorable_line(found)
     if not from_scratch:
         raise TrainError(
             f"job {old['job']}: nothing to restore ({said}); --from-scratch starts it "

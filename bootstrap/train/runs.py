@@ -16,7 +16,6 @@ from rich.console import Console
 from bootstrap.fleet.api import Host, HostContext, Options
 from bootstrap.fleet.hosts import Fleet
 from bootstrap.fleet.runner import FleetReport, run_fleet
-from bootstrap.fleet.system import probe_step
 from bootstrap.train.chart import CHART_NAME, history_of, job_figure, save_chart
 from bootstrap.train.jobs import JobRow, merge_jobs
 from bootstrap.train.spec import rank_of
@@ -49,10 +48,12 @@ def run_steps(
     console: Console | None,
     connect_timeout: float,
 ) -> FleetReport:
+    # No probe step first: the train steps read no OS facts, and each step is a round trip
+    # on the way to the job's first line (issue 24).
     return run_fleet(
         name,
         fleet.hosts,
-        [probe_step, *steps],
+        list(steps),
         _context_factory(fleet, extra),
         config=c.config,
         console=console,

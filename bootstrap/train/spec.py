@@ -254,12 +254,41 @@ def rank_of(spec: Mapping[str, Any], host: Host) -> int | None:
 # ---------------------------------------------------------------------------- node checks
 
 
-def check_command(req_python: str, jobs_dir: str, ckpt_parent: str, want_port: bool) -> str:
+def venv_id_command(python: str) -> str:
+    """The venv's fingerprint on the node: device, inode, size and mtime of its python and
+    of torch's version.py (a new venv or a reinstalled torch changes it)."""
+    venv = str(Path(python).parent.parent)
+    files = f"{shlex.quote(python)} {shlex.quote(venv)}/lib/python3*/site-packages/torch/version.py"
+    return f"stat -L -c '%d.%i.%s.%Y' {files} 2>/dev/null | paste -sd ' ' -"
+
+
+def check_command(
+    req_python: str,
+    jobs_dir: str,
+    ckpt_parent: str,
+    want_port: bool,
+    known: tuple[str, str] | None = None,
+) -> str:
+    """One round trip of cheap reads; torch is imported only when the venv's fingerprint
+    is not ``known`` ((fingerprint, torch version) from the last launch: check_cache)."""
     py = shlex.quote(req_python)
+    # One python3 for its version and, on the head, a free port (each start costs ~0.2 s).
+    port = 's=socket.socket(); s.bind(("", 0)); print("port=%d" % s.getsockname()[1])'
+    probe = 'import sys, socket; print("python3=%d.%d" % sys.version_info[:2])' + (
+        f"; {port}" if want_port else ""
+    )
+    import_torch = f"echo torch=$({py} -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+    torch = import_torch
+    if known:
+        fp, version = (shlex.quote(v) for v in known)
+        torch = (
+            f'if [ -n "$v" ] && [ "$v" = {fp} ]; then echo torch={version}; '
+            f"echo torch_cached=yes; else {import_torch}; fi"
+        )
     lines = [
-        "echo python3=$(python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' "
-        "2>/dev/null)",
-        f"echo torch=$({py} -c 'import torch; print(torch.__version__)' 2>/dev/null)",
+        f"python3 -c {shlex.quote(probe)} 2>/dev/null",
+        f"v=$({venv_id_command(req_python)}); echo venv_id=$v",
+        torch,
         "echo gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')",
         "echo cpus=$(nproc 2>/dev/null)",
         "echo systemd=$(test -d /run/systemd/system && echo yes || echo no)",
@@ -270,11 +299,6 @@ def check_command(req_python: str, jobs_dir: str, ckpt_parent: str, want_port: b
         lines.append(
             f'p={q}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; '
             f'echo {key}=$(test -w "$p" && echo writable || echo root-only)'
-        )
-    if want_port:
-        lines.append(
-            "echo port=$(python3 -c 'import socket; s = socket.socket(); "
-            's.bind(("", 0)); print(s.getsockname()[1])\')'
         )
     return "; ".join(lines)
 

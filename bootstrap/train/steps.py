@@ -26,11 +26,15 @@ from fabric import Connection
 
 from bootstrap.fleet.api import HostContext, StepFailed, StepResult, step
 from bootstrap.fleet.system import sh
-from bootstrap.train import health
+from bootstrap.train import check_cache, health
 from bootstrap.train.spec import check_command, judge_check, parse_check, rank_of
 from bootstrap.train.workdir import SYNC_MANIFEST, diff_manifest, pack
 
 REMOTE_DIR = Path(__file__).resolve().parents[1] / "remote"
+RUNNER = "{runner}"  # in a command given to ship_and_run: the runner's path on the node
+SHIP_FAILED = 97  # ship_and_run's exit status when the runner could not be installed
+PREP_FAILED = 98  # train-start's when the job folder could not be written
+NO_JOBS = "gpufleet-no-jobs-folder"  # jobs' answer for a node without the jobs folder
 REMOTE_FILES = (
     "job_runner.py",
     "job_launch.py",
@@ -93,12 +97,26 @@ def write_file_command(path: str, text: str) -> str:
 
 def ship_runner(conn: Connection, jobs_dir: str) -> str:
     """Ship the runner (one round trip, nothing sent when present) and return its path."""
+    return ship_and_run(conn, jobs_dir, "")[0]
+
+
+def ship_then_command(jobs_dir: str, then: str) -> tuple[str, str]:
+    """(the runner's path, a command that ships it unless it is there, then runs ``then``,
+    whose ``{runner}`` is that path); exit SHIP_FAILED when the runner cannot be put there."""
     sha, b64 = bundle()
-    done = sh(conn, ship_command(jobs_dir, sha, b64), timeout=120)
-    if not done.ok:
+    path = runner_path(jobs_dir, sha)
+    after = f" && {then.replace(RUNNER, shlex.quote(path))}" if then else ""
+    return path, f"{{ {ship_command(jobs_dir, sha, b64)}; }} || exit {SHIP_FAILED}{after}"
+
+
+def ship_and_run(conn: Connection, jobs_dir: str, then: str) -> tuple[str, Any]:
+    """Ship the runner and run ``then`` in one round trip: (its path, ``then``'s result)."""
+    path, command = ship_then_command(jobs_dir, then)
+    done = sh(conn, command, timeout=300)
+    if done.exited == SHIP_FAILED or (not then and not done.ok):
         why = (str(done.stderr) or str(done.stdout)).strip()[-300:]
         raise StepFailed(f"could not install the job runner in {jobs_dir}: {why}")
-    return runner_path(jobs_dir, sha)
+    return path, done
 
 
 def job_dir(spec: Mapping[str, Any]) -> str:
@@ -112,18 +130,22 @@ class NodeJob:
 
     spec: Mapping[str, Any]
     rank: int  # this node's node rank
-    runner: str  # the job runner's path on the node
     job_dir: str
+
+    def command(self, args: str) -> str:
+        """``job_runner.py ARGS`` with the runner shipped first, in one round trip."""
+        return ship_then_command(self.spec["jobs_dir"], f"python3 {RUNNER} {args}")[1]
 
 
 def node_job(conn: Connection, ctx: HostContext) -> NodeJob | None:
-    """The job of ``ctx.options.extra["spec"]`` on this node, with its runner shipped; None
-    when this host is not a node of the job (the runner is then not shipped)."""
+    """The job of ``ctx.options.extra["spec"]`` on this node; None when this host is not a
+    node of the job. Its commands ship the runner as they run (NodeJob.command)."""
+    del conn  # nothing to ask the node yet
     spec = ctx.options.extra["spec"]
     rank = rank_of(spec, ctx.host)
     if rank is None:
         return None
-    return NodeJob(spec, rank, ship_runner(conn, spec["jobs_dir"]), job_dir(spec))
+    return NodeJob(spec, rank, job_dir(spec))
 
 
 def _json_out(done: Any, what: str) -> dict[str, Any]:
@@ -134,6 +156,8 @@ def _json_out(done: Any, what: str) -> dict[str, Any]:
         data = None
     if not isinstance(data, dict):
         tail = (str(done.stderr) or str(done.stdout)).strip()[-300:]
+        if done.exited == SHIP_FAILED:
+            raise StepFailed(f"{what}: could not install the job runner: {tail}")
         raise StepFailed(f"{what}: no answer from the job runner (exit {done.exited}): {tail}")
     return data
 
@@ -143,12 +167,21 @@ def _json_out(done: Any, what: str) -> dict[str, Any]:
 
 @step("train-check")
 def train_check_step(conn: Connection, ctx: HostContext) -> StepResult:
-    """Can this node run the job? (reads only)"""
+    """Can this node run the job? (reads only; torch is imported only for a venv this
+    machine has not seen as it is now: check_cache)"""
     x = ctx.options.extra
     want_port = ctx.host == x["head"] and not x.get("master_port")
-    command = check_command(x["python"], x["jobs_dir"], x["ckpt_parent"], want_port)
+    key = check_cache.entry_key(host_key(conn), ctx.host.address, ctx.host.port, x["python"])
+    known = check_cache.lookup(key, x.get("check_cache"))
+    command = check_command(
+        x["python"],
+        x["jobs_dir"],
+        x["ckpt_parent"],
+        want_port,
+        (known.venv_id, known.torch) if known else None,
+    )
     done = sh(conn, f"{command}; {health.check_lines(x['jobs_dir'])}", timeout=60)
-    facts = parse_check(str(done.stdout))
+    facts = {**parse_check(str(done.stdout)), "cache_key": key}
     why = judge_check(
         facts, cpu=x["cpu"], venv=x["venv"], host=ctx.host.label, nproc=int(x.get("nproc") or 0)
     )
@@ -164,24 +197,35 @@ def train_check_step(conn: Connection, ctx: HostContext) -> StepResult:
         return StepResult.failed(why, facts=facts, health=record)
     if why:
         record["override"] = why  # --ignore-health: the job's record says what was ignored
+    cached = " (known venv)" if facts.get("torch_cached") == "yes" else ""
     return StepResult.ok(
-        f"torch {facts['torch']}, {facts.get('gpus', '0')} GPU(s), systemd {facts['systemd']}"
+        f"torch {facts['torch']}{cached}, {facts.get('gpus', '0')} GPU(s), "
+        f"systemd {facts['systemd']}"
         f", health {record['status']}" + (" (ignored)" if why else ""),
         facts=facts,
         health=record,
     )
 
 
-def sync_workdir(conn: Connection, ctx: HostContext, runner: str) -> str:
+def host_key(conn: Connection) -> str:
+    """The node's SSH host key as this connection verified it ("" when unknown)."""
+    transport = conn.client.get_transport()
+    if transport is None:
+        return ""
+    key = transport.get_remote_server_key()
+    return f"{key.get_name()} {key.fingerprint}"
+
+
+def sync_workdir(conn: Connection, ctx: HostContext, runner: str, remote_text: str) -> str:
+    """Send what changed in the workdir; ``remote_text``: the node's sync manifest, read in
+    the round trip that shipped the runner (:func:`read_manifest_command`)."""
     x = ctx.options.extra
     remote_dir: str = x["remote_workdir"]
     manifest: dict[str, list[Any]] = x["manifest"]
     root: Path = x["local_workdir"]
-    q = shlex.quote(remote_dir)
-    got = sh(conn, f"{ensure_dir_command(remote_dir)} && cat {q}/{SYNC_MANIFEST} 2>/dev/null")
     try:
-        remote = dict(jsonlib.loads(str(got.stdout) or "{}").get("files") or {})
-    except ValueError:
+        remote = dict(jsonlib.loads(remote_text or "{}").get("files") or {})
+    except (ValueError, AttributeError):
         remote = {}
     send, delete = diff_manifest(manifest, remote)
     if not send and not delete:
@@ -189,6 +233,7 @@ def sync_workdir(conn: Connection, ctx: HostContext, runner: str) -> str:
     data = pack(root, send, {"files": manifest, "delete": delete})
     tmp = f"{remote_dir.rstrip('/')}/../.upload-{secrets.token_hex(4)}.tar.gz"
     put_bytes(conn, data, tmp)
+    q = shlex.quote(remote_dir)
     out = _json_out(
         sh(
             conn,
@@ -200,6 +245,12 @@ def sync_workdir(conn: Connection, ctx: HostContext, runner: str) -> str:
     if not out.get("ok"):
         raise StepFailed(f"workdir update refused: {out.get('error')}")
     return f"workdir: {len(send)} file(s) sent ({len(data) / 1e3:.0f} kB), {len(delete)} removed"
+
+
+def read_manifest_command(remote_dir: str) -> str:
+    """The node's copy of the workdir made, and its sync manifest printed ("" when none)."""
+    q = shlex.quote(remote_dir)
+    return f"{ensure_dir_command(remote_dir)} && {{ cat {q}/{SYNC_MANIFEST} 2>/dev/null; true; }}"
 
 
 def put_bytes(conn: Connection, data: bytes | Path, path: str) -> None:
@@ -222,16 +273,22 @@ def put_bytes(conn: Connection, data: bytes | Path, path: str) -> None:
 
 @step("train-start")
 def train_start_step(conn: Connection, ctx: HostContext) -> StepResult:
-    """Copy the runner and the workdir, write job.json, start the detached supervisor."""
+    """Copy the runner and the workdir, write job.json, start the detached supervisor: two
+    round trips when the workdir is unchanged (ship + read its manifest; write + start)."""
     x = ctx.options.extra
     spec: dict[str, Any] = x["spec"]
     rank = rank_of(spec, ctx.host)
     if rank is None:
         return StepResult.failed(f"{ctx.host.label} is not a node of job {spec['job']}")
-    runner = ship_runner(conn, spec["jobs_dir"])
+    syncing = x.get("manifest") is not None
+    then = read_manifest_command(x["remote_workdir"]) if syncing else "true"
+    runner, read = ship_and_run(conn, spec["jobs_dir"], then)
     notes = []
-    if x.get("manifest") is not None:
-        notes.append(sync_workdir(conn, ctx, runner))
+    if syncing:
+        if not read.ok:
+            why = str(read.stderr).strip()[-300:]
+            raise StepFailed(f"could not make the workdir {x['remote_workdir']}: {why}")
+        notes.append(sync_workdir(conn, ctx, runner, str(read.stdout)))
     folder = job_dir(spec)
     prep = " && ".join(
         [
@@ -240,18 +297,17 @@ def train_start_step(conn: Connection, ctx: HostContext) -> StepResult:
             write_file_command(f"{folder}/job.json", jsonlib.dumps(spec, indent=1)),
         ]
     )
-    made = sh(conn, prep, timeout=60)
-    if not made.ok:
-        raise StepFailed(f"could not write the job folder: {str(made.stderr).strip()[-300:]}")
-    out = _json_out(
-        sh(
-            conn,
-            f"python3 {shlex.quote(runner)} start --job-dir {shlex.quote(folder)} "
-            f"--node-rank {rank} --detach {spec.get('detach', 'auto')} --wait 120",
-            timeout=180,
-        ),
-        "start",
+    started = sh(
+        conn,
+        f"{{ {prep}; }} || exit {PREP_FAILED}; python3 {shlex.quote(runner)} start --job-dir "
+        f"{shlex.quote(folder)} --node-rank {rank} --detach {spec.get('detach', 'auto')} "
+        "--wait 120",
+        timeout=180,
     )
+    if started.exited == PREP_FAILED:
+        why = str(started.stderr).strip()[-300:]
+        raise StepFailed(f"could not write the job folder: {why}")
+    out = _json_out(started, "start")
     if not out.get("ok"):
         return StepResult.failed(f"job not started: {out.get('error')}")
     state = out["state"]
@@ -263,15 +319,19 @@ def train_start_step(conn: Connection, ctx: HostContext) -> StepResult:
 
 @step("jobs")
 def jobs_step(conn: Connection, ctx: HostContext) -> StepResult:
-    """Every job state this node holds (reads only, apart from shipping the runner)."""
+    """Every job state this node holds (reads only, apart from shipping the runner): one
+    round trip."""
     jobs_dir = ctx.options.extra["jobs_dir"]
-    if not sh(conn, f"test -d {shlex.quote(jobs_dir)}").ok:
+    q = shlex.quote(jobs_dir)
+    # No jobs folder: nothing to list, and nothing shipped (fab jobs creates nothing).
+    _, listing = ship_then_command(jobs_dir, f"python3 {RUNNER} list --root {q}")
+    done = sh(conn, f"if [ -d {q} ]; then {listing}; else echo {NO_JOBS}; fi", timeout=300)
+    if str(done.stdout).strip() == NO_JOBS:
         return StepResult.ok("no jobs on this node", jobs=[])
-    runner = ship_runner(conn, jobs_dir)
-    out = _json_out(
-        sh(conn, f"python3 {shlex.quote(runner)} list --root {shlex.quote(jobs_dir)}", timeout=60),
-        "list",
-    )
+    if done.exited == SHIP_FAILED:
+        why = (str(done.stderr) or str(done.stdout)).strip()[-300:]
+        raise StepFailed(f"could not install the job runner in {jobs_dir}: {why}")
+    out = _json_out(done, "list")
     jobs = list(out.get("jobs") or [])
     return StepResult.ok(f"{len(jobs)} job record(s)", jobs=jobs, now=out.get("now"))
 
@@ -303,20 +363,22 @@ def logs_step(conn: Connection, ctx: HostContext) -> StepResult:
     job = node_job(conn, ctx)
     if job is None:
         return StepResult.skipped("not a node of this job")
-    cmd = (
-        f"python3 {shlex.quote(job.runner)} follow --job-dir {shlex.quote(job.job_dir)} "
-        f"--node-rank {job.rank}"
-    )
+    args = f"follow --job-dir {shlex.quote(job.job_dir)} --node-rank {job.rank}"
     if x.get("rank") is not None:
-        cmd += f" --rank {int(x['rank'])}"
+        args += f" --rank {int(x['rank'])}"
     if x.get("follow"):
-        cmd += " --follow"
+        args += " --follow"
     if x.get("this_attempt"):
-        cmd += " --this-attempt"
+        args += " --this-attempt"
     writer = LineWriter(x["out"], x["lock"])
     try:
         done = conn.run(
-            cmd, warn=True, hide=False, in_stream=False, out_stream=writer, err_stream=writer
+            job.command(args),
+            warn=True,
+            hide=False,
+            in_stream=False,
+            out_stream=writer,
+            err_stream=writer,
         )
     except Exception as exc:  # a dropped connection: the job is detached and goes on
         return StepResult.failed(
@@ -324,6 +386,8 @@ def logs_step(conn: Connection, ctx: HostContext) -> StepResult:
             f"`fab logs {job.spec['job']} --follow` to watch again"
         )
     writer.write("\n" if writer.buffer else "")
+    if done.exited == SHIP_FAILED:
+        return StepResult.failed(f"could not install the job runner in {job.spec['jobs_dir']}")
     if not done.ok:
         return StepResult.failed(f"log reader exited {done.exited}")
     return StepResult.ok(f"node rank {job.rank} logs")
@@ -340,9 +404,10 @@ def cancel_step(conn: Connection, ctx: HostContext) -> StepResult:
     out = _json_out(
         sh(
             conn,
-            f"python3 {shlex.quote(job.runner)} cancel --job-dir {shlex.quote(job.job_dir)} "
-            f"--node-rank {job.rank} --wait {wait:g}"
-            + (f" --s3-endpoint {shlex.quote(endpoint)}" if endpoint else ""),
+            job.command(
+                f"cancel --job-dir {shlex.quote(job.job_dir)} --node-rank {job.rank} "
+                f"--wait {wait:g}" + (f" --s3-endpoint {shlex.quote(endpoint)}" if endpoint else "")
+            ),
             timeout=wait + 700,
         ),
         "cancel",
@@ -365,10 +430,7 @@ def history_step(conn: Connection, ctx: HostContext) -> StepResult:
     job = node_job(conn, ctx)
     if job is None:
         return StepResult.skipped("not a node of this job")
-    cmd = (
-        f"python3 {shlex.quote(job.runner)} history --job-dir {shlex.quote(job.job_dir)} "
-        f"--node-rank {job.rank}"
-    )
+    cmd = job.command(f"history --job-dir {shlex.quote(job.job_dir)} --node-rank {job.rank}")
     out = _json_out(sh(conn, cmd, timeout=60), "history")
     return StepResult.ok(
         f"{len(out.get('samples') or [])} sample(s), {len(out.get('events') or [])} event(s)",
@@ -387,10 +449,7 @@ def chart_step(conn: Connection, ctx: HostContext) -> StepResult:
     x = ctx.options.extra
     path = f"{job.job_dir}/{x['chart_name']}"
     put_bytes(conn, x["chart_png"], path)
-    cmd = (
-        f"python3 {shlex.quote(job.runner)} put --job-dir {shlex.quote(job.job_dir)} "
-        f"--file {shlex.quote(path)}"
-    )
+    cmd = job.command(f"put --job-dir {shlex.quote(job.job_dir)} --file {shlex.quote(path)}")
     out = _json_out(sh(conn, cmd, timeout=180), "put")
     if not out.get("ok"):
         why = out.get("error") or "upload failed"
@@ -409,12 +468,10 @@ def resume_check_step(conn: Connection, ctx: HostContext) -> StepResult:
     job = node_job(conn, ctx)
     if job is None:
         return StepResult.skipped("not a node of this job")
+    if job.rank != 0:  # the head answers for the job (it saves the checkpoints)
+        return StepResult.skipped("not the job's head")
     out = _json_out(
-        sh(
-            conn,
-            f"python3 {shlex.quote(job.runner)} restorable --job-dir {shlex.quote(job.job_dir)}",
-            timeout=300,
-        ),
+        sh(conn, job.command(f"restorable --job-dir {shlex.quote(job.job_dir)}"), timeout=300),
         "resume check",
     )
     if not out.get("ok"):

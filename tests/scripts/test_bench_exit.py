@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -15,6 +16,7 @@ def load(name: str) -> ModuleType:
     )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -86,3 +88,20 @@ def test_plan_bench_refuses_an_unknown_stack_with_exit_2(capsys) -> None:
     bench = load("bench_plan")
     assert bench.main(["--stacks", "a100x44"]) == 2
     assert "unknown stack(s) a100x44" in capsys.readouterr().err
+
+
+def test_train_bench_fails_when_fab_trails_torchrun_by_more_than_the_targets() -> None:
+    bench = load("bench_train")
+    # (first line, resume) seconds per run: fab within 2 s and 3 s of plain torchrun.
+    plain = [(1.2, 1.5), (1.0, 1.4), (1.4, 1.6)]
+    close = bench.summarise(plain, [(2.9, 4.0), (3.1, 4.3), (3.0, 4.1)])
+    assert close["first_line"] == {
+        "torchrun_s": 1.2, "fab_s": 3.0, "extra_s": 1.8, "ratio": 2.5,
+    }  # fmt: skip
+    assert bench.exit_status(close) == 0
+    slow_start = bench.summarise(plain, [(3.5, 4.0), (3.6, 4.3), (3.4, 4.1)])
+    assert slow_start["targets"] == {"first_line": False, "resume": True}
+    assert bench.exit_status(slow_start) == 1
+    slow_resume = bench.summarise(plain, [(2.0, 5.0), (2.0, 4.9), (2.0, 5.1)])
+    assert bench.exit_status(slow_resume) == 1
+    assert "MISSED" in bench.report(slow_resume) and "+3.5" in bench.report(slow_resume)

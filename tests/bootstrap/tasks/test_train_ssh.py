@@ -584,3 +584,40 @@ def test_a_plain_torch_save_job_resumes_from_the_bucket_on_an_emptied_node(
     # The follow shows this attempt only: the killed one's lines are not replayed.
     assert "epoch 0 done" not in resumed.stdout and "attempt 1," not in resumed.stdout
     assert one_job(one_node.inventory, one_node.jobs)["state"] == "succeeded"
+
+
+def _check_line(result: FabResult) -> str:
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (line,) = [ln for ln in result.stdout.splitlines() if "] train-check: " in ln]
+    return line
+
+
+@pytest.mark.slow
+def test_train_check_imports_torch_once_per_node_and_venv_until_either_changes(
+    one_node: TrainFleet, second_node: SshServer, place: dict[str, Path], tmp_path: Path
+) -> None:
+    # Issue 24: every launch imported torch on the node (2.3-4.7 s) to read its version.
+    argv = [a if a != "2" else "1" for a in one_node.train("--steps 2")]
+    first = _check_line(run_fab(*argv))
+    assert "(known venv)" not in first and "torch 2." in first
+    cache = Path(os.environ["HOME"]) / ".cache" / "gpufleet" / "train-check.json"
+    (entry,) = json.loads(cache.read_text())["entries"].values()
+    assert entry["torch"] in first and entry["venv_id"]
+
+    assert "(known venv)" in _check_line(run_fab(*argv))  # the node said: same venv
+
+    # The venv changed (torch reinstalled: its version.py rewritten): imported again.
+    (version,) = one_node.venv.glob("lib/python3*/site-packages/torch/version.py")
+    os.utime(version, (time.time(), time.time() + 5))
+    assert "(known venv)" not in _check_line(run_fab(*argv))
+    assert "(known venv)" in _check_line(run_fab(*argv))
+
+    # Another node (its own host key), the same venv path and files: not known there.
+    other = inventory(
+        tmp_path, [(second_node, second_node.port)], place["scratch"], second_node.user,
+        second_node.key_path,
+    )  # fmt: skip
+    moved = list(argv)
+    moved[moved.index("--inventory") + 1] = str(other)
+    assert "(known venv)" not in _check_line(run_fab(*moved))
+    assert len(json.loads(cache.read_text())["entries"]) == 2
