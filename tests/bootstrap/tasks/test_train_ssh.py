@@ -87,10 +87,20 @@ def place(moto_url: str) -> Iterator[dict[str, Path]]:
     try:
         yield {"base": base, "scratch": scratch, "jobs": jobs}
     finally:
-        listed = client.list_objects_v2(Bucket=BUCKET).get("Contents", [])
-        for obj in listed:
-            client.delete_object(Bucket=BUCKET, Key=obj["Key"])
-        client.delete_bucket(Bucket=BUCKET)
+        # A job a test launched without following may still be uploading its last
+        # checkpoint for a few seconds: empty the bucket until the delete takes
+        # (bounded), so that upload cannot race the delete.
+        for _ in range(60):
+            listed = client.list_objects_v2(Bucket=BUCKET).get("Contents", [])
+            for obj in listed:
+                client.delete_object(Bucket=BUCKET, Key=obj["Key"])
+            try:
+                client.delete_bucket(Bucket=BUCKET)
+                break
+            except client.exceptions.ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "BucketNotEmpty":
+                    raise
+                time.sleep(1)
         subprocess.run(["rm", "-rf", str(base)], check=False)
 
 
