@@ -103,17 +103,28 @@ def newest_complete(
     return None
 
 
+def own_temp_file(name: str) -> bool:
+    """A file gpufleet itself writes and removes beside the job's (a marker read back, a
+    download in progress, the folder manifest's copy): never part of the job's folder."""
+    return name.startswith((".marker-", ".gpufleet-")) or (
+        name.startswith(".") and name.endswith(".part")
+    )
+
+
 def local_listing(root: Path) -> dict[str, int]:
-    """Every regular file under ``root`` as {relative path: size}; temp folders left out."""
+    """Every regular file under ``root`` as {relative path: size}; hidden folders (a
+    checkpoint being written, such as ".tmp-step-12", or a restore in progress) and
+    gpufleet's own temp files left out. Other hidden files are the job's and are listed:
+    torch.distributed.checkpoint keeps its index in ".metadata", without which the folder
+    cannot be loaded."""
     out: dict[str, int] = {}
     if not root.is_dir():
         return out
     for dirpath, dirnames, filenames in os.walk(root):
-        # A checkpoint being written (example: ".tmp-step-12") is never uploaded.
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
         for name in filenames:
             path = Path(dirpath) / name
-            if name.startswith(".") or not path.is_file():
+            if own_temp_file(name) or not path.is_file():
                 continue
             try:
                 out[path.relative_to(root).as_posix()] = path.stat().st_size

@@ -144,3 +144,45 @@ def test_restore_ignores_a_newer_checkpoint_cut_off_in_the_bucket(tmp_path: Path
     store.objects["p/step-00000020/COMPLETE"] = marker({"model.pt": 20}, 20).encode()
     out = job_sync.restore(tmp_path / "fresh", store, "p/")
     assert out.newest_step == 10 and "step-00000010" in out.detail
+
+
+def test_a_torch_distributed_checkpoint_comes_back_whole_with_its_hidden_index(
+    tmp_path: Path, moto_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch.distributed.checkpoint writes its index as ".metadata" beside the shards; the
+    # folder manifest used to leave every hidden file out, so a replaced node got the shards
+    # back without the index and dcp.load failed.
+    import boto3
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1").create_bucket(
+        Bucket="ckpt-dcp"
+    )
+    node = tmp_path / "scratch" / "checkpoints" / "j-dcp"
+    state = {"w": torch.arange(12.0).reshape(3, 4)}
+    with pytest.warns(UserWarning):  # no process group: DCP says it saves as one process
+        dcp.save(state, checkpoint_id=str(node / "latest"))
+    (node / ".tmp-step-3").mkdir()  # a save in progress is not the job's folder
+    (node / ".tmp-step-3" / "half.distcp").write_bytes(b"x")
+    (node / ".marker-step-2").write_text("{}")  # gpufleet's own temp file
+    assert (node / "latest" / ".metadata").is_file()
+
+    store = job_sync.make_store("aws", "ckpt-dcp", "us-east-1", moto_url)
+    assert store is not None
+    prefix = "checkpoints/n0/j-dcp/"
+    assert job_sync.push(node, store, "n0", prefix=prefix).ok
+    fresh = tmp_path / "replaced" / "j-dcp"
+    fresh.mkdir(parents=True)
+    back = job_sync.restore(fresh, job_sync.BucketReader(store), prefix)
+    assert back.ok and "restored the job's folder" in back.detail, back
+    assert sorted(p.name for p in (fresh / "latest").iterdir()) == sorted(
+        p.name for p in (node / "latest").iterdir()
+    )
+    assert not (fresh / ".tmp-step-3").exists() and not (fresh / ".marker-step-2").exists()
+    loaded = {"w": torch.zeros(3, 4)}
+    with pytest.warns(UserWarning):
+        dcp.load(loaded, checkpoint_id=str(fresh / "latest"))
+    assert torch.equal(loaded["w"], state["w"])
