@@ -44,7 +44,7 @@ from bootstrap.fleet.hostkeys import (
     fingerprint,
     resolve_settings,
 )
-from infra.render import literal
+from infra.render import literal, output_width, wrap_prose
 
 # Where resolve_fleet leaves the run's HostKeySettings in the invoke config, for run_fleet.
 HOST_KEY_SETTINGS_KEY = "gpufleet_host_key_settings"
@@ -284,6 +284,8 @@ def connect(
 # A live line piped to a file (no terminal to update it in place) is printed this often,
 # or whenever it has moved on by a tenth.
 PIPED_TICK_SECONDS = 10.0
+# Progress lines piped with no COLUMNS are continued past this width (as tables fit 80).
+PIPED_COLUMNS = 80
 
 
 def tick_due(
@@ -324,12 +326,26 @@ class _Printer:
     def _text(host: Host, message: str, style: str | None) -> Text:
         return Text.assemble((f"[{host.label}] ", "bold"), (message, style or ""))
 
+    def _print_wrapped(self, host: Host, message: str, style: str | None) -> None:
+        """One progress line, continued on indented lines where it is wider than the
+        output (the terminal's, COLUMNS, else 80 when piped); a value is never cut."""
+        assert self.console is not None
+        width = output_width(self.console.file) or PIPED_COLUMNS
+        prefix = f"[{host.label}] "
+        pieces = wrap_prose(prefix + message, width, "", "    ")
+        for i, piece in enumerate(pieces):
+            if i == 0 and piece.startswith(prefix):
+                text = Text.assemble((prefix, "bold"), (piece[len(prefix) :], style or ""))
+            else:
+                text = Text(piece, style or "")
+            # While live lines show, rich prints this above them.
+            self.console.print(text, highlight=False, soft_wrap=True)
+
     def line(self, host: Host, message: str, style: str | None = None) -> None:
         if self.console is None:
             return
         with self.lock:
-            # While live lines show, rich prints this above them.
-            self.console.print(self._text(host, message, style), highlight=False, soft_wrap=True)
+            self._print_wrapped(host, message, style)
 
     def tick(self, host: Host, message: str, fraction: float | None = None) -> None:
         if self.console is None:
@@ -339,8 +355,7 @@ class _Printer:
                 now = self.clock()
                 if tick_due(self.last_tick.get(host), now, fraction, self.interval_s):
                     self.last_tick[host] = (now, fraction)
-                    text = self._text(host, message, "dim")
-                    self.console.print(text, highlight=False, soft_wrap=True)
+                    self._print_wrapped(host, message, "dim")
                 return
             text = self._text(host, message, "dim")
             text.no_wrap, text.overflow = True, "ellipsis"  # one screen line per host

@@ -65,7 +65,12 @@ if TYPE_CHECKING:  # for mypy only; never executed
         running_job_folders,
         write_lease,
     )
-    from bootstrap.remote.watchdog_state import STATE_FILE, State, append_job_samples
+    from bootstrap.remote.watchdog_state import (
+        STATE_FILE,
+        State,
+        append_job_log_line,
+        append_job_samples,
+    )
 else:
     # Installed side by side in /opt/gpufleet; nothing else is on the node's path. Tests run
     # these files the same way (tests/bootstrap/remote/test_watchdog_alone.py).
@@ -87,7 +92,7 @@ else:
         running_job_folders,
         write_lease,
     )
-    from watchdog_state import STATE_FILE, State, append_job_samples
+    from watchdog_state import STATE_FILE, State, append_job_log_line, append_job_samples
 
 LOG = logging.getLogger("gpufleet-watchdog")
 
@@ -265,12 +270,66 @@ class Watchdog:
             "problems": list(signals.problems),
             "unsynced_files": unsynced,
         }
+        self.ttl_ahead(state, signals, decision, now)
         if decision.stop:
             self._stop(state, decision, signals, now)
         else:
             state.refused_since = ""
         state.save(self.state_path)
         return decision
+
+    def ttl_ahead(
+        self, state: State, signals: Signals, decision: idle_rules.Decision, now: dt.datetime
+    ) -> None:
+        """Record when the hard TTL stops this node (``state.ttl``: what `fab status` and
+        `fab jobs` show), and warn at each of TTL_WARN_MINUTES before it, once each: in the
+        journal and on terminals (``warn``) and in every running job's rank logs (what
+        `fab logs` prints). The warnings given are kept in the state, for the stop time they
+        were given for: a stop that moves (a lease, a new TTL tag, a new boot) re-arms them;
+        the jitter of the boot time between runs does not."""
+        boot = self.probe.boot_time()
+        stop = idle_rules.ttl_stop(
+            boot_time=boot, limits=signals.limits, lease=signals.lease, protected=signals.protected
+        )
+        prev = state.ttl
+        warned = [float(t) for t in prev.get("warned") or [] if isinstance(t, int | float)]
+        warned_for = str(prev.get("warned_for") or "")
+        if stop.at is None or not _near(warned_for, stop.at, TTL_SAME_STOP_S):
+            warned, warned_for = [], "" if stop.at is None else stop.at.isoformat()
+            told_stop = False
+        else:
+            told_stop = bool(prev.get("told_stop"))
+        if stop.at is not None:
+            left = (stop.at - now).total_seconds() / 60
+            due = idle_rules.ttl_warning_due(left, warned)
+            if due is not None and left > 0 and not decision.stop:
+                message = ttl_warning(stop, left)
+                self.warn(message)
+                told = append_job_log_line(self._job_folders(), _job_line(now, message))
+                LOG.info("TTL warning written to %d job log(s)", told)
+                warned = sorted(
+                    {*warned, *(t for t in idle_rules.TTL_WARN_MINUTES if t >= due)}, reverse=True
+                )
+            elif decision.stop and left <= 0 and not told_stop:
+                message = f"{decision.reason}: stopping this node now"
+                append_job_log_line(self._job_folders(), _job_line(now, message))
+                told_stop = True
+        state.ttl = {
+            "boot": boot.isoformat(),
+            "at": now.isoformat(),
+            "stop_at": None if stop.at is None else stop.at.isoformat(),
+            "why": stop.why,
+            "ttl_hours": stop.ttl_hours,
+            "lease_until": (
+                idle_rules.format_utc(signals.lease.until) if signals.lease.until else None
+            ),
+            "warned": warned,
+            "warned_for": warned_for,
+            "told_stop": told_stop,
+        }
+
+    def _job_folders(self) -> list[Path]:
+        return running_job_folders(Path(self.config.jobs_dir))
 
     def _stop(
         self, state: State, decision: idle_rules.Decision, signals: Signals, now: dt.datetime
@@ -323,6 +382,41 @@ class Watchdog:
             state.last_decision["poweroff_failed"] = f"{now.isoformat()}: {exc}"
             state.save(self.state_path)
             raise
+
+
+# A stop time within this of the one warned for is the same stop (the boot time read from
+# /proc/uptime moves by a second or so between runs); a lease or a new TTL moves it further.
+TTL_SAME_STOP_S = 120.0
+
+
+def _near(iso: str, when: dt.datetime, seconds: float) -> bool:
+    try:
+        return abs((idle_rules.parse_utc(iso) - when).total_seconds()) <= seconds
+    except (ValueError, TypeError):
+        return False
+
+
+def _job_line(now: dt.datetime, message: str) -> str:
+    return f"{idle_rules.format_utc(now)} gpufleet watchdog: {message}"
+
+
+def ttl_warning(stop: idle_rules.TtlStop, minutes_left: float) -> str:
+    """The line a job's log and the journal get before the hard TTL: when, and how to
+    extend (a lease holds the TTL off until it ends, at most MAX_LEASE_HOURS ahead)."""
+    assert stop.at is not None
+    when = idle_rules.format_utc(stop.at)
+    left = f"{max(1, round(minutes_left))} min"
+    if stop.why == "lease":
+        what = f"the lease ends at {when} (in {left}) and the hard TTL has passed"
+    elif stop.why == "cap":
+        what = f"the {idle_rules.MAX_LEASE_HOURS // 24}-day cap is reached at {when} (in {left})"
+    else:
+        what = f"the hard TTL ({stop.ttl_hours:g} h) is reached at {when} (in {left})"
+    return (
+        f"{what}: this node stops then, even mid-job, after a bounded checkpoint sync; "
+        f"to keep it longer, run `fab keep-alive --hours N` (N <= {idle_rules.MAX_LEASE_HOURS}"
+        "): it holds the node until N hours from now"
+    )
 
 
 def wall(message: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,34 @@ def append_job_samples(
             continue
 
 
+def append_job_log_line(folders: list[Path], line: str) -> int:
+    """``line`` appended to the rank logs of each running job's ranks on this node (what
+    `fab logs` prints), in one write per file (the ranks write with O_APPEND too). Returns
+    how many logs took it; a write that fails never stops the watchdog's run."""
+    written = 0
+    for folder in folders:
+        try:
+            spec = json.loads((folder.parent / "job.json").read_text())
+            nproc = int(spec.get("nproc_per_node") or 1)
+            node_rank = int(folder.name.removeprefix("node-"))
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+        logs = folder.parent / "logs"
+        for rank in range(node_rank * nproc, (node_rank + 1) * nproc):
+            try:
+                fd = os.open(logs / f"rank-{rank}.log", os.O_WRONLY | os.O_APPEND)
+            except OSError:
+                continue  # no log yet: the rank has not started; nothing to tell
+            try:
+                os.write(fd, (line.rstrip("\n") + "\n").encode())
+                written += 1
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+    return written
+
+
 @dataclass
 class State:
     samples: list[idle_rules.Sample] = field(default_factory=list)
@@ -64,6 +93,9 @@ class State:
     # later read fails, a node once seen protected stays protected.
     tags: dict[str, Any] = field(default_factory=dict)
     last_decision: dict[str, Any] = field(default_factory=dict)
+    # When the hard TTL stops this node and which warnings were given for that time (see
+    # Watchdog.ttl_ahead); `fab status` and `fab jobs` read it.
+    ttl: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> State:
@@ -91,6 +123,7 @@ class State:
             refused_since=str(raw.get("refused_since", "")),
             tags=dict(raw.get("tags") or {}),
             last_decision=dict(raw.get("last_decision", {})),
+            ttl=dict(raw.get("ttl") or {}) if isinstance(raw.get("ttl"), dict) else {},
         )
 
     def save(self, path: Path) -> None:
@@ -110,6 +143,7 @@ class State:
             "refused_since": self.refused_since,
             "tags": self.tags,
             "last_decision": self.last_decision,
+            "ttl": self.ttl,
         }
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))

@@ -309,6 +309,59 @@ def _guards(
     return None
 
 
+# ---------------------------------------------------------------------------- the TTL ahead
+
+# The watchdog warns this many minutes before the hard TTL stops a node, once each.
+TTL_WARN_MINUTES = (60.0, 10.0)
+
+
+@dataclass(frozen=True)
+class TtlStop:
+    """When the hard TTL (or the 14-day cap) stops a node, as the guards above decide it.
+
+    ``at`` None: nothing stops it by age (``why`` says: the TTL is off, or it is protected).
+    ``why``: "ttl", "lease" (a lease holds the TTL off until ``at``), "cap" (the 14-day cap
+    of a node kept for something unreadable), "off" or "protected"."""
+
+    at: datetime | None
+    why: str
+    ttl_hours: float | None = None
+
+
+def ttl_stop(
+    *, boot_time: datetime, limits: Limits, lease: Lease = Lease(), protected: bool = False
+) -> TtlStop:
+    """The first time rules 1-4 of the module docstring stop this node whatever it does.
+
+    The TTL (and the cap) fire at the first moment no lease holds: a lease holds at ``t``
+    while ``t < until <= t + MAX_LEASE_HOURS``, so a TTL that falls inside a lease moves to
+    the lease's end, and one before the lease came within reach does not."""
+    if protected:
+        return TtlStop(None, "protected", limits.ttl_hours)
+    due: list[tuple[datetime, str]] = []
+    if limits.ttl_hours is not None:
+        due.append((boot_time + timedelta(hours=limits.ttl_hours), "ttl"))
+    if limits.unreadable or lease.error is not None:
+        due.append((boot_time + timedelta(hours=MAX_LEASE_HOURS), "cap"))
+    if not due:
+        return TtlStop(None, "off", None)
+    at, why = min(due)
+    until = lease.until
+    if until is not None and until - timedelta(hours=MAX_LEASE_HOURS) <= at < until:
+        at, why = until, "lease"
+    return TtlStop(at, why, limits.ttl_hours)
+
+
+def ttl_warning_due(minutes_left: float, warned: Sequence[float]) -> float | None:
+    """The threshold of TTL_WARN_MINUTES to warn at now, or None: the nearest one reached
+    and not yet warned (a run that comes late says the nearer one only, once)."""
+    reached = [t for t in TTL_WARN_MINUTES if minutes_left <= t]
+    if not reached:
+        return None
+    nearest = min(reached)
+    return None if nearest in warned else nearest
+
+
 # ---------------------------------------------------------------------------- node layer
 
 

@@ -23,6 +23,8 @@ from infra.reaper.idle_rules import (
     lookback_minutes,
     parse_utc,
     resolve_limits,
+    ttl_stop,
+    ttl_warning_due,
 )
 
 BOOT = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
@@ -505,3 +507,62 @@ def test_both_layers_share_the_guards() -> None:
         )
         c = cloud(now_min, heartbeat_min=now_min, util=100, limits=limits, lease=lease)
         assert (n.action, n.reason) == (c.action, c.reason)
+
+
+# ---------------------------------------------------------------- the TTL ahead
+
+
+def test_the_ttl_stops_a_node_its_hours_after_boot() -> None:
+    stop = ttl_stop(boot_time=BOOT, limits=A100)
+    assert (stop.at, stop.why, stop.ttl_hours) == (at(24 * 60), "ttl", 24)
+
+
+def test_a_lease_over_the_ttl_moves_the_stop_to_its_end_and_one_before_it_does_not() -> None:
+    over = ttl_stop(boot_time=BOOT, limits=A100, lease=Lease(until=at(30 * 60)))
+    assert (over.at, over.why) == (at(30 * 60), "lease")
+    before = ttl_stop(boot_time=BOOT, limits=A100, lease=Lease(until=at(20 * 60)))
+    assert (before.at, before.why) == (at(24 * 60), "ttl")
+    # A lease further ahead than the cap at the TTL's time is not honoured then.
+    far = at(24 * 60) + timedelta(hours=MAX_LEASE_HOURS, minutes=1)
+    assert ttl_stop(boot_time=BOOT, limits=A100, lease=Lease(until=far)).at == at(24 * 60)
+
+
+def test_the_ttl_stop_agrees_with_the_node_decision_either_side_of_it() -> None:
+    busy = samples(0, 31 * 60, util=95.0, every_s=60)
+    for lease in (Lease(), Lease(until=at(30 * 60))):
+        stop = ttl_stop(boot_time=BOOT, limits=A100, lease=lease).at
+        assert stop is not None
+        minute = (stop - BOOT).total_seconds() / 60
+        before = decide_node(busy, now=at(minute - 1), boot_time=BOOT, limits=A100, lease=lease)
+        after = decide_node(busy, now=at(minute), boot_time=BOOT, limits=A100, lease=lease)
+        assert (before.action, after.action) == (KEEP, STOP)
+
+
+def test_no_ttl_is_off_protected_is_never_and_unreadable_is_the_cap() -> None:
+    off = Limits(idle_minutes=15, ttl_hours=None)
+    stop = ttl_stop(boot_time=BOOT, limits=off)
+    assert (stop.at, stop.why) == (None, "off")
+    assert ttl_stop(boot_time=BOOT, limits=A100, protected=True).why == "protected"
+    assert ttl_stop(boot_time=BOOT, limits=A100, protected=True).at is None
+    bad = Limits(idle_minutes=15, ttl_hours=None, unreadable=("ttl-hours tag 'x' unreadable",))
+    cap = ttl_stop(boot_time=BOOT, limits=bad)
+    assert (cap.at, cap.why) == (BOOT + timedelta(hours=MAX_LEASE_HOURS), "cap")
+    held = ttl_stop(boot_time=BOOT, limits=off, lease=Lease(error="lease unreadable"))
+    assert held.why == "cap"
+
+
+@pytest.mark.parametrize(
+    ("left", "warned", "due"),
+    [
+        (61, [], None),
+        (60, [], 60),
+        (30, [60], None),
+        (10, [60], 10),
+        (4, [], 10),  # a late first run: the nearer one only
+        (4, [60, 10], None),
+    ],
+)
+def test_each_ttl_warning_is_due_once_and_a_late_run_says_the_nearer(
+    left: float, warned: list[float], due: float | None
+) -> None:
+    assert ttl_warning_due(left, warned) == due

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
+import re
+import shutil
 import socket
 import subprocess
 import threading
@@ -109,6 +113,65 @@ def test_status_reports_gpu_torch_scratch_and_uptime(
     table = run_fab(*sshd_server.fab_args(), "status", "--venv", str(venv))
     assert table.returncode == 0
     assert "2.13.0+cpu" in table.stdout and "/scratch: not mounted" in table.stdout
+
+
+def watchdog_state_on_the_node(ttl_hours: float, lease_hours: float | None = None) -> Path:
+    """A state folder as the node's watchdog leaves it: one real watchdog run (its code, on
+    this machine's clock and boot time), busy, with the given TTL and lease."""
+    from tests.bootstrap.remote.test_watchdog import FakeProbe, Timeline, make_dog, wsignals
+
+    base = node_dir("gpufleet-state-")
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    now = dt.datetime.now(dt.UTC)
+
+    class ThisMachine(FakeProbe):
+        def boot_time(self) -> dt.datetime:
+            return now - dt.timedelta(seconds=uptime)
+
+    dog, _, _ = make_dog(base / "run", Timeline(util=lambda m: 95.0), ttl_hours=ttl_hours)
+    dog.probe = ThisMachine(Timeline(util=lambda m: 95.0), clock=now)
+    dog.config = dataclasses.replace(dog.config, state_dir=str(base), samples_per_run=1)
+    if lease_hours is not None:
+        wsignals.write_lease(dog.config, lease_hours, now, None)
+    dog.run_once()
+    for path in base.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return base
+
+
+def test_status_shows_the_time_left_before_the_ttl_as_the_watchdog_recorded_it(
+    sshd_server: SshServer,
+) -> None:
+    uptime_h = float(Path("/proc/uptime").read_text().split()[0]) / 3600
+    # hours as a stack writes them (a limit tag has at most 6 decimals)
+    state = watchdog_state_on_the_node(round(uptime_h + 5, 4))  # stops 5 h from now
+    leased = watchdog_state_on_the_node(round(uptime_h + 1, 4), lease_hours=30)
+    off = watchdog_state_on_the_node(0)
+    try:
+        args = [*sshd_server.fab_args(), "status", "--json", "--state-dir"]
+        d = run_fab(*args, str(state)).step("status")["details"]["ttl"]
+        assert d["state"] == "left" and d["why"] == "ttl"
+        assert 5 * 3600 - 120 <= d["seconds"] <= 5 * 3600 + 1
+        lease = run_fab(*args, str(leased)).step("status")["details"]["ttl"]
+        assert lease["why"] == "lease" and 30 * 3600 - 120 <= lease["seconds"] <= 30 * 3600
+        assert run_fab(*args, str(off)).step("status")["details"]["ttl"] == {
+            "state": "off",
+            "why": "off",
+        }
+        for columns in ("80", ""):  # piped: COLUMNS=80, and no COLUMNS at all
+            shown = run_fab(
+                *sshd_server.fab_args(), "status", "--state-dir", str(leased),
+                env={"COLUMNS": columns},
+            )  # fmt: skip
+            assert shown.returncode == 0, shown.stderr
+            lines = shown.stdout.splitlines()
+            assert max(len(line) for line in lines) <= 80, shown.stdout
+            row = next(line for line in lines if line.startswith("127.0.0.1"))
+            assert re.search(r"\b(29h5\dm|30h00m) lease\b", row), row
+            assert "TTL held off by a lease" in shown.stdout
+    finally:
+        for base in (state, leased, off):
+            shutil.rmtree(base, ignore_errors=True)
 
 
 def test_inventory_file_with_the_sshd_port_drives_the_tasks(
