@@ -17,6 +17,7 @@ from bootstrap.fleet.api import HostContext, Options, StepResult, step
 from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.fleet.runner import FleetReport, summary_table
 from bootstrap.fleet.system import sh, split_sections
+from bootstrap.fleet.ttl import TTL_PY, WATCHDOG_STATE_FILE, ttl_cell, ttl_left, ttl_note
 from bootstrap.remote.verify_health import QUARANTINE_FILE, STATE_DIR, VERDICT_FILE
 from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.verify.health_run import MAX_AGE_HOURS, age_hours, format_age
@@ -30,112 +31,10 @@ echo ==mountpoint; mountpoint -q {path} && echo yes || echo no
 echo ==nvcc; (nvcc --version || /usr/local/cuda/bin/nvcc --version) 2>/dev/null | tail -2
 echo ==health; cat {verdict} 2>/dev/null | tr -d '\n'
 echo; echo ==quarantine; test -e {quarantine} && echo yes || echo no
-echo ==ttl; if [ -e {wstate} ]; then python3 -c "$GPUFLEET_TTL_PY" {wstate} 2>/dev/null \
+echo ==ttl; if [ -e {wstate} ]; then python3 -c {ttl_py} {wstate} 2>/dev/null \
   || echo unreadable; else echo missing; fi
 echo ==now; date -u +%s
 """
-# The watchdog's TTL record from its state file (watchdog_state.State.ttl), and nothing
-# else of that file (its sample history is not ours to ship back).
-_TTL_PY = "import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get('ttl')))"
-
-
-# The watchdog's state file in the node's state folder (bootstrap/remote/watchdog_state.py's
-# STATE_FILE; that module runs on the node only, so the name is repeated here, and tested).
-WATCHDOG_STATE_FILE = "watchdog-state.json"
-# A TTL record older than this is not today's news: the watchdog runs about once a minute.
-TTL_RECORD_MAX_AGE_S = 10 * 60
-# A record of another boot: its boot time and this one's more than this apart.
-SAME_BOOT_S = 120
-
-
-def _parse_time(text: Any) -> dt.datetime | None:
-    try:
-        value = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except (TypeError, ValueError):
-        return None
-    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-
-
-def format_left(seconds: float) -> str:
-    """Time left, short: 48m, 18h05m, 3d 4h."""
-    minutes = max(0, int(seconds // 60))
-    if minutes < 60:
-        return f"{minutes}m"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{minutes:02d}m"
-    return f"{hours // 24}d {hours % 24}h"
-
-
-def ttl_left(section: str, node_now: Any, uptime_s: Any) -> dict[str, Any]:
-    """The time before the hard TTL stops this node, from the watchdog's own record of it
-    (``state.ttl``: the stop time it resolved from the node's boot, its TTL tag or config,
-    and any lease), on the node's clock (``node_now``, epoch seconds).
-
-    ``state``: "left" (``seconds``, ``stop_at``; ``why`` "lease" when a lease holds the TTL
-    off until then, "cap" for the 14-day cap), "off" (no TTL, or protected: ``why``) or
-    "unknown" (``reason``, short)."""
-    text = (section or "").strip()
-    if text == "missing":
-        return {"state": "unknown", "reason": "no watchdog state (fab install-watchdog)"}
-    try:
-        record = json.loads(text) if text and text != "unreadable" else None
-    except ValueError:
-        record = None
-    if not isinstance(record, dict):
-        why = "no TTL in watchdog state (fab install-watchdog)" if text == "null" else None
-        return {"state": "unknown", "reason": why or "watchdog state unreadable"}
-    try:
-        now = dt.datetime.fromtimestamp(float(str(node_now).strip()), dt.UTC)
-    except (TypeError, ValueError, OverflowError):
-        return {"state": "unknown", "reason": "node clock unreadable"}
-    boot, at = _parse_time(record.get("boot")), _parse_time(record.get("at"))
-    if boot is None or at is None:
-        return {"state": "unknown", "reason": "watchdog state unreadable"}
-    if isinstance(uptime_s, int | float):
-        this_boot = now - dt.timedelta(seconds=float(uptime_s))
-        if abs((this_boot - boot).total_seconds()) > SAME_BOOT_S:
-            return {"state": "unknown", "reason": "watchdog has not run since boot"}
-    age = (now - at).total_seconds()
-    if age > TTL_RECORD_MAX_AGE_S:
-        return {"state": "unknown", "reason": f"watchdog silent {format_uptime(age)}"}
-    why = str(record.get("why") or "")
-    if why in ("off", "protected"):
-        return {"state": "off", "why": why}
-    stop_at = _parse_time(record.get("stop_at"))
-    if stop_at is None:
-        return {"state": "unknown", "reason": "watchdog state unreadable"}
-    return {
-        "state": "left",
-        "seconds": max(0.0, (stop_at - now).total_seconds()),
-        "stop_at": stop_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "why": why,
-        "ttl_hours": record.get("ttl_hours"),
-        "lease_until": record.get("lease_until"),
-    }
-
-
-def ttl_cell(ttl: Mapping[str, Any] | None) -> str:
-    """The TTL column: "18h05m", "30h05m lease", "off", "protected", "unknown"."""
-    ttl = ttl or {"state": "unknown"}
-    if ttl["state"] == "off":
-        return "protected" if ttl.get("why") == "protected" else "off"
-    if ttl["state"] != "left":
-        return "unknown"
-    suffix = {"lease": " lease", "cap": " cap"}.get(str(ttl.get("why")), "")
-    return format_left(float(ttl["seconds"])) + suffix
-
-
-def ttl_note(ttl: Mapping[str, Any] | None) -> str:
-    """What the TTL column cannot say in its cell, for the host's detail lines."""
-    ttl = ttl or {"state": "unknown", "reason": "not read"}
-    if ttl["state"] == "unknown":
-        return f"TTL unknown: {ttl.get('reason') or 'not read'}"
-    if ttl["state"] == "left" and ttl.get("why") == "lease":
-        return f"TTL held off by a lease: stops at {ttl['stop_at']}, even mid-job"
-    if ttl["state"] == "left" and ttl.get("why") == "cap":
-        return f"unreadable tag or lease: the 14-day cap stops it at {ttl['stop_at']}"
-    return ""
 
 
 def health_summary(sections: Mapping[str, str], now: dt.datetime | None = None) -> dict[str, Any]:
@@ -215,7 +114,8 @@ def status_details(facts: Mapping[str, Any], sections: Mapping[str, str]) -> dic
 def status_step(conn: Connection, ctx: HostContext) -> StepResult:
     py = shlex.quote(f"{ctx.options.venv.rstrip('/')}/bin/python")
     state = str(ctx.options.extra.get("state_dir") or STATE_DIR)
-    script = f"GPUFLEET_TTL_PY={shlex.quote(_TTL_PY)}\n" + _STATUS_SCRIPT.format(
+    script = _STATUS_SCRIPT.format(
+        ttl_py=shlex.quote(TTL_PY),
         py=py,
         path=shlex.quote(ctx.scratch.path),
         verdict=shlex.quote(f"{state}/{VERDICT_FILE}"),

@@ -35,6 +35,7 @@ from bootstrap.fleet.cli import BUCKET_HELP, FleetArgs, fleet_task, resolve_flee
 from bootstrap.fleet.hosts import Fleet
 from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.runner import FleetReport, summary_table
+from bootstrap.remote.verify_health import STATE_DIR
 from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.tasks.verify import master_address
 from bootstrap.train import check_cache
@@ -396,11 +397,19 @@ def train(
         _follow_to_end(c, fleet, spec, timeout)
 
 
-@fleet_task(help={"jobs_dir": TRAIN_HELP["jobs_dir"]})
-def jobs(c: Context, fleet_args: FleetArgs, jobs_dir: str = "") -> None:
-    """Every job on the fleet: state, start, runtime, cost so far, last log line."""
+@fleet_task(
+    help={
+        "jobs_dir": TRAIN_HELP["jobs_dir"],
+        "state_dir": f"the nodes' gpufleet state folder, where the watchdog records when the "
+        f"hard TTL stops them ({STATE_DIR})",
+    }
+)
+def jobs(c: Context, fleet_args: FleetArgs, jobs_dir: str = "", state_dir: str = "") -> None:
+    """Every job on the fleet: state, start, runtime, cost so far, TTL left, last log line."""
     fleet = resolve_fleet(c, fleet_args)
-    rows, report = collect_jobs(c, fleet, jobs_dir or JOBS_ROOT, fleet_args.connect_timeout)
+    rows, report = collect_jobs(
+        c, fleet, jobs_dir or JOBS_ROOT, fleet_args.connect_timeout, state_dir or str(STATE_DIR)
+    )
     warn_unreachable(report)
     # Each job's chart, where `fab logs JOB` has drawn one on this machine.
     charts = {r.job: chart_path(r.job) for r in rows if chart_path(r.job).is_file()}

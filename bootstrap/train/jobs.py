@@ -12,9 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.table import Table
+from rich.text import Text
 
+from bootstrap.fleet.ttl import ttl_cell, ttl_note
 from bootstrap.train.spec import TrainError
+from infra.render import output_width, wrap
 
 # Which state wins when the nodes of one job disagree: the worst news first.
 _STATE_ORDER = ("cancelled", "failed", "interrupted", "starting", "running", "succeeded")
@@ -34,6 +36,9 @@ class JobRow:
     nodes: dict[int, dict[str, Any]] = field(default_factory=dict)
     cost: float | None = None
     currency: str = ""
+    # While it runs: the time before the hard TTL stops the first of its nodes
+    # (bootstrap/fleet/ttl.py ttl_left of that node), else None.
+    ttl: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +52,7 @@ class JobRow:
             "cost": None if self.cost is None else round(self.cost, 4),
             "currency": self.currency or None,
             "last_line": self.last_line,
+            "ttl": None if self.ttl is None else dict(self.ttl),
             "nodes": {str(k): v.get("effective") for k, v in sorted(self.nodes.items())},
         }
 
@@ -119,6 +125,8 @@ def merge_jobs(
             spec=spec,
             nodes=nodes,
         )
+        if state in ("running", "starting"):
+            row.ttl = nearest_ttl([n.get("node_ttl") for n in nodes.values()])
         if price is not None:
             row.cost = price[0] * nnodes * runtime / 3600.0
             row.currency = price[1]
@@ -147,20 +155,61 @@ def fmt_duration(seconds: float) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-def jobs_table(rows: Sequence[JobRow]) -> Table:
-    table = Table(title=f"{len(rows)} job(s)")
-    for col in ("job", "state", "started (UTC)", "runtime", "cost", "last log line"):
-        table.add_column(col, overflow="fold")
+def nearest_ttl(ttls: Iterable[Any]) -> Mapping[str, Any] | None:
+    """The job's TTL: its node the hard TTL stops first; else an unknown one; else off."""
+    known = [t for t in ttls if isinstance(t, Mapping)]
+    left = [t for t in known if t.get("state") == "left"]
+    if left:
+        return min(left, key=lambda t: float(t.get("seconds") or 0))
+    return next((t for t in known if t.get("state") == "unknown"), None) or next(
+        (t for t in known if t.get("state") == "off"), None
+    )
+
+
+# Piped with no COLUMNS, the table fits this many columns (as `fab top` does).
+NARROW_COLUMNS = 80
+JOB_COLUMN_MAX = 30  # a longer job label gets a line of its own (never cut)
+_HEADINGS = ("job", "state", "started (UTC)", "runtime", "cost", "TTL left")
+
+
+def jobs_lines(rows: Sequence[JobRow], width: int) -> list[str]:
+    """The jobs in at most ``width`` columns: one row per job (id, state, start, runtime,
+    cost so far, the time before the hard TTL stops its first node while it runs), its last
+    log line beneath it (its start: the end is cut, with "...") and what the TTL cell cannot
+    say."""
+    table = []
     for r in rows:
         cost = "-" if r.cost is None else f"{r.cost:.2f} {r.currency}".strip()
         started = (r.started_at or "-")[5:16].replace("T", " ") or "-"
         label = r.job if r.name in r.job else f"{r.job} ({r.name})"
         state = r.state if r.attempt == 1 else f"{r.state} (attempt {r.attempt})"
-        line = r.last_line
-        shown = line if len(line) <= LAST_LINE_WIDTH else line[: LAST_LINE_WIDTH - 3] + "..."
-        table.add_row(label, state, started, fmt_duration(r.runtime_s), cost, shown)
-    return table
+        ttl = ttl_cell(r.ttl) if r.ttl is not None else "-"
+        table.append((r, [label, state, started, fmt_duration(r.runtime_s), cost, ttl]))
+    widths = [max([len(h), *(len(c[i]) for _, c in table)]) for i, h in enumerate(_HEADINGS)]
+    # The job column takes what the others leave (a label longer goes on its own line).
+    rest = sum(w + 2 for w in widths[1:])
+    widths[0] = max(len(_HEADINGS[0]), min(widths[0], JOB_COLUMN_MAX, width - rest))
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    out = [f"{len(rows)} job(s)", line(_HEADINGS)]
+    for r, cells in table:
+        if len(cells[0]) > widths[0]:
+            out.extend(wrap(cells[0], width))
+            cells = ["", *cells[1:]]
+        out.extend(wrap(line(cells), width, "", " " * (widths[0] + 2)))
+        room = max(20, width - len("  last: "))
+        if r.last_line:
+            text = r.last_line
+            shown = text if len(text) <= room else text[: room - 3] + "..."
+            out.append(f"  last: {shown}")
+        if r.ttl is not None and ttl_note(r.ttl):
+            out.extend(wrap(ttl_note(r.ttl), width, "  ", "    "))
+    return out
 
 
-# The start of a log line says what it is ("epoch 12 loss ..."); the end is cut instead.
-LAST_LINE_WIDTH = 40
+def jobs_table(rows: Sequence[JobRow], width: int | None = None) -> Text:
+    """The `fab jobs` table as literal text, at ``width`` columns (default: the output's,
+    else 80 when piped)."""
+    return Text("\n".join(jobs_lines(rows, width or output_width() or NARROW_COLUMNS)))

@@ -76,22 +76,21 @@ def host_problems(report: FleetReport) -> list[str]:
 
 
 def collect_jobs(
-    c: Context, fleet: Fleet, jobs_dir: str, connect_timeout: float
+    c: Context, fleet: Fleet, jobs_dir: str, connect_timeout: float, state_dir: str = ""
 ) -> tuple[list[JobRow], FleetReport]:
+    extra = {"jobs_dir": jobs_dir} | ({"state_dir": state_dir} if state_dir else {})
     report = run_steps(
-        c,
-        fleet,
-        "jobs",
-        [jobs_step],
-        {"jobs_dir": jobs_dir},
-        console=None,
-        connect_timeout=connect_timeout,
+        c, fleet, "jobs", [jobs_step], extra, console=None, connect_timeout=connect_timeout
     )
     records: list[Mapping[str, Any]] = []
     for h in report.hosts:
         for s in h.steps:
             if s.name == "jobs":
-                records.extend(s.result.details.get("jobs") or [])
+                # each record carries the time its node has before the hard TTL
+                ttl = s.result.details.get("ttl")
+                records.extend(
+                    {**rec, "node_ttl": ttl} for rec in s.result.details.get("jobs") or []
+                )
     return merge_jobs(records, now=dt.datetime.now(dt.UTC), outputs=fleet.outputs), report
 
 

@@ -26,6 +26,8 @@ from fabric import Connection
 
 from bootstrap.fleet.api import HostContext, StepFailed, StepResult, step
 from bootstrap.fleet.system import sh
+from bootstrap.fleet.ttl import read_ttl
+from bootstrap.remote.verify_health import STATE_DIR
 from bootstrap.train import check_cache, health
 from bootstrap.train.spec import check_command, judge_check, parse_check, rank_of
 from bootstrap.train.workdir import SYNC_MANIFEST, diff_manifest, pack
@@ -333,7 +335,10 @@ def jobs_step(conn: Connection, ctx: HostContext) -> StepResult:
         raise StepFailed(f"could not install the job runner in {jobs_dir}: {why}")
     out = _json_out(done, "list")
     jobs = list(out.get("jobs") or [])
-    return StepResult.ok(f"{len(jobs)} job record(s)", jobs=jobs, now=out.get("now"))
+    # The time before the hard TTL stops this node, as fab status reads it: only a node
+    # with jobs is asked (one more round trip).
+    ttl = read_ttl(conn, str(ctx.options.extra.get("state_dir") or STATE_DIR)) if jobs else None
+    return StepResult.ok(f"{len(jobs)} job record(s)", jobs=jobs, now=out.get("now"), ttl=ttl)
 
 
 class LineWriter:

@@ -174,6 +174,60 @@ def test_status_shows_the_time_left_before_the_ttl_as_the_watchdog_recorded_it(
             shutil.rmtree(base, ignore_errors=True)
 
 
+def test_jobs_shows_the_time_left_before_the_ttl_of_a_running_jobs_node(
+    sshd_server: SshServer,
+) -> None:
+    uptime_h = float(Path("/proc/uptime").read_text().split()[0]) / 3600
+    state = watchdog_state_on_the_node(round(uptime_h + 2, 4))  # stops 2 h from now
+    jobs = node_dir("gpufleet-jobs-")
+    jobs.chmod(0o777)  # the SSH user ships the job runner into it
+    job = jobs / "lm-261202-080000-ab12"
+    (job / "node-0").mkdir(parents=True)
+    (job / "logs").mkdir()
+    # A live process that reads as the job's supervisor (job_runner.py's own check).
+    supervisor = subprocess.Popen(
+        ["python3", "-c", "import time; time.sleep(300)", str(job / "job_runner.py"), "supervise"]
+    )
+    try:
+        boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        (job / "job.json").write_text(json.dumps({"job": job.name, "name": "lm", "nnodes": 1}))
+        (job / "logs" / "rank-0.log").write_text("step 40 loss 2.1\n")
+        (job / "node-0" / "state.json").write_text(
+            json.dumps(
+                {
+                    "job": job.name, "name": "lm", "node_rank": 0, "nnodes": 1, "attempt": 1,
+                    "state": "running", "pid": supervisor.pid, "boot_id": boot_id,
+                    "started_at": dt.datetime.now(dt.UTC).isoformat(),
+                }
+            )
+        )  # fmt: skip
+        for path in jobs.rglob("*"):
+            path.chmod(0o777 if path.is_dir() else 0o666)
+        args = [*sshd_server.fab_args(), "jobs", "--jobs-dir", str(jobs), "--state-dir"]
+        done = run_fab(*args, str(state), "--json")
+        assert done.returncode == 0, done.stderr
+        (row,) = json.loads(done.stdout)["jobs"]
+        assert row["state"] == "running", row
+        assert row["ttl"]["state"] == "left" and 2 * 3600 - 120 <= row["ttl"]["seconds"] <= 7201
+        for columns in ("80", ""):
+            shown = run_fab(*args, str(state), env={"COLUMNS": columns})
+            lines = shown.stdout.splitlines()
+            assert max(len(line) for line in lines) <= 80, shown.stdout
+            assert re.search(r"running .* (1h5\dm|2h00m)$", shown.stdout, re.M), shown.stdout
+            assert "  last: step 40 loss 2.1" in lines
+        unknown = run_fab(*args, str(jobs / "nowhere"), "--json")
+        (row,) = json.loads(unknown.stdout)["jobs"]
+        assert row["ttl"] == {
+            "state": "unknown",
+            "reason": "no watchdog state (fab install-watchdog)",
+        }
+    finally:
+        supervisor.kill()
+        supervisor.wait()
+        shutil.rmtree(jobs, ignore_errors=True)
+        shutil.rmtree(state, ignore_errors=True)
+
+
 def test_inventory_file_with_the_sshd_port_drives_the_tasks(
     sshd_server: SshServer, tmp_path: Path
 ) -> None:

@@ -46,13 +46,68 @@ def test_nodes_disagreeing_show_the_worst_state_and_a_shared_disk_counts_once() 
 
 
 def test_the_jobs_table_keeps_the_start_of_a_long_last_line() -> None:
-    # Issue 24: the table showed the last 40 characters, so a line lost its beginning.
-    line = "epoch 12 loss 0.4312 lr 0.0003 tokens/s 18234.5 grad-norm 0.81"
+    # Issue 24: the table showed the last 40 characters, so a line lost its beginning. It
+    # has a line of its own now, cut at the width.
+    line = "epoch 12 loss 0.4312 lr 0.0003 tokens/s 18234.5 grad-norm 0.81 " * 2
     recs = [record("a", 0, "running", last_line=line), record("a", 1, "running")]
     rows = merge_jobs(recs, now=NOW, outputs=fleet().outputs)
     out = io.StringIO()
-    Console(file=out, width=200).print(jobs_table(rows))
-    assert line[:37] + "..." in out.getvalue() and "grad-norm" not in out.getvalue()
+    Console(file=out, width=200).print(jobs_table(rows, 80))
+    assert "  last: " + line[:69] + "..." in out.getvalue()
+    assert max(len(x) for x in out.getvalue().splitlines()) == 80
+
+
+def ttl(state: str, **kw: object) -> dict[str, object]:
+    return {"state": state, **kw}
+
+
+def test_a_running_job_shows_when_the_ttl_stops_its_first_node() -> None:
+    recs = [
+        record("a", 0, "running", node_ttl=ttl("left", seconds=5 * 3600, why="ttl")),
+        record("a", 1, "running", node_ttl=ttl("left", seconds=3 * 3600 + 60, why="ttl")),
+        record("b", 0, "running", node_ttl=ttl("unknown", reason="watchdog silent 25m")),
+        record("b", 1, "running", node_ttl=ttl("off", why="off")),
+        record("c", 0, "succeeded", node_ttl=ttl("left", seconds=60), ended_at=NOW.isoformat()),
+        record("c", 1, "succeeded", ended_at=NOW.isoformat()),
+    ]
+    rows = {r.job: r for r in merge_jobs(recs, now=NOW, outputs=fleet().outputs)}
+    assert rows["a"].ttl == ttl("left", seconds=3 * 3600 + 60, why="ttl")
+    assert rows["b"].ttl == ttl("unknown", reason="watchdog silent 25m")
+    assert rows["c"].ttl is None  # not running: no node of it to stop
+    assert rows["a"].to_json()["ttl"]["seconds"] == 3 * 3600 + 60
+    text = jobs_table(list(rows.values()), 80).plain
+    a_line = next(x for x in text.splitlines() if x.startswith("a (lm)"))
+    assert a_line.endswith("3h01m")
+    assert "TTL unknown: watchdog silent 25m" in text
+    assert next(x for x in text.splitlines() if x.startswith("c (lm)")).endswith("-")
+
+
+@pytest.mark.parametrize("columns", ["80", None])
+def test_the_jobs_table_fits_80_columns_piped(
+    columns: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bootstrap.tasks import train  # the console fab jobs prints with
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    long_job = "llama-2-7b-pretrain-on-twenty-billion-tokens-261202-080000-ab12"
+    held = ttl("left", seconds=300 * 3600, why="lease", stop_at="2026-12-14T08:00:00Z")
+    recs = [
+        record(long_job, 0, "running", name="lm", attempt=3, last_line="x" * 300, node_ttl=held),
+        record(long_job, 1, "running", name="lm", attempt=3),
+        record("short", 0, "failed", ended_at=NOW.isoformat()),
+    ]
+    console = train.literal_console()
+    console.file = io.StringIO()
+    console.print(jobs_table(merge_jobs(recs, now=NOW, outputs=fleet().outputs)))
+    lines = console.file.getvalue().splitlines()
+    assert max(len(x) for x in lines) <= 80, "\n".join(lines)
+    assert f"{long_job} (lm)" in lines  # whole, on a line of its own
+    row = next(x for x in lines if "running (attempt 3)" in x)
+    assert row.rstrip().endswith("12d 12h lease")
+    assert any("TTL held off by a lease: stops at 2026-12-14T08:00:00Z" in x for x in lines)
 
 
 def test_a_running_job_runs_until_now_and_earlier_attempts_add_up() -> None:
