@@ -20,6 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from infra import limits
 from infra.catalog import (
     PROFILES,
     Catalog,
@@ -719,13 +720,6 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
     r = _Reader(raw)
     _check_names(r, raw, stack)
     chosen = _read_choice(r, cat)
-    info = chosen.info
-    if info and info.max_stack_name and len(stack) > info.max_stack_name:
-        r.problem(
-            "stack",
-            f"stack name {stack!r} is {len(stack)} characters; {info.title} stacks take at "
-            f"most {info.max_stack_name} (longer resource names are refused): rename the stack",
-        )
     billing, spot_max, months = _read_billing(r, cat, chosen)
     region, zone = _read_location(r, chosen.info)
     reservation, block = _read_reservation(r, chosen.info, billing, zone)
@@ -733,6 +727,11 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
     root, scratch_gb, scratch_class, scratch_path = _read_disks(r, chosen.info)
     archive_days, idle, ttl, destroy, max_cost = _read_limits(r, cat, chosen.tier)
     tags = _read_tags(r, chosen.provider, cat)
+    # what the cloud would refuse at `pulumi up`: names, rules per group, tags per resource
+    # (not for a key already refused: fixing that one changes what would be counted)
+    for key, message in limits.problems(chosen.provider, stack, chosen.nodes, cidrs, tags):
+        if not any(p.startswith(f"{NAMESPACE}:{key}") for p in r.problems):
+            r.problem(key, message)
     from infra import placement  # local: placement parses each candidate with this module
 
     for key, message in placement.problems(raw, cat, chosen.provider, chosen.tier):

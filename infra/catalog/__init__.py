@@ -224,7 +224,6 @@ class ProviderInfo:
     # body; "" when any is fine), and the keys it refuses whole
     tag_key_chars: str = ""
     refused_tag_keys: tuple[str, ...] = ()
-    max_stack_name: int = 0  # the longest stack name the cloud's resource names fit (0: any)
     unsupported: Mapping[Feature, str] = field(default_factory=dict)
     # the regions a stack may name (empty: any name that looks like one), and the zone names
     # when a cloud's zones are not "<region><suffix>" (Azure numbers them 1-3)
@@ -506,7 +505,7 @@ _PROVIDER_KEYS = frozenset(
     | {"billing"}
     | {"max_root_disk_gb", "scratch_disk", "default_scratch_class"}
     | {"reserved_tag_value_prefixes", "unsupported", "scratch_classes", "stopped_mode"}
-    | {"tag_key_chars", "refused_tag_keys", "max_stack_name"}
+    | {"tag_key_chars", "refused_tag_keys"}
     | {"billing_notes"}
     | {"regions", "regions_source", "zone_names", "zone_suffix", "monitoring_agent"}
     | {"reservation_id", "reservation_example"}
@@ -583,7 +582,6 @@ def _provider(p: dict[str, Any], file: str) -> ProviderInfo:
         reserved_tag_value_prefixes=tuple(p.get("reserved_tag_value_prefixes", ())),
         tag_key_chars=str(p.get("tag_key_chars", "")),
         refused_tag_keys=tuple(str(k) for k in p.get("refused_tag_keys", ())),
-        max_stack_name=int(p.get("max_stack_name", 0)),
         unsupported=MappingProxyType(unsupported),
         regions=tuple(p.get("regions", ())),
         zone_names=tuple(str(z) for z in p.get("zone_names", ())),

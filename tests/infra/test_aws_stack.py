@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from infra import limits
 from infra.catalog import load_catalog
 from infra.config import StackConfig, parse_config
 from infra.nodes import efa_interfaces, efa_layout, public_ipv4_at_launch
@@ -131,7 +132,7 @@ def test_the_longest_stack_name_aws_takes_fits_every_name_pulumi_generates():
     import botocore.session
 
     session = botocore.session.get_session()
-    longest = CAT.providers["aws"].max_stack_name
+    longest = limits.longest_stack_name("aws", 2)
     result = evaluate(dataclasses.replace(aws_cfg("p5.48xlarge", 2), stack="s" * longest))
     slack = []
     for r in result.resources:
@@ -145,7 +146,7 @@ def test_the_longest_stack_name_aws_takes_fits_every_name_pulumi_generates():
 def test_a_longer_stack_name_is_refused_in_one_line_before_anything_is_made():
     from infra.config import ConfigError
 
-    longest = CAT.providers["aws"].max_stack_name
+    longest = limits.longest_stack_name("aws", 1)
     raw = {"provider": "aws", "tier": "t4x1", "sshCidrs": ["203.0.113.0/24"]}
     with pytest.raises(ConfigError) as err:
         parse_config(raw, "s" * (longest + 1))

@@ -65,6 +65,20 @@ def test_invalid_config_exits_2_with_one_line_per_problem_and_nothing_else(tmp_p
     assert lines[1].startswith("gpufleet:nodes:") and lines[2].startswith("gpufleet:sshCidrs[0]:")
 
 
+def test_a_stack_past_a_cloud_limit_exits_2_with_one_line_before_anything_is_planned(tmp_path):
+    # 61 SSH networks: 62 inbound rules in one AWS security group, whose quota is 60
+    nets = "".join(f"    - 203.0.113.{i}/32\n" for i in range(61))
+    bad = tmp_path / "Pulumi.many-networks.yaml"
+    bad.write_text(
+        "config:\n  gpufleet:provider: aws\n  gpufleet:tier: t4x1\n  gpufleet:sshCidrs:\n" + nets
+    )
+    proc = run("--stack-file", str(bad))
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("gpufleet:sshCidrs: 61 IPv4 networks make 62 inbound IPv4 rules")
+    assert "AWS allows 60" in line and "list at most 59 IPv4 networks" in line
+
+
 def test_unknown_stack_name_gets_a_suggestion():
     proc = run("--stack", "a100x44")
     assert proc.returncode == 2 and "did you mean 'a100x4'" in proc.stderr
