@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import ipaddress
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -80,6 +81,10 @@ class NameLimit:
     max: int
     source: str
     random_suffix: int = 0
+    # a regex the whole name must match where the cloud restricts more than the stack name
+    # does (host names: no "--", no "-" at the end), and how a message says it
+    pattern: str = ""
+    pattern_says: str = ""
 
     def length(self, stack: str, nodes: int) -> int:
         return len(self.template.format(stack=stack, node=nodes - 1)) + self.random_suffix
@@ -135,6 +140,9 @@ def parse(name: str, data: Mapping[str, Any], where: str = FILE) -> CloudLimits:
     for n in names:
         if "{stack}" not in n.template:
             raise LimitsError(f"{where}: name template {n.template!r} has no {{stack}}")
+        if bool(n.pattern) != bool(n.pattern_says):
+            raise LimitsError(f"{where}: {n.template!r}: pattern and pattern_says go together")
+        re.compile(n.pattern)
     extra = set(data) - {"title", "sources", "security_group", "tags", "names"}
     if extra:
         raise LimitsError(f"{where}: unknown keys {sorted(extra)}")
@@ -255,6 +263,14 @@ def _name_problem(cloud: CloudLimits, stack: str, nodes: int) -> str | None:
     """The one name that breaks first, as one line (the tightest limit binds)."""
     broken = [n for n in cloud.names if n.length(stack, nodes) > n.max]
     if not broken:
+        for n in cloud.names:
+            name = n.template.format(stack=stack, node=0)
+            if n.pattern and not re.fullmatch(n.pattern, name):
+                fixed = re.sub("-+", "-", stack).strip("-") or "my-stack"
+                return (
+                    f"stack name {stack!r} gives the {cloud.title} {n.resource} {name!r}, "
+                    f"which takes {n.pattern_says}: rename the stack, e.g. {fixed!r}"
+                )
         return None
     worst = min(broken, key=lambda n: n.longest_stack(nodes))
     longest = cloud.longest_stack_name(nodes)

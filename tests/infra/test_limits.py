@@ -182,6 +182,23 @@ def test_a_60_character_stack_name_on_azure_names_the_function_app_limit() -> No
     assert "may be 60 characters" in line
 
 
+@pytest.mark.parametrize("cloud", ["alicloud", "tencent"])
+@pytest.mark.parametrize("stack", ["gpu--dev", "gpu-dev-"])
+def test_a_stack_name_that_makes_a_host_name_with_two_hyphens_in_a_row_is_refused(
+    cloud: str, stack: str
+) -> None:
+    line = refusal(cloud, stack)
+    assert line.startswith(f"gpufleet:stack: stack name {stack!r} gives the ")
+    assert "host name (Linux)" in line and "no two hyphens in a row" in line
+    assert line.endswith("rename the stack, e.g. 'gpu-dev'")
+    assert parse_config(raw_for(cloud), "gpu-dev").stack == "gpu-dev"
+
+
+def test_clouds_whose_names_take_two_hyphens_in_a_row_keep_such_a_stack_name() -> None:
+    for cloud in ("aws", "azure"):
+        assert parse_config(raw_for(cloud), "gpu-dev-").stack == "gpu-dev-"
+
+
 # ------------------------------------------------------ the data against the programs
 
 
