@@ -38,8 +38,11 @@ def stack_names(stacks_dir: Path | None = None) -> list[str]:
     return sorted(n for n in found if n)
 
 
-def find_stack(name: str, stacks_dir: Path | None = None) -> Path:
-    """The file of an existing stack, or StackNotFound saying what exists instead."""
+def find_stack(
+    name: str, stacks_dir: Path | None = None, otherwise: str = "; or pass --stack-file FILE"
+) -> Path:
+    """The file of an existing stack, or StackNotFound saying what exists instead (and
+    ``otherwise``: the command's other way to name one, "" when it has none)."""
     path = stack_file(name, stacks_dir)
     if name and path.is_file():
         return path
@@ -47,5 +50,5 @@ def find_stack(name: str, stacks_dir: Path | None = None) -> Path:
     listing = ", ".join(known) if known else "none yet"
     raise StackNotFound(
         f"no stack {name!r}: {path} does not exist{did_you_mean(name, known)}. "
-        f"Known stacks: {listing}; or pass --stack-file FILE"
+        f"Known stacks: {listing}{otherwise}"
     )

@@ -30,6 +30,9 @@ from infra import reserved  # noqa: E402
 from infra.catalog import Feature, load_catalog  # noqa: E402
 from infra.render import output_width, wrap  # noqa: E402
 from infra.suggest import did_you_mean  # noqa: E402
+from infra.usage import OneLineParser, at_least  # noqa: E402
+
+PROG = "reserve.py"
 
 
 def _date(text: str) -> dt.datetime:
@@ -40,34 +43,52 @@ def _date(text: str) -> dt.datetime:
     return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
 
 
+def _problem(cat: Any, args: argparse.Namespace) -> str | None:
+    """What is wrong with the request, before any cloud is asked (None: nothing)."""
+    if args.tier not in cat.tiers:
+        return f"{args.tier!r} is not a tier{did_you_mean(args.tier, cat.tiers)}"
+    sold = [c for c in reserved.sellers() if c in cat.tiers[args.tier].offers]
+    said = (reserved.request_problem(c, args.days, args.nodes) for c in sold)
+    problem = next((x for x in said if x), None)
+    if problem:
+        return problem
+    if args.region is not None:
+        known = {r for c in sold for r in cat.providers[c].regions}
+        if known and args.region not in known:
+            hint = did_you_mean(args.region, known)
+            return f"--region {args.region!r} is not a region of {', '.join(sold)}{hint}"
+    try:
+        least = args.start + dt.timedelta(days=args.days)
+        end = args.end or least + dt.timedelta(days=7)
+    except OverflowError:
+        return f"--start {args.start.date()} plus --days {args.days} is past the calendar's end"
+    if end < least:
+        return f"--end {end.date()} is before --start plus --days: move it later"
+    return None
+
+
 def main(
     argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
-    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p = OneLineParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
     p.add_argument("tier", help="a tier key of the catalog, e.g. h100x8")
     p.add_argument("--start", type=_date, required=True, help="earliest start (YYYY-MM-DD)")
     p.add_argument("--end", type=_date, help="latest end (default: a week after start+days)")
-    p.add_argument("--days", type=int, required=True, help="how long: 1-14, or whole weeks")
-    p.add_argument("--nodes", type=int, default=1, help="instances in the block (default 1)")
+    p.add_argument("--days", type=at_least(1), required=True, help="how long: 1-14, or whole weeks")
+    p.add_argument(
+        "--nodes", type=at_least(1), default=1, help="instances in the block (default 1)"
+    )
     p.add_argument("--region", help="region to ask (default: each cloud's default region)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = p.parse_args(argv)
     cat = load_catalog()
-    problem = None
-    if args.tier not in cat.tiers:
-        problem = f"{args.tier!r} is not a tier{did_you_mean(args.tier, cat.tiers)}"
-    else:
-        sold = [c for c in reserved.sellers() if c in cat.tiers[args.tier].offers]
-        said = (reserved.request_problem(c, args.days, args.nodes) for c in sold)
-        problem = next((x for x in said if x), None)
-    end = args.end or args.start + dt.timedelta(days=args.days + 7)
-    if not problem and end < args.start + dt.timedelta(days=args.days):
-        problem = f"--end {end.date()} is before --start plus --days: move it later"
+    problem = _problem(cat, args)
     if problem:
-        print(f"reserve.py: {problem}", file=err)
+        print(f"{PROG}: {problem}", file=err)
         return 2
+    end = args.end or args.start + dt.timedelta(days=args.days + 7)
     tier = cat.tiers[args.tier]
     rows: list[dict[str, Any]] = []
     lines: list[str] = []

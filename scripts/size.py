@@ -168,7 +168,7 @@ class Parser(argparse.ArgumentParser):
     """argparse, but its complaints are one line and exit 2 like every other bad input."""
 
     def error(self, message: str) -> Any:
-        raise UsageError([message])
+        raise UsageError([f"{message} (see --help)"])
 
 
 def join_negative_values(argv: Sequence[str]) -> list[str]:

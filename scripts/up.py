@@ -18,7 +18,6 @@ Exit status: 0 landed; 1 a non-capacity error (stopped at once); 2 invalid stack
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,15 +28,17 @@ if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip insta
 
 from infra.config import ConfigError, load_stack_file  # noqa: E402
 from infra.stackfiles import STACKS_DIR, StackNotFound, find_stack  # noqa: E402
+from infra.usage import OneLineParser  # noqa: E402
 
 EXIT_INVALID = 2
+PROG = "up.py"
 
 
 def main(argv: list[str] | None = None, engine_for: object = None) -> int:
     from infra import failover
     from infra.placement import Candidate, Placement
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--stack", required=True, help="stack name (stacks/Pulumi.<name>.yaml)")
     ap.add_argument(
         "--live",
@@ -46,10 +47,10 @@ def main(argv: list[str] | None = None, engine_for: object = None) -> int:
     )
     args = ap.parse_args(argv)
     try:
-        path = find_stack(args.stack, STACKS_DIR)
+        path = find_stack(args.stack, STACKS_DIR, otherwise="")
         cfg = load_stack_file(path)
     except StackNotFound as exc:
-        print(f"--stack: {exc}", file=sys.stderr)
+        print(f"{PROG}: --stack: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except ConfigError as exc:
         for problem in exc.problems:

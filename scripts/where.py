@@ -14,7 +14,6 @@ Sorted by on-demand price in USD. Exit status: 0 done, 2 bad input (one line on 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -28,6 +27,10 @@ from infra import where  # noqa: E402
 from infra.catalog import CatalogError, load_catalog  # noqa: E402
 from infra.pricing.prices import load_pricing  # noqa: E402
 from infra.render import output_width  # noqa: E402
+from infra.suggest import did_you_mean  # noqa: E402
+from infra.usage import OneLineParser  # noqa: E402
+
+PROG = "where.py"
 
 
 def main(
@@ -35,7 +38,7 @@ def main(
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = OneLineParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
     parser.add_argument("query", metavar="TIER|INSTANCE_TYPE", help="a tier key or a type name")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.add_argument(
@@ -49,7 +52,7 @@ def main(
     )
     args = parser.parse_args(argv)
     if args.region and not args.live:
-        print("where.py: --region only narrows --live: add --live", file=err)
+        print(f"{PROG}: --region only narrows --live: add --live", file=err)
         return 2
     try:
         catalog = load_catalog()
@@ -57,11 +60,21 @@ def main(
         kind, found = where.targets(catalog, args.query)
         zone_data = where.load_zone_data()
     except where.UsageError as exc:
-        print(f"where.py: {exc}", file=err)
+        print(f"{PROG}: {exc}", file=err)
         return 2
     except CatalogError as exc:
-        print(f"where.py: the catalog data is broken: {exc}", file=err)
+        print(f"{PROG}: the catalog data is broken: {exc}", file=err)
         return 1
+    clouds = sorted({it.provider for it, _ in found})
+    known = {r for c in clouds for r in catalog.providers[c].regions}
+    strange = [r for r in args.region if known and r not in known]
+    if strange:  # refused here: no cloud is asked about a region none of them has
+        hint = did_you_mean(strange[0], known)
+        print(
+            f"{PROG}: --region {strange[0]!r} is not a region of {', '.join(clouds)}{hint}",
+            file=err,
+        )
+        return 2
 
     def usd(currency: str) -> float | None:
         try:

@@ -10,10 +10,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-# every script with a command line; reserve.py, up.py and where.py belong to issue 25's lane
-# and are not yet on the shared parser (argparse's usage block, two to four lines, exit 2)
-NOT_YET = {"reserve.py", "up.py", "where.py"}
-SCRIPTS = sorted(p.name for p in (REPO / "scripts").glob("*.py") if p.name not in NOT_YET)
+# every script with a command line, none left out
+SCRIPTS = sorted(p.name for p in (REPO / "scripts").glob("*.py"))
 
 
 def test_the_convention_page_names_the_three_statuses_and_plans_third():
@@ -36,6 +34,7 @@ def test_an_unknown_flag_is_one_line_and_exit_2(script: str) -> None:
     assert proc.stdout == "" and "Traceback" not in proc.stderr
     (line,) = proc.stderr.splitlines()
     assert line.startswith(f"{script.removesuffix('.py')}") or line.startswith(script), line
+    assert line.endswith("(see --help)"), line
 
 
 def test_cost_live_that_cannot_compare_exits_1_and_still_prints_the_bill(tmp_path: Path):

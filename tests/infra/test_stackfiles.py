@@ -65,3 +65,10 @@ def _offenders(pattern_call: str) -> list[str]:
 
 def test_nothing_else_computes_close_matches_or_globs_stack_files():
     assert _offenders("get_close_matches") == []
+
+
+def test_a_command_without_stack_file_can_leave_that_way_out(tmp_path: Path):
+    stack_file("a100x4", tmp_path).write_text("config: {}\n")
+    with pytest.raises(StackNotFound) as err:
+        find_stack("a100x3", tmp_path, otherwise="")
+    assert str(err.value).endswith("Known stacks: a100x4")

@@ -105,3 +105,56 @@ def test_live_shows_a_clouds_zones_from_its_signal_and_why_others_have_none(
     assert "    ap-guangzhou-3: sold out (SOLD_OUT, 售罄)" in out
     assert "aws p4d.24xlarge: no --region given is one of its regions" in out
     assert [r["headers"]["x-tc-region"] for r in seen] == ["ap-guangzhou"]
+
+
+@pytest.fixture
+def nothing_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """where.live raises: a refused input must never reach any cloud's signal."""
+
+    def live(*_a: object, **_k: object) -> None:
+        raise AssertionError("bad input must be refused before any cloud is asked")
+
+    monkeypatch.setattr(cli.where, "live", live)
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["a100x9"], "'a100x9' is neither a tier nor an instance type"),
+        (["h100x3", "--json"], "'h100x3' is neither a tier nor an instance type"),
+        ([""], "'' is neither a tier nor an instance type"),
+        (["a100x8", "--live", "--region", "us-east-9"], "--region 'us-east-9' is not a region"),
+        (["a100x8", "--live", "--region", "eastus", "--region", ""], "--region '' is not"),
+        (["h100x1", "--live", "--region", "eastus"], "'eastus' is not a region of aws"),
+        (["a100x8", "--live", "--region"], "argument --region: expected one argument"),
+        (["a100x8", "--bogus"], "unrecognized arguments: --bogus"),
+        ([], "the following arguments are required: TIER|INSTANCE_TYPE"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_before_any_cloud_is_asked(
+    argv: list[str], said: str, nothing_asked: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        code, out, err = run(*argv)
+    except SystemExit as stop:  # the parser's own refusals (OneLineParser)
+        code, out, err = stop.code, "", capsys.readouterr().err  # type: ignore[assignment]
+    assert code == 2 and out == "" and "Traceback" not in err
+    (line,) = err.splitlines()
+    assert line.startswith("where.py: ") and said in line, line
+
+
+def test_a_usage_error_ends_pointing_to_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        run("a100x8", "--bogus")
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == "where.py: unrecognized arguments: --bogus (see --help)\n"
+
+
+def test_help_still_lists_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        run("--help")
+    assert stop.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: where.py ")
+    for flag in ("TIER|INSTANCE_TYPE", "--json", "--live", "--region REGION"):
+        assert flag in text, flag
