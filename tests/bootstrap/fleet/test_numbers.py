@@ -161,5 +161,5 @@ def test_a_missing_value_names_the_flag_as_typed() -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         "gpufleet: Flag --wait needed value and was not given one! "
-        "(fab --list names the tasks, fab --help TASK its flags)"
+        "(fab --help cancel lists its flags)"
     )
