@@ -58,6 +58,20 @@ def run_fab(*args: str, timeout: float = 600, env: dict[str, str] | None = None)
     return FabResult(proc.returncode, proc.stdout, proc.stderr)
 
 
+def fab_in_process(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[object, str, str]:
+    """``fab *argv`` run in this process from the repo, as fab's own main reads it: (the
+    status it exits with, stdout, stderr). For parse errors and help, which end in exit."""
+    import fabric.main
+
+    monkeypatch.chdir(REPO)
+    with pytest.raises(SystemExit) as exc:
+        fabric.main.program.run(["fab", *argv])
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
 def install_pytorch_args(server: SshServer, venv: Path, *extra: str) -> list[str]:
     """``fab`` arguments of install-pytorch on the test node, from the node's pip config."""
     return [

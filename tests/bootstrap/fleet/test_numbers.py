@@ -15,13 +15,12 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import fabric.main
 import pytest
 from invoke.exceptions import Exit
 
 from bootstrap import ns
 from bootstrap.fleet.numbers import Bound, CheckedArgument, parse_number
-from tests.bootstrap.conftest import REPO
+from tests.bootstrap.conftest import REPO, fab_in_process
 
 
 @dataclass(frozen=True)
@@ -76,11 +75,8 @@ def test_a_bad_number_is_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.chdir(REPO)
-    with pytest.raises(SystemExit) as exc:
-        fabric.main.program.run(["fab", opt.task, f"{opt.flag}={value}"])
-    out, err = capsys.readouterr()
-    assert exc.value.code == 2, err
+    code, out, err = fab_in_process([opt.task, f"{opt.flag}={value}"], capsys, monkeypatch)
+    assert code == 2, err
     assert out == ""
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"gpufleet: {opt.flag} "), err

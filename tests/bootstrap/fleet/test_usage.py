@@ -19,7 +19,7 @@ from invoke.parser import ParseMachine, Parser, ParserContext
 
 from bootstrap import ns
 from bootstrap.fleet.usage import _dash_aware_parsing, exit_2_on_parse_errors
-from tests.bootstrap.conftest import REPO
+from tests.bootstrap.conftest import REPO, fab_in_process
 
 
 def value_flags() -> list[tuple[str, str]]:
@@ -63,11 +63,8 @@ def test_the_walk_finds_flags_that_need_a_value_on_the_tasks_that_connect() -> N
 def test_a_parse_error_is_one_line_and_exit_2(
     argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(REPO)
-    with pytest.raises(SystemExit) as exc:
-        fabric.main.program.run(["fab", *argv])
-    out, err = capsys.readouterr()
-    assert exc.value.code == 2, err
+    code, out, err = fab_in_process(argv, capsys, monkeypatch)
+    assert code == 2, err
     assert out == ""
     (line,) = err.splitlines()
     task = argv[0] if argv[0] in ns.tasks else None
@@ -92,11 +89,8 @@ def test_a_dash_where_a_positional_waits_is_an_unknown_flag_not_its_value(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.chdir(REPO)
-    with pytest.raises(SystemExit) as exc:
-        fabric.main.program.run(["fab", task, dashed])
-    out, err = capsys.readouterr()
-    assert exc.value.code == 2 and out == "", err
+    code, out, err = fab_in_process([task, dashed], capsys, monkeypatch)
+    assert code == 2 and out == "", err
     flag = dashed.partition("=")[0]
     assert err.splitlines() == [
         f"gpufleet: fab {task}: unknown flag {flag!r} (fab --help {task} lists its flags)"
@@ -139,11 +133,8 @@ def test_help_after_a_task_with_a_positional_shows_its_help(
     argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before, ``fab cancel --help`` looked for a job named --help."""
-    monkeypatch.chdir(REPO)
-    with pytest.raises(SystemExit) as exc:
-        fabric.main.program.run(["fab", *argv])
-    out, err = capsys.readouterr()
-    assert exc.value.code == 0 and err == ""
+    code, out, err = fab_in_process(argv, capsys, monkeypatch)
+    assert code == 0 and err == ""
     assert out.startswith("Usage: fab [--core-opts] cancel [--options]")
     assert "--wait" in out
 

@@ -80,16 +80,19 @@ def moto_url() -> Iterator[str]:
         server.stop()
 
 
-def test_the_watchdogs_sync_uploads_a_job_and_restore_fetches_only_the_newest(
-    tmp_path: Path, moto_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def s3_bucket(moto_url: str, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """A fresh bucket in moto, with the test keys the node's client signs with."""
     import boto3
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1").create_bucket(
-        Bucket="ckpt-roundtrip"
-    )
+    boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1").create_bucket(Bucket=name)
+
+
+def test_the_watchdogs_sync_uploads_a_job_and_restore_fetches_only_the_newest(
+    tmp_path: Path, moto_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s3_bucket(moto_url, monkeypatch, "ckpt-roundtrip")
     node = tmp_path / "scratch" / "checkpoints" / "j1"
     write_checkpoint(node, 10, b"a" * 10)
     write_checkpoint(node, 20, b"b" * 20)
@@ -152,15 +155,10 @@ def test_a_torch_distributed_checkpoint_comes_back_whole_with_its_hidden_index(
     # torch.distributed.checkpoint writes its index as ".metadata" beside the shards; the
     # folder manifest used to leave every hidden file out, so a replaced node got the shards
     # back without the index and dcp.load failed.
-    import boto3
     import torch
     import torch.distributed.checkpoint as dcp
 
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1").create_bucket(
-        Bucket="ckpt-dcp"
-    )
+    s3_bucket(moto_url, monkeypatch, "ckpt-dcp")
     node = tmp_path / "scratch" / "checkpoints" / "j-dcp"
     state = {"w": torch.arange(12.0).reshape(3, 4)}
     with pytest.warns(UserWarning):  # no process group: DCP says it saves as one process
