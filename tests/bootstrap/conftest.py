@@ -58,6 +58,21 @@ def run_fab(*args: str, timeout: float = 600, env: dict[str, str] | None = None)
     return FabResult(proc.returncode, proc.stdout, proc.stderr)
 
 
+def unwrap_progress(text: str) -> str:
+    """fab's output with each progress line whole again: the printer continues a
+    ``[host] ...`` line past the width on lines indented by four spaces (runner._Printer),
+    and a message is searched for as it was said, not where it broke."""
+    out: list[str] = []
+    in_progress = False
+    for line in text.splitlines():
+        if in_progress and line.startswith("    "):
+            out[-1] += " " + line.strip()
+            continue
+        in_progress = line.startswith("[")
+        out.append(line)
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
 def fab_in_process(
     argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[object, str, str]:

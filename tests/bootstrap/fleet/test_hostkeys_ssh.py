@@ -23,7 +23,7 @@ from fabric import Connection
 from bootstrap.fleet.api import Host, HostContext, StepResult, step
 from bootstrap.fleet.hostkeys import PublicKey, resolve_settings
 from bootstrap.fleet.runner import run_fleet
-from tests.bootstrap.conftest import FabResult, run_fab
+from tests.bootstrap.conftest import FabResult, run_fab, unwrap_progress
 from tests.support.sshd import SshServer, start_sshd, stop_sshd
 
 pytestmark = pytest.mark.integration
@@ -195,7 +195,7 @@ def test_accept_new_host_key_repins_only_the_named_host(
     assert (
         f"replaced host key for [127.0.0.1]:{address.port} in {kh}: was "
         f"{keygen_fingerprint(sshd_server)} (ssh-ed25519), now {keygen_fingerprint(replacement)}"
-    ) in accepted.stdout
+    ) in unwrap_progress(accepted.stdout)
     assert sorted(kh.read_text().splitlines()) == sorted(
         [
             f"[127.0.0.1]:{address.port} {host_pub(replacement)}",
