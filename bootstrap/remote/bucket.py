@@ -645,14 +645,25 @@ class LocalFile:
     mtime_ns: int
 
 
+# A checkpoint folder's marker (job_sync.MARKER, docs/train.md): it lists the folder's files,
+# so it goes up after every other file of its folder and its presence in the bucket means
+# the files it lists were sent first.
+CHECKPOINT_MARKER = "COMPLETE"
+
+
+def _upload_order(path: Path) -> tuple[Path, bool, str]:
+    return path.parent, path.name == CHECKPOINT_MARKER, path.name
+
+
 def local_files(scratch: Path, sync_dirs: Sequence[str], node: str) -> Iterator[LocalFile]:
-    """Every regular file under ``scratch/<dir>`` -> key ``<dir>/<node>/<relative path>``."""
+    """Every regular file under ``scratch/<dir>`` -> key ``<dir>/<node>/<relative path>``,
+    folder by folder, a checkpoint's marker after the files beside it."""
     for rel in sync_dirs:
         source = scratch / rel
         if not source.is_dir():
             continue
         prefix = rel.strip("/")
-        for path in sorted(source.rglob("*")):
+        for path in sorted(source.rglob("*"), key=_upload_order):
             try:
                 if path.is_symlink() or not path.is_file():
                     continue

@@ -46,7 +46,7 @@ else:
     import bucket
     import clouds
 
-MARKER = "COMPLETE"
+MARKER = bucket.CHECKPOINT_MARKER
 # Written next to the job's files in the bucket after an upload that left nothing behind:
 # every file of the checkpoint folder and its size, whatever the job's layout (a plain
 # torch.save "snapshot.pt" included). A resume with no step-<N> checkpoint restores it.

@@ -184,3 +184,32 @@ def test_a_torch_distributed_checkpoint_comes_back_whole_with_its_hidden_index(
     with pytest.warns(UserWarning):
         dcp.load(loaded, checkpoint_id=str(fresh / "latest"))
     assert torch.equal(loaded["w"], state["w"])
+
+
+def test_a_checkpoints_marker_goes_up_after_the_files_it_lists(tmp_path: Path) -> None:
+    # "COMPLETE" sorts before "model.pt": the sync sent the marker first, so a bucket could
+    # list a step's marker with its model still on the way (a job killed then left a marker
+    # whose files never came, and a test that waited for the marker resumed from nothing).
+    from bootstrap.remote import bucket
+
+    class Recording:
+        bucket = "b"
+
+        def __init__(self) -> None:
+            self.keys: list[str] = []
+
+        def upload_file(self, key: str, path: Path, size: int, deadline: float) -> None:
+            self.keys.append(key)
+
+    scratch = tmp_path / "scratch"
+    for step in (5, 10):
+        write_checkpoint(scratch / "checkpoints" / "j", step, b"m" * step)
+        (scratch / "checkpoints" / "j" / f"step-{step:08d}" / "Adam.pt").write_bytes(b"o")
+    store = Recording()
+    out = bucket.sync_scratch(
+        scratch=scratch, sync_dirs=("checkpoints",), node="n0", store=store, timeout_s=60
+    )  # type: ignore[arg-type]
+    assert out.ok and out.uploaded == 6, out
+    for step in (5, 10):
+        folder = [k for k in store.keys if f"/step-{step:08d}/" in k]
+        assert [k.rsplit("/", 1)[1] for k in folder] == ["Adam.pt", "model.pt", "COMPLETE"]
