@@ -259,6 +259,8 @@ def render_plan(
     for line in policies_text.splitlines():
         lines.extend(wrap_line(line, width))
     lines += ["", *cost_lines(doc["cost"], width)]
+    if doc.get("ttl"):  # when the hard TTL stops the nodes, busy or not (scripts/plan.py)
+        lines.extend(wrap(doc["ttl"]["line"], width, "", "    "))
     for note in notes:
         lines.extend(wrap_prose(note, width, "note: ", "      "))
     return "\n".join(lines) + "\n"

@@ -85,6 +85,8 @@ def plan(
         "notes": notes,
         "policies": summary(check_plan(cfg, result, policy_config)),
     }
+    doc["ttl"] = ttl_summary(cfg.ttl_hours)
+    notes.append(doc["ttl"]["note"])
     if cfg.placement is not None:  # zone: auto: the candidates, the chosen one and why
         doc["placement"] = cfg.placement.to_json()
         notes.insert(0, cfg.placement.line())
@@ -98,6 +100,46 @@ def plan(
     notes.extend(result.outputs["hourly_cost"].get("warnings", []))
     notes.extend(said.stack)
     return doc, notes
+
+
+def ttl_summary(hours: float) -> dict[str, Any]:
+    """What the hard TTL does to this stack's nodes, as the guards enforce it
+    (infra/reaper/idle_rules.py, on the node and in the cloud reaper): a plain line for the
+    plan (at most 80 columns) and a note on how to change or extend it."""
+    from infra.reaper.idle_rules import MAX_LEASE_HOURS, MAX_TTL_HOURS
+
+    shown = f"{hours:g}"
+    lease = (
+        f"`fab keep-alive --hours N` keeps a running node N hours from when it is run, "
+        f"past the TTL too (N <= {MAX_LEASE_HOURS})"
+    )
+    if hours <= 0:
+        line = "TTL: off (gpufleet:ttlHours is 0): no node stops for its age; idle rules apply"
+        note = (
+            "with the TTL off only the idle rules stop a node: a job that keeps it busy runs "
+            "(and bills) until it ends"
+        )
+    elif hours > MAX_TTL_HOURS:
+        line = f"TTL: {shown} h is more than the guards read ({MAX_TTL_HOURS} h): see note"
+        note = (
+            f"gpufleet:ttlHours {shown} is past the guards' {MAX_TTL_HOURS} h limit: they "
+            f"read the tag as unreadable, keep each node as if busy and stop it "
+            f"{MAX_TTL_HOURS} h after boot; set ttlHours <= {MAX_TTL_HOURS}"
+        )
+    else:
+        line = f"TTL: each node stops {shown} h after it boots, even mid-job (gpufleet:ttlHours)"
+        note = (
+            f"the watchdog warns a running job 60 and 10 min before the TTL; {lease}; "
+            "gpufleet:ttlHours: 0 turns the TTL off (idle rules still apply)"
+        )
+    return {
+        "hours": hours if hours > 0 else None,
+        "off": hours <= 0,
+        "stops_even_if_busy": hours > 0,
+        "lease_max_hours": MAX_LEASE_HOURS,
+        "line": line,
+        "note": note,
+    }
 
 
 def config_error_in(exc: BaseException) -> ConfigError | None:

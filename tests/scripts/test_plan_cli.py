@@ -282,3 +282,57 @@ def test_an_azure_vm_shows_its_size_priority_and_eviction_in_the_tree():
     shown = " ".join(line.strip(" │") for line in lines[at + 1 : at + 5])
     assert 'hardwareProfile: {"vmSize": "Standard_NC4as_T4_v3"}' in shown
     assert "priority: Spot" in shown and "evictionPolicy: Deallocate" in shown
+
+
+# ---------------------------------------------------------------- the hard TTL, said plainly
+
+
+def plan_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpufleet_plan_ttl", PLAN)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_plan_says_in_one_line_when_the_ttl_stops_a_busy_node():
+    proc = subprocess.run(
+        [sys.executable, str(PLAN), "--stack", "a100x8"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    line = "TTL: each node stops 12 h after it boots, even mid-job (gpufleet:ttlHours)"
+    assert line in lines  # x8 tiers: 12 h, on one line of its own
+    note = " ".join(x.strip() for x in lines[lines.index(line) :])
+    assert "warns a running job 60 and 10 min before the TTL" in note
+    assert "fab keep-alive --hours N" in note and "(N <= 336)" in note
+    assert max(len(x) for x in lines[lines.index(line) - 1 :]) <= 80
+
+
+def test_a_plan_with_the_ttl_off_says_so_in_its_json_and_its_line(tmp_path):
+    stack = tmp_path / "Pulumi.t4off.yaml"
+    stack.write_text((ROOT / "stacks/Pulumi.t4x1.yaml").read_text() + "  gpufleet:ttlHours: 0\n")
+    proc = run("--stack-file", str(stack), "--json")
+    assert proc.returncode == 0, proc.stderr
+    ttl = json.loads(proc.stdout)["ttl"]
+    assert (ttl["hours"], ttl["off"], ttl["stops_even_if_busy"]) == (None, True, False)
+    assert ttl["line"].startswith("TTL: off (gpufleet:ttlHours is 0)")
+    assert "idle rules apply" in ttl["line"]
+
+
+@pytest.mark.parametrize("hours", [0, 1, 24, 12, 336, 337, 720])
+def test_every_ttl_line_fits_80_columns_and_says_what_the_guards_do(hours):
+    ttl = plan_module().ttl_summary(hours)
+    assert len(ttl["line"]) <= 80 and ttl["line"].startswith("TTL: ")
+    if 0 < hours <= 336:
+        assert f"stops {hours} h after it boots, even mid-job" in ttl["line"]
+        assert ttl["hours"] == hours and ttl["stops_even_if_busy"]
+    if hours > 336:  # the guards read such a tag as unreadable: the 14-day cap
+        assert "336 h" in ttl["line"] and "336 h after boot" in ttl["note"]
