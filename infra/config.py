@@ -46,7 +46,9 @@ WORLD = ("0.0.0.0/0", "::/0")
 # mirrors them. The per-cloud ones (root disk, scratch classes and their sizes) are each
 # provider's catalog facts ([provider] in infra/clouds/<cloud>/catalog.toml).
 MAX_IDLE_MINUTES = 1440  # a day: longer is no idle guard (use a lease: fab keep-alive)
-MAX_TTL_HOURS = 720  # 30 days; 0 turns the TTL off explicitly
+# 14 days, what the guards read (infra/reaper/idle_rules.py MAX_TTL_HOURS): a longer tag is
+# unreadable to them; 0 turns the TTL off explicitly
+MAX_TTL_HOURS = 336
 MAX_ARCHIVE_DAYS = 3650
 MAX_PRICE = 100_000.0  # per node-hour or per stack-hour, in the provider's currency
 # SSH sources: no single network broader than these prefixes, and all of them together at
@@ -691,7 +693,7 @@ def _read_limits(
         tier_obj.ttl_hours if tier_obj else 24,
         minimum=0,
         maximum=MAX_TTL_HOURS,
-        why=" (30 days; 0 turns the TTL off)",
+        why=" (14 days, what the guards read; 0 turns the TTL off)",
     )
     destroy = r.boolean("destroyData", False)
     max_cost = r.number("maxHourlyCost", float, None, minimum=0, maximum=MAX_PRICE)

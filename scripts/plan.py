@@ -106,7 +106,7 @@ def ttl_summary(hours: float) -> dict[str, Any]:
     """What the hard TTL does to this stack's nodes, as the guards enforce it
     (infra/reaper/idle_rules.py, on the node and in the cloud reaper): a plain line for the
     plan (at most 80 columns) and a note on how to change or extend it."""
-    from infra.reaper.idle_rules import MAX_LEASE_HOURS, MAX_TTL_HOURS
+    from infra.reaper.idle_rules import MAX_LEASE_HOURS
 
     shown = f"{hours:g}"
     lease = (
@@ -118,13 +118,6 @@ def ttl_summary(hours: float) -> dict[str, Any]:
         note = (
             "with the TTL off only the idle rules stop a node: a job that keeps it busy runs "
             "(and bills) until it ends"
-        )
-    elif hours > MAX_TTL_HOURS:
-        line = f"TTL: {shown} h is more than the guards read ({MAX_TTL_HOURS} h): see note"
-        note = (
-            f"gpufleet:ttlHours {shown} is past the guards' {MAX_TTL_HOURS} h limit: they "
-            f"read the tag as unreadable, keep each node as if busy and stop it "
-            f"{MAX_TTL_HOURS} h after boot; set ttlHours <= {MAX_TTL_HOURS}"
         )
     else:
         line = f"TTL: each node stops {shown} h after it boots, even mid-job (gpufleet:ttlHours)"

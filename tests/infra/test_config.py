@@ -164,7 +164,7 @@ def test_a_stack_file_that_is_not_yaml_is_refused(tmp_path):
     [
         ("idleMinutes", 1e12, "<= 1440"),
         ("idleMinutes", 1441, "<= 1440"),
-        ("ttlHours", 10**9, "<= 720"),
+        ("ttlHours", 10**9, "<= 336"),
         ("rootDiskGb", 501, "<= 500 GB"),  # an Alicloud system disk
         ("bucketArchiveDays", 3651, "<= 3650"),
         ("scratchGb", 32769, "<= 32768 GiB"),  # ESSD
@@ -182,14 +182,14 @@ def test_the_largest_allowed_values_still_parse():
         {
             **GOOD,
             "idleMinutes": 1440,
-            "ttlHours": 720,
+            "ttlHours": 336,
             "rootDiskGb": 500,
             "bucketArchiveDays": 3650,
             "scratchGb": 32768,
         },
         "t",
     )
-    assert (cfg.idle_minutes, cfg.ttl_hours, cfg.root_disk_gb) == (1440, 720, 500)
+    assert (cfg.idle_minutes, cfg.ttl_hours, cfg.root_disk_gb) == (1440, 336, 500)
 
 
 def test_aws_root_disks_may_be_larger_than_alicloud_system_disks():
@@ -387,3 +387,10 @@ def test_a_cidr_given_twice_is_refused_even_when_written_differently() -> None:
     said = one(sshCidrs=["203.0.113.0/24", "198.51.100.7/32", " 203.0.113.0/24"])
     assert said.startswith("gpufleet:sshCidrs[2]")
     assert "repeats sshCidrs[0] (203.0.113.0/24)" in said
+
+
+def test_the_ttl_cap_is_the_one_the_guards_read():
+    from infra import config
+    from infra.reaper import idle_rules
+
+    assert config.MAX_TTL_HOURS == idle_rules.MAX_TTL_HOURS

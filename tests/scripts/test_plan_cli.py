@@ -327,12 +327,26 @@ def test_a_plan_with_the_ttl_off_says_so_in_its_json_and_its_line(tmp_path):
     assert "idle rules apply" in ttl["line"]
 
 
-@pytest.mark.parametrize("hours", [0, 1, 24, 12, 336, 337, 720])
+@pytest.mark.parametrize("hours", [0, 1, 24, 12, 336])
 def test_every_ttl_line_fits_80_columns_and_says_what_the_guards_do(hours):
     ttl = plan_module().ttl_summary(hours)
     assert len(ttl["line"]) <= 80 and ttl["line"].startswith("TTL: ")
-    if 0 < hours <= 336:
+    if hours:
         assert f"stops {hours} h after it boots, even mid-job" in ttl["line"]
         assert ttl["hours"] == hours and ttl["stops_even_if_busy"]
-    if hours > 336:  # the guards read such a tag as unreadable: the 14-day cap
-        assert "336 h" in ttl["line"] and "336 h after boot" in ttl["note"]
+    else:
+        assert ttl["off"] and ttl["hours"] is None
+
+
+@pytest.mark.parametrize("hours", [337, 720])
+def test_a_ttl_the_guards_could_not_read_is_refused_before_anything_is_planned(tmp_path, hours):
+    # idle_rules reads a ttlHours tag over 336 as unreadable (the node would be kept as if
+    # busy for 14 days): the stack file is refused instead, in one line.
+    stack = tmp_path / "Pulumi.t4long.yaml"
+    text = (ROOT / "stacks/Pulumi.t4x1.yaml").read_text()
+    stack.write_text(text + f"  gpufleet:ttlHours: {hours}\n")
+    proc = run("--stack-file", str(stack))
+    assert proc.returncode == 2, proc.stdout
+    assert "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "ttlHours" in line and "<= 336" in line
