@@ -416,8 +416,8 @@ def test_write_stack_of_a_subscription_row_sets_months_and_caps_the_ttl(tmp_path
     text = (stacks / "Pulumi.sub.yaml").read_text()
     assert "gpufleet:billing: subscription" in text
     assert "gpufleet:subscriptionMonths: 1" in text
-    # ceil(667.7 x 1.25) + 1 = 836 h is over the 720 h the config allows: capped, and said
-    assert "gpufleet:ttlHours: 720   # the longest TTL; the run needs ~668 h" in text
+    # ceil(667.7 x 1.25) + 1 = 836 h is over the 336 h the guards read: capped, and said
+    assert "gpufleet:ttlHours: 336   # the longest TTL; the run needs ~668 h" in text
     from infra.config import load_stack_file
 
     cfg = load_stack_file(stacks / "Pulumi.sub.yaml")
