@@ -8,6 +8,7 @@ status 2 for bad input.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -21,19 +22,42 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(USAGE_EXIT, f"{self.prog}: {message} (see --help)\n")
 
 
-def at_least(low: int) -> Callable[[str], int]:
-    """An argparse ``type``: a whole number of ``low`` or more, else one line naming it."""
+def _span(kind: str, low: float, high: float | None) -> str:
+    return (
+        f"give {kind} of {low:g} or more"
+        if high is None
+        else (f"give {kind} from {low:g} to {high:g}")
+    )
+
+
+def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: a whole number from ``low`` (to ``high``), else one line that
+    says what to give (argparse adds the flag: ``argument --days: -5: give ...``)."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{text!r}: give a whole number of {low} or more"
+                f"{text!r}: {_span('a whole number', low, high)}"
             ) from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value}: give a whole number of {low} or more")
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{value}: {_span('a whole number', low, high)}")
         return value
 
-    parse.__name__ = f"whole number of {low} or more"
+    return parse
+
+
+def real_number(low: float, high: float) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number from ``low`` to ``high`` (no nan, no inf)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(f"{text!r}: {_span('a number', low, high)}")
+        return value
+
     return parse

@@ -134,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args(argv)
     known = stack_names()
-    stacks = [s.strip() for s in args.stacks.split(",") if s.strip()] if args.stacks else known
+    # --stacks '' names none (it ran every stack, minutes of plans, as if it were not given)
+    given = args.stacks is not None
+    stacks = [s.strip() for s in args.stacks.split(",") if s.strip()] if given else known
     unknown = [s for s in stacks if s not in known]
     if unknown or not 1 <= args.repeat <= 50 or not stacks:
         why = (

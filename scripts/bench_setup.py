@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from infra.usage import OneLineParser  # noqa: E402
+from infra.usage import OneLineParser, whole_number  # noqa: E402
 from tests.support.sshd import running_sshd, skip_reason  # noqa: E402
 
 TARGET_RERUN_S = 10.0
@@ -62,7 +62,9 @@ def attach_loop(work: Path) -> str | None:
 
 def main() -> int:
     parser = OneLineParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3, help="re-runs after the first (default 3)")
+    parser.add_argument(
+        "--runs", type=whole_number(1, 50), default=3, help="re-runs after the first: 1-50 (3)"
+    )
     args = parser.parse_args()
     reason = skip_reason()
     if reason:

@@ -47,7 +47,7 @@ from infra.reaper.fleet_names import (  # noqa: E402
     NAMESPACE,
 )
 from infra.reaper.idle_rules import UTC  # noqa: E402
-from infra.usage import OneLineParser  # noqa: E402
+from infra.usage import OneLineParser, real_number, whole_number  # noqa: E402
 
 
 class NaiveAws(AwsCloud):
@@ -143,13 +143,15 @@ def run_scenarios() -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--scale", type=int, default=1, help="multiply the fleet (1: 2,055)")
+    parser.add_argument(
+        "--scale", type=whole_number(1, 50), default=1, help="multiply the fleet: 1-50 (1: 2,055)"
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--latency-ms",
-        type=float,
+        type=real_number(0, 1000),
         default=0.0,
-        help="add this much latency to every API request (a proxy in front of moto); "
+        help="add this much latency (0-1000) to every API request (a proxy in front of moto); "
         "loopback has none, an in-region cloud function sees a few ms per call",
     )
     parser.add_argument(
@@ -165,8 +167,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.scenarios:
         return run_scenarios()
-    if args.scale < 1:
-        parser.error("--scale must be at least 1")
     logging.disable(logging.INFO)  # moto's per-request log lines
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         os.environ.setdefault(name, "testing")

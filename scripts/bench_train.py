@@ -37,7 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from infra.usage import OneLineParser  # noqa: E402
+from infra.usage import OneLineParser, whole_number  # noqa: E402
 from tests.support.sshd import skip_reason, start_sshd, stop_sshd  # noqa: E402
 
 BUCKET = "gpufleet-bench-train"
@@ -242,12 +242,11 @@ def main() -> int:
         help="node venv with torch, made by fab install-pytorch when "
         "it is not there (default: a new one, removed afterwards)",
     )
-    p.add_argument("--runs", type=int, default=5, help="runs of each (medians; default 5)")
+    p.add_argument(
+        "--runs", type=whole_number(1, 50), default=5, help="runs of each: 1-50 (medians; 5)"
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = p.parse_args()
-    if args.runs < 1:
-        print(f"bench_train: --runs {args.runs}: give 1 or more", file=sys.stderr)
-        return 2
     reason = skip_reason()
     if reason:
         print(f"bench_train: {reason}", file=sys.stderr)

@@ -735,6 +735,10 @@ def parser() -> argparse.ArgumentParser:
 
 def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     args = parser().parse_args(argv)
+    for dest in ("currency", "bucket_class"):  # given empty, they read as not given at all
+        if getattr(args, dest) is not None and not getattr(args, dest).strip():
+            flag = "--" + dest.replace("_", "-")
+            raise UsageError(f"{flag} '': give a value or leave the flag out (see --help)")
     check_amounts(args)
     reservation_term(args.reservation)  # a bad term is refused before anything is read
     if args.compare is not None:

@@ -58,9 +58,11 @@ def interconnect(it: InstanceType, gpu: Gpu) -> str:
 
 
 def matching_gpus(cat: Catalog, wanted: str | None) -> list[Gpu]:
-    if not wanted:
+    if wanted is None:
         return list(cat.gpus.values())
-    w = wanted.lower()
+    w = wanted.strip().lower()
+    if not w:  # an empty --gpu matched every model
+        raise UsageError(["--gpu '': give part of a GPU model's key or name (e.g. A100)"])
     found = [g for g in cat.gpus.values() if w in g.key.lower() or w in g.name.lower()]
     if not found:
         raise UsageError(

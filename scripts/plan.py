@@ -38,7 +38,9 @@ EXIT_INVALID = 2
 
 
 def resolve_stack_file(args: argparse.Namespace) -> Path:
-    if args.stack_file:
+    if args.stack_file is not None:
+        if not args.stack_file.strip():
+            raise ConfigError(["--stack-file '': give the path of a Pulumi.<stack>.yaml file"])
         return Path(args.stack_file)
     try:
         return find_stack(args.stack, STACKS)
@@ -238,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     from policy.offline import EXIT_MANDATORY, load_pack_config
 
     try:
+        if args.policy_config is not None and not args.policy_config.strip():
+            raise PolicyConfigError("'': give the path of a policy pack config (JSON)")
         pack_config = load_pack_config(args.policy_config) if args.policy_config else None
         doc, notes = plan(resolve_stack_file(args), pack_config)
     except ConfigError as exc:

@@ -30,7 +30,7 @@ from infra import reserved  # noqa: E402
 from infra.catalog import Feature, load_catalog  # noqa: E402
 from infra.render import output_width, wrap  # noqa: E402
 from infra.suggest import did_you_mean  # noqa: E402
-from infra.usage import OneLineParser, at_least  # noqa: E402
+from infra.usage import OneLineParser, whole_number  # noqa: E402
 
 PROG = "reserve.py"
 
@@ -76,9 +76,11 @@ def main(
     p.add_argument("tier", help="a tier key of the catalog, e.g. h100x8")
     p.add_argument("--start", type=_date, required=True, help="earliest start (YYYY-MM-DD)")
     p.add_argument("--end", type=_date, help="latest end (default: a week after start+days)")
-    p.add_argument("--days", type=at_least(1), required=True, help="how long: 1-14, or whole weeks")
     p.add_argument(
-        "--nodes", type=at_least(1), default=1, help="instances in the block (default 1)"
+        "--days", type=whole_number(1), required=True, help="how long: 1-14, or whole weeks"
+    )
+    p.add_argument(
+        "--nodes", type=whole_number(1), default=1, help="instances in the block (default 1)"
     )
     p.add_argument("--region", help="region to ask (default: each cloud's default region)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")

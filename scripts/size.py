@@ -63,6 +63,10 @@ from infra.stackfiles import stack_file  # noqa: E402
 
 STACKS_DIR = REPO / "stacks"
 REPORTS_DIR = REPO / "reports"
+# A token count above this is a typo, not a run: the largest published pretraining runs are
+# tens of trillions (Meta, "Introducing Meta Llama 3", 2024-04-18: "pretrained on over 15T
+# tokens"); 1e15 leaves a 60-fold margin. Past it the table's hours and costs overflow it.
+MAX_TOKENS = 1e15
 WIDTH = 80
 SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?")
@@ -233,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="most nodes of an 8-GPU tier (default 4; with --deadline, the stack limit)",
     )
     pick.add_argument(
-        "--reports", default=str(REPORTS_DIR), help="verify-gpu reports to calibrate MFU"
+        "--reports", default=None, help="verify-gpu reports to calibrate MFU (default reports/)"
     )
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -343,7 +347,7 @@ def _tokens_from_args(
             ("--samples", args.samples),
             ("--epochs", args.epochs),
         )
-        if v
+        if v is not None  # given, even when empty or bad: its own line says what is wrong
     ]
     if len(given) > 1:
         problems.append(f"give one of --tokens, --samples, --epochs, not {' and '.join(given)}")
@@ -354,7 +358,7 @@ def _tokens_from_args(
             problems.append("--samples needs --seq-len (tokens = samples x seq-len)")
         else:
             tokens = samples * seq
-    if args.epochs and len(given) == 1:
+    if args.epochs is not None and len(given) == 1:
         if ds_tokens is not None:
             tokens = (epochs or 0) * ds_tokens
         elif ds_samples is not None:
@@ -364,6 +368,12 @@ def _tokens_from_args(
                 tokens = (epochs or 0) * ds_samples * seq
         elif args.dataset_samples is None and args.dataset_tokens is None:
             problems.append("--epochs needs --dataset-samples N or --dataset-tokens N")
+    if tokens is not None and tokens > MAX_TOKENS:
+        problems.append(
+            f"{given[0] if given else '--tokens'}: {tokens:.3g} tokens is over {MAX_TOKENS:.0e}, "
+            "more than any training run has seen: check the exponent"
+        )
+        return None
     return tokens
 
 
@@ -410,7 +420,9 @@ def filters_from_args(args: argparse.Namespace) -> tuple[Filters, str, int, int 
     row = parse_amount("--row", args.row, problems, whole=True)
     providers = parse_list("--providers", args.providers, list(load_catalog().providers), problems)
     billings = parse_list("--billing", args.billing, BILLING_MODES, problems)
-    if args.write_stack and not STACK_NAME.match(args.write_stack):
+    if args.reports is not None and not (args.reports.strip() and Path(args.reports).is_dir()):
+        problems.append(f"--reports {args.reports!r}: no such folder (verify-gpu's reports)")
+    if args.write_stack is not None and not STACK_NAME.match(args.write_stack):
         problems.append(
             f"--write-stack: {args.write_stack!r} is not a stack name "
             "(letters, digits, '-', '_', '.'; starting with a letter or digit)"
@@ -928,9 +940,10 @@ def main(
             problems += exc.problems
         if problems:
             raise UsageError(problems)
-        result = size(w, filters=filters, common_currency=currency, reports_dir=args.reports)
+        reports = REPORTS_DIR if args.reports is None else Path(args.reports)
+        result = size(w, filters=filters, common_currency=currency, reports_dir=reports)
         written = None
-        if args.write_stack:
+        if args.write_stack is not None:
             written = write_stack(result, args.write_stack, row, Path(args.stacks_dir), args.force)
     except (UsageError, SizingError) as exc:
         for problem in exc.problems:
@@ -957,7 +970,7 @@ def main(
                 with_fix(w, fix),
                 filters=filters,
                 common_currency=currency,
-                reports_dir=args.reports,
+                reports_dir=reports,
             )
         except SizingError:
             alt = None  # the fix meets the memory but not the deadline or budget: say nothing

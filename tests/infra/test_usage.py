@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from infra.usage import OneLineParser, at_least
+from infra.usage import OneLineParser, whole_number
 
 
 def parser() -> OneLineParser:
     p = OneLineParser(prog="tool.py")
-    p.add_argument("--days", type=at_least(1), default=1)
+    p.add_argument("--days", type=whole_number(1), default=1)
     return p
 
 

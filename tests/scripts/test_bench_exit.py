@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,3 +108,36 @@ def test_train_bench_fails_when_fab_trails_torchrun_by_more_than_the_targets() -
     slow_resume = bench.summarise(plain, [(2.0, 5.0), (2.0, 4.9), (2.0, 5.1)])
     assert bench.exit_status(slow_resume) == 1
     assert "MISSED" in bench.report(slow_resume) and "+3.5" in bench.report(slow_resume)
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "said"),
+    [
+        # '' named no stacks and ran every one (minutes of plans)
+        ("bench_plan", ["--stacks", ""], "--stacks name at least one"),
+        ("bench_plan", ["--stacks", " , "], "--stacks name at least one"),
+        # --runs 0 ended in statistics.median([]) after the whole first run
+        ("bench_setup", ["--runs", "0"], "argument --runs: 0: give a whole number from 1 to 50"),
+        ("bench_setup", ["--runs", "10**9"], "argument --runs: '10**9': give a whole number"),
+        ("bench_train", ["--runs", "1000000"], "argument --runs: 1000000: give a whole number"),
+        ("bench_teardown", ["--scale", "100000"], "--scale: 100000: give a whole number from 1"),
+        ("bench_teardown", ["--scale", "0"], "--scale: 0: give a whole number from 1 to 50"),
+        ("bench_teardown", ["--latency-ms", "-5"], "--latency-ms: '-5': give a number from 0"),
+        ("bench_teardown", ["--latency-ms", "nan"], "--latency-ms: 'nan': give a number from 0"),
+        ("bench_teardown", ["--latency-ms", "1e9"], "--latency-ms: '1e9': give a number from 0"),
+    ],
+)
+def test_a_bad_value_is_refused_before_the_benchmark_starts(
+    script: str, argv: list[str], said: str
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / f"{script}.py"), *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"{script}.py: ") and said in line, line

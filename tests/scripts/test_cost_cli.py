@@ -287,3 +287,19 @@ def test_piped_at_80_columns_every_line_fits_and_none_is_padded(argv: list[str])
     lines = proc.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80
     assert [line for line in lines if line != line.rstrip()] == []  # rich padded 5-25 lines
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--stack", "t4x1", "--currency", ""],
+        ["--compare", "a100x8", "--currency", " "],
+        ["--stack", "t4x1", "--bucket-class", ""],
+    ],
+)
+def test_an_empty_value_is_refused_not_read_as_the_default(argv: list[str]) -> None:
+    code, out, err = run(*argv)
+    assert (code, out) == (2, "")
+    (line,) = err.splitlines()
+    flag = argv[2]
+    assert line == f"cost.py: {flag} '': give a value or leave the flag out (see --help)"

@@ -121,3 +121,10 @@ def test_infiniband_is_named_with_the_interconnect():
     doc = run_json("--gpu", "A100-40GB", "--provider", "azure")
     (nd,) = doc["gpus"][0]["instances"]
     assert "1600 Gbps InfiniBand" in nd["interconnect"]
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_gpu_is_refused_not_read_as_every_model(value: str) -> None:
+    code, out, err = run("--gpu", value)
+    assert (code, out) == (2, "")
+    assert err == "gpus.py: --gpu '': give part of a GPU model's key or name (e.g. A100)\n"

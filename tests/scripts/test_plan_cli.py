@@ -350,3 +350,21 @@ def test_a_ttl_the_guards_could_not_read_is_refused_before_anything_is_planned(t
     assert "Traceback" not in proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert "ttlHours" in line and "<= 336" in line
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        # a traceback (did_you_mean of None): '' read as no --stack-file, then no --stack
+        (["--stack-file", ""], "--stack-file '': give the path of a Pulumi.<stack>.yaml file"),
+        # silently planned without the policy config
+        (
+            ["--stack", "t4x1", "--policy-config", ""],
+            "--policy-config: '': give the path of a policy pack config (JSON)",
+        ),
+    ],
+)
+def test_an_empty_path_is_one_line_and_exit_2(argv: list[str], line: str) -> None:
+    proc = run(*argv)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.splitlines() == [line]

@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,13 @@ def _load(name: str, path: Path) -> Any:
 
 
 cli = _load("size_cli", SCRIPT)
+# a folder with no verify-gpu reports in it (a --reports folder that does not exist is refused)
+NO_REPORTS = Path(tempfile.mkdtemp(prefix="gpufleet-no-reports-"))
 
 
 def run(*argv: str, reports: Path | None = None) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    args = [*argv, "--reports", str(reports or REPO / "tests" / "no-reports-here")]
+    args = [*argv, "--reports", str(reports or NO_REPORTS)]
     code = cli.main(args, out=out, err=err)
     return code, out.getvalue(), err.getvalue()
 
@@ -477,3 +480,38 @@ def test_the_make_target_runs_the_advisor(tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout[proc.stdout.index("{") :])
     assert doc["params"] == 124_439_808
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        # an empty value was read as "not given" and the next problem said instead
+        (["--tokens", ""], "--tokens: '' is not a number"),
+        # past any real run the table's hours and costs overflowed their columns
+        (["--tokens", "1e30"], "--tokens: 1e+30 tokens is over 1e+15"),
+        (["--samples", "1e13", "--seq-len", "1024"], "--samples: 1.02e+16 tokens is over"),
+        # silently ignored: no stack written, no calibration read, exit 0
+        (["--tokens", "1e9", "--write-stack", ""], "--write-stack: '' is not a stack name"),
+    ],
+)
+def test_an_empty_or_impossible_value_is_one_line_and_exit_2(argv: list[str], said: str) -> None:
+    code, out, err = run("--model", "gpt2", *argv)
+    assert (code, out) == (2, ""), err
+    (line,) = err.splitlines()
+    assert line.startswith(f"size.py: {said}"), line
+
+
+@pytest.mark.parametrize("folder", ["", "/nonexistent/reports"])
+def test_a_reports_folder_that_is_not_there_is_refused(folder: str) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["--model", "gpt2", "--tokens", "1e9", "--reports", folder], out, err)
+    assert (code, out.getvalue()) == (2, "")
+    assert (
+        err.getvalue() == f"size.py: --reports {folder!r}: no such folder (verify-gpu's reports)\n"
+    )
+
+
+def test_a_parser_error_ends_pointing_to_help() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(["--model", "gpt2", "--tokens"], out, err) == 2
+    assert err.getvalue() == "size.py: argument --tokens: expected one argument (see --help)\n"
