@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -236,13 +237,103 @@ def speed_up_moto_metrics() -> Callable[[], None]:
     return undo
 
 
-def speed_up_moto() -> Callable[[], None]:
-    """Both speed-ups above; returns one undo."""
-    undo_tags, undo_metrics = speed_up_moto_tags(), speed_up_moto_metrics()
+def moto_describe_images() -> Any:
+    """moto's own DescribeImages, under any speed-up installed."""
+    from moto.ec2.models.amis import AmiBackend
+
+    current = AmiBackend.describe_images
+    while hasattr(current, "__wrapped__"):
+        current = current.__wrapped__
+    return current
+
+
+_WILDCARDS = frozenset("*?[")
+
+
+def speed_up_moto_images() -> Callable[[], None]:
+    """Make moto's lookup of one image by its id a dict read instead of a filter scan.
+
+    Every instance moto launches looks its AMI up with ``describe_images(filters={"image-id":
+    id})``, which fnmatches the id against each of moto's ~1,300 built-in images: 80% of
+    moto's time launching 500 instances (7.8 of 9.7 s profiled here, 2026-12-02). Without
+    wildcards that filter is an exact match on the key ``amis`` is stored under, so the
+    replacement returns the same image (or none); every other call goes to moto's own.
+    Returns the undo.
+    """
+    from moto.ec2.models.amis import AmiBackend
+
+    original = moto_describe_images()
+
+    def describe_images(
+        self: Any,
+        ami_ids: list[str] | None = None,
+        filters: dict[str, Any] | None = None,
+        exec_users: list[str] | None = None,
+        owners: list[str] | None = None,
+    ) -> list[Any]:
+        wanted = (filters or {}).get("image-id")
+        if (
+            not ami_ids
+            and not exec_users
+            and not owners
+            and filters is not None
+            and len(filters) == 1
+            and isinstance(wanted, str)
+            and not _WILDCARDS & set(wanted)
+        ):
+            found = self.amis.get(wanted)
+            return [found] if found is not None and found.id == wanted else []
+        return original(self, ami_ids, filters, exec_users, owners)
+
+    describe_images.__wrapped__ = original  # type: ignore[attr-defined]
+    AmiBackend.describe_images = describe_images  # type: ignore[method-assign]
 
     def undo() -> None:
-        undo_metrics()
-        undo_tags()
+        AmiBackend.describe_images = original  # type: ignore[method-assign]
+
+    return undo
+
+
+def speed_up_moto_instances() -> Callable[[], None]:
+    """Make moto's ``get_instance`` walk its reservations instead of copying them first.
+
+    moto finds one instance by copying every reservation (``all_reservations``) and testing
+    each instance against no filter; launching, stopping or starting N instances calls it N
+    times. The replacement walks the same reservations in the same order and returns the
+    same first instance with that id, or raises moto's own error. Returns the undo.
+    """
+    from moto.ec2.exceptions import InvalidInstanceIdError
+    from moto.ec2.models.instances import InstanceBackend
+
+    original = InstanceBackend.get_instance
+
+    def get_instance(self: Any, instance_id: str) -> Any:
+        for reservation in list(self.reservations.values()):
+            for instance in reservation.instances:
+                if instance.id == instance_id:
+                    return instance
+        raise InvalidInstanceIdError(instance_id)
+
+    InstanceBackend.get_instance = get_instance  # type: ignore[method-assign]
+
+    def undo() -> None:
+        InstanceBackend.get_instance = original  # type: ignore[method-assign]
+
+    return undo
+
+
+def speed_up_moto() -> Callable[[], None]:
+    """The speed-ups above; returns one undo."""
+    undos = [
+        speed_up_moto_tags(),
+        speed_up_moto_metrics(),
+        speed_up_moto_images(),
+        speed_up_moto_instances(),
+    ]
+
+    def undo() -> None:
+        for one in reversed(undos):
+            one()
 
     return undo
 
@@ -252,50 +343,71 @@ def states() -> dict[str, str]:
     return {i.id: i.state for r in _ec2_backend().all_reservations() for i in r.instances}
 
 
-def _ec2_backend() -> Any:
+def _ec2_backend(region: str = REGION) -> Any:
     from moto.backends import get_backend
 
-    return get_backend("ec2")[ACCOUNT][REGION]
+    return get_backend("ec2")[ACCOUNT][region]
 
 
 def age(instance_ids: list[str], minutes: float, now: datetime) -> None:
     backend = _ec2_backend()
     launched = (now - timedelta(minutes=minutes)).astimezone(UTC).replace(tzinfo=None)
-    for iid in instance_ids:
-        backend.get_instance(iid).launch_time = launched
+    wanted = set(instance_ids)
+    for reservation in backend.reservations.values():  # one pass, not one scan per id
+        for instance in reservation.instances:
+            if instance.id in wanted:
+                instance.launch_time = launched
 
 
-def _run(ec2: Any, count: int, tags: dict[str, str], case: Case) -> list[str]:
-    ids: list[str] = []
-    while count > 0:
-        n = min(count, 500)
-        kwargs: dict[str, Any] = {
-            "ImageId": AMI,
-            "InstanceType": "p4d.24xlarge",
-            "MinCount": n,
-            "MaxCount": n,
-            "TagSpecifications": [
-                {
-                    "ResourceType": "instance",
-                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
-                }
-            ]
-            if tags
-            else [],
-        }
-        if case.spot:
-            kwargs["InstanceMarketOptions"] = {
-                "MarketType": "spot",
-                "SpotOptions": {
-                    "SpotInstanceType": "persistent",
-                    "InstanceInterruptionBehavior": "stop",
-                },
-            }
-        if case.disable_api_stop:
-            kwargs["DisableApiStop"] = True
-        response = ec2.run_instances(**kwargs)
-        ids += [i["InstanceId"] for i in response["Instances"]]
-        count -= n
+def launch_kwargs(case: Case, tags: dict[str, str], region: str = REGION) -> dict[str, Any]:
+    """What moto's RunInstances handler passes its backend for the fleet's instances.
+
+    Mirrors moto 5.2.5's ``InstanceResponse.run_instances`` (moto/ec2/responses/
+    instances.py) for ImageId, InstanceType, MinCount = MaxCount, TagSpecifications,
+    InstanceMarketOptions and DisableApiStop, every other parameter absent (and the
+    ClientToken botocore makes up);
+    tests/reaper/test_fleet_tools.py holds the two to the same DescribeInstances answer.
+    """
+    return {
+        "instance_type": "p4d.24xlarge",
+        "is_instance_type_default": False,
+        "placement": None,
+        "placement_hostid": None,
+        "region_name": region,
+        "subnet_id": None,
+        "key_name": None,
+        "security_group_ids": [],
+        "nics": [],
+        "private_ip": None,
+        "associate_public_ip": None,
+        "tags": {"instance": dict(tags)} if tags else {},
+        "ebs_optimized": False,
+        "disable_api_stop": case.disable_api_stop,
+        "instance_market_options": "spot" if case.spot else {},
+        "instance_initiated_shutdown_behavior": None,
+        "launch_template": {},
+        "hibernation_options": {},
+        "iam_instance_profile_name": None,
+        "iam_instance_profile_arn": None,
+        "monitoring_state": "disabled",
+        "ipv6_address_count": None,
+        "metadata_options": {},
+        "client_token": str(uuid.uuid4()),  # what botocore fills in when none is given
+    }
+
+
+def launch(count: int, tags: dict[str, str], case: Case, region: str = REGION) -> list[str]:
+    """``count`` instances of ``case``, made by moto's own backend in this process.
+
+    The RunInstances API would do the same through HTTP, but its answer (every instance,
+    rendered as XML by moto, parsed by botocore) was most of the fleet's build time; the
+    reaper under test still reads the fleet only through the API.
+    """
+    backend, ids = _ec2_backend(region), []
+    for start in range(0, count, 500):  # RunInstances' batches: one reservation per 500
+        n = min(count - start, 500)
+        made = backend.run_instances(AMI, n, None, [], **launch_kwargs(case, tags, region))
+        ids += [i.id for i in made.instances]
     return ids
 
 
@@ -347,7 +459,7 @@ def build_fleet(url: str, *, scale: int = 1) -> Fleet:
         counts += [(specials[0], 1), (specials[1], 1), (specials[2], REFUSED)]
         for case, count in counts:
             tags = {**base, **case.tags} if case.managed else {"Name": f"{stack}-hand-made"}
-            ids = _run(ec2, count, tags, case)
+            ids = launch(count, tags, case)
             age(ids, case.age_min, now)
             for iid in ids:
                 expected[iid] = case.expect
