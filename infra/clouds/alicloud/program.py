@@ -23,6 +23,7 @@ from infra.clouds.base import (
     catalog_notes,
 )
 from infra.clouds.common import child_opts
+from infra.clouds.sdk_import import narrow
 from infra.components.args import (
     AccessArgs,
     Billing,
@@ -34,6 +35,9 @@ from infra.components.args import (
 from infra.config import StackConfig
 from infra.nodes import NodeSpec
 from infra.reaper import tags as T
+
+# ali.ecs.Instance imports ecs's instance module, not the ~90 of pulumi_alicloud.ecs
+narrow(ali)
 
 VPC_CIDR = "10.42.0.0/16"
 VSWITCH_CIDR = "10.42.0.0/20"

@@ -22,6 +22,7 @@ from infra.clouds.base import (
     catalog_notes,
 )
 from infra.clouds.common import child_opts
+from infra.clouds.sdk_import import narrow
 from infra.components.args import (
     AccessArgs,
     Billing,
@@ -37,6 +38,9 @@ from infra.nodes import (
     public_ipv4_at_launch,
 )
 from infra.reaper import tags as T
+
+# aws.ec2.Instance imports ec2's instance module, not the ~400 of pulumi_aws.ec2
+narrow(aws)
 
 VPC_CIDR = "10.42.0.0/16"
 SUBNET_CIDR = "10.42.0.0/20"

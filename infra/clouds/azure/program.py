@@ -32,6 +32,7 @@ from infra.clouds.base import (
     catalog_notes,
 )
 from infra.clouds.common import ARCHIVE_AFTER_COOL_DAYS, child_opts
+from infra.clouds.sdk_import import narrow
 from infra.components.args import (
     AccessArgs,
     Billing,
@@ -43,6 +44,9 @@ from infra.components.args import (
 from infra.config import StackConfig
 from infra.nodes import NodeSpec
 from infra.reaper.fleet_names import METRIC_GPU_MEM, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
+
+# az.compute.VirtualMachine imports one module of pulumi_azure_native.compute, not all
+narrow(az)
 
 NAME = "azure"
 VNET_CIDR = "10.42.0.0/16"

@@ -36,6 +36,7 @@ from infra.clouds.base import (
     catalog_notes,
 )
 from infra.clouds.common import child_opts
+from infra.clouds.sdk_import import narrow
 from infra.components.args import (
     AccessArgs,
     Billing,
@@ -49,6 +50,9 @@ from infra.config import ConfigError, StackConfig
 from infra.nodes import NodeSpec
 from infra.reaper import tags as T
 from infra.reaper.fleet_names import HEARTBEAT_OBJECT_PREFIX
+
+# tc.cvm.Instance imports cvm's instance module, not all of tencentcloud_iac_pulumi.cvm
+narrow(tc)
 
 NAME = "tencent"
 VPC_CIDR = "10.43.0.0/16"
