@@ -42,11 +42,19 @@ $(FC_WHEELS)/.complete: $(FC_LOCK) scripts/fc_wheels.py
 # said, and not a failure.
 PYTEST_RC = rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no test selected (exit 5)"; rc=0; fi; exit $$rc
 
+# pytest-xdist workers, one per core here: the suite waits as much as it computes (SSH round
+# trips, torchrun start-ups, polling a bucket), so two workers overlap one's waits with the
+# other's work (docs/testing.md has the figures). A test file stays on one worker (--dist
+# loadfile), so its module fixtures (a fleet of sshd nodes, a moto server) start once.
+# PYTEST_WORKERS=0 runs the suite in this one process.
+PYTEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+
 test: system-packages setup  ## every test (system packages, .venv, own sshd/moto)
-	$(PY) -m pytest $(PYTEST_ARGS); $(PYTEST_RC)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS); $(PYTEST_RC)
 
 test-fast: setup  ## no integration, no slow tests (day to day)
-	$(PY) -m pytest -m "not integration and not slow" $(PYTEST_ARGS); $(PYTEST_RC)
+	$(PY) -m pytest -m "not integration and not slow" $(XDIST) $(PYTEST_ARGS); $(PYTEST_RC)
 
 plan: setup  ## STACK=a100x4: offline plan under Pulumi's mocks
 	$(PY) scripts/plan.py --stack $(STACK)

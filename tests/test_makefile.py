@@ -79,3 +79,24 @@ def test_setup_fetches_the_alicloud_function_wheels_and_fc_wheels_never_rebuilds
         assert done.returncode == 0, done.stderr
         assert "scripts/fc_wheels.py --into build/fc-wheels" in done.stdout, target
         assert "pip install" not in done.stdout, target
+
+
+@pytest.mark.parametrize(
+    ("workers", "argv"),
+    [
+        (None, ["-n", "2", "--dist", "loadfile"]),
+        ("3", ["-n", "3", "--dist", "loadfile"]),
+        ("0", []),
+    ],
+)
+def test_make_test_runs_pytest_in_parallel_workers_unless_told_not_to(
+    workers: str | None, argv: list[str]
+) -> None:
+    # make -n prints the commands without running them (system packages, setup: -o above)
+    extra = [] if workers is None else [f"PYTEST_WORKERS={workers}"]
+    done = make("-n", "-o", "system-packages", "test", *extra, "PYTEST_ARGS=-k x")
+    assert done.returncode == 0, done.stderr
+    (line,) = [ln for ln in done.stdout.splitlines() if " -m pytest " in ln]
+    assert line.split(" -m pytest ")[1].split(";")[0].split() == [*argv, "-k", "x"]
+    if workers != "0":  # the plugin the flags need is pinned with the other test tools
+        assert "pytest-xdist==" in (ROOT / "requirements-dev.txt").read_text()

@@ -24,6 +24,7 @@ fixture at another sshd binary (the tests of this very rule point it at nothing)
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import socket
@@ -44,6 +45,8 @@ NOSUDO_USER = "gpufleet-nosudo"
 SSHD = "/usr/sbin/sshd"
 SSHD_ENV = "GPUFLEET_TEST_SSHD"
 SUDOERS_FILE = Path("/etc/sudoers.d/gpufleet-tests")
+# held while users and the sudoers file are made: xdist workers start their sshd together
+USERS_LOCK = Path(tempfile.gettempdir()) / "gpufleet-test-users.lock"
 # the tools the server needs besides sshd, and the Debian package of each
 TOOLS = {"ssh-keygen": "openssh-client", "sudo": "sudo", "useradd": "passwd", "usermod": "passwd"}
 
@@ -85,7 +88,14 @@ def free_port() -> int:
 
 
 def ensure_user(name: str, *, sudo: bool) -> None:
-    """Create a login user for the tests if missing (idempotent, safe to rerun)."""
+    """Create a login user for the tests if missing (idempotent, safe to rerun, and safe
+    from two pytest-xdist workers at once: one at a time, under a lock file)."""
+    with open(USERS_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _ensure_user(name, sudo=sudo)
+
+
+def _ensure_user(name: str, *, sudo: bool) -> None:
     exists = subprocess.run(["id", "-u", name], capture_output=True, check=False).returncode == 0
     if not exists:
         subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True, capture_output=True)
