@@ -31,6 +31,7 @@ import io
 import json
 import os
 import re
+import sys
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -410,8 +411,9 @@ def function_zip_inputs(provider: str, *, wheelhouse: Path | None = None) -> str
     the wheelhouse checker, the shipped modules, the cloud folder's Python files (a package.py
     layout and its entry file live there), the catalog table, and the vendored part's
     identity: each wheel's name, size and mtime with the lock for a cloud built from wheels,
-    else every installed distribution's name, version and RECORD (pip rewrites it on any
-    install). A site-packages file edited by hand in place is not seen: reinstall it."""
+    else every installed distribution's metadata folder and its RECORD's size and mtime
+    (pip rewrites it on any install). A site-packages file edited by hand in place is not
+    seen: reinstall it."""
     import hashlib
 
     from . import wheelhouse as wh
@@ -444,12 +446,32 @@ def function_zip_inputs(provider: str, *, wheelhouse: Path | None = None) -> str
             st = whl.stat()
             add(f"wheel:{whl.name}", f"{st.st_size}:{st.st_mtime_ns}".encode())
         return digest.hexdigest()
-    from importlib import metadata
-
-    for dist in sorted(metadata.distributions(), key=lambda d: str(d.metadata["Name"])):
-        record = dist.read_text("RECORD") or ""
-        add(f"dist:{dist.metadata['Name']}=={dist.version}", record.encode())
+    for name, stamp in installed_distributions():
+        add(f"dist:{name}", stamp.encode())
     return digest.hexdigest()
+
+
+def installed_distributions() -> list[tuple[str, str]]:
+    """(metadata folder name, size and mtime of its RECORD) of every distribution on
+    sys.path, in path order: what importlib.metadata.distributions() finds, named by their
+    ``<name>-<version>.dist-info`` folders. pip rewrites a distribution's RECORD whenever it
+    installs it, so its stamp changes with any install. Read by stat, without parsing each
+    METADATA and RECORD (155 distributions here: about 0.3 s of every Azure plan)."""
+    found: list[tuple[str, str]] = []
+    for entry in sys.path:
+        folder = Path(entry or ".")
+        try:
+            infos = sorted(folder.glob("*.dist-info")) + sorted(folder.glob("*.egg-info"))
+        except OSError:
+            continue
+        for info in infos:
+            marker = info / ("RECORD" if info.suffix == ".dist-info" else "PKG-INFO")
+            try:
+                st = marker.stat() if info.is_dir() else info.stat()
+            except OSError:
+                continue
+            found.append((f"{folder}/{info.name}", f"{st.st_size}:{st.st_mtime_ns}"))
+    return found
 
 
 def build_function_zip(

@@ -142,3 +142,35 @@ def test_every_cloud_has_an_inputs_digest_and_the_clouds_differ() -> None:
     keys = {name: handler.function_zip_inputs(name) for name in handler.CLOUDS}
     assert len(set(keys.values())) == len(keys)
     assert all(len(k) == 64 for k in keys.values())
+
+
+def test_a_reinstalled_distribution_changes_the_key_of_a_cloud_that_vendors_its_sdk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    from importlib import metadata
+
+    from infra.reaper import handler
+
+    # a cloud whose package copies installed distributions (not one built from wheels)
+    vendoring = next(
+        name
+        for name, c in handler.CLOUDS.items()
+        if (c.layout is not None or c.vendor_sdk) and not (c.wheels and c.layout is None)
+    )
+    info = tmp_path / "fakedist-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fakedist\nVersion: 1.0\n")
+    (info / "RECORD").write_text("fakedist/__init__.py,,\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # the same distributions importlib.metadata finds, by their folders
+    names = {n.rsplit("/", 1)[1] for n, _ in handler.installed_distributions()}
+    assert "fakedist-1.0.dist-info" in names
+    dists = {f"{d.metadata['Name']}".lower().replace("-", "_") for d in metadata.distributions()}
+    assert {n.split("-")[0].lower() for n in names if n.endswith(".dist-info")} <= dists
+    before = handler.function_zip_inputs(vendoring)
+    assert handler.function_zip_inputs(vendoring) == before
+    (info / "RECORD").write_text("fakedist/__init__.py,,\nfakedist/new.py,,\n")  # pip rewrote it
+    st = (info / "RECORD").stat()
+    os.utime(info / "RECORD", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert handler.function_zip_inputs(vendoring) != before
