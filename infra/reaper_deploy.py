@@ -8,6 +8,7 @@ import functools
 import hashlib
 import io
 import re
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,6 @@ from infra.reaper.fleet_names import (
 )
 
 # The Alicloud function's runtime: the one its vendored wheels are built for.
-from infra.reaper.wheelhouse import FC_RUNTIME as FC_RUNTIME
-from infra.reaper.wheelhouse import WheelhouseError
 
 # Where the function zips a cloud's SDK wants as a local file are written (git-ignored).
 BUILD_DIR = Path(__file__).resolve().parents[1] / ".gpufleet-build"
@@ -74,8 +73,13 @@ def function_zip(provider: str) -> bytes:
         if cached.is_file():
             return cached.read_bytes()
         data = build_function_zip(provider=provider)
-    except WheelhouseError as exc:
-        raise ConfigError(exc.problems) from None
+    except Exception as exc:
+        # The wheelhouse checker (it imports packaging, ~0.1 s) is imported only by a build
+        # from wheels (Alicloud): its error can only come once it is loaded.
+        wheelhouse = sys.modules.get("infra.reaper.wheelhouse")
+        if wheelhouse is not None and isinstance(exc, wheelhouse.WheelhouseError):
+            raise ConfigError(exc.problems) from None
+        raise
     _keep(cached, data, re.compile(rf"{re.escape(provider)}-inputs-[0-9a-f]{{16}}\.(zip|tmp)"))
     return data
 

@@ -416,7 +416,6 @@ def function_zip_inputs(provider: str, *, wheelhouse: Path | None = None) -> str
     seen: reinstall it."""
     import hashlib
 
-    from . import wheelhouse as wh
     from .catalog_data import TABLE_FILE, table_json
 
     if provider not in CLOUDS:
@@ -441,6 +440,8 @@ def function_zip_inputs(provider: str, *, wheelhouse: Path | None = None) -> str
     if entry.layout is None and not entry.vendor_sdk:
         return digest.hexdigest()
     if entry.wheels and entry.layout is None:
+        from . import wheelhouse as wh  # packaging, for a cloud built from wheels only
+
         add("lock", wh.LOCK.read_bytes())
         for whl in sorted((wheelhouse or wh.WHEELHOUSE).glob("*.whl")):
             st = whl.stat()

@@ -35,6 +35,7 @@ from infra.components.args import (
 from infra.config import StackConfig
 from infra.nodes import NodeSpec
 from infra.reaper import tags as T
+from infra.reaper.wheelhouse import FC_RUNTIME
 
 # ali.ecs.Instance imports ecs's instance module, not the ~90 of pulumi_alicloud.ecs
 narrow(ali)
@@ -587,7 +588,7 @@ class AlicloudProvider:
         fn = ali.fc.V3Function(
             f"{name}-reaper",
             function_name=fn_name,
-            runtime=guard_logic.FC_RUNTIME,
+            runtime=FC_RUNTIME,
             handler=guard_logic.FC_HANDLER,
             code=ali.fc.V3FunctionCodeArgs(
                 zip_file=base64.b64encode(guard_logic.function_zip(self.name)).decode()
