@@ -27,8 +27,6 @@ from infra.reaper.fleet_names import (
     NAMESPACE,
 )
 
-# The Alicloud function's runtime: the one its vendored wheels are built for.
-
 # Where the function zips a cloud's SDK wants as a local file are written (git-ignored).
 BUILD_DIR = Path(__file__).resolve().parents[1] / ".gpufleet-build"
 AWS_SCHEDULE = "rate(5 minutes)"

@@ -110,11 +110,6 @@ def ttl_summary(hours: float) -> dict[str, Any]:
     plan (at most 80 columns) and a note on how to change or extend it."""
     from infra.reaper.idle_rules import MAX_LEASE_HOURS
 
-    shown = f"{hours:g}"
-    lease = (
-        f"`fab keep-alive --hours N` keeps a running node N hours from when it is run, "
-        f"past the TTL too (N <= {MAX_LEASE_HOURS})"
-    )
     if hours <= 0:
         line = "TTL: off (gpufleet:ttlHours is 0): no node stops for its age; idle rules apply"
         note = (
@@ -122,9 +117,11 @@ def ttl_summary(hours: float) -> dict[str, Any]:
             "(and bills) until it ends"
         )
     else:
-        line = f"TTL: each node stops {shown} h after it boots, even mid-job (gpufleet:ttlHours)"
+        line = f"TTL: each node stops {hours:g} h after it boots, even mid-job (gpufleet:ttlHours)"
         note = (
-            f"the watchdog warns a running job 60 and 10 min before the TTL; {lease}; "
+            "the watchdog warns a running job 60 and 10 min before the TTL; "
+            "`fab keep-alive --hours N` keeps a running node N hours from when it is run, "
+            f"past the TTL too (N <= {MAX_LEASE_HOURS}); "
             "gpufleet:ttlHours: 0 turns the TTL off (idle rules still apply)"
         )
     return {

@@ -453,11 +453,12 @@ def function_zip_inputs(provider: str, *, wheelhouse: Path | None = None) -> str
 
 
 def installed_distributions() -> list[tuple[str, str]]:
-    """(metadata folder name, size and mtime of its RECORD) of every distribution on
-    sys.path, in path order: what importlib.metadata.distributions() finds, named by their
-    ``<name>-<version>.dist-info`` folders. pip rewrites a distribution's RECORD whenever it
-    installs it, so its stamp changes with any install. Read by stat, without parsing each
-    METADATA and RECORD (155 distributions here: about 0.3 s of every Azure plan)."""
+    """(path of its metadata folder, size and mtime of its RECORD) of every distribution
+    on sys.path, in path order: what importlib.metadata.distributions() finds, named by
+    their ``<name>-<version>.dist-info`` folders. pip rewrites a distribution's RECORD
+    whenever it installs it, so its stamp changes with any install. Read by stat, without
+    parsing each METADATA and RECORD (155 distributions here: about 0.4 s of every Azure
+    and Tencent plan)."""
     found: list[tuple[str, str]] = []
     for entry in sys.path:
         folder = Path(entry or ".")

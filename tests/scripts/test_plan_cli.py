@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -287,6 +288,7 @@ def test_an_azure_vm_shows_its_size_priority_and_eviction_in_the_tree():
 # ---------------------------------------------------------------- the hard TTL, said plainly
 
 
+@functools.cache
 def plan_module():
     import importlib.util
 

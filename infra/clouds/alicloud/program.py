@@ -35,7 +35,7 @@ from infra.components.args import (
 from infra.config import StackConfig
 from infra.nodes import NodeSpec
 from infra.reaper import tags as T
-from infra.reaper.wheelhouse import FC_RUNTIME
+from infra.reaper.wheelhouse import FC_RUNTIME  # the runtime its vendored wheels are built for
 
 # ali.ecs.Instance imports ecs's instance module, not the ~90 of pulumi_alicloud.ecs
 narrow(ali)
