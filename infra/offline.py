@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 import pulumi
+from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.mocks import MockMonitor
 
 from infra import clouds
@@ -233,6 +234,10 @@ def evaluate(cfg: StackConfig, project: str = "gpufleet") -> PlanResult:
         monitor = RecordingMonitor(mocks)
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
+        # set_mocks registers a Stack only when there is no root resource yet: a second run
+        # in one process (the tests plan every stack) would hang its resources under the
+        # first run's Stack, of another stack name, and record no stack URN of its own.
+        pulumi_settings.ROOT.set(None)
         try:
             pulumi.runtime.set_mocks(
                 mocks, project=project, stack=cfg.stack, preview=False, monitor=monitor
@@ -249,6 +254,7 @@ def evaluate(cfg: StackConfig, project: str = "gpufleet") -> PlanResult:
             loop.run_until_complete(loop.shutdown_default_executor())
             asyncio.set_event_loop(None)
             loop.close()
+            pulumi_settings.ROOT.set(None)
         # Resources and invokes register from concurrent threads, so their arrival order
         # changes run to run: the plan is handed out in URN (and token) order instead, so
         # `plan.py --json` is byte-identical for an unchanged stack.
