@@ -49,6 +49,15 @@ def find_stack(
     known = stack_names(stacks_dir)
     listing = ", ".join(known) if known else "none yet"
     raise StackNotFound(
-        f"no stack {name!r}: {path} does not exist{did_you_mean(name, known)}. "
+        f"no stack {name!r}: {_shown(path)} does not exist{did_you_mean(name, known)}. "
         f"Known stacks: {listing}{otherwise}"
     )
+
+
+def _shown(path: Path) -> str:
+    """The path from the working directory when it is under it (relative to the checkout, as
+    `make` runs the scripts), else whole: a message's path as short as it can be."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except (ValueError, OSError):
+        return str(path)

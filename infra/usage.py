@@ -2,24 +2,47 @@
 
 argparse prints the whole usage block and then the error (two to four lines); the
 convention (docs/exit-status.md) is one line naming what is wrong and where to look, and
-status 2 for bad input.
+status 2 for bad input. A message too long for an 80-column terminal continues on lines
+indented two spaces (`fit`), so a problem is a line plus its indented continuation.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 from typing import NoReturn
 
+from infra.render import wrap, wrap_prose
+
 USAGE_EXIT = 2
+ERROR_WIDTH = 80  # stderr is read on a terminal of at least 80 columns, and in logs
+CONTINUED = "  "  # a wrapped problem's later lines: a problem's first line never starts so
+
+
+# kept on one line when a message is wrapped: a suggestion, the pointer to --help
+_WHOLE = re.compile(r"\((?:did you mean [^()]*\?|see --help)\)")
+_HELD = "\x01"
+
+
+def fit(message: str) -> str:
+    """One problem for stderr, as is when it fits ERROR_WIDTH, else continued on lines
+    indented two spaces; a `command` in backticks (infra.render.wrap_prose), a "(did you
+    mean 'x'?)" and "(see --help)" are not split, and a word is only where it is wider
+    than a line (a long path: cut at the width, every character kept)."""
+    held = _WHOLE.sub(lambda m: m[0].replace(" ", _HELD), message)
+    lines = wrap_prose(held, ERROR_WIDTH, "", CONTINUED)
+    if any(len(line) > ERROR_WIDTH for line in lines):  # a word wider than a line: a path
+        lines = wrap(held, ERROR_WIDTH, "", CONTINUED)
+    return "\n".join(lines).replace(_HELD, " ")
 
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line naming the flag (the usage is in --help)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(USAGE_EXIT, f"{self.prog}: {message} (see --help)\n")
+        self.exit(USAGE_EXIT, fit(f"{self.prog}: {message} (see --help)") + "\n")
 
 
 def _span(kind: str, low: float, high: float | None) -> str:

@@ -215,10 +215,8 @@ def targets(catalog: Catalog, query: str) -> tuple[str, list[tuple[InstanceType,
         return "instance type", [(it, catalog.tier_of(it.provider, it.name)) for it in matches]
     names = [*catalog.tiers, *(name for _, name in catalog.instances)]
     hint = did_you_mean(query, names) or did_you_mean(wanted, [n.lower() for n in names])
-    raise UsageError(
-        f"{query!r} is neither a tier nor an instance type of the catalog{hint}; "
-        f"tiers: {', '.join(catalog.tiers)} (scripts/gpus.py lists the types)"
-    )
+    # the tiers and types are too many for one line: gpus.py lists both
+    raise UsageError(f"{query!r} is neither a tier nor an instance type{hint}; see `make gpus`")
 
 
 def offers(

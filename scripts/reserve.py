@@ -30,7 +30,7 @@ from infra import reserved  # noqa: E402
 from infra.catalog import Feature, load_catalog  # noqa: E402
 from infra.render import output_width, wrap  # noqa: E402
 from infra.suggest import did_you_mean  # noqa: E402
-from infra.usage import OneLineParser, whole_number  # noqa: E402
+from infra.usage import OneLineParser, fit, whole_number  # noqa: E402
 
 PROG = "reserve.py"
 
@@ -39,7 +39,7 @@ def _date(text: str) -> dt.datetime:
     try:
         day = dt.date.fromisoformat(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a date like 2026-12-14") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)") from None
     return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
 
 
@@ -88,7 +88,7 @@ def main(
     cat = load_catalog()
     problem = _problem(cat, args)
     if problem:
-        print(f"{PROG}: {problem}", file=err)
+        print(fit(f"{PROG}: {problem}"), file=err)
         return 2
     end = args.end or args.start + dt.timedelta(days=args.days + 7)
     tier = cat.tiers[args.tier]

@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip insta
 
 from infra.config import ConfigError, load_stack_file  # noqa: E402
 from infra.stackfiles import STACKS_DIR, StackNotFound, find_stack  # noqa: E402
-from infra.usage import OneLineParser  # noqa: E402
+from infra.usage import OneLineParser, fit  # noqa: E402
 
 EXIT_INVALID = 2
 PROG = "up.py"
@@ -50,11 +50,11 @@ def main(argv: list[str] | None = None, engine_for: object = None) -> int:
         path = find_stack(args.stack, STACKS_DIR, otherwise="")
         cfg = load_stack_file(path)
     except StackNotFound as exc:
-        print(f"{PROG}: --stack: {exc}", file=sys.stderr)
+        print(fit(f"{PROG}: --stack: {exc}"), file=sys.stderr)
         return EXIT_INVALID
     except ConfigError as exc:
         for problem in exc.problems:
-            print(problem, file=sys.stderr)
+            print(fit(problem), file=sys.stderr)
         return EXIT_INVALID
     placement = cfg.placement
     if placement is None:  # pinned: one candidate, nothing recorded

@@ -28,7 +28,7 @@ from infra.catalog import CatalogError, load_catalog  # noqa: E402
 from infra.pricing.prices import load_pricing  # noqa: E402
 from infra.render import output_width  # noqa: E402
 from infra.suggest import did_you_mean  # noqa: E402
-from infra.usage import OneLineParser  # noqa: E402
+from infra.usage import OneLineParser, fit  # noqa: E402
 
 PROG = "where.py"
 
@@ -60,10 +60,10 @@ def main(
         kind, found = where.targets(catalog, args.query)
         zone_data = where.load_zone_data()
     except where.UsageError as exc:
-        print(f"{PROG}: {exc}", file=err)
+        print(fit(f"{PROG}: {exc}"), file=err)
         return 2
     except CatalogError as exc:
-        print(f"{PROG}: the catalog data is broken: {exc}", file=err)
+        print(fit(f"{PROG}: the catalog data is broken: {exc}"), file=err)
         return 1
     clouds = sorted({it.provider for it, _ in found})
     known = {r for c in clouds for r in catalog.providers[c].regions}
@@ -71,7 +71,7 @@ def main(
     if strange:  # refused here: no cloud is asked about a region none of them has
         hint = did_you_mean(strange[0], known)
         print(
-            f"{PROG}: --region {strange[0]!r} is not a region of {', '.join(clouds)}{hint}",
+            fit(f"{PROG}: --region {strange[0]!r} is not a region of {', '.join(clouds)}{hint}"),
             file=err,
         )
         return 2

@@ -9,6 +9,7 @@ import pytest
 
 from infra import reserved
 from scripts import reserve
+from tests.support.stderr import problems
 
 OK = ["h100x8", "--start", "2026-12-14", "--days", "7"]
 
@@ -30,7 +31,7 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     said = err.getvalue() + capsys.readouterr().err
     assert code == 2 and out.getvalue() == "", said
     assert "Traceback" not in said
-    (line,) = said.splitlines()
+    (line,) = problems(said)  # one problem, each of its lines in 80 columns
     assert line.startswith("reserve.py: "), line
     return line
 
@@ -49,7 +50,12 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         ([*OK, "--nodes", "0"], "argument --nodes: 0: give a whole number of 1"),
         ([*OK, "--nodes", "-2"], "argument --nodes: -2: give a whole number of 1"),
         ([*OK, "--nodes", "2.5"], "argument --nodes: '2.5': give a whole number"),
-        ([*OK, "--region", "us-east-9"], "--region 'us-east-9' is not a region of aws"),
+        (
+            [*OK, "--region", "us-east-9"],
+            "--region 'us-east-9' is not a region of aws (did you mean 'us-east-2'?)",
+        ),
+        ([*OK, "--nodes", "2.5"], "'2.5': give a whole number of 1 or more (see --help)"),
+        ([*OK, "--days", "1" * 16], "a block lasts 1-14 days, or 21-182 in whole weeks"),
         ([*OK, "--region"], "argument --region: expected one argument"),
         ([*OK, "--bogus"], "unrecognized arguments: --bogus"),
         (["h100x8", "--days", "7"], "the following arguments are required: --start"),

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from scripts import up
+from tests.support.stderr import problems
 
 
 def no_engine(stack: str) -> object:
@@ -36,7 +37,7 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     captured = capsys.readouterr()
     assert code == up.EXIT_INVALID and captured.out == "", captured.err
     assert "Traceback" not in captured.err
-    (line,) = captured.err.splitlines()
+    (line,) = problems(captured.err)  # one problem, each of its lines in 80 columns
     return line
 
 
@@ -66,12 +67,28 @@ def test_an_unknown_stack_names_the_close_one_and_no_flag_up_lacks(
     assert "--stack-file" not in line  # up.py has no such flag
 
 
+def test_an_unknown_stack_among_many_fits_80_columns(
+    stacks: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("a100x1", "a100x4", "a100x8", "azure-h100x8", "tencent-a100x1-monthly"):
+        (stacks / f"Pulumi.{name}.yaml").write_text("config: {}\n")
+    monkeypatch.chdir(stacks.parent)  # the path is shown from the working directory
+    line = refused(["--stack", "a100x"], capsys)
+    assert line.startswith(f"up.py: --stack: no stack 'a100x': {stacks.name}/Pulumi.a100x.yaml")
+    assert "(did you mean 'a100x8'?). Known stacks: a100x1, a100x4, a100x8, a10x1," in line
+    assert line.endswith("tencent-a100x1-monthly")
+
+
 @pytest.mark.parametrize(
     ("key", "value", "said"),
     [
         ("ttlHours", "-1", "gpufleet:ttlHours"),
         ("nodeCount", "0", "gpufleet:nodeCount"),
         ("tier", "a10x9", "gpufleet:tier"),
+        # a long problem continues on indented lines (fits 80 columns), its text unchanged
+        ("tier", "a10x9", "h100x8 (did you mean 'a10x4'?)"),
+        ("tags", '{"aws:x": "1"}', "in any letter case, and managed-by, are set by gpufleet"),
+        ("idleMinutes", "99999", "keep a node longer with `fab keep-alive --hours N`), got"),
     ],
 )
 def test_a_bad_value_in_the_stack_is_refused_before_any_engine(
@@ -80,7 +97,8 @@ def test_a_bad_value_in_the_stack_is_refused_before_any_engine(
     keys = {"provider": "aws", "tier": "a10x1", "sshCidrs": "[203.0.113.0/24]", key: value}
     body = "".join(f"  gpufleet:{k}: {v}\n" for k, v in keys.items())
     (stacks / "Pulumi.a10x1.yaml").write_text("config:\n" + body)
-    assert refused(["--stack", "a10x1"], capsys).startswith(said)
+    line = refused(["--stack", "a10x1"], capsys)
+    assert line.startswith(f"gpufleet:{key}") and said in line
 
 
 def test_help_still_lists_every_option(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from infra.catalog import load_catalog
+from tests.support.stderr import problems
 
 REPO = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("where_cli", REPO / "scripts" / "where.py")
@@ -55,7 +56,18 @@ def test_a_tier_lists_a_row_per_cloud_region_sorted_by_price() -> None:
 def test_an_unknown_tier_is_one_line_with_the_nearest_and_exit_2() -> None:
     code, out, err = run("a100x9")
     assert (code, out) == (2, "")
-    assert err.count("\n") == 1 and "did you mean 'a100x8'?" in err
+    (line,) = problems(err)
+    assert "did you mean 'a100x8'?" in line
+
+
+def test_an_unknown_name_points_to_the_list_instead_of_printing_every_tier() -> None:
+    code, _, err = run("p4d.24xlarg")  # 235 columns in one line when it listed the tiers
+    assert code == 2
+    assert problems(err) == [
+        "where.py: 'p4d.24xlarg' is neither a tier nor an instance type"
+        " (did you mean 'p4d.24xlarge'?); see `make gpus`"
+    ]
+    assert "(did you mean 'p4d.24xlarge'?)" in err  # a suggestion is never split
 
 
 def test_region_without_live_is_refused_before_anything_is_asked() -> None:
@@ -123,9 +135,15 @@ def nothing_asked(monkeypatch: pytest.MonkeyPatch) -> None:
         (["a100x9"], "'a100x9' is neither a tier nor an instance type"),
         (["h100x3", "--json"], "'h100x3' is neither a tier nor an instance type"),
         ([""], "'' is neither a tier nor an instance type"),
+        (["p4d.24xlarg"], "(did you mean 'p4d.24xlarge'?); see `make gpus`"),
         (["a100x8", "--live", "--region", "us-east-9"], "--region 'us-east-9' is not a region"),
         (["a100x8", "--live", "--region", "eastus", "--region", ""], "--region '' is not"),
         (["h100x1", "--live", "--region", "eastus"], "'eastus' is not a region of aws"),
+        (
+            ["a100x8", "--live", "--region", "us-east-"],
+            "'us-east-' is not a region of alicloud, aws, azure, tencent"
+            " (did you mean 'us-east-2'?)",
+        ),
         (["a100x8", "--live", "--region"], "argument --region: expected one argument"),
         (["a100x8", "--bogus"], "unrecognized arguments: --bogus"),
         ([], "the following arguments are required: TIER|INSTANCE_TYPE"),
@@ -139,7 +157,7 @@ def test_bad_input_is_one_line_exit_2_before_any_cloud_is_asked(
     except SystemExit as stop:  # the parser's own refusals (OneLineParser)
         code, out, err = stop.code, "", capsys.readouterr().err  # type: ignore[assignment]
     assert code == 2 and out == "" and "Traceback" not in err
-    (line,) = err.splitlines()
+    (line,) = problems(err)  # and each of its lines fits 80 columns
     assert line.startswith("where.py: ") and said in line, line
 
 
