@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip insta
     sys.path.insert(0, str(ROOT))
 
 from infra.stackfiles import stack_names  # noqa: E402
-from infra.usage import OneLineParser  # noqa: E402
+from infra.usage import OneLineParser, fit  # noqa: E402
 
 TARGET_S = 1.5
 BASELINE = [sys.executable, "-c", "import pulumi"]
@@ -144,12 +144,12 @@ def main(argv: list[str] | None = None) -> int:
             if unknown
             else "--repeat must be 1 to 50, and --stacks name at least one"
         )
-        print(f"bench_plan.py: {why}", file=sys.stderr)
+        print(fit(f"bench_plan.py: {why}"), file=sys.stderr)
         return 2
     try:
         result = measure(stacks, args.repeat)
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
-        print(f"bench_plan.py: {exc}", file=sys.stderr)
+        print(fit(f"bench_plan.py: {exc}"), file=sys.stderr)
         return 1
     if args.json:
         json.dump(result, sys.stdout, indent=1)

@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from infra.usage import OneLineParser, whole_number  # noqa: E402
+from infra.usage import OneLineParser, fit, whole_number  # noqa: E402
 from tests.support.sshd import running_sshd, skip_reason  # noqa: E402
 
 TARGET_RERUN_S = 10.0
@@ -68,7 +68,7 @@ def main() -> int:
     args = parser.parse_args()
     reason = skip_reason()
     if reason:
-        print(f"cannot benchmark: {reason}", file=sys.stderr)
+        print(fit(f"cannot benchmark: {reason}"), file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="gpufleet-bench-", dir="/var/tmp"))
     work.chmod(0o755)

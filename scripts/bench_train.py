@@ -37,7 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from infra.usage import OneLineParser, whole_number  # noqa: E402
+from infra.usage import OneLineParser, fit, whole_number  # noqa: E402
 from tests.support.sshd import skip_reason, start_sshd, stop_sshd  # noqa: E402
 
 BUCKET = "gpufleet-bench-train"
@@ -249,7 +249,7 @@ def main() -> int:
     args = p.parse_args()
     reason = skip_reason()
     if reason:
-        print(f"bench_train: {reason}", file=sys.stderr)
+        print(fit(f"bench_train: {reason}"), file=sys.stderr)
         return 2
     with setup(args.venv) as bench:
         plain, fab = [], []

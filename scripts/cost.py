@@ -54,6 +54,7 @@ from infra.pricing.prices import RESERVATION_TERM_MONTHS  # noqa: E402
 from infra.stackfiles import STACKS_DIR as DEFAULT_STACKS_DIR  # noqa: E402
 from infra.stackfiles import StackNotFound, find_stack  # noqa: E402
 from infra.suggest import did_you_mean  # noqa: E402
+from infra.usage import fit  # noqa: E402
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -79,7 +80,7 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line naming the flag (the usage is in --help)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+        self.exit(2, fit(f"{self.prog}: {message} (see --help)") + "\n")
 
 
 # Usage amounts (GB, GB-months) beyond this are a typo, not a plan: an exabyte.
@@ -782,7 +783,7 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
         except LiveUnavailable as exc:
             live_line = f"not checked: {exc}"
             live_doc = {"ok": False, "message": str(exc)}
-            err.write(f"cost.py --live: {exc}\n")
+            err.write(fit(f"cost.py --live: {exc}") + "\n")
         if inputs.reservation is not None:
             try:
                 quote = live_reservation_quote(inputs, check)
@@ -795,7 +796,7 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
             except LiveUnavailable as exc:
                 not_priced = str(exc)
                 live_doc["reservation"] = {"ok": False, "message": not_priced}
-                err.write(f"cost.py --live: reservation: {exc}\n")
+                err.write(fit(f"cost.py --live: reservation: {exc}") + "\n")
     if inputs.reservation is not None:
         term = inputs.reservation
         if not_priced and catalog_reservation_quote(inputs.provider, inputs.instance_type, term):
@@ -825,10 +826,12 @@ def main(
     except (UsageError, CostError, ConfigError) as exc:
         problems = getattr(exc, "problems", None) or [str(exc)]
         for problem in problems:
-            err.write(f"cost.py: {' '.join(str(problem).split())}\n")
+            err.write(fit(f"cost.py: {' '.join(str(problem).split())}") + "\n")
         return 2
     except CatalogError as exc:
-        err.write(f"cost.py: the catalog data is inconsistent (a bug, not your input): {exc}\n")
+        err.write(
+            fit(f"cost.py: the catalog data is inconsistent (a bug, not your input): {exc}") + "\n"
+        )
         return 1
 
 

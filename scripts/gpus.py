@@ -29,7 +29,7 @@ if str(REPO) not in sys.path:
 from infra.catalog import Catalog, CatalogError, Gpu, InstanceType, load_catalog  # noqa: E402
 from infra.pricing.prices import Pricing, load_pricing  # noqa: E402
 from infra.suggest import did_you_mean  # noqa: E402
-from infra.usage import OneLineParser  # noqa: E402
+from infra.usage import OneLineParser, fit  # noqa: E402
 
 WIDTH = 80
 
@@ -270,10 +270,10 @@ def main(
         models = rows(load_catalog(), load_pricing(), args.gpu, args.provider, common)
     except UsageError as exc:
         for problem in exc.problems:
-            print(f"gpus.py: {problem}", file=err)
+            print(fit(f"gpus.py: {problem}"), file=err)
         return 2
     except CatalogError as exc:
-        print(f"gpus.py: the catalog data is broken: {exc}", file=err)
+        print(fit(f"gpus.py: the catalog data is broken: {exc}"), file=err)
         return 1
     if args.json:
         json.dump({"gpus": models}, out, indent=1)

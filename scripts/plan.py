@@ -31,6 +31,7 @@ if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip insta
 
 from infra.config import ConfigError, load_stack_file  # noqa: E402
 from infra.stackfiles import STACKS_DIR, StackNotFound, find_stack  # noqa: E402
+from infra.usage import fit  # noqa: E402
 from policy.rules import PolicyConfigError  # noqa: E402
 
 STACKS = STACKS_DIR
@@ -219,7 +220,7 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line naming the flag (the usage is in --help)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_INVALID, f"{self.prog}: {message} (see --help)\n")
+        self.exit(EXIT_INVALID, fit(f"{self.prog}: {message} (see --help)") + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,10 +244,10 @@ def main(argv: list[str] | None = None) -> int:
         doc, notes = plan(resolve_stack_file(args), pack_config)
     except ConfigError as exc:
         for problem in exc.problems:
-            print(problem, file=sys.stderr)
+            print(fit(problem), file=sys.stderr)
         return EXIT_INVALID
     except PolicyConfigError as exc:
-        print(f"--policy-config: {exc}", file=sys.stderr)
+        print(fit(f"--policy-config: {exc}"), file=sys.stderr)
         return EXIT_INVALID
     try:
         if args.json:

@@ -60,6 +60,7 @@ from infra.pricing.workload import (  # noqa: E402
     workload_for_model,
 )
 from infra.stackfiles import stack_file  # noqa: E402
+from infra.usage import fit  # noqa: E402
 
 STACKS_DIR = REPO / "stacks"
 REPORTS_DIR = REPO / "reports"
@@ -947,10 +948,10 @@ def main(
             written = write_stack(result, args.write_stack, row, Path(args.stacks_dir), args.force)
     except (UsageError, SizingError) as exc:
         for problem in exc.problems:
-            print(f"size.py: {problem}", file=err)
+            print(fit(f"size.py: {problem}"), file=err)
         return 2
     except CatalogError as exc:
-        print(f"size.py: the catalog data is broken: {exc}", file=err)
+        print(fit(f"size.py: the catalog data is broken: {exc}"), file=err)
         return 1
     # nothing fits, or nothing is left: the report says why, and the status says "no"
     status = 0 if result.viable else 1

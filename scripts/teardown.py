@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip insta
 
 from infra.reaper.core import PriceLookup, Report, reap  # noqa: E402
 from infra.reaper.handler import CLOUDS, ConfigError, make_cloud  # noqa: E402
+from infra.usage import fit  # noqa: E402
 
 # AWS / Alicloud regions (us-east-1, cn-beijing) and Azure locations (eastus, westeurope2).
 _REGION = re.compile(r"^([a-z]{2}(-[a-z0-9]+){1,3}|[a-z]{4,}[0-9]?)$")
@@ -75,7 +76,7 @@ class _OneLineParser(argparse.ArgumentParser):
     """Bad input is one line on stderr and exit status 2, never a usage block."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"teardown: {message} (see --help)\n")
+        self.exit(2, fit(f"teardown: {message} (see --help)") + "\n")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -145,29 +146,26 @@ def main(argv: list[str] | None = None) -> int:
     env["GPUFLEET_REGION"] = args.region
     if os.environ.get("GPUFLEET_ENDPOINT_URL"):
         print(
-            "teardown: GPUFLEET_ENDPOINT_URL is ignored here; pass --endpoint-url to use "
-            "another endpoint",
+            "teardown: GPUFLEET_ENDPOINT_URL is ignored here; pass --endpoint-url instead",
             file=sys.stderr,
         )
     try:
         cloud = make_cloud(args.provider, env, endpoint=args.endpoint_url)
     except (ConfigError, ValueError) as exc:
-        print(f"teardown: {_one_line(exc)}", file=sys.stderr)
+        print(fit(f"teardown: {_one_line(exc)}"), file=sys.stderr)
         return 2
     try:
         report = reap(cloud, stack=args.stack, apply=args.apply, price=catalog_prices())
     except Exception as exc:  # the scan failed: nothing was decided, nothing stopped
-        print(
-            f"teardown: scan failed, nothing stopped: {type(exc).__name__}: {_one_line(exc)}",
-            file=sys.stderr,
-        )
+        why = f"{type(exc).__name__}: {_one_line(exc)}"
+        print(fit(f"teardown: scan failed, nothing stopped: {why}"), file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(report.as_json(), indent=2, sort_keys=True))
     else:
         print(render_text(report))
     if report.problems:
-        print(f"teardown: {'; '.join(report.problems)}", file=sys.stderr)
+        print(fit(f"teardown: {'; '.join(report.problems)}"), file=sys.stderr)
     return report.exit_code
 
 
