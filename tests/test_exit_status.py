@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.stderr import problems
+
 REPO = Path(__file__).resolve().parents[1]
 # every script with a command line, none left out
 SCRIPTS = sorted(p.name for p in (REPO / "scripts").glob("*.py"))
@@ -32,7 +34,7 @@ def test_an_unknown_flag_is_one_line_and_exit_2(script: str) -> None:
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == "" and "Traceback" not in proc.stderr
-    (line,) = proc.stderr.splitlines()
+    (line,) = problems(proc.stderr)  # one problem, each of its lines in 80 columns
     assert line.startswith(f"{script.removesuffix('.py')}") or line.startswith(script), line
     assert line.endswith("(see --help)"), line
 

@@ -17,6 +17,7 @@ from infra.reaper.handler import ConfigError, make_cloud, run
 from scripts import teardown
 from tests.reaper.alicloud_fake import FakeAlicloud
 from tests.reaper.faultproxy import FaultProxy
+from tests.support.stderr import problems
 
 pytestmark = pytest.mark.integration
 
@@ -160,7 +161,7 @@ def test_bad_teardown_input_is_one_line_and_exit_2(
         teardown.main(argv)
     err = capsys.readouterr().err
     assert exc.value.code == 2
-    assert len(err.strip().splitlines()) == 1, err
+    assert len(problems(err)) == 1, err  # one problem, each of its lines in 80 columns
     assert err.startswith("teardown: ")
     assert "Traceback" not in err
 
@@ -174,4 +175,5 @@ def test_bad_teardown_environment_is_one_line_and_exit_2(
     monkeypatch.setenv(name, value)
     assert teardown.main(["--provider", "aws", "--region", "us-east-1"]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and name in err, err
+    (line,) = problems(err)
+    assert name in line, err

@@ -10,6 +10,8 @@ from types import ModuleType
 
 import pytest
 
+from tests.support.stderr import problems
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -139,5 +141,5 @@ def test_a_bad_value_is_refused_before_the_benchmark_starts(
         check=False,
     )
     assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
-    (line,) = proc.stderr.splitlines()
+    (line,) = problems(proc.stderr)
     assert line.startswith(f"{script}.py: ") and said in line, line

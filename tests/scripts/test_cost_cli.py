@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from infra.pricing.compare import compare_tier
+from tests.support.stderr import problems
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "cost.py"
@@ -300,6 +301,6 @@ def test_piped_at_80_columns_every_line_fits_and_none_is_padded(argv: list[str])
 def test_an_empty_value_is_refused_not_read_as_the_default(argv: list[str]) -> None:
     code, out, err = run(*argv)
     assert (code, out) == (2, "")
-    (line,) = err.splitlines()
+    (line,) = problems(err)
     flag = argv[2]
     assert line == f"cost.py: {flag} '': give a value or leave the flag out (see --help)"

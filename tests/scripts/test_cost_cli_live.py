@@ -21,6 +21,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from tests.support.stderr import problems
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -208,7 +210,7 @@ def test_aws_live_with_no_matching_product_says_so_and_still_prints_the_bill(
     monkeypatch.setenv("AWS_ENDPOINT_URL_PRICING", fake.url)
     code, doc, err = run("--stack-file", str(stack(tmp_path, "aws", "t4x1")), "--live")
     assert code == 1  # --live did not compare (docs/exit-status.md)
-    assert doc["live"]["ok"] is False and "no on-demand hourly USD price" in err
+    assert doc["live"]["ok"] is False and "no on-demand hourly USD price" in " ".join(problems(err))
     assert doc["hourly"]["on_demand"] == pytest.approx(0.526)
 
 
@@ -219,8 +221,9 @@ def test_aws_live_without_credentials_is_a_clear_message(
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     code, doc, err = run("--stack-file", str(stack(tmp_path, "aws", "t4x1")), "--live")
     assert code == 1  # --live did not compare (docs/exit-status.md)
-    assert "no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID" in err
-    assert doc["live"] == {"ok": False, "message": err.split("--live: ", 1)[1].strip()}
+    (line,) = problems(err)  # the JSON's message is the whole of it, on one line
+    assert "no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID" in line
+    assert doc["live"] == {"ok": False, "message": line.split("--live: ", 1)[1]}
 
 
 def test_alicloud_live_price_comes_from_describe_price(
@@ -243,7 +246,9 @@ def test_alicloud_live_price_comes_from_describe_price(
 def test_alicloud_live_without_credentials_is_a_clear_message(tmp_path: Path):
     code, doc, err = run("--stack-file", str(stack(tmp_path, "alicloud", "a100x1")), "--live")
     assert code == 1  # --live did not compare (docs/exit-status.md)
-    assert "no Alibaba Cloud credentials: set ALIBABA_CLOUD_ACCESS_KEY_ID" in err
+    assert "no Alibaba Cloud credentials: set ALIBABA_CLOUD_ACCESS_KEY_ID" in " ".join(
+        problems(err)
+    )
     assert doc["live"]["ok"] is False
 
 
@@ -255,4 +260,4 @@ def test_alicloud_api_errors_are_reported_not_raised(
     monkeypatch.setenv("ALIBABA_CLOUD_ECS_ENDPOINT", fake.url.removeprefix("http://"))
     code, doc, err = run("--stack-file", str(stack(tmp_path, "alicloud", "a100x1")), "--live")
     assert code == 1  # --live did not compare (docs/exit-status.md)
-    assert "DescribePrice" in err and doc["live"]["ok"] is False
+    assert "DescribePrice" in " ".join(problems(err)) and doc["live"]["ok"] is False

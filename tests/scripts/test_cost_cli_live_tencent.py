@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from infra.clouds.tencent.prices import first_selling_zone, parse_tencent_price
+from tests.support.stderr import problems
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -195,7 +196,7 @@ def test_tencent_live_when_no_zone_sells_the_type_says_so(fake: FakeCvm, tmp_pat
     code, doc, err = run("--stack-file", str(stack(tmp_path, "t4x1")), "--live")
     assert code == 1  # --live did not compare (docs/exit-status.md)
     assert doc["live"]["ok"] is False
-    assert "no zone sells GN7.2XLARGE32 pay-as-you-go now" in err
+    assert "no zone sells GN7.2XLARGE32 pay-as-you-go now" in " ".join(problems(err))
     assert doc["hourly"]["on_demand"] == pytest.approx(8.68)  # the bill is still printed
 
 
@@ -207,7 +208,7 @@ def test_tencent_api_errors_are_reported_in_one_line_not_raised(
     code, doc, err = run("--stack-file", str(stack(tmp_path, "a100x1")), "--live")
     assert code == 1  # --live did not compare (docs/exit-status.md)
     assert doc["live"]["ok"] is False
-    assert "InquiryPriceRunInstances: AuthFailure.SignatureFailure" in err
+    assert "InquiryPriceRunInstances: AuthFailure.SignatureFailure" in " ".join(problems(err))
     assert "Traceback" not in err
 
 
@@ -218,7 +219,7 @@ def test_tencent_live_without_credentials_is_a_clear_message(
     monkeypatch.delenv("TENCENTCLOUD_SECRET_KEY", raising=False)
     code, doc, err = run("--stack-file", str(stack(tmp_path, "a100x1")), "--live")
     assert code == 1  # --live did not compare (docs/exit-status.md)
-    assert "no Tencent Cloud credentials: set TENCENTCLOUD_SECRET_ID" in err
+    assert "no Tencent Cloud credentials: set TENCENTCLOUD_SECRET_ID" in " ".join(problems(err))
     assert doc["live"]["ok"] is False
 
 
@@ -236,4 +237,4 @@ def test_a_closed_port_is_one_line_and_bounded(
     code, doc, err = run("--stack-file", str(stack(tmp_path, "a100x1")), "--live")
     assert code == 1  # --live did not compare (docs/exit-status.md)
     assert doc["live"]["ok"] is False
-    assert "DescribeZoneInstanceConfigInfos" in err and "Traceback" not in err
+    assert "DescribeZoneInstanceConfigInfos" in " ".join(problems(err)) and "Traceback" not in err

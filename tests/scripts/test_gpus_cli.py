@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from infra.catalog import load_catalog
+from tests.support.stderr import problems
 
 REPO = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("gpus_cli", REPO / "scripts" / "gpus.py")
@@ -85,7 +86,7 @@ def test_the_table_fits_80_columns_and_marks_estimated_spot():
 def test_bad_input_exits_2_with_one_line(argv, expected):
     code, out, err = run(*argv)
     assert code == 2 and out == ""
-    assert len(err.strip().splitlines()) == 1 and expected in err
+    assert len(problems(err)) == 1 and expected in err
 
 
 def test_every_row_has_a_common_currency_figure_beside_the_clouds_own():

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.stderr import problems
+
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "scripts" / "plan.py"
 
@@ -60,7 +62,7 @@ def test_invalid_config_exits_2_with_one_line_per_problem_and_nothing_else(tmp_p
     proc = run("--stack-file", str(bad))
     assert proc.returncode == 2
     assert proc.stdout == ""
-    lines = proc.stderr.strip().splitlines()
+    lines = problems(proc.stderr)
     assert len(lines) == 3
     assert lines[0].startswith("gpufleet:tier: aws does not offer tier 'a100x4'")
     assert lines[1].startswith("gpufleet:nodes:") and lines[2].startswith("gpufleet:sshCidrs[0]:")
@@ -75,7 +77,7 @@ def test_a_stack_past_a_cloud_limit_exits_2_with_one_line_before_anything_is_pla
     )
     proc = run("--stack-file", str(bad))
     assert proc.returncode == 2 and proc.stdout == ""
-    (line,) = proc.stderr.strip().splitlines()
+    (line,) = problems(proc.stderr)
     assert line.startswith("gpufleet:sshCidrs: 61 IPv4 networks make 62 inbound IPv4 rules")
     assert "AWS allows 60" in line and "list at most 59 IPv4 networks" in line
 
@@ -127,7 +129,7 @@ def test_alicloud_plan_without_the_function_wheels_exits_2_with_one_line_naming_
     proc = run_without_wheels(tmp_path / "fc-wheels", "--stack", "a100x4")
     assert proc.returncode == 2
     assert proc.stdout == ""
-    (line,) = proc.stderr.splitlines()
+    (line,) = problems(proc.stderr)
     assert "fc-wheels: no wheels for the Alicloud reaper function" in line
     assert "run `make fc-wheels`" in line and "Traceback" not in proc.stderr
 
@@ -203,7 +205,7 @@ def test_a_bad_allowed_list_is_refused_in_one_line_before_any_plan(tmp_path: Pat
     stack.write_text(AUTO_STACK.replace("us-west-2]", "us-wset-2]"))
     proc = run("--stack-file", str(stack))
     assert proc.returncode == 2 and proc.stdout == ""
-    (line,) = proc.stderr.strip().splitlines()
+    (line,) = problems(proc.stderr)
     assert "allowedRegions[1]: 'us-wset-2'" in line and "did you mean 'us-west-2'" in line
 
 
@@ -350,7 +352,7 @@ def test_a_ttl_the_guards_could_not_read_is_refused_before_anything_is_planned(t
     proc = run("--stack-file", str(stack))
     assert proc.returncode == 2, proc.stdout
     assert "Traceback" not in proc.stderr
-    (line,) = proc.stderr.strip().splitlines()
+    (line,) = problems(proc.stderr)
     assert "ttlHours" in line and "<= 336" in line
 
 
@@ -369,4 +371,4 @@ def test_a_ttl_the_guards_could_not_read_is_refused_before_anything_is_planned(t
 def test_an_empty_path_is_one_line_and_exit_2(argv: list[str], line: str) -> None:
     proc = run(*argv)
     assert (proc.returncode, proc.stdout) == (2, "")
-    assert proc.stderr.splitlines() == [line]
+    assert problems(proc.stderr) == [line]

@@ -16,6 +16,7 @@ import pytest
 
 from infra.catalog import Feature, ProviderInfo, load_catalog
 from tests.support.real import missing_real_part
+from tests.support.stderr import problems
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "size.py"
@@ -314,7 +315,7 @@ def test_list_models_names_each_model_and_its_source():
 def test_bad_input_exits_2_with_one_line_per_problem(argv, expected):
     code, out, err = run(*argv)
     assert code == 2 and out == ""
-    lines = err.strip().splitlines()
+    lines = problems(err)
     assert len(lines) >= len(expected)
     assert all(line.startswith("size.py: ") for line in lines)
     for want in expected:
@@ -325,7 +326,7 @@ def test_bad_input_exits_2_with_one_line_per_problem(argv, expected):
 def test_every_problem_is_reported_at_once():
     code, _, err = run("--params", "-1", "--tokens", "abc", "--optimizer", "adam")
     assert code == 2
-    assert len(err.strip().splitlines()) == 3
+    assert len(problems(err)) == 3
 
 
 def test_bad_input_from_the_command_line_leaves_no_traceback():
@@ -337,7 +338,7 @@ def test_bad_input_from_the_command_line_leaves_no_traceback():
         check=False,
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 2
+    assert len(problems(proc.stderr)) == 2
 
 
 # --- --write-stack -----------------------------------------------------------------------------
@@ -452,7 +453,7 @@ def test_write_stack_when_nothing_fits_writes_nothing(tmp_path: Path):
         "--stacks-dir",
         str(stacks),
     )
-    assert code == 2 and "is not usable" in err
+    assert code == 2 and "is not usable" in " ".join(problems(err))
     assert not stacks.exists()
 
 
@@ -497,7 +498,7 @@ def test_the_make_target_runs_the_advisor(tmp_path: Path):
 def test_an_empty_or_impossible_value_is_one_line_and_exit_2(argv: list[str], said: str) -> None:
     code, out, err = run("--model", "gpt2", *argv)
     assert (code, out) == (2, ""), err
-    (line,) = err.splitlines()
+    (line,) = problems(err)
     assert line.startswith(f"size.py: {said}"), line
 
 
