@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from typing import NoReturn
 
-from infra.render import wrap, wrap_prose
+from infra.render import wrap_prose
 
 USAGE_EXIT = 2
 ERROR_WIDTH = 80  # stderr is read on a terminal of at least 80 columns, and in logs
@@ -29,12 +29,10 @@ _HELD = "\x01"
 def fit(message: str) -> str:
     """One problem for stderr, as is when it fits ERROR_WIDTH, else continued on lines
     indented two spaces; a `command` in backticks (infra.render.wrap_prose), a "(did you
-    mean 'x'?)" and "(see --help)" are not split, and a word is only where it is wider
-    than a line (a long path: cut at the width, every character kept)."""
+    mean 'x'?)" and "(see --help)" are not split, and no word is: a path wider than a line
+    stays whole on a line of its own, so it can still be copied."""
     held = _WHOLE.sub(lambda m: m[0].replace(" ", _HELD), message)
     lines = wrap_prose(held, ERROR_WIDTH, "", CONTINUED)
-    if any(len(line) > ERROR_WIDTH for line in lines):  # a word wider than a line: a path
-        lines = wrap(held, ERROR_WIDTH, "", CONTINUED)
     return "\n".join(lines).replace(_HELD, " ")
 
 

@@ -20,7 +20,6 @@ data) are skipped, as pip skips them.
 
 from __future__ import annotations
 
-import argparse
 import compileall
 import re
 import sys
@@ -31,6 +30,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip install -e .`
+    sys.path.insert(0, str(ROOT))
+
+from infra.usage import OneLineParser  # noqa: E402
+
 SDKS = ("pulumi_aws", "pulumi_azure_native", "pulumi_alicloud")
 
 
@@ -64,7 +68,7 @@ def site_packages() -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="compile_venv.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--into", type=Path, default=None, help="a site-packages folder")
     parser.add_argument(
         "--list-skipped", action="store_true", help="print the SDK folders left uncompiled"

@@ -32,6 +32,7 @@ from infra.config import (
     strip_namespace,
 )
 from infra.offline import PLACEHOLDER_SSH_KEY
+from tests.support.stderr import problems
 
 ROOT = Path(__file__).resolve().parents[1]
 STACK_FILES = sorted((ROOT / "stacks").glob("Pulumi.*.yaml"))
@@ -296,7 +297,7 @@ def test_plan_cli_exits_0_or_2_and_never_prints_a_traceback(example: str, tmp_pa
     assert proc.returncode in (0, 2), proc.stderr
     if proc.returncode == 2:
         assert proc.stdout == ""
-        lines = proc.stderr.strip().splitlines()
+        lines = problems(proc.stderr)
         assert lines and all(line.startswith("gpufleet:") for line in lines), lines
     else:
         assert example == "valid-crossover"

@@ -23,6 +23,7 @@ from pulumi.automation.errors import CommandError, create_command_error
 from infra import failover
 from infra.config import parse_config
 from infra.placement import Candidate
+from tests.support.stderr import problems
 
 # https://github.com/hashicorp/terraform-provider-aws/issues/15183 (the provider pulumi-aws
 # wraps), with the zone and type of the attempt put in
@@ -315,7 +316,7 @@ def test_up_refuses_a_bad_stack_in_one_line_before_any_engine(
         raise AssertionError("no engine may start for a bad stack")
 
     assert up.main(["--stack", "bad"], engine_for=no_engine) == up.EXIT_INVALID
-    (line,) = capsys.readouterr().err.strip().splitlines()
+    (line,) = problems(capsys.readouterr().err)
     assert line.startswith("gpufleet:allowedClouds[1]: 'azur'")
 
 

@@ -26,6 +26,7 @@ from infra.clouds.aws import reserved as aws_reserved
 from infra.config import ConfigError, parse_config
 from infra.offline import PLACEHOLDER_SSH_KEY, evaluate
 from tests.infra.where.fakes import ec2_query
+from tests.support.stderr import problems
 
 EC2 = botocore.session.get_session().get_service_model("ec2")
 OP = EC2.operation_model("DescribeCapacityBlockOfferings")
@@ -130,7 +131,7 @@ def test_reserve_refuses_bad_input_in_one_line(argv: list[str], start: str) -> N
 
     err = io.StringIO()
     assert reserve.main(argv, io.StringIO(), err) == 2
-    (line,) = err.getvalue().strip().splitlines()
+    (line,) = problems(err.getvalue())
     assert line.startswith(f"reserve.py: {start}")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.usage import OneLineParser, whole_number
+from infra.usage import CONTINUED, ERROR_WIDTH, OneLineParser, fit, whole_number
 
 
 def parser() -> OneLineParser:
@@ -38,3 +38,18 @@ def test_anything_else_is_one_line_exit_2_naming_the_flag(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == f"tool.py: argument --days: {said} (see --help)\n"
+
+
+def test_fit_keeps_a_short_problem_and_wraps_a_long_one_without_splitting_words() -> None:
+    assert fit("plan.py: --stack: no stack 'x'") == "plan.py: --stack: no stack 'x'"
+    regions = ", ".join(f"region-{n}" for n in range(30))
+    long = f"plan.py: no region 'nowhere' (did you mean 'region-1'?); regions: {regions}"
+    lines = fit(long).splitlines()
+    assert len(lines) > 1 and all(len(line) <= ERROR_WIDTH for line in lines)
+    assert all(line.startswith(CONTINUED) for line in lines[1:])
+    assert not lines[0].startswith(" ")
+    assert " ".join(line.strip() for line in lines) == long
+    assert any("(did you mean 'region-1'?)" in line for line in lines)
+    path = "/tmp/" + "d" * 90 + "/fc-wheels"
+    lines = fit(f"plan.py: {path}: no wheels: run `make fc-wheels`").splitlines()
+    assert path + ":" in [line.strip() for line in lines]  # whole, so it can be copied

@@ -12,6 +12,7 @@ import pytest
 
 from policy import rules as R
 from policy.offline import EXIT_MANDATORY
+from tests.support.stderr import problems
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "scripts" / "plan.py"
@@ -99,5 +100,5 @@ def test_a_wrong_policy_config_is_invalid_input(tmp_path: Path) -> None:
     config.write_text(json.dumps({"ssh-open": "advisory"}))
     proc = run("--stack", "t4x1", "--policy-config", str(config))
     assert proc.returncode == 2 and proc.stdout == ""
-    [line] = proc.stderr.strip().splitlines()
+    [line] = problems(proc.stderr)
     assert line.startswith("--policy-config: ssh-open: no such policy")

@@ -38,6 +38,7 @@ from tests.reaper.azure_fake import (
 )
 from tests.reaper.fleet import Case, cases
 from tests.reaper.scenarios import BAD_TAG_VALUES, NODES
+from tests.support.stderr import problems
 
 pytestmark = pytest.mark.integration
 
@@ -492,7 +493,7 @@ def test_teardown_cli_without_azure_settings_exits_2_with_one_line(
     err = capsys.readouterr().err
     assert code == 2
     assert "GPUFLEET_AZURE_SUBSCRIPTION_ID" in err
-    assert len(err.strip().splitlines()) == 1
+    assert len(problems(err)) == 1
 
 
 def test_the_contract_names_the_settings_and_a_role_without_write_or_delete() -> None:
