@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 
 from bootstrap.fleet.api import StepFailed
+from bootstrap.remote import job_runner
+from bootstrap.train import check_cache
 from bootstrap.train.steps import put_bytes
 from tests.bootstrap.conftest import REPO, FabResult, node_dir, run_fab
 from tests.support.sshd import SshServer, free_port, start_sshd, stop_sshd
@@ -87,6 +89,9 @@ def place(moto_url: str) -> Iterator[dict[str, Path]]:
     try:
         yield {"base": base, "scratch": scratch, "jobs": jobs}
     finally:
+        # A job a test left running (it failed, or its job was not what it was about) would
+        # go on training and uploading, on the CPUs the next test needs: stopped here.
+        stop_live_jobs(jobs)
         # A job a test launched without following may still be uploading its last
         # checkpoint for a few seconds: empty the bucket until the delete takes
         # (bounded), so that upload cannot race the delete.
@@ -134,6 +139,21 @@ def inventory(
     return path
 
 
+@pytest.fixture(scope="module")
+def known_venvs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("train-check-cache")
+
+
+@pytest.fixture
+def known_venvs(known_venvs_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """train-check's cache of the nodes' venvs (bootstrap/train/check_cache.py), shared by
+    the tests that use it: the module's first launch imports torch on each node (2-5 s of
+    CPU each) and later launches read its version from the cache, as a user's second launch
+    does. The test of that cache keeps its own, in its HOME."""
+    monkeypatch.setenv(check_cache.CACHE_ENV, str(known_venvs_dir))
+    return known_venvs_dir
+
+
 @pytest.fixture
 def two_nodes(
     sshd_server: SshServer, second_node: SshServer, place: dict[str, Path], tmp_path: Path
@@ -178,7 +198,11 @@ class TrainFleet:
 
 @pytest.fixture
 def fleet(
-    two_nodes: Path, node_venv: tuple[Path, FabResult], place: dict[str, Path], moto_url: str
+    two_nodes: Path,
+    node_venv: tuple[Path, FabResult],
+    place: dict[str, Path],
+    moto_url: str,
+    known_venvs: Path,
 ) -> TrainFleet:
     venv, installed = node_venv
     assert installed.returncode == 0, installed.stdout + installed.stderr
@@ -196,9 +220,9 @@ def one_job(inv: Path, jobs: Path) -> dict[str, Any]:
     return dict(row)
 
 
-def started_job(result: FabResult) -> str:
+def started_job(result: FabResult, nodes: int = 2) -> str:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    match = re.search(r"job (\S+) (running|resumed) on 2 node", result.stdout)
+    match = re.search(rf"job (\S+) (running|resumed) on {nodes} node", result.stdout)
     assert match, result.stdout
     return match.group(1)
 
@@ -235,6 +259,33 @@ def kill_job(jobs: Path, job: str) -> None:
         for pidfile in (jobs / job / f"node-{st['node_rank']}").glob("rank-*.pid"):
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pidfile.read_text()), signal.SIGKILL)  # the ranks (own sessions)
+
+
+def stop_live_jobs(jobs: Path, job: str = "*") -> None:
+    """SIGKILL what still runs of the jobs under ``jobs`` (or of ``job``): only processes the
+    runner's own checks say are a supervisor, a rank or torchrun, never a pid that was
+    reused since the state file was written."""
+    for path in jobs.glob(f"{job}/node-*/state.json"):
+        state = job_runner.state_now(path)
+        if state is None:
+            continue
+        if state["effective"] in job_runner.ACTIVE:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(state["pid"]), signal.SIGKILL)
+        pgid = int(state.get("pgid") or 0)
+        if pgid and _runs_torchrun(pgid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+        for pid in job_runner.rank_pids(path.parent):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _runs_torchrun(pid: int) -> bool:
+    try:
+        return b"torch.distributed.run" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def losses(log: str) -> list[float]:
@@ -471,6 +522,7 @@ def resume(fleet: TrainFleet, job: str, *extra: str) -> FabResult:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("known_venvs")
 def test_a_resume_with_nothing_to_restore_stops_unless_told_to_start_from_scratch(
     one_node: TrainFleet,
 ) -> None:
@@ -497,6 +549,7 @@ def test_a_resume_with_nothing_to_restore_stops_unless_told_to_start_from_scratc
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("known_venvs")
 def test_a_succeeded_job_is_not_rerun_nor_cancelled_without_being_asked(
     one_node: TrainFleet,
 ) -> None:
@@ -555,6 +608,7 @@ dist.destroy_process_group()
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("known_venvs")
 def test_a_plain_torch_save_job_resumes_from_the_bucket_on_an_emptied_node(
     one_node: TrainFleet, place: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -596,8 +650,12 @@ def test_a_plain_torch_save_job_resumes_from_the_bucket_on_an_emptied_node(
     assert one_job(one_node.inventory, one_node.jobs)["state"] == "succeeded"
 
 
-def _check_line(result: FabResult) -> str:
+def _check_line(result: FabResult, jobs: Path) -> str:
+    """The launch's train-check line. The job it started is not what the test is about: it
+    is stopped at once, so that it does not train (and import torch twice) on the CPUs the
+    next launch's check needs, nor upload into the bucket after the test."""
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    stop_live_jobs(jobs, started_job(result, nodes=1))
     (line,) = [ln for ln in result.stdout.splitlines() if "] train-check: " in ln]
     return line
 
@@ -608,19 +666,20 @@ def test_train_check_imports_torch_once_per_node_and_venv_until_either_changes(
 ) -> None:
     # Issue 24: every launch imported torch on the node (2.3-4.7 s) to read its version.
     argv = [a if a != "2" else "1" for a in one_node.train("--steps 2")]
-    first = _check_line(run_fab(*argv))
+    jobs = one_node.jobs
+    first = _check_line(run_fab(*argv), jobs)
     assert "(known venv)" not in first and "torch 2." in first
     cache = Path(os.environ["HOME"]) / ".cache" / "gpufleet" / "train-check.json"
     (entry,) = json.loads(cache.read_text())["entries"].values()
     assert entry["torch"] in first and entry["venv_id"]
 
-    assert "(known venv)" in _check_line(run_fab(*argv))  # the node said: same venv
+    assert "(known venv)" in _check_line(run_fab(*argv), jobs)  # the node said: same venv
 
     # The venv changed (torch reinstalled: its version.py rewritten): imported again.
     (version,) = one_node.venv.glob("lib/python3*/site-packages/torch/version.py")
     os.utime(version, (time.time(), time.time() + 5))
-    assert "(known venv)" not in _check_line(run_fab(*argv))
-    assert "(known venv)" in _check_line(run_fab(*argv))
+    assert "(known venv)" not in _check_line(run_fab(*argv), jobs)
+    assert "(known venv)" in _check_line(run_fab(*argv), jobs)
 
     # Another node (its own host key), the same venv path and files: not known there.
     other = inventory(
@@ -629,5 +688,5 @@ def test_train_check_imports_torch_once_per_node_and_venv_until_either_changes(
     )  # fmt: skip
     moved = list(argv)
     moved[moved.index("--inventory") + 1] = str(other)
-    assert "(known venv)" not in _check_line(run_fab(*moved))
+    assert "(known venv)" not in _check_line(run_fab(*moved), jobs)
     assert len(json.loads(cache.read_text())["entries"]) == 2
