@@ -286,7 +286,11 @@ def rank_env(spec: Mapping[str, Any], node_rank: int) -> dict[str, str]:
 
 
 def torchrun_argv(spec: Mapping[str, Any], node_rank: int, job_dir: Path) -> list[str]:
-    """torchrun with a static rendezvous on the head; each rank runs job_launch.py."""
+    """torchrun with a static rendezvous on the head; each rank runs job_launch.py.
+
+    torchrun's own log folder is the node's folder of the job: without --log-dir it makes
+    a /tmp/torchelastic_* folder per launch and never removes it (one per job, attempt and
+    node, left in the node's /tmp)."""
     workdir = Path(spec["workdir"])
     return [
         str(spec["python"]),
@@ -298,6 +302,7 @@ def torchrun_argv(spec: Mapping[str, Any], node_rank: int, job_dir: Path) -> lis
         f"--master-addr={spec['master_addr']}",
         f"--master-port={int(spec['master_port'])}",
         "--max-restarts=0",
+        f"--log-dir={node_dir(job_dir, node_rank) / 'torchelastic'}",
         str(HERE / "job_launch.py"),
         "--log-dir",
         str(job_dir / "logs"),

@@ -160,6 +160,9 @@ def test_torchrun_meets_on_the_head_and_runs_the_launcher(tmp_path: Path) -> Non
     assert argv[:3] == ["/opt/gpufleet/venv/bin/python", "-m", "torch.distributed.run"]
     assert "--nnodes=2" in argv and "--node-rank=1" in argv and "--nproc-per-node=8" in argv
     assert "--master-addr=10.0.0.1" in argv and "--master-port=29555" in argv
+    # torchrun's logs stay with the job, not in a /tmp/torchelastic_* folder per launch
+    launcher = next(i for i, a in enumerate(argv) if a.endswith("job_launch.py"))
+    assert argv.index("--log-dir=/jobs/j1/node-1/torchelastic") < launcher
     assert argv[argv.index("--") + 1 :] == [
         f"{spec['workdir']}/train_lm.py",
         "--steps",
