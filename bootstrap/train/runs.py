@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import os
 import sys
 import threading
@@ -170,8 +172,16 @@ def write_chart(
     history = history_of(row.job, row.name, answers)
     if history.empty:
         return None, [*notes, f"chart: no samples or events recorded for {row.job} yet"]
+    # The same history as the chart drawn last, and kept everywhere then: nothing to draw
+    # (matplotlib, 2-4 s) or send again, as for each `fab logs` of an ended job.
+    path = chart_path(row.job)
+    drawn = history_digest(row, answers)
+    stamp = path.with_name(path.name + ".sha256")
+    if not notes and path.is_file() and _read(stamp) == drawn:
+        return path, ["chart unchanged since it was drawn and kept with the job: not redrawn"]
+    stamp.unlink(missing_ok=True)
     fig = job_figure(history)
-    path = save_chart(fig, chart_path(row.job))
+    path = save_chart(fig, path)
     kept = run_steps(
         c,
         fleet,
@@ -181,9 +191,27 @@ def write_chart(
         console=None,
         connect_timeout=connect_timeout,
     )
+    failed = bool(notes)
     for h in kept.hosts:
         for s in h.steps:
             if s.name == "chart" and s.result.status.value != "skipped":
                 notes.append(f"chart on {h.host.label}: {s.result.message}")
-    notes += host_problems(kept)
+                failed = failed or s.result.status.value == "failed"
+    problems = host_problems(kept)
+    notes += problems
+    if not (failed or problems):  # drawn from every node, kept on the head and in the bucket
+        stamp.write_text(drawn + "\n")
     return path, notes
+
+
+def history_digest(row: JobRow, answers: Mapping[int, Any]) -> str:
+    """sha256 of what a job's chart is drawn from: its id, name and each node's history."""
+    doc = {"job": row.job, "name": row.name, "nodes": {str(k): answers[k] for k in answers}}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""

@@ -109,6 +109,24 @@ def test_fab_logs_draws_the_chart_keeps_it_with_the_job_and_fab_jobs_names_it(
     key = f"checkpoints/node-0/{JOB}/gpufleet-chart.png"
     assert client.get_object(Bucket=BUCKET, Key=key)["Body"].read() == local.read_bytes()
     assert f"{BUCKET}/{key}" in logs.stderr
+    # the same history again: the chart is neither redrawn nor sent again
+    drawn = local.stat().st_mtime_ns
+    head = (jobs / JOB / "gpufleet-chart.png").stat().st_mtime_ns
+    again = run_fab("logs", JOB, *common, timeout=180, env=env)
+    assert again.returncode == 0, again.stderr
+    assert "chart unchanged since it was drawn and kept with the job" in again.stderr
+    assert f"chart of {JOB}: {local}" in again.stderr
+    assert local.stat().st_mtime_ns == drawn
+    assert (jobs / JOB / "gpufleet-chart.png").stat().st_mtime_ns == head
+    # a new event on a node is a new history: drawn and kept again
+    events = jobs / JOB / "node-1" / "events.jsonl"
+    new = {"at": "2026-12-02T03:30:00Z", "event": "checkpoint", "step": 300}
+    events.write_text(events.read_text() + json.dumps(new) + "\n")
+    third = run_fab("logs", JOB, *common, timeout=180, env=env)
+    assert third.returncode == 0, third.stderr
+    assert "chart unchanged" not in third.stderr
+    assert local.stat().st_mtime_ns != drawn
+    assert (jobs / JOB / "gpufleet-chart.png").read_bytes() == local.read_bytes()
     listed = run_fab("jobs", *common, "--json", timeout=120, env=env)
     assert listed.returncode == 0, listed.stderr
     (row,) = json.loads(listed.stdout)["jobs"]
