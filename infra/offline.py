@@ -244,9 +244,9 @@ def _aliases_sent_as_specs() -> Iterator[None]:
     SDK's own function runs unchanged. tests/infra/test_offline_aliases.py proves that the
     plan is the same and fails if the SDK starts reading those URNs elsewhere."""
     collapse = pulumi.resource.collapse_alias_to_urn
+    specs = resource_pb2.RESOURCE_MONITOR_FEATURE_ALIAS_SPECS
 
     def collapse_unless_specs(*args: Any) -> Any:
-        specs = resource_pb2.RESOURCE_MONITOR_FEATURE_ALIAS_SPECS
         if pulumi_settings.monitor_supports_feature(specs):
             return _NOT_COLLAPSED
         return collapse(*args)

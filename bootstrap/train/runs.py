@@ -191,15 +191,14 @@ def write_chart(
         console=None,
         connect_timeout=connect_timeout,
     )
-    failed = bool(notes)
+    every_node = not notes  # the history round's problems are all the notes so far
     for h in kept.hosts:
         for s in h.steps:
             if s.name == "chart" and s.result.status.value != "skipped":
                 notes.append(f"chart on {h.host.label}: {s.result.message}")
-                failed = failed or s.result.status.value == "failed"
-    problems = host_problems(kept)
+    problems = host_problems(kept)  # a failed upload is one
     notes += problems
-    if not (failed or problems):  # drawn from every node, kept on the head and in the bucket
+    if every_node and not problems:  # drawn from every node, kept on the head and in the bucket
         stamp.write_text(drawn + "\n")
     return path, notes
 
