@@ -22,13 +22,14 @@ import datetime as dt
 import json
 import re
 import shlex
+import signal
 import sys
 import textwrap
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from fabric import Connection
 from invoke import Context
@@ -68,6 +69,10 @@ STOP_SOON_MINUTES = 5.0
 WIDE_COLUMNS = 120
 NARROW_COLUMNS = 80  # piped with no COLUMNS: the narrow layout at 80
 COMMAND_TIMEOUT_S = 20.0
+MAX_ASKING = 64  # nodes asked at once; a bigger fleet is asked in turns within a refresh
+POLL_S = 0.1  # how often a refresh in flight looks for Ctrl-C
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 _STEP = re.compile(r"\bstep[\s:=#]*(\d+)", re.IGNORECASE)
 
 # What the watchdog's state file says, in a few hundred bytes rather than its whole sample
@@ -563,6 +568,74 @@ def refresh_json(views: Sequence[NodeView], *, stack: str | None, at: dt.datetim
 # ---------------------------------------------------------------------------- the session
 
 
+@contextlib.contextmanager
+def ctrl_c_sets(stop: threading.Event) -> Iterator[None]:
+    """While inside, Ctrl-C sets ``stop`` instead of raising KeyboardInterrupt wherever
+    the main thread happens to be (in a lock's wait, in a library's cleanup): the view
+    ends at its next look at ``stop``, and nothing is left half-done for exit to wait
+    on. A second Ctrl-C raises KeyboardInterrupt as usual. Only in the main thread, and
+    only in place of Python's own handler (an embedding program's handler is kept)."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+
+    def on_ctrl_c(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def ask_each(
+    items: Sequence[_T], ask: Callable[[_T], _R], stop: threading.Event, *, at_once: int
+) -> list[_R] | None:
+    """``ask(item)`` for every item, ``at_once`` at a time, in order; None as soon as
+    ``stop`` is set. The askers are daemon threads and are not waited for once stopped:
+    a node that hangs past its timeouts can hold up neither Ctrl-C nor the exit."""
+    answers: list[_R | None] = [None] * len(items)
+    todo = iter(range(len(items)))
+    lock = threading.Lock()
+    done = threading.Event()
+    workers = max(1, min(at_once, len(items)))
+    left = [workers]
+    failed: list[Exception] = []
+
+    def work() -> None:
+        try:
+            while not stop.is_set():
+                with lock:
+                    i = next(todo, None)
+                if i is None:
+                    return
+                answers[i] = ask(items[i])
+        except Exception as exc:  # raised again in the caller's thread
+            failed.append(exc)
+        finally:
+            with lock:
+                left[0] -= 1
+                if not left[0]:
+                    done.set()
+
+    for k in range(workers):
+        threading.Thread(target=work, name=f"fab-top-ask-{k}", daemon=True).start()
+    while not done.wait(POLL_S):
+        if stop.is_set():
+            return None
+    if stop.is_set():
+        return None
+    if failed:
+        raise failed[0]
+    return cast("list[_R]", answers)  # every slot was filled
+
+
 @dataclass
 class _Node:
     host: Host
@@ -591,15 +664,20 @@ class TopSession:
         self.verifier = HostKeyVerifier(host_key_settings(self.config))
         self.verifier.prepare(self.fleet.hosts)
         self.nodes = [_Node(h) for h in self.fleet.hosts]
-        self._pool = ThreadPoolExecutor(max_workers=max(1, min(len(self.nodes), 64)))
+        self._closed = False
 
     def _ask(self, node: _Node) -> tuple[dict[str, str] | None, list[dict[str, Any]]]:
         """The node's refresh output, or None (with ``node.error`` set) when it is lost."""
         try:
             if node.conn is None:
-                node.conn, _ = open_checked(
+                conn, _ = open_checked(
                     node.host, self.config, self.connect_timeout_s, self.verifier
                 )
+                if self._closed:  # the view ended while this node was connecting
+                    with contextlib.suppress(Exception):
+                        conn.close()
+                    return None, []
+                node.conn = conn
             if node.runner is None and sh(node.conn, f"test -d {shlex.quote(self.jobs_dir)}").ok:
                 try:
                     node.runner = ship_runner(node.conn, self.jobs_dir)
@@ -631,8 +709,13 @@ class TopSession:
                 node.conn.close()
         node.conn = None
 
-    def refresh(self, now: dt.datetime | None = None) -> list[NodeView]:
-        answers = list(self._pool.map(self._ask, self.nodes))
+    def refresh(
+        self, now: dt.datetime | None = None, stop: threading.Event | None = None
+    ) -> list[NodeView] | None:
+        """Every node's view, asked all at once; None when ``stop`` is set first."""
+        answers = ask_each(self.nodes, self._ask, stop or threading.Event(), at_once=MAX_ASKING)
+        if answers is None:
+            return None
         records = [r for _, recs in answers for r in recs]
         at = now or dt.datetime.now(dt.UTC)
         rows = merge_jobs(records, now=at, outputs=self.fleet.outputs)
@@ -652,9 +735,9 @@ class TopSession:
         return views
 
     def close(self) -> None:
+        self._closed = True
         for node in self.nodes:
             self._drop(node)
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def run_top(
@@ -666,10 +749,12 @@ def run_top(
     width: int,
     out: Any,
     live: bool,
-    sleep: Callable[[float], None] = time.sleep,
+    stop: threading.Event | None = None,
 ) -> list[list[NodeView]]:
-    """``count`` refreshes (0: until Ctrl-C), ``interval`` seconds apart; each printed as
-    a block of text (redrawn in place on a terminal) or one JSON line."""
+    """``count`` refreshes (0: until Ctrl-C or ``stop``), ``interval`` seconds apart;
+    each printed as a block of text (redrawn in place on a terminal) or one JSON line.
+    Ctrl-C ends the view at once, in a refresh or between two: what was shown stays."""
+    stop = stop or threading.Event()
     shown: list[list[NodeView]] = []
     screen = None
     if live:
@@ -680,38 +765,57 @@ def run_top(
         screen = Live(console=literal_console(), auto_refresh=False, screen=False)
         screen.start()
     try:
-        n = 0
-        while count == 0 or n < count:
-            if n:
-                sleep(interval)
-            views = session.refresh()
-            shown.append(views)
-            at = dt.datetime.now(dt.UTC)
-            stack = session.fleet.stack
-            if as_json:
-                out.write(refresh_json(views, stack=stack, at=at) + "\n")
-            else:
-                text = render(
-                    views,
-                    width=width,
-                    stack=stack,
-                    at=at,
-                    interval=interval if count != 1 else None,
-                )
-                if screen is not None:
-                    from rich.text import Text
-
-                    screen.update(Text("\n".join(text)), refresh=True)
-                else:
-                    out.write("\n".join(text) + "\n\n")
-            out.flush()
-            n += 1
+        with ctrl_c_sets(stop):
+            _refresh_until_stopped(
+                session, stop, count, interval, as_json, width, out, screen, shown
+            )
     except KeyboardInterrupt:
-        pass  # Ctrl-C ends the view: the last refresh stays on the screen
+        pass  # Ctrl-C before its handler was in place: the view ends the same way
     finally:
         if screen is not None:
             screen.stop()
     return shown
+
+
+def _refresh_until_stopped(
+    session: TopSession,
+    stop: threading.Event,
+    count: int,
+    interval: float,
+    as_json: bool,
+    width: int,
+    out: Any,
+    screen: Any,
+    shown: list[list[NodeView]],
+) -> None:
+    n = 0
+    while (count == 0 or n < count) and not stop.is_set():
+        if n and stop.wait(interval):
+            return
+        views = session.refresh(stop=stop)
+        if views is None:
+            return
+        shown.append(views)
+        at = dt.datetime.now(dt.UTC)
+        stack = session.fleet.stack
+        if as_json:
+            out.write(refresh_json(views, stack=stack, at=at) + "\n")
+        else:
+            text = render(
+                views,
+                width=width,
+                stack=stack,
+                at=at,
+                interval=interval if count != 1 else None,
+            )
+            if screen is not None:
+                from rich.text import Text
+
+                screen.update(Text("\n".join(text)), refresh=True)
+            else:
+                out.write("\n".join(text) + "\n\n")
+        out.flush()
+        n += 1
 
 
 @fleet_task(
