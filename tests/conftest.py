@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import run_shared
+
 _CLOUD_ENV = (
     "AWS_PROFILE",
     "AWS_ACCESS_KEY_ID",
@@ -37,6 +39,14 @@ _CLOUD_ENV = (
     "XDG_CACHE_HOME",
     "GPUFLEET_CACHE_DIR",
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    run_shared.start(config)  # what the xdist workers of this run make once and share
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run_shared.finish(config)
 
 
 @pytest.fixture(autouse=True)

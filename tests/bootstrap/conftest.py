@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support import run_shared
 from tests.support.sshd import SshServer, sshd_server
 
 __all__ = ["sshd_server"]
@@ -109,16 +108,20 @@ def node_dir(prefix: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def node_venv(sshd_server: SshServer) -> Iterator[tuple[Path, FabResult]]:
-    """``fab install-pytorch`` run once for the session: (venv path, its result).
+def node_venv(sshd_server: SshServer) -> tuple[Path, FabResult]:
+    """``fab install-pytorch`` run once for the test run: (venv path, its result).
 
-    The pip install is the slow part of these tests (~20-30 s), so the tests that need a
-    bootstrapped venv share this one.
+    The pip install is the slow part of these tests (40-60 s of CPU), so the tests that
+    need a bootstrapped venv share this one, across the xdist workers too: the first
+    worker to need it installs it, the others wait and read its recorded result. The
+    run's folder (tests/support/run_shared.py) is removed when the run ends.
     """
-    base = node_dir("gpufleet-node-")
-    venv = base / "venv"
-    result = run_fab(*install_pytorch_args(sshd_server, venv, "--json"))
-    try:
-        yield venv, result
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    with run_shared.made_once("node-venv") as (base, first):
+        venv = base / "venv"
+        recorded = base / "install-pytorch.json"
+        if first:
+            result = run_fab(*install_pytorch_args(sshd_server, venv, "--json"))
+            recorded.write_text(json.dumps(asdict(result)))
+        elif not recorded.exists():  # the first worker died mid-install
+            pytest.fail(f"{venv}: the install of another worker did not finish")
+    return venv, FabResult(**json.loads(recorded.read_text()))
