@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import io
 import json
@@ -33,6 +34,7 @@ def _load(name: str, path: Path) -> Any:
 cli = _load("size_cli", SCRIPT)
 # a folder with no verify-gpu reports in it (a --reports folder that does not exist is refused)
 NO_REPORTS = Path(tempfile.mkdtemp(prefix="gpufleet-no-reports-"))
+atexit.register(shutil.rmtree, NO_REPORTS, True)  # one per process that imports this file
 
 
 def run(*argv: str, reports: Path | None = None) -> tuple[int, str, str]:
