@@ -72,7 +72,10 @@ def test_plan_bench_times_each_stack_against_a_same_run_baseline_and_fails_a_slo
         bench.resource, "getrusage", lambda who: SimpleNamespace(ru_utime=cpu[0], ru_stime=0.0)
     )
 
+    envs = []
+
     def fake_run(cmd, **kw):
+        envs.append(kw["env"])
         cpu[0] += 0.5
         if "scripts/plan.py" in cmd:
             next(clock)  # a plan takes one tick more than the baseline
@@ -80,8 +83,14 @@ def test_plan_bench_times_each_stack_against_a_same_run_baseline_and_fails_a_slo
         return subprocess.CompletedProcess(cmd, 0, b"{}", b"")
 
     monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     assert bench.main(["--stacks", "a100x4", "--repeat", "1"]) == 1
     out = capsys.readouterr().out
+    # every run, the baseline's too, caches bytecode as a person's machine does, into one
+    # folder of the run's own that is gone once the run ends
+    caches = {e["PYTHONPYCACHEPREFIX"] for e in envs}
+    assert len(envs) == 4 and len(caches) == 1 and not Path(caches.pop()).exists()
+    assert not any("PYTHONDONTWRITEBYTECODE" in e for e in envs)
     assert "before each stack, median 1.00 s" in out
     row = next(line for line in out.splitlines() if line.startswith("a100x4"))
     assert row.split()[1:8] == ["2.00", "2.00", "1.00", "2.00", "2.00", "0.50", "0"]
