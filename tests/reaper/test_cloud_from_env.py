@@ -76,6 +76,20 @@ def test_azure_checks_the_attempts_setting_before_the_missing_subscription() -> 
         make_cloud("azure", {"GPUFLEET_REGION": "eastus", "GPUFLEET_MAX_ATTEMPTS": "0"})
 
 
+def test_azure_polls_a_deallocation_every_ten_seconds_unless_the_setting_says() -> None:
+    env = {
+        "GPUFLEET_REGION": "eastus",
+        "GPUFLEET_AZURE_SUBSCRIPTION_ID": "sub",
+        "GPUFLEET_AZURE_RESOURCE_GROUP": "rg",
+        "GPUFLEET_AZURE_ACCESS_TOKEN": "token",
+    }
+    assert make_cloud("azure", env).polling_interval_s == 10.0
+    assert make_cloud("azure", {**env, "GPUFLEET_AZURE_POLL_S": "2"}).polling_interval_s == 2.0
+    for bad in ("0", "0.5", "soon"):
+        with pytest.raises(ConfigError, match="GPUFLEET_AZURE_POLL_S"):
+            make_cloud("azure", {**env, "GPUFLEET_AZURE_POLL_S": bad})
+
+
 def test_the_reaper_and_every_clouds_reaper_module_import_no_pulumi() -> None:
     # The reaper runs in a cloud function and as scripts/teardown.py: no Pulumi, even now
     # that each cloud's module lives in infra/clouds/<name>/ beside its Pulumi program.

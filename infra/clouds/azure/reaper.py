@@ -8,6 +8,8 @@ Contract with the stack (infra/clouds/azure/program.py declares the Function App
                                   the Function App's system-assigned identity)
   GPUFLEET_AZURE_ACCESS_TOKEN     optional, never set on the function: an ARM bearer token
                                   for scripts/teardown.py on a laptop
+  GPUFLEET_AZURE_POLL_S           optional: whole seconds between a deallocation's status
+                                  reads when Azure's answer names no Retry-After (10)
   plus the common GPUFLEET_PROVIDER=azure, GPUFLEET_STACK, GPUFLEET_REGION (the location,
   for the report), GPUFLEET_APPLY (infra/reaper/handler.py).
 
@@ -78,7 +80,10 @@ from infra.reaper.idle_rules import UTC
 
 # The function's settings beyond the common ones (handler.py): the stack declares them.
 REQUIRED_ENV = ("GPUFLEET_AZURE_SUBSCRIPTION_ID", "GPUFLEET_AZURE_RESOURCE_GROUP")
-OPTIONAL_ENV = ("GPUFLEET_AZURE_CLIENT_ID", "GPUFLEET_AZURE_ACCESS_TOKEN")
+OPTIONAL_ENV = ("GPUFLEET_AZURE_CLIENT_ID", "GPUFLEET_AZURE_ACCESS_TOKEN", "GPUFLEET_AZURE_POLL_S")
+# azure-core's ARM polling waits this long between status reads unless the answer's
+# Retry-After says otherwise (it reads "Retry-After: 0" as unset)
+POLL_ENV, DEFAULT_POLL_S = "GPUFLEET_AZURE_POLL_S", 10
 DEFAULT_MAX_ATTEMPTS = 5  # GPUFLEET_MAX_ATTEMPTS, optional like every cloud's
 # The custom role's actions, scoped to the stack's resource group.
 ROLE_ACTIONS = (
@@ -586,6 +591,7 @@ def from_env(region: str, env: Mapping[str, str], given: Invocation) -> AzureClo
     token (the invocation's credentials and account are not read). Anything missing or
     wrong is a ConfigError."""
     max_attempts = int_env(env, MAX_ATTEMPTS_ENV, DEFAULT_MAX_ATTEMPTS)
+    poll_s = int_env(env, POLL_ENV, DEFAULT_POLL_S)
     missing = [name for name in REQUIRED_ENV if not str(env.get(name, "")).strip()]
     if missing:
         raise ConfigError(f"{' and '.join(missing)} not set: the Function App's settings")
@@ -609,6 +615,7 @@ def from_env(region: str, env: Mapping[str, str], given: Invocation) -> AzureClo
             credential=credential,
             endpoint=given.endpoint,
             max_attempts=max_attempts,
+            polling_interval_s=float(poll_s),
         )
     except ValueError as exc:  # the credential's or the client's own refusal
         raise ConfigError(str(exc)) from None
