@@ -42,7 +42,10 @@ def health_step(conn: Connection, ctx: HostContext) -> StepResult:
     try:
         verdict, stored = check_node(conn, ctx, remote, opts, hexp)
     finally:
-        remove(conn, remote)
+        cleanup_error = remove(conn, remote)
+    if cleanup_error:  # not a verdict on the node, but a folder left in its /tmp
+        stored["cleanup_error"] = cleanup_error
+        ctx.progress(cleanup_error)
     seconds = sum(stored.get("timings", {}).values())
     details = {
         "verdict": verdict.to_json(),

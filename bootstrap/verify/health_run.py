@@ -96,6 +96,9 @@ def save_command(
     blob = base64.b64encode(json.dumps(dict(verdict)).encode()).decode()
     args = [
         opts.python,
+        # -B: root writes no __pycache__ into the SSH user's shipped folder, which that
+        # user's `rm -rf` then could not remove (one folder left in /tmp per run)
+        "-B",
         f"{remote}/verify_health.py",
         f"--save={remote}/verdict.json",
         f"--state-dir={opts.state_dir}",

@@ -23,10 +23,13 @@ pytestmark = pytest.mark.integration
 
 
 def health(fleet: TrainFleet, tools: Path) -> FabResult:
-    return run_fab(
+    done = run_fab(
         "health", "--inventory", str(fleet.inventory), "--state-dir", str(fleet.jobs.parent),
         "--node-path", str(tools),
     )  # fmt: skip
+    # The verdict is stored as root (sudo here): the shipped folder must still go away.
+    assert "could not remove" not in done.stdout + done.stderr, done.stdout + done.stderr
+    return done
 
 
 def train(fleet: TrainFleet, *extra: str) -> FabResult:

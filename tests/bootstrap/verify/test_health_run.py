@@ -37,7 +37,8 @@ def test_the_verdict_is_stored_as_root_with_the_stacks_bucket() -> None:
     verdict = {"status": "healthy", "host": "n"}
     cmd = hr.save_command("/tmp/d", verdict, hr.HealthOptions(), hexp, "sudo -n ")
     assert saved_verdict(cmd) == verdict
-    assert "&& sudo -n python3 /tmp/d/verify_health.py --save=/tmp/d/verdict.json" in cmd
+    # -B: no root-owned __pycache__ in the SSH user's folder, which it must remove after
+    assert "&& sudo -n python3 -B /tmp/d/verify_health.py --save=/tmp/d/verdict.json" in cmd
     assert "--bucket=b --provider=aws --region=us-east-1" in cmd
     assert "--quarantine" not in cmd
 
