@@ -19,7 +19,7 @@ from bootstrap.fleet.runner import FleetReport, summary_table
 from bootstrap.verify.health_run import HealthOptions, check_node, expect_from
 from bootstrap.verify.node_health import FAILED, NOTE, HealthVerdict
 from bootstrap.verify.replace import instance_urns, replace_command
-from bootstrap.verify.ship import remove, ship
+from bootstrap.verify.ship import note_cleanup, remove, ship
 from infra.render import output_width, wrap_prose
 
 STYLE = {"healthy": "bold green", "degraded": "bold yellow", "failed": "bold red"}
@@ -43,9 +43,7 @@ def health_step(conn: Connection, ctx: HostContext) -> StepResult:
         verdict, stored = check_node(conn, ctx, remote, opts, hexp)
     finally:
         cleanup_error = remove(conn, remote)
-    if cleanup_error:  # not a verdict on the node, but a folder left in its /tmp
-        stored["cleanup_error"] = cleanup_error
-        ctx.progress(cleanup_error)
+    note_cleanup(ctx, stored, cleanup_error)
     seconds = sum(stored.get("timings", {}).values())
     details = {
         "verdict": verdict.to_json(),

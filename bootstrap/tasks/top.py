@@ -626,9 +626,8 @@ def ask_each(
 
     for k in range(workers):
         threading.Thread(target=work, name=f"fab-top-ask-{k}", daemon=True).start()
-    while not done.wait(POLL_S):
-        if stop.is_set():
-            return None
+    while not done.wait(POLL_S) and not stop.is_set():
+        pass
     if stop.is_set():
         return None
     if failed:

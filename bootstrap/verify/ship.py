@@ -243,11 +243,17 @@ def run_on_node(
             after(remote, measurements)
     finally:
         cleanup_error = remove(conn, remote)
-    if cleanup_error:
-        # Not a verdict on the GPU, but a folder left in the node's /tmp: say so in the report.
-        measurements["cleanup_error"] = cleanup_error
-        ctx.progress(cleanup_error)
+    note_cleanup(ctx, measurements, cleanup_error)
     return measurements
+
+
+def note_cleanup(ctx: HostContext, report: dict[str, Any], error: str) -> None:
+    """A shipped folder ``remove`` could not remove (``error``, "" when it is gone): not a
+    verdict on the node, but a folder left in its /tmp, so it is said and kept in the
+    report."""
+    if error:
+        report["cleanup_error"] = error
+        ctx.progress(error)
 
 
 def remove(conn: Connection, remote: str) -> str:

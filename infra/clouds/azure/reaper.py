@@ -80,10 +80,10 @@ from infra.reaper.idle_rules import UTC
 
 # The function's settings beyond the common ones (handler.py): the stack declares them.
 REQUIRED_ENV = ("GPUFLEET_AZURE_SUBSCRIPTION_ID", "GPUFLEET_AZURE_RESOURCE_GROUP")
-OPTIONAL_ENV = ("GPUFLEET_AZURE_CLIENT_ID", "GPUFLEET_AZURE_ACCESS_TOKEN", "GPUFLEET_AZURE_POLL_S")
 # azure-core's ARM polling waits this long between status reads unless the answer's
 # Retry-After says otherwise (it reads "Retry-After: 0" as unset)
 POLL_ENV, DEFAULT_POLL_S = "GPUFLEET_AZURE_POLL_S", 10
+OPTIONAL_ENV = ("GPUFLEET_AZURE_CLIENT_ID", "GPUFLEET_AZURE_ACCESS_TOKEN", POLL_ENV)
 DEFAULT_MAX_ATTEMPTS = 5  # GPUFLEET_MAX_ATTEMPTS, optional like every cloud's
 # The custom role's actions, scoped to the stack's resource group.
 ROLE_ACTIONS = (
