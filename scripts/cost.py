@@ -51,6 +51,7 @@ from infra.pricing.cost import (  # noqa: E402
     estimate_cost,
 )
 from infra.pricing.prices import RESERVATION_TERM_MONTHS  # noqa: E402
+from infra.short_lived import one_command  # noqa: E402
 from infra.stackfiles import STACKS_DIR as DEFAULT_STACKS_DIR  # noqa: E402
 from infra.stackfiles import StackNotFound, find_stack  # noqa: E402
 from infra.suggest import did_you_mean  # noqa: E402
@@ -836,4 +837,5 @@ def main(
 
 
 if __name__ == "__main__":
+    one_command()  # a one-shot command: no cyclic GC, none at exit (infra/short_lived.py)
     sys.exit(main())

@@ -28,6 +28,7 @@ if str(REPO) not in sys.path:
 
 from infra.catalog import Catalog, CatalogError, Gpu, InstanceType, load_catalog  # noqa: E402
 from infra.pricing.prices import Pricing, load_pricing  # noqa: E402
+from infra.short_lived import one_command  # noqa: E402
 from infra.suggest import did_you_mean  # noqa: E402
 from infra.usage import OneLineParser, fit  # noqa: E402
 
@@ -288,4 +289,5 @@ def main(
 
 
 if __name__ == "__main__":
+    one_command()  # a one-shot command: no cyclic GC, none at exit (infra/short_lived.py)
     sys.exit(main())

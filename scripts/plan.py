@@ -30,6 +30,7 @@ if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip insta
     sys.path.insert(0, str(ROOT))
 
 from infra.config import ConfigError, load_stack_file  # noqa: E402
+from infra.short_lived import one_command  # noqa: E402
 from infra.stackfiles import STACKS_DIR, StackNotFound, find_stack  # noqa: E402
 from infra.usage import fit  # noqa: E402
 from policy.rules import PolicyConfigError  # noqa: E402
@@ -264,4 +265,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    one_command()  # a one-shot command: no cyclic GC, none at exit (infra/short_lived.py)
     sys.exit(main())

@@ -59,6 +59,7 @@ from infra.pricing.workload import (  # noqa: E402
     shape_problems,
     workload_for_model,
 )
+from infra.short_lived import one_command  # noqa: E402
 from infra.stackfiles import stack_file  # noqa: E402
 from infra.usage import fit  # noqa: E402
 
@@ -996,4 +997,5 @@ def main(
 
 
 if __name__ == "__main__":
+    one_command()  # a one-shot command: no cyclic GC, none at exit (infra/short_lived.py)
     sys.exit(main())

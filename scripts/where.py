@@ -27,6 +27,7 @@ from infra import where  # noqa: E402
 from infra.catalog import CatalogError, load_catalog  # noqa: E402
 from infra.pricing.prices import load_pricing  # noqa: E402
 from infra.render import output_width  # noqa: E402
+from infra.short_lived import one_command  # noqa: E402
 from infra.suggest import did_you_mean  # noqa: E402
 from infra.usage import OneLineParser, fit  # noqa: E402
 
@@ -103,4 +104,5 @@ def main(
 
 
 if __name__ == "__main__":
+    one_command()  # a one-shot command: no cyclic GC, none at exit (infra/short_lived.py)
     sys.exit(main())
