@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,6 +44,13 @@ _CLOUD_ENV = (
 
 def pytest_configure(config: pytest.Config) -> None:
     run_shared.start(config)  # what the xdist workers of this run make once and share
+    # Bytecode is written during the run, whatever the shell says: with
+    # PYTHONDONTWRITEBYTECODE=1 (as on CI's machines) every script, fab and plan the tests
+    # start compiled the checkout's modules again, about 0.1 s of CPU per process, and each
+    # xdist worker its test files. Set before the workers start, so they and every process
+    # they start inherit it (docs/testing.md has the figures).
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
