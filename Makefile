@@ -46,12 +46,13 @@ $(FC_WHEELS)/.complete: $(FC_LOCK) scripts/fc_wheels.py
 # said, and not a failure.
 PYTEST_RC = rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no test selected (exit 5)"; rc=0; fi; exit $$rc
 
-# pytest-xdist workers, one per core here: the suite waits as much as it computes (SSH round
-# trips, torchrun start-ups, polling a bucket), so two workers overlap one's waits with the
-# other's work (docs/testing.md has the figures). A test file stays on one worker (--dist
-# loadfile), so its module fixtures (a fleet of sshd nodes, a moto server) start once.
+# pytest-xdist workers, three on these 2 cores: the suite waits about as much as it computes
+# (SSH round trips, torchrun start-ups, polling a bucket), so a third worker computes while
+# two wait (the same suite on 2 quiet cores: 621 s in two workers, 553 s in three;
+# docs/testing.md has the figures). A test file stays on one worker (--dist loadfile), so
+# its module fixtures (a fleet of sshd nodes, a moto server) start once.
 # PYTEST_WORKERS=0 runs the suite in this one process.
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
 test: system-packages setup  ## every test (system packages, .venv, own sshd/moto)
