@@ -74,3 +74,35 @@ def test_each_one_shot_script_runs_so_as_a_program_and_not_when_its_main_is_call
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith(("as program", "main()"))]
     assert lines == ["main() called True", "as program False True"]
+
+
+def test_fab_imports_its_tasks_without_gc_then_collects_and_skips_the_exit_one() -> None:
+    """fab's tasks may run for hours (top, --follow): the collector is on while they run."""
+    done = run_child(
+        """
+        import atexit, gc
+        atexit.register(lambda: print("frozen at exit", gc.get_freeze_count() > 0))
+        import fabfile  # what `fab` imports before it runs a task
+        print("collecting", gc.isenabled())
+        """
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["collecting True", "frozen at exit True"]
+
+
+def test_no_collection_restores_the_collector_as_it_was() -> None:
+    import gc
+
+    from infra.short_lived import no_collection
+
+    assert gc.isenabled()
+    with no_collection():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with no_collection():
+            pass
+        assert not gc.isenabled()  # it was off before: left off
+    finally:
+        gc.enable()
