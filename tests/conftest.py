@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,6 +56,25 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     run_shared.finish(config)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files with the most ``slow`` tests first, each file's tests in their order.
+
+    The xdist workers take whole files in this order (``--dist loadfile``): begun last, the
+    multi-node SSH files (minutes each) left one worker running for 47 s after the other two
+    had finished (2026-12-03, three workers); begun first, the short files fill in the end."""
+    # slow test functions, a parametrized one counted once
+    slow = Counter(
+        path
+        for path, _name in {
+            (item.path, getattr(item, "originalname", item.name))
+            for item in items
+            if item.get_closest_marker("slow")
+        }
+    )
+    first_seen = {path: i for i, path in enumerate(dict.fromkeys(item.path for item in items))}
+    items.sort(key=lambda item: (-slow[item.path], first_seen[item.path]))
 
 
 @pytest.fixture(autouse=True)
