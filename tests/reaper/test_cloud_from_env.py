@@ -9,8 +9,18 @@ from typing import Any
 
 import pytest
 
+from infra.clouds.alicloud.reaper import AlicloudCloud
+from infra.clouds.azure.reaper import AzureCloud
+from infra.clouds.tencent.reaper import TencentCloud
 from infra.reaper.core import Invocation
 from infra.reaper.handler import CLOUDS, ConfigError, make_cloud
+
+
+def made(cls: type[Any], provider: str, env: dict[str, str], **kwargs: Any) -> Any:
+    """make_cloud's client, checked to be that cloud's own class (and typed as it)."""
+    cloud = make_cloud(provider, env, **kwargs)
+    assert isinstance(cloud, cls), type(cloud)
+    return cloud
 
 
 @pytest.mark.parametrize("provider", sorted(CLOUDS))
@@ -27,10 +37,11 @@ def test_every_registered_cloud_module_has_a_from_env_taking_region_env_and_invo
 def test_alicloud_prefers_the_account_setting_to_the_context_and_takes_context_keys() -> None:
     env = {"GPUFLEET_REGION": "cn-hangzhou", "GPUFLEET_ALICLOUD_ACCOUNT_ID": "111"}
     creds = {"access_key_id": "id", "access_key_secret": "secret", "security_token": "tok"}
-    cloud = make_cloud("alicloud", env, credentials=creds, account_id="222")
+    cloud: AlicloudCloud = made(AlicloudCloud, "alicloud", env, credentials=creds, account_id="222")
     assert (cloud.account_id, cloud.access_key_id, cloud.security_token) == ("111", "id", "tok")
     del env["GPUFLEET_ALICLOUD_ACCOUNT_ID"]
-    assert make_cloud("alicloud", env, credentials=creds, account_id="222").account_id == "222"
+    again: AlicloudCloud = made(AlicloudCloud, "alicloud", env, credentials=creds, account_id="222")
+    assert again.account_id == "222"
 
 
 @pytest.mark.parametrize(
@@ -62,7 +73,7 @@ def test_tencent_reads_the_keys_from_the_function_environment() -> None:
         "TENCENTCLOUD_SECRETKEY": "skey",
         "TENCENTCLOUD_SESSIONTOKEN": "tok",
     }
-    cloud = make_cloud("tencent", env)
+    cloud: TencentCloud = made(TencentCloud, "tencent", env)
     assert (cloud.secret_id, cloud.secret_key, cloud.token) == ("sid", "skey", "tok")
 
 
@@ -83,8 +94,10 @@ def test_azure_polls_a_deallocation_every_ten_seconds_unless_the_setting_says() 
         "GPUFLEET_AZURE_RESOURCE_GROUP": "rg",
         "GPUFLEET_AZURE_ACCESS_TOKEN": "token",
     }
-    assert make_cloud("azure", env).polling_interval_s == 10.0
-    assert make_cloud("azure", {**env, "GPUFLEET_AZURE_POLL_S": "2"}).polling_interval_s == 2.0
+    default: AzureCloud = made(AzureCloud, "azure", env)
+    assert default.polling_interval_s == 10.0
+    faster: AzureCloud = made(AzureCloud, "azure", {**env, "GPUFLEET_AZURE_POLL_S": "2"})
+    assert faster.polling_interval_s == 2.0
     for bad in ("0", "0.5", "soon"):
         with pytest.raises(ConfigError, match="GPUFLEET_AZURE_POLL_S"):
             make_cloud("azure", {**env, "GPUFLEET_AZURE_POLL_S": bad})
