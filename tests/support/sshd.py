@@ -38,6 +38,7 @@ from typing import Any
 
 import pytest
 
+from bootstrap.remote.job_runner import pid_alive
 from tests.support.real import describe, missing_real_part
 
 SUDO_USER = "gpufleet-node"
@@ -276,23 +277,15 @@ def start_sshd(
     )
 
 
-def _exited(pid: int) -> bool:
-    """Gone, or a zombie: sshd daemonizes, so the one reaping it is PID 1, and a container's
-    PID 1 may reap only every 2 s or so (measured here: sshd a zombie 0.02 s after SIGTERM,
-    gone 1.9 s later). A zombie holds no port and runs nothing."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rpartition(")")[2].split()[:1] == ["Z"]
-
-
 def stop_sshd(server: SshServer, *, remove_workdir: bool = True) -> None:
     """Stop the listener by its pid (never by name: other sshds may run on the machine)."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(server.pid, 15)
+    # pid_alive counts a zombie as gone: sshd daemonizes, so PID 1 reaps it, and this
+    # container's PID 1 reaps only every 2 s or so (sshd a zombie 0.02 s after SIGTERM, gone
+    # 1.9 s later); a zombie holds no port and runs nothing
     for _ in range(100):
-        if _exited(server.pid):
+        if not pid_alive(server.pid):
             break
         time.sleep(0.02)
     if remove_workdir:
