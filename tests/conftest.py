@@ -64,15 +64,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     The xdist workers take whole files in this order (``--dist loadfile``): begun last, the
     multi-node SSH files (minutes each) left one worker running for 47 s after the other two
     had finished (2026-12-03, three workers); begun first, the short files fill in the end."""
-    # slow test functions, a parametrized one counted once
-    slow = Counter(
-        path
-        for path, _name in {
-            (item.path, getattr(item, "originalname", item.name))
-            for item in items
-            if item.get_closest_marker("slow")
-        }
-    )
+    # a parametrized slow test function counts once
+    slow_functions = {
+        (item.path, getattr(item, "originalname", item.name))
+        for item in items
+        if item.get_closest_marker("slow")
+    }
+    slow = Counter(path for path, _name in slow_functions)
     first_seen = {path: i for i, path in enumerate(dict.fromkeys(item.path for item in items))}
     items.sort(key=lambda item: (-slow[item.path], first_seen[item.path]))
 
