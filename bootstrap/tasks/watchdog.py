@@ -14,6 +14,7 @@ import base64
 import hashlib
 import json
 import shlex
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,61 @@ def node_files(prefix: str = PREFIX, unit_dir: str = UNIT_DIR) -> list[tuple[Pat
     ]
 
 
+def systemd_quote(arg: str) -> str:
+    """One argument of an ExecStart= line, as systemd reads it back: double-quoted with C
+    escapes for a backslash and a quote, ``%%`` for a literal ``%`` (specifiers) and ``$$``
+    for a literal ``$`` (variable expansion): systemd.service(5), "Command lines", and
+    systemd.unit(5), "Specifiers" (freedesktop.org man pages, read 2026-12-05)."""
+    if arg and all(ch.isalnum() or ch in "/_.:+-=,@" for ch in arg):
+        return arg  # nothing systemd would read differently: the unit stays as shipped
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + escaped.replace("%", "%%").replace("$", "$$") + '"'
+
+
+def render_service(template: str, prefix: str, etc: str) -> str:
+    """The watchdog's service unit for this install: its ExecStart runs the watchdog where
+    --prefix put it with the config where --etc put it (the shipped file names the
+    defaults), each path quoted for systemd."""
+    exec_start = " ".join(
+        systemd_quote(a)
+        for a in (
+            "/usr/bin/python3",
+            f"{prefix}/watchdog.py",
+            "run",
+            "--config",
+            f"{etc}/watchdog.json",
+        )
+    )
+    lines = []
+    for line in template.splitlines():
+        if line.startswith("ExecStart="):
+            line = f"ExecStart={exec_start}"
+        elif line.startswith("Documentation="):
+            uri = "file://" + urllib.parse.quote(f"{prefix}/watchdog.py")
+            line = "Documentation=" + uri.replace("%", "%%")
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def install_contents(prefix: str, etc: str, unit_dir: str) -> list[tuple[bytes, str, str]]:
+    """(bytes, where they go on the node, mode) of every installed file, the service unit
+    rendered for these paths."""
+    out = []
+    for src, dest, mode in node_files(prefix, unit_dir):
+        data = src.read_bytes()
+        if src.name == SERVICE:
+            data = render_service(data.decode(), prefix, etc).encode()
+        out.append((data, dest, mode))
+    return out
+
+
+def watchdog_command(prefix: str, etc: str, command: str) -> str:
+    """``python3 <prefix>/watchdog.py COMMAND --config <etc>/watchdog.json`` for a shell,
+    each path quoted: a space splits nothing, a shell character runs nothing."""
+    script, config = shlex.quote(f"{prefix}/watchdog.py"), shlex.quote(f"{etc}/watchdog.json")
+    return f"python3 {script} {command} --config {config}"
+
+
 def watchdog_config(ctx: HostContext, extra: Mapping[str, Any]) -> dict[str, Any]:
     """What /etc/gpufleet/watchdog.json adds to the first-boot node.json (stack facts)."""
     # The kind decides whether unsynced checkpoints may be left behind by a stop: an
@@ -104,14 +160,11 @@ def watchdog_config(ctx: HostContext, extra: Mapping[str, Any]) -> dict[str, Any
     return cfg
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def parse_sha256sum(text: str) -> dict[str, str]:
     out = {}
     for line in text.splitlines():
-        parts = line.split()
+        # "<digest>  <path>": the path may hold spaces (a --prefix with one).
+        parts = line.split(None, 1)
         if len(parts) == 2:
             out[parts[1]] = parts[0]
     return out
@@ -151,18 +204,18 @@ def install_watchdog_step(conn: Connection, ctx: HostContext) -> StepResult:
             f"--inventory, and no {NODE_INFO} from a gpufleet first boot): idle watchdog not "
             "installed; for a stack's node run `fab install-watchdog --stack S`"
         )
-    files = node_files(prefix, unit_dir)
+    files = install_contents(prefix, etc, unit_dir)
     config_text = json.dumps(config, indent=2, sort_keys=True) + "\n"
-    wanted = {dest: sha256(src) for src, dest, _ in files}
+    wanted = {dest: hashlib.sha256(data).hexdigest() for data, dest, _ in files}
     wanted[f"{etc}/watchdog.json"] = hashlib.sha256(config_text.encode()).hexdigest()
     have = parse_sha256sum(
         sh(conn, "sha256sum " + " ".join(shlex.quote(p) for p in wanted) + " 2>/dev/null").stdout
     )
     stale = [p for p, digest in wanted.items() if have.get(p) != digest]
 
-    for src, dest, mode in files:
+    for data, dest, mode in files:
         if dest in stale:
-            _put(conn, ctx, src.read_bytes(), dest, mode)
+            _put(conn, ctx, data, dest, mode)
     if f"{etc}/watchdog.json" in stale:
         _put(conn, ctx, config_text.encode(), f"{etc}/watchdog.json", "0644")
 
@@ -172,9 +225,7 @@ def install_watchdog_step(conn: Connection, ctx: HostContext) -> StepResult:
         if refused is not None:
             return StepResult.failed(refused, updated=stale)
 
-    check = root_sh(
-        conn, ctx, f"python3 {prefix}/watchdog.py status --json --config {etc}/watchdog.json"
-    )
+    check = root_sh(conn, ctx, watchdog_command(prefix, etc, "status --json"))
     if not check.ok:
         return StepResult.failed(
             f"the watchdog does not run on this node: {check.stderr.strip()[:300]}"
@@ -185,9 +236,7 @@ def install_watchdog_step(conn: Connection, ctx: HostContext) -> StepResult:
     # The sync path is proven, not assumed: the node writes a probe object to the bucket
     # with its own role. Without it the watchdog would refuse every power-off (checkpoints
     # unsaved) and only the hard TTL would stop the node.
-    probe = root_sh(
-        conn, ctx, f"python3 {prefix}/watchdog.py check-sync --json --config {etc}/watchdog.json"
-    )
+    probe = root_sh(conn, ctx, watchdog_command(prefix, etc, "check-sync --json"))
     try:
         synced = json.loads(probe.stdout)
     except ValueError:
@@ -242,11 +291,7 @@ def keep_alive_step(conn: Connection, ctx: HostContext) -> StepResult:
     """Write the lease (file + instance tag) through the watchdog on the node."""
     prefix, etc, _unit, _state = _paths(ctx)
     hours = float(ctx.options.extra.get("hours", 2))
-    done = root_sh(
-        conn,
-        ctx,
-        f"python3 {prefix}/watchdog.py lease --hours {hours:g} --json --config {etc}/watchdog.json",
-    )
+    done = root_sh(conn, ctx, watchdog_command(prefix, etc, f"lease --hours {hours:g} --json"))
     if not done.ok:
         return StepResult.failed(
             f"lease not written: {(done.stderr or done.stdout).strip()[:300]} "
@@ -265,7 +310,7 @@ def keep_alive_step(conn: Connection, ctx: HostContext) -> StepResult:
 def idle_status_step(conn: Connection, ctx: HostContext) -> StepResult:
     """The watchdog's idle clock and what keeps the node alive (reads only)."""
     prefix, etc, _unit, _state = _paths(ctx)
-    done = sh(conn, f"python3 {prefix}/watchdog.py status --json --config {etc}/watchdog.json")
+    done = sh(conn, watchdog_command(prefix, etc, "status --json"))
     if not done.ok:
         return StepResult.failed(
             f"no watchdog answer: {(done.stderr or done.stdout).strip()[:200]} "
@@ -298,9 +343,7 @@ def idle_status_message(status: Mapping[str, Any], clock: str) -> str:
 def _watchdog_json(conn: Connection, ctx: HostContext, command: str) -> dict[str, Any] | str:
     """``watchdog.py COMMAND --json`` as root: its answer, or why there is none."""
     prefix, etc, _unit, _state = _paths(ctx)
-    done = root_sh(
-        conn, ctx, f"python3 {prefix}/watchdog.py {command} --json --config {etc}/watchdog.json"
-    )
+    done = root_sh(conn, ctx, watchdog_command(prefix, etc, f"{command} --json"))
     try:
         out = json.loads(done.stdout)
     except ValueError:
@@ -313,7 +356,7 @@ def watchdog_running_step(conn: Connection, ctx: HostContext) -> StepResult:
     """After a start: the installed watchdog's timer armed again, and its verdict (the
     files and config are left as ``fab install-watchdog`` wrote them)."""
     _prefix, etc, unit_dir, _state = _paths(ctx)
-    if not sh(conn, f"test -f {shlex.quote(etc)}/watchdog.json").ok:
+    if not sh(conn, f"test -f {shlex.quote(etc + '/watchdog.json')}").ok:
         return StepResult.failed(
             f"no watchdog on this node ({etc}/watchdog.json missing): fab install-watchdog"
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -196,3 +197,37 @@ def test_setup_uses_this_install_step() -> None:
     from bootstrap.tasks.setup import setup_steps
 
     assert fabdog.install_watchdog_step in setup_steps()
+
+
+def test_install_watchdog_with_a_space_in_prefix_and_etc_arms_a_unit_that_runs_it(
+    sshd_server: SshServer, node_paths: dict[str, str], tmp_path: Path, cloud: dict[str, str]
+) -> None:
+    """--prefix / --etc with a space: the files, the shell commands and the unit's
+    ExecStart all name the same place (the timer cannot be armed without systemd as PID 1,
+    so the unit's own command line is run instead, with `status` for `run`)."""
+    from tests.bootstrap.tasks.test_watchdog_unit import exec_start_argv
+
+    spaced = {
+        **node_paths,
+        "prefix": node_paths["prefix"] + "/my tools",
+        "etc": node_paths["etc"] + "/my etc",
+    }
+    inv = inventory(tmp_path, sshd_server)
+    done = run_fab(*install_args(inv, spaced, cloud))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.step("install-watchdog")["status"] == "changed"
+    unit = (Path(spaced["unit-dir"]) / fabdog.SERVICE).read_text()
+    argv = exec_start_argv(unit)
+    assert argv[1] == f"{spaced['prefix']}/watchdog.py"
+    assert argv[2:] == ["run", "--config", f"{spaced['etc']}/watchdog.json"]
+    status = subprocess.run(
+        ["python3", argv[1], "status", "--json", *argv[3:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["action"]
+    again = run_fab(*install_args(inv, spaced, cloud))
+    assert again.returncode == 0, again.stderr
+    assert again.step("install-watchdog")["status"] == "ok"
