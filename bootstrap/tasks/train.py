@@ -39,7 +39,7 @@ from bootstrap.remote.verify_health import STATE_DIR
 from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.tasks.verify import master_address
 from bootstrap.train import check_cache
-from bootstrap.train.jobs import JobRow, find_job, jobs_table
+from bootstrap.train.jobs import NARROW_COLUMNS, JobRow, find_job, jobs_table, resumed_text
 from bootstrap.train.resume import check_restorable, job_to_resume
 from bootstrap.train.runs import (
     chart_path,
@@ -54,23 +54,30 @@ from bootstrap.train.runs import (
 from bootstrap.train.spec import (
     DEFAULT_MAX_WORKDIR_MB,
     JOBS_ROOT,
+    ResumeOptions,
     TrainError,
     TrainRequest,
     check_bucket_home,
     job_spec,
     new_job_id,
     parse_request,
+    resume_changes,
     resume_spec,
+    split_args,
 )
 from bootstrap.train.steps import (
     cancel_step,
+    restored_line,
     resume_check_step,
+    resumed_from,
     train_check_step,
+    train_restore_step,
     train_start_step,
+    wrote_nothing_lines,
 )
-from bootstrap.train.workdir import build_manifest, workdir_files
+from bootstrap.train.workdir import build_manifest, kept_back, workdir_files
 from bootstrap.verify.health_run import MAX_AGE_HOURS
-from infra.render import literal_console
+from infra.render import literal_console, output_width, wrap, wrap_prose
 
 
 def _fail(message: str) -> Exit:
@@ -92,7 +99,11 @@ def _quiet() -> bool:
 
 TRAIN_HELP = {
     "script": "the training script, run by torchrun on every node (path on this machine)",
-    "args": "arguments for the script, as one quoted string",
+    "args": "arguments for the script, as one quoted string; {checkpoint_dir}, {job}, "
+    "{attempt}, {node_rank}, {scratch} and {newest GLOB} are filled in on the node "
+    "({{ }}: a brace); with --resume: replaces the recorded ones",
+    "resume_args": "arguments added after --args on every attempt that restored a "
+    'checkpoint, e.g. "--init_from=resume" (same placeholders)',
     "workdir": "folder copied to the nodes (default: the script's folder); .gitignore is "
     "honoured, .git never copied",
     "name": "a name for the job (default: the script's name); JOB arguments accept it",
@@ -101,7 +112,9 @@ TRAIN_HELP = {
     "stop_when_done": "stop the nodes once the job ended and its last checkpoint is in the bucket",
     "follow": "stream the job's output until it ends; exit with its status",
     "resume": "JOB (id or name) or 'auto': rerun a recorded job from its newest complete "
-    "checkpoint in the bucket",
+    "checkpoint in the bucket; --args, --resume-args, --venv, --node-env, "
+    "--nproc-per-node, --sync-interval, --s3-endpoint, --detach, --stop-when-done given "
+    "with it replace the recorded ones",
     "venv": f"the node venv with torch (default {DEFAULT_VENV}, made by fab setup)",
     "jobs_dir": f"job folders on the nodes (default {JOBS_ROOT})",
     "max_workdir_mb": f"refuse a workdir over this size (default {DEFAULT_MAX_WORKDIR_MB:g})",
@@ -109,7 +122,8 @@ TRAIN_HELP = {
     "node_env": "extra environment for the job, KEY=VALUE,...",
     "s3_endpoint": BUCKET_HELP["s3_endpoint"],
     "master_port": "rendezvous port on the head (default: a free one)",
-    "detach": "auto (systemd where it runs, else a supervised process), systemd or fork",
+    "detach": "auto (systemd where it runs, else a supervised process; the default), "
+    "systemd or fork",
     "from_scratch": "with --resume: start again from step 0 when there is no checkpoint "
     "to restore (refused otherwise)",
     "rerun": "with --resume: run a job that already succeeded again",
@@ -183,15 +197,17 @@ def _checked_node_facts(
 def _report_started(
     started: FleetReport,
     spec: Mapping[str, Any],
-    resumed: bool,
+    restore: Mapping[str, Any] | None,
     json: bool,
     console: Console,
     nodes: int,
 ) -> None:
     """The start's table (or JSON document) and the line saying what to run next; exit 1
-    when a node did not start."""
+    when a node did not start. ``restore``: the head's restore answer on a resume."""
     if json:
         doc = {**started.to_json(), "job": spec["job"], "attempt": spec["attempt"]}
+        if restore is not None:
+            doc["restore"] = dict(restore)
         sys.stdout.write(jsonlib.dumps(doc, indent=2, default=str) + "\n")
     else:
         console.print(summary_table(started))
@@ -206,15 +222,20 @@ def _report_started(
                 highlight=False,
             )
         raise Exit(code=1)
-    verb = "resumed" if resumed else "running"
-    if not json:
-        console.print(
-            f"job {spec['job']} {verb} on {nodes} node(s) x "
-            f"{spec['nproc_per_node']} process(es); `fab logs {spec['job']} --follow`, "
-            f"`fab jobs`, `fab cancel {spec['job']}`",
-            highlight=False,
-            soft_wrap=True,
-        )
+    if json:
+        return
+    where = f"on {nodes} node(s) x {spec['nproc_per_node']} process(es)"
+    if restore is None:
+        said = f"job {spec['job']} running {where}"
+    elif int(restore.get("files") or 0):
+        # Only a restore that put the checkpoint in place is a resume.
+        said = f"job {spec['job']} resumed {where}, from {resumed_from(restore)}"
+    else:
+        said = f"job {spec['job']} restarted {where}, from step 0: {restored_line(restore)}"
+    width = output_width() or NARROW_COLUMNS
+    hint = f"`fab logs {spec['job']} --follow`, `fab jobs`, `fab cancel {spec['job']}`"
+    for line in [*wrap(said, width), *wrap_prose(hint, width)]:
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 def _follow_to_end(c: Context, fleet: Fleet, spec: Mapping[str, Any], timeout: float) -> None:
@@ -248,19 +269,25 @@ def _job_spec_for(
     old: Mapping[str, Any] | None,
     *,
     venv: str,
-    stop_when_done: bool,
+    changes: Mapping[str, Any],
+    attempt: int,
     ignore_health: bool,
     console: Console,
     quiet: bool,
     timeout: float,
 ) -> tuple[dict[str, Any], Mapping[str, Any] | None]:
-    """The spec to start: a new job from ``req`` or the next attempt of ``old``, once every
-    node passed train-check; and for a resume, what the head can restore."""
+    """The spec to start: a new job from ``req`` or the next attempt of ``old`` (with the
+    ``changes`` its resume was given), once every node passed train-check; and for a
+    resume, what the head can restore."""
     if old is None:
         with _refusals():
             check_bucket_home(fleet)
-    python = f"{(venv or DEFAULT_VENV).rstrip('/')}/bin/python" if old is None else old["python"]
+    if old is None:
+        python = f"{(venv or DEFAULT_VENV).rstrip('/')}/bin/python"
+    else:
+        python = str(changes.get("python") or old["python"])
     head = fleet.hosts[0]
+    nproc = req.nproc_per_node if req else int(changes.get("nproc_per_node") or 0)
     check_extra = {
         "head": head,
         "python": python,
@@ -269,7 +296,7 @@ def _job_spec_for(
         "ckpt_parent": f"{fleet.scratch.path.rstrip('/')}/checkpoints",
         "cpu": req.cpu if req else bool(old and old.get("cpu")),
         "master_port": req.master_port if req else 0,
-        "nproc": req.nproc_per_node if req else int(old["nproc_per_node"]) if old else 0,
+        "nproc": nproc or (int(old["nproc_per_node"]) if old else 0),
         "ignore_health": ignore_health,
         "spec": old,
     }
@@ -279,7 +306,9 @@ def _job_spec_for(
     # Each node's health verdict as this attempt found it (and any --ignore-health override).
     checked = {h.label: f["health"] for h, f in facts.items()}
     if old is not None:
-        spec = resume_spec(old, master_addr=addr, master_port=port, stop_when_done=stop_when_done)
+        spec = resume_spec(
+            old, master_addr=addr, master_port=port, changes=changes, attempt=attempt
+        )
         return {**spec, "health": checked}, found
     assert req is not None
     now = dt.datetime.now(dt.UTC)
@@ -290,6 +319,46 @@ def _job_spec_for(
     return {**spec, "health": checked}, None
 
 
+def _restore_everywhere(
+    c: Context,
+    fleet: Fleet,
+    spec: Mapping[str, Any],
+    manifest: dict[str, list[Any]] | None,
+    *,
+    console: Console | None,
+    timeout: float,
+) -> Mapping[str, Any]:
+    """A resume's restore on every node before any node starts (the workdir sent and
+    job.json written on the way): the head's restore answer, or Exit 1 with one line per
+    node that did not restore and nothing started."""
+    extra = {
+        "spec": spec,
+        "manifest": manifest,
+        "local_workdir": Path(str(spec.get("local_workdir"))),
+        "remote_workdir": spec["workdir"],
+    }
+    report = run_steps(
+        c, fleet, "train", [train_restore_step], extra, console=console, connect_timeout=timeout
+    )
+    problems = host_problems(report)
+    if problems:
+        for line in problems:
+            print(f"gpufleet: {line}", file=sys.stderr)
+        print(
+            f"gpufleet: job {spec['job']}: not resumed: {len(problems)} of "
+            f"{len(fleet.hosts)} node(s) could not restore its checkpoint; nothing started",
+            file=sys.stderr,
+        )
+        raise Exit(code=1)
+    answers = {
+        int(s.result.details.get("rank") or 0): dict(s.result.details.get("restore") or {})
+        for h in report.hosts
+        for s in h.steps
+        if s.name == "train-restore"
+    }
+    return answers.get(0) or {}
+
+
 def _start(
     c: Context,
     fleet: Fleet,
@@ -298,13 +367,16 @@ def _start(
     *,
     console: Console | None,
     timeout: float,
+    restored: bool = False,
 ) -> FleetReport:
-    """Send the workdir (when ``manifest``), write job.json, start every node's supervisor."""
+    """Send the workdir (when ``manifest``), write job.json, start every node's supervisor;
+    after a restore (``restored``) the nodes have both: start only."""
     extra = {
         "spec": spec,
-        "manifest": manifest,
+        "manifest": None if restored else manifest,
         "local_workdir": Path(str(spec.get("local_workdir"))),
         "remote_workdir": spec["workdir"],
+        "restored": restored,
     }
     return run_steps(
         c, fleet, "train", [train_start_step], extra, console=console, connect_timeout=timeout
@@ -316,7 +388,8 @@ def train(
     c: Context,
     fleet_args: FleetArgs,
     script: str = "",
-    args: str = "",
+    args: str | None = None,
+    resume_args: str | None = None,
     workdir: str = "",
     name: str = "",
     nproc_per_node: int = 0,
@@ -327,11 +400,11 @@ def train(
     venv: str = "",
     jobs_dir: str = "",
     max_workdir_mb: float = DEFAULT_MAX_WORKDIR_MB,
-    sync_interval: float = 60.0,
+    sync_interval: float = 0.0,
     node_env: str = "",
     s3_endpoint: str = "",
     master_port: int = 0,
-    detach: str = "auto",
+    detach: str = "",
     from_scratch: bool = False,
     rerun: bool = False,
     ignore_health: bool = False,
@@ -346,10 +419,36 @@ def train(
         raise _fail("--from-scratch and --rerun go with --resume JOB")
     req: TrainRequest | None = None
     manifest: dict[str, list[Any]] | None = None
-    if not resume:
+    given = ResumeOptions(
+        args=args,
+        resume_args=resume_args,
+        workdir=workdir,
+        name=name,
+        nproc_per_node=nproc_per_node,
+        cpu=cpu,
+        stop_when_done=stop_when_done,
+        venv=venv,
+        sync_interval=sync_interval,
+        node_env=node_env,
+        s3_endpoint=s3_endpoint,
+        detach=detach,
+    )
+    if resume:
+        # What needs no node is refused before any is contacted; the rest once the
+        # job's record is read (resume_changes).
+        with _refusals():
+            split_args("--args", args)
+            split_args("--resume-args", resume_args)
+        if workdir:
+            raise _fail(
+                "--workdir: a resume runs from the job's recorded workdir; start a new job "
+                "for another one"
+            )
+    else:
         req, manifest = _new_request(
             script=script,
             args=args,
+            resume_args=resume_args,
             workdir=workdir,
             name=name,
             nproc_per_node=nproc_per_node,
@@ -369,32 +468,83 @@ def train(
         raise _fail("the same host is listed twice: each node takes one node rank")
 
     old: Mapping[str, Any] | None = None
+    changes: dict[str, Any] = {}
+    attempt = 0
     if resume:
         with _refusals():
             found = job_to_resume(c, fleet, resume, jobs_dir, max_workdir_mb, timeout, rerun)
+            if found is not None:
+                changes = resume_changes(found[0], given)
         if found is None:
             print("gpufleet: nothing to resume: no interrupted job on these nodes")
             return
-        old, fleet, manifest = found
+        old, fleet, manifest, attempt = found
+    elif req is not None:
+        _say_kept_back(req.workdir, console)
     spec, restorable = _job_spec_for(
         c,
         fleet,
         req,
         old,
         venv=venv,
-        stop_when_done=stop_when_done,
+        changes=changes,
+        attempt=attempt,
         ignore_health=ignore_health,
         console=console,
         quiet=quiet,
         timeout=timeout,
     )
+    restore: Mapping[str, Any] | None = None
     if old is not None:
         with _refusals():
             check_restorable(old, restorable, from_scratch, console)
-    started = _start(c, fleet, spec, manifest, console=None if quiet else console, timeout=timeout)
-    _report_started(started, spec, old is not None, json, console, len(fleet.hosts))
+        if changes:
+            said = (
+                f"gpufleet: job {spec['job']}, attempt {spec['attempt']}: "
+                f"{', '.join(_option_names(changes))} as given now (recorded in its job.json)"
+            )
+            for line in wrap(said, output_width() or NARROW_COLUMNS):
+                console.print(line, highlight=False, soft_wrap=True)
+        restore = _restore_everywhere(
+            c, fleet, spec, manifest, console=None if quiet else console, timeout=timeout
+        )
+    started = _start(
+        c,
+        fleet,
+        spec,
+        manifest,
+        console=None if quiet else console,
+        timeout=timeout,
+        restored=old is not None,
+    )
+    _report_started(started, spec, restore, json, console, len(fleet.hosts))
     if follow:
         _follow_to_end(c, fleet, spec, timeout)
+
+
+def _say_kept_back(workdir: Path, console: Console) -> None:
+    """Name what .gitignore keeps from the nodes (a script's data, often): the job that
+    reads it would die on the node with FileNotFoundError."""
+    for line in kept_back(workdir).lines(output_width() or NARROW_COLUMNS):
+        console.print(line, highlight=False, soft_wrap=True)
+
+
+# The job.json field a resume option changes, by the option's name.
+_OPTION_OF = {
+    "args": "--args",
+    "resume_args": "--resume-args",
+    "nproc_per_node": "--nproc-per-node",
+    "python": "--venv",
+    "sync_interval_s": "--sync-interval",
+    "env": "--node-env",
+    "s3_endpoint": "--s3-endpoint",
+    "detach": "--detach",
+    "stop_when_done": "--stop-when-done",
+}
+
+
+def _option_names(changes: Mapping[str, Any]) -> list[str]:
+    return [_OPTION_OF.get(k, k) for k in changes]
 
 
 @fleet_task(
@@ -474,10 +624,28 @@ def logs(
         follow=follow,
         connect_timeout=fleet_args.connect_timeout,
     )
+    _say_attempt(row)
     _chart(c, fleet, row, fleet_args.connect_timeout)
     if report.failed_hosts:
         warn_unreachable(report)
         raise Exit(code=1)
+
+
+def _say_attempt(row: JobRow) -> None:
+    """After the job's lines (stdout), on stderr: where its attempt resumed from and each
+    warning its nodes recorded, one line each."""
+    width = output_width(sys.stderr) or NARROW_COLUMNS
+    said = []
+    if row.resumed_from is not None:
+        said += wrap(
+            f"job {row.job} attempt {row.attempt} {resumed_text(row.resumed_from)}",
+            width,
+            "gpufleet: ",
+        )
+    for warning in row.warnings:
+        said += wrap(warning, width, f"gpufleet: job {row.job}: warning: ", "  ")
+    for line in said:
+        print(line, file=sys.stderr)
 
 
 def _chart(c: Context, fleet: Fleet, row: JobRow, connect_timeout: float) -> None:
@@ -529,5 +697,7 @@ def cancel(
         sys.stdout.write(jsonlib.dumps(report.to_json(), indent=2, default=str) + "\n")
     else:
         console.print(summary_table(report))
+        for line in wrote_nothing_lines(report, row.job, output_width() or NARROW_COLUMNS):
+            console.print(line, highlight=False, soft_wrap=True)
     if report.failed_hosts:
         raise Exit(code=1)

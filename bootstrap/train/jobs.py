@@ -54,7 +54,32 @@ class JobRow:
             "last_line": self.last_line,
             "ttl": None if self.ttl is None else dict(self.ttl),
             "nodes": {str(k): v.get("effective") for k, v in sorted(self.nodes.items())},
+            "resumed_from": self.resumed_from,
+            "warnings": self.warnings,
         }
+
+    @property
+    def resumed_from(self) -> dict[str, Any] | None:
+        """The checkpoint version (and step) this attempt resumed from, as its head
+        recorded it (state.json ``resumed_from``); None when it did not resume from one."""
+        head = self.nodes.get(0) or next(iter(self.nodes.values()), {})
+        found = head.get("resumed_from")
+        return dict(found) if isinstance(found, Mapping) else None
+
+    @property
+    def warnings(self) -> list[str]:
+        """Each node's warnings (state.json ``warnings``: an attempt that wrote an older
+        checkpoint than it was given, output saying it started from scratch), one line
+        each, ``node R: `` first when the job has several nodes; the same line from two
+        nodes sharing a disk is said once."""
+        out: list[str] = []
+        for rank, node in sorted(self.nodes.items()):
+            for text in node.get("warnings") or []:
+                line = " ".join(str(text).split())
+                line = f"node {rank}: {line}" if self.nnodes > 1 else line
+                if line not in out:
+                    out.append(line)
+        return out
 
 
 def _parse_time(text: Any) -> dt.datetime | None:
@@ -206,7 +231,18 @@ def jobs_lines(rows: Sequence[JobRow], width: int) -> list[str]:
             out.append(f"  last: {shown}")
         if r.ttl is not None and ttl_note(r.ttl):
             out.extend(wrap(ttl_note(r.ttl), width, "  ", "    "))
+        if r.resumed_from is not None:
+            out.extend(wrap(resumed_text(r.resumed_from), width, "  ", "    "))
+        for warning in r.warnings:
+            out.extend(wrap(warning, width, "  warning: ", "    "))
     return out
+
+
+def resumed_text(found: Mapping[str, Any]) -> str:
+    """``resumed from version 3 (step 200)``."""
+    version, step = found.get("version"), found.get("step")
+    what = f"version {version}" if version is not None else "the node's own checkpoint folder"
+    return f"resumed from {what}" + (f" (step {step})" if step is not None else "")
 
 
 def jobs_table(rows: Sequence[JobRow], width: int | None = None) -> Text:

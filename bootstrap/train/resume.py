@@ -29,11 +29,12 @@ def job_to_resume(
     max_workdir_mb: float,
     timeout: float,
     rerun: bool = False,
-) -> tuple[Mapping[str, Any], Fleet, dict[str, list[Any]] | None] | None:
+) -> tuple[Mapping[str, Any], Fleet, dict[str, list[Any]] | None, int] | None:
     """The recorded job ``--resume`` names (``auto``: the newest interrupted one), the hosts
-    it ran on and its workdir's manifest when the workdir is still here; None: nothing to
-    resume. Refuses, before anything starts, a job still running or a host list without its
-    nodes."""
+    it ran on, its workdir's manifest when the workdir is still here and the attempt its
+    nodes last ran (a resume whose restore failed wrote the next one's job.json, not its
+    state); None: nothing to resume. Refuses, before anything starts, a job still running
+    or a host list without its nodes."""
     rows, report = collect_jobs(c, fleet, jobs_dir or JOBS_ROOT, timeout)
     if report.failed_hosts:
         warn_unreachable(report)
@@ -62,7 +63,7 @@ def job_to_resume(
     local = Path(str(old.get("local_workdir") or ""))
     if local.is_dir():
         manifest = build_manifest(local, workdir_files(local), max_workdir_mb * 1e6)
-    return old, fleet, manifest
+    return old, fleet, manifest, row.attempt
 
 
 def check_restorable(

@@ -20,12 +20,16 @@ from bootstrap.fleet.api import Host
 from bootstrap.fleet.hosts import Fleet
 from bootstrap.fleet.interconnect import network_env
 from bootstrap.tasks.pytorch import DEFAULT_VENV
+from bootstrap.train.placeholders import refusal as placeholder_refusal
 from bootstrap.verify.ship import parse_node_env
 
 JOBS_ROOT = "/var/lib/gpufleet/jobs"
 DEFAULT_MAX_WORKDIR_MB = 200.0
+DEFAULT_SYNC_INTERVAL_S = 60.0
+DETACH_MODES = ("auto", "systemd", "fork")
 SPEC_SCHEMA = "gpufleet.job/1"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,47}$")
+_NEWEST = re.compile(r"\{newest\s+([^{}\s]+)\}")
 
 
 class TrainError(Exception):
@@ -71,7 +75,7 @@ class TrainRequest:
     """What ``fab train`` was asked, checked and completed with defaults."""
 
     script: str  # relative to the workdir
-    args: tuple[str, ...]
+    args: tuple[str, ...]  # placeholders kept as typed: the node expands them
     workdir: Path
     name: str
     nproc_per_node: int  # 0: one per GPU
@@ -85,12 +89,34 @@ class TrainRequest:
     s3_endpoint: str
     master_port: int  # 0: a free port on the head
     detach: str
+    resume_args: tuple[str, ...] = ()  # added on every attempt that restored something
+
+
+def split_args(option: str, text: str | None) -> tuple[str, ...]:
+    """``--args``/``--resume-args`` as the script's argv, placeholders checked (not
+    expanded: the node does that); a TrainError with one line."""
+    # `{newest checkpoint-*}` is one placeholder, whether or not it is quoted.
+    held = _NEWEST.sub(lambda m: "{newest\0" + m.group(1) + "}", text or "")
+    try:
+        argv = tuple(a.replace("\0", " ") for a in shlex.split(held))
+    except ValueError as exc:
+        raise TrainError(f"{option} {text!r}: {exc}") from None
+    why = placeholder_refusal(option, argv)
+    if why:
+        raise TrainError(why)
+    return argv
+
+
+def check_detach(detach: str) -> str:
+    if detach and detach not in DETACH_MODES:
+        raise TrainError(f"--detach {detach!r}: one of {', '.join(DETACH_MODES)}")
+    return detach or "auto"
 
 
 def parse_request(
     *,
     script: str,
-    args: str,
+    args: str | None,
     workdir: str,
     name: str,
     nproc_per_node: int,
@@ -105,6 +131,7 @@ def parse_request(
     master_port: int,
     detach: str,
     cwd: Path,
+    resume_args: str | None = None,
 ) -> TrainRequest:
     """Every check that needs no node, or a TrainError with one line."""
     if not script:
@@ -119,18 +146,15 @@ def parse_request(
         rel = path.relative_to(root).as_posix()
     except ValueError:
         raise TrainError(f"--script {script} is not inside the workdir {root}") from None
-    try:
-        argv = tuple(shlex.split(args))
-    except ValueError as exc:
-        raise TrainError(f"--args {args!r}: {exc}") from None
+    argv = split_args("--args", args)
+    resume_argv = split_args("--resume-args", resume_args)
     if nproc_per_node < 0:
         raise TrainError(f"--nproc-per-node {nproc_per_node}: must be 1 or more")
     if max_workdir_mb <= 0:
         raise TrainError("--max-workdir-mb must be above 0")
-    if sync_interval <= 0:
+    if sync_interval < 0:  # 0: not given
         raise TrainError("--sync-interval must be above 0 seconds")
-    if detach not in ("auto", "systemd", "fork"):
-        raise TrainError(f"--detach {detach!r}: one of auto, systemd, fork")
+    detach = check_detach(detach)
     if not 0 <= master_port <= 65535:
         raise TrainError(f"--master-port {master_port}: outside 0-65535")
     try:
@@ -148,11 +172,12 @@ def parse_request(
         venv=venv or DEFAULT_VENV,
         jobs_dir=jobs_dir or JOBS_ROOT,
         max_workdir_mb=max_workdir_mb,
-        sync_interval_s=sync_interval,
+        sync_interval_s=sync_interval or DEFAULT_SYNC_INTERVAL_S,
         node_env=extra_env,
         s3_endpoint=s3_endpoint,
         master_port=master_port,
         detach=detach,
+        resume_args=resume_argv,
     )
 
 
@@ -198,6 +223,7 @@ def job_spec(
         "created_at": now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "script": req.script,
         "args": list(req.args),
+        "resume_args": list(req.resume_args),
         "local_workdir": str(req.workdir),
         "workdir": f"{req.jobs_dir.rstrip('/')}/work/{workdir_slug(req.workdir)}",
         "python": f"{req.venv.rstrip('/')}/bin/python",
@@ -225,16 +251,96 @@ def job_spec(
     }
 
 
+@dataclass(frozen=True)
+class ResumeOptions:
+    """What ``fab train --resume JOB`` was given besides the job: each option set here
+    replaces the recorded one in the new attempt's spec (None, "" or 0: not given)."""
+
+    args: str | None = None
+    resume_args: str | None = None
+    workdir: str = ""
+    name: str = ""
+    nproc_per_node: int = 0
+    cpu: bool = False
+    stop_when_done: bool = False
+    venv: str = ""
+    sync_interval: float = 0.0
+    node_env: str = ""
+    s3_endpoint: str = ""
+    detach: str = ""
+
+
+def resume_changes(old: Mapping[str, Any], given: ResumeOptions) -> dict[str, Any]:
+    """The spec fields a resume's options change, or a TrainError (one line) for an option
+    a resume cannot apply: none is left unsaid. The recorded arguments are checked too,
+    as the node will expand them."""
+    job = old.get("job")
+    if given.workdir:
+        raise TrainError(
+            f"--workdir: job {job} runs from its recorded workdir "
+            f"({old.get('local_workdir')}); start a new job for another one"
+        )
+    if given.name and given.name != old.get("name"):
+        raise TrainError(f"--name: job {job} keeps its name {old.get('name')!r} on a resume")
+    if given.cpu and not old.get("cpu"):
+        raise TrainError(
+            f"--cpu: job {job} ran on GPUs and resumes on them; start a new job with --cpu"
+        )
+    if given.nproc_per_node < 0:
+        raise TrainError(f"--nproc-per-node {given.nproc_per_node}: must be 1 or more")
+    if given.sync_interval < 0:
+        raise TrainError("--sync-interval must be above 0 seconds")
+    out: dict[str, Any] = {}
+    if given.args is not None:
+        out["args"] = list(split_args("--args", given.args))
+    else:
+        why = placeholder_refusal("--args", [str(a) for a in old.get("args") or []])
+        if why:
+            raise TrainError(f"job {job}'s recorded {why}: give --args again")
+    if given.resume_args is not None:
+        out["resume_args"] = list(split_args("--resume-args", given.resume_args))
+    if given.nproc_per_node:
+        out["nproc_per_node"] = given.nproc_per_node
+    if given.venv:
+        out["python"] = f"{given.venv.rstrip('/')}/bin/python"
+    if given.sync_interval:
+        out["sync_interval_s"] = given.sync_interval
+    if given.node_env:
+        try:
+            extra = parse_node_env(given.node_env)
+        except ValueError as exc:
+            raise TrainError(str(exc)) from None
+        out["env"] = {**dict(old.get("env") or {}), **extra}
+    if given.s3_endpoint:
+        out["s3_endpoint"] = given.s3_endpoint
+    if given.detach:
+        out["detach"] = check_detach(given.detach)
+    if given.stop_when_done:
+        out["stop_when_done"] = True
+    return {k: v for k, v in out.items() if old.get(k) != v}
+
+
 def resume_spec(
-    old: Mapping[str, Any], *, master_addr: str, master_port: int, stop_when_done: bool
+    old: Mapping[str, Any],
+    *,
+    master_addr: str,
+    master_port: int,
+    changes: Mapping[str, Any] | None = None,
+    attempt: int = 0,
 ) -> dict[str, Any]:
+    """The next attempt of ``old``: ``changes`` (from :func:`resume_changes`) applied and
+    listed in ``changed`` (the option names, for the job's record). ``attempt``: the one
+    the nodes last ran (a resume whose restore failed started nothing, so the number is
+    taken again), else the spec's."""
     spec = dict(old)
+    spec.setdefault("resume_args", [])
+    spec.update(changes or {})
     spec.update(
-        attempt=int(old.get("attempt") or 1) + 1,
+        attempt=(attempt or int(old.get("attempt") or 1)) + 1,
         resume=True,
         master_addr=master_addr,
         master_port=master_port,
-        stop_when_done=bool(stop_when_done or old.get("stop_when_done")),
+        changed=sorted(changes or {}),
     )
     return spec
 

@@ -31,6 +31,7 @@ from bootstrap.remote.verify_health import STATE_DIR
 from bootstrap.train import check_cache, health
 from bootstrap.train.spec import check_command, judge_check, parse_check, rank_of
 from bootstrap.train.workdir import SYNC_MANIFEST, diff_manifest, pack
+from infra.render import wrap
 
 REMOTE_DIR = Path(__file__).resolve().parents[1] / "remote"
 RUNNER = "{runner}"  # in a command given to ship_and_run: the runner's path on the node
@@ -273,15 +274,12 @@ def put_bytes(conn: Connection, data: bytes | Path, path: str) -> None:
         ) from None
 
 
-@step("train-start")
-def train_start_step(conn: Connection, ctx: HostContext) -> StepResult:
-    """Copy the runner and the workdir, write job.json, start the detached supervisor: two
-    round trips when the workdir is unchanged (ship + read its manifest; write + start)."""
+def _send_workdir(
+    conn: Connection, ctx: HostContext, spec: Mapping[str, Any]
+) -> tuple[str, list[str]]:
+    """Ship the runner and, when the extra holds a manifest, send what changed in the
+    workdir: (the runner's path, what was done). One round trip when nothing changed."""
     x = ctx.options.extra
-    spec: dict[str, Any] = x["spec"]
-    rank = rank_of(spec, ctx.host)
-    if rank is None:
-        return StepResult.failed(f"{ctx.host.label} is not a node of job {spec['job']}")
     syncing = x.get("manifest") is not None
     then = read_manifest_command(x["remote_workdir"]) if syncing else "true"
     runner, read = ship_and_run(conn, spec["jobs_dir"], then)
@@ -291,24 +289,96 @@ def train_start_step(conn: Connection, ctx: HostContext) -> StepResult:
             why = str(read.stderr).strip()[-300:]
             raise StepFailed(f"could not make the workdir {x['remote_workdir']}: {why}")
         notes.append(sync_workdir(conn, ctx, runner, str(read.stdout)))
-    folder = job_dir(spec)
+    return runner, notes
+
+
+def write_job_command(spec: Mapping[str, Any]) -> str:
+    """The job's folders made and its job.json written (whole: temp file, rename); exit
+    PREP_FAILED when they cannot be."""
     prep = " && ".join(
         [
             ensure_dir_command(str(Path(spec["checkpoint_dir"]).parent)),
             ensure_dir_command(spec["checkpoint_dir"]),
-            write_file_command(f"{folder}/job.json", jsonlib.dumps(spec, indent=1)),
+            write_file_command(f"{job_dir(spec)}/job.json", jsonlib.dumps(spec, indent=1)),
         ]
     )
-    started = sh(
-        conn,
-        f"{{ {prep}; }} || exit {PREP_FAILED}; python3 {shlex.quote(runner)} start --job-dir "
-        f"{shlex.quote(folder)} --node-rank {rank} --detach {spec.get('detach', 'auto')} "
-        "--wait 120",
-        timeout=180,
-    )
-    if started.exited == PREP_FAILED:
-        why = str(started.stderr).strip()[-300:]
+    return f"{{ {prep}; }} || exit {PREP_FAILED}"
+
+
+def _prep_failed(done: Any) -> None:
+    if done.exited == PREP_FAILED:
+        why = str(done.stderr).strip()[-300:]
         raise StepFailed(f"could not write the job folder: {why}")
+
+
+@step("train-restore")
+def train_restore_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """A resume, before any node starts: the workdir sent, job.json written and the newest
+    checkpoint version restored into this node's checkpoint folder (job_runner.py restore).
+    Nothing is started: the supervisors start only once every node restored."""
+    spec: dict[str, Any] = ctx.options.extra["spec"]
+    rank = rank_of(spec, ctx.host)
+    if rank is None:
+        return StepResult.failed(f"{ctx.host.label} is not a node of job {spec['job']}")
+    runner, notes = _send_workdir(conn, ctx, spec)
+    done = sh(
+        conn,
+        f"{write_job_command(spec)}; python3 {shlex.quote(runner)} restore --job-dir "
+        f"{shlex.quote(job_dir(spec))} --node-rank {rank}",
+        timeout=float(ctx.options.extra.get("restore_timeout") or 3600),
+    )
+    _prep_failed(done)
+    out = _json_out(done, "restore")
+    restore = dict(out.get("restore") or {})
+    if not out.get("ok"):
+        why = out.get("error") or restore.get("detail") or "no reason given"
+        return StepResult.failed(f"restore failed: {why}", rank=rank, restore=restore)
+    notes.append(f"node rank {rank}: {restored_line(restore)}")
+    return StepResult.changed("; ".join(notes), rank=rank, restore=restore)
+
+
+def restored_line(restore: Mapping[str, Any]) -> str:
+    """What one node's restore put in its checkpoint folder, in words."""
+    files = int(restore.get("files") or 0)
+    if not files:
+        return f"nothing restored ({restore.get('detail') or 'no checkpoint'})"
+    what = resumed_from(restore)
+    fetched, kept = int(restore.get("fetched") or 0), int(restore.get("kept") or 0)
+    moved = f"{fetched} fetched ({float(restore.get('bytes') or 0) / 1e6:.1f} MB)"
+    return f"{what}: {files} file(s), {moved}, {kept} kept"
+
+
+def resumed_from(restore: Mapping[str, Any]) -> str:
+    """``version 3 (step 200)``: which version a restore took (and its step, when known)."""
+    version, step_ = restore.get("version"), restore.get("step")
+    if version is None:
+        where = "the node's own checkpoint folder"
+        return where if step_ is None else f"{where} (step {step_})"
+    return f"version {version}" + (f" (step {step_})" if step_ is not None else "")
+
+
+@step("train-start")
+def train_start_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """Copy the runner and the workdir, write job.json, start the detached supervisor: two
+    round trips when the workdir is unchanged (ship + read its manifest; write + start).
+    After train-restore (extra ``restored``) the folder is ready: start only, one trip."""
+    x = ctx.options.extra
+    spec: dict[str, Any] = x["spec"]
+    rank = rank_of(spec, ctx.host)
+    if rank is None:
+        return StepResult.failed(f"{ctx.host.label} is not a node of job {spec['job']}")
+    notes: list[str] = []
+    start = (
+        f"start --job-dir {shlex.quote(job_dir(spec))} --node-rank {rank} "
+        f"--detach {spec.get('detach', 'auto')} --wait 120"
+    )
+    if x.get("restored"):
+        command = ship_then_command(spec["jobs_dir"], f"python3 {RUNNER} {start}")[1]
+    else:
+        runner, notes = _send_workdir(conn, ctx, spec)
+        command = f"{write_job_command(spec)}; python3 {shlex.quote(runner)} {start}"
+    started = sh(conn, command, timeout=180)
+    _prep_failed(started)
     out = _json_out(started, "start")
     if not out.get("ok"):
         return StepResult.failed(f"job not started: {out.get('error')}")
@@ -420,13 +490,36 @@ def cancel_step(conn: Connection, ctx: HostContext) -> StepResult:
     if not out.get("ok"):
         return StepResult.failed(f"cancel failed: {out.get('error')}")
     state = out.get("state") or {}
-    final = state.get("final_sync") or {}
+    final = out.get("sync") or state.get("final_sync") or {}
     sync = f"; last checkpoint: {final.get('detail')}" if final else ""
     note = f" ({out['note']})" if out.get("note") else ""
     message = f"node rank {job.rank}: {state.get('effective')}{note}{sync}"
+    # The job saved nothing where gpufleet looks (its script writes elsewhere): said apart.
+    empty = {"wrote_nothing": str(final.get("detail") or "")} if final.get("wrote_nothing") else {}
     if out.get("changed") is False:  # it had ended already: nothing was stopped
-        return StepResult.ok(message, state=state)
-    return StepResult.changed(message, state=state)
+        return StepResult.ok(message, state=state, **empty)
+    return StepResult.changed(message, state=state, **empty)
+
+
+def wrote_nothing_lines(report: Any, job: str, width: int) -> list[str]:
+    """After ``fab cancel``'s table: a line for each node whose job wrote nothing to its
+    checkpoint folder (the sync's ``wrote_nothing``), with the sync's own detail."""
+    out: list[str] = []
+    for h in report.hosts:
+        for s in h.steps:
+            detail = s.result.details.get("wrote_nothing") if s.name == "cancel" else None
+            if detail is None:
+                continue
+            said = detail or "the job wrote nothing to its checkpoint folder"
+            out += wrap(
+                f"job {job} on {h.host.label}: {said}; a script saves there when its "
+                "output folder is {checkpoint_dir} in --args or $GPUFLEET_CHECKPOINT_DIR "
+                "(docs/train.md)",
+                width,
+                "gpufleet: ",
+                "  ",
+            )
+    return out
 
 
 @step("history")
@@ -484,12 +577,35 @@ def resume_check_step(conn: Connection, ctx: HostContext) -> StepResult:
     return StepResult.ok(restorable_line(out), restorable=out)
 
 
+def newest_version(found: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The newest version ``job_runner.py restorable`` found in the bucket ({seq, step,
+    files}), from its ``version`` or the newest of its ``versions``; None when none."""
+    one = found.get("version")
+    if isinstance(one, Mapping):
+        return one
+    many = [v for v in found.get("versions") or [] if isinstance(v, Mapping)]
+    return max(many, key=lambda v: int(v.get("seq") or 0)) if many else None
+
+
+def _count(value: Any) -> int:
+    """A count the runner gives as a number or as the list of what it counts."""
+    if isinstance(value, list | tuple | dict):
+        return len(value)
+    return int(value or 0)
+
+
 def restorable_line(found: Mapping[str, Any]) -> str:
     """What ``job_runner.py restorable`` found, in words."""
     local = int(found.get("local_files") or 0)
     where = f"{local} file(s) in {found.get('checkpoint_dir')}" if local else "no local files"
     if not found.get("bucket"):
         return f"{where}; no bucket"
+    version = newest_version(found)
+    if version is not None:
+        step_ = version.get("step")
+        at = f", step {step_}" if step_ is not None else ""
+        files = _count(version.get("files"))
+        return f"{where}; version {version.get('seq')} ({files} file(s){at}) in {found['bucket']}"
     step_, files = found.get("bucket_step"), int(found.get("bucket_files") or 0)
     kept = f"step {step_}" if step_ is not None else "no complete checkpoint"
     if step_ is None and files:
@@ -498,5 +614,9 @@ def restorable_line(found: Mapping[str, Any]) -> str:
 
 
 def nothing_to_restore(found: Mapping[str, Any]) -> bool:
-    stored = found.get("bucket_step") is not None or found.get("bucket_files")
+    stored = (
+        newest_version(found) is not None
+        or found.get("bucket_step") is not None
+        or found.get("bucket_files")
+    )
     return not found.get("local_files") and not stored

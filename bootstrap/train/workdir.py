@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bootstrap.train.spec import TrainError
+from infra.render import wrap, wrap_prose
 
 SYNC_MANIFEST = ".gpufleet-sync.json"
 PLAN_MEMBER = ".gpufleet-plan.json"
@@ -177,3 +178,114 @@ def pack(root: Path, names: Sequence[str], plan: Mapping[str, Any]) -> bytes:
         info.size, info.mode = len(data), 0o644
         tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+# Kept back by .gitignore, and never what a job reads: not worth naming.
+_NOISE_NAMES = {"__pycache__", ".DS_Store", ".ipynb_checkpoints", ".git", ".mypy_cache"}
+_NOISE_SUFFIXES = (".pyc", ".pyo")
+
+
+def _noise(root: Path, rel: str) -> bool:
+    parts = rel.rstrip("/").split("/")
+    if any(p in _NOISE_NAMES for p in parts) or rel.endswith(_NOISE_SUFFIXES):
+        return True
+    # A virtualenv (or its files): the nodes have their own (--venv).
+    return any((root.joinpath(*parts[: i + 1]) / "pyvenv.cfg").is_file() for i in range(len(parts)))
+
+
+def _git_kept_back(root: Path) -> list[str] | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z", "--others", "--ignored",
+             "--exclude-standard", "--directory"],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return [n for n in done.stdout.decode(errors="surrogateescape").split("\0") if n]
+
+
+def _walk_kept_back(root: Path) -> list[str]:
+    out: list[str] = []
+    rules: list[IgnoreRule] = []
+
+    def visit(folder: Path, rel_folder: str) -> None:
+        gi = folder / ".gitignore"
+        if gi.is_file():
+            rules.extend(parse_gitignore(gi.read_text(errors="replace"), rel_folder))
+        for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+            rel = f"{rel_folder}/{entry.name}" if rel_folder else entry.name
+            if entry.name == ".git" or entry.is_symlink():
+                continue
+            if entry.is_dir():
+                if is_ignored(rules, rel, True):
+                    out.append(rel + "/")
+                else:
+                    visit(entry, rel)
+            elif entry.is_file() and is_ignored(rules, rel, False):
+                out.append(rel)
+
+    visit(root, "")
+    return out
+
+
+@dataclass(frozen=True)
+class KeptBack:
+    """What .gitignore keeps from the nodes: files (biggest first) and whole folders."""
+
+    files: tuple[tuple[str, int], ...]
+    folders: tuple[str, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.files) + len(self.folders)
+
+    def lines(self, width: int, shown: int = 3) -> list[str]:
+        """The note train-start prints: count, the first few paths, and `fab data-push`;
+        each line at most ``width`` columns."""
+        if not self.count:
+            return []
+        size = sum(s for _, s in self.files) / 1e6
+        what = f"{len(self.files)} file(s) ({size:.1f} MB)" if self.files else ""
+        if self.folders:
+            what += (" and " if what else "") + f"{len(self.folders)} folder(s)"
+        names = [f"{p} ({s / 1e6:.1f} MB)" for p, s in self.files] + list(self.folders)
+        more = f", and {len(names) - shown} more" if len(names) > shown else ""
+        listed = ", ".join(names[:shown]) + more
+        first = self.files[0][0] if self.files else self.folders[0]
+        folder = str(Path(first.rstrip("/")).parent) if self.files else first.rstrip("/")
+        push = f"fab data-push {folder}" if folder not in ("", ".") else "fab data-push FOLDER"
+        return [
+            *wrap(f"gpufleet: .gitignore keeps {what} of the workdir off the nodes:", width),
+            *wrap(listed, width, "  "),
+            *wrap_prose(
+                f"  a job that reads them needs them on the node: `{push}` puts a folder "
+                "in every node's scratch, read there as {scratch}/data/NAME "
+                "(docs/data.md)",
+                width,
+                "",
+                "  ",
+            ),
+        ]
+
+
+def kept_back(root: Path) -> KeptBack:
+    """The files and folders of ``root`` that .gitignore keeps from the nodes (git decides
+    inside a work tree, else the .gitignore files), less caches and virtualenvs."""
+    names = _git_kept_back(root)
+    if names is None:
+        names = _walk_kept_back(root)
+    files, folders = [], []
+    for rel in names:
+        if _noise(root, rel):
+            continue
+        if rel.endswith("/"):
+            folders.append(rel)
+        elif (root / rel).is_file() and not (root / rel).is_symlink():
+            files.append((rel, (root / rel).stat().st_size))
+    files.sort(key=lambda f: (-f[1], f[0]))
+    return KeptBack(tuple(files), tuple(sorted(folders)))

@@ -13,12 +13,14 @@ from bootstrap.fleet.interconnect import network_env
 from bootstrap.remote import job_runner
 from bootstrap.train.spec import (
     TrainError,
+    ResumeOptions,
     TrainRequest,
     check_bucket_home,
     job_spec,
     judge_check,
     parse_request,
     rank_of,
+    resume_changes,
     resume_spec,
 )
 from tests.bootstrap.train.samples import NOW, fleet, make_tree
@@ -176,10 +178,128 @@ def test_resume_keeps_the_job_and_bumps_the_attempt(tmp_path: Path) -> None:
     spec = job_spec(
         request(tmp_path), fleet(), job="j1", nproc=1, master_addr="a", master_port=1, now=NOW
     )
-    again = resume_spec(spec, master_addr="b", master_port=2, stop_when_done=True)
+    changes = resume_changes(spec, ResumeOptions(stop_when_done=True))
+    again = resume_spec(spec, master_addr="b", master_port=2, changes=changes)
     assert (again["job"], again["attempt"], again["resume"]) == ("j1", 2, True)
     assert again["script"] == spec["script"] and again["args"] == spec["args"]
     assert again["stop_when_done"] is True and again["master_port"] == 2
+    assert again["changed"] == ["stop_when_done"]
+    # A resume whose restore failed started nothing: its number is taken again.
+    assert resume_spec(again, master_addr="b", master_port=2, attempt=1)["attempt"] == 2
+
+
+def test_placeholders_stay_as_typed_in_the_spec_and_resume_args_are_recorded(
+    tmp_path: Path,
+) -> None:
+    req = request(
+        tmp_path,
+        args="--out_dir={checkpoint_dir} --tag {job}-{attempt}-{node_rank} --json '{{}}'",
+        resume_args="--resume_from_checkpoint {newest checkpoint-*} --x '{newest  y-*}'",
+    )
+    spec = job_spec(req, fleet(), job="j1", nproc=1, master_addr="a", master_port=1, now=NOW)
+    assert spec["args"] == [
+        "--out_dir={checkpoint_dir}", "--tag", "{job}-{attempt}-{node_rank}", "--json", "{{}}",
+    ]  # fmt: skip
+    # `{newest GLOB}` is one argument, quoted or not.
+    assert spec["resume_args"] == [
+        "--resume_from_checkpoint", "{newest checkpoint-*}", "--x", "{newest y-*}",
+    ]  # fmt: skip
+    assert request(tmp_path).resume_args == ()
+
+
+@pytest.mark.parametrize(
+    ("option", "text", "says"),
+    [
+        ("args", "--out {ckpt}", "unknown placeholder {ckpt}"),
+        ("args", "--config '{\"lr\": 1}'", "unknown placeholder {\"lr\": 1}"),
+        ("args", "--x a{b", "a lone '{' at character 2"),
+        ("args", "--x }", "a lone '}' at character 1"),
+        ("resume_args", "--from {newest}", "{newest} needs a pattern"),
+        ("resume_args", "--from {newest a/b-*}", "directly in the folder"),
+        ("resume_args", "--from {Job}", "unknown placeholder {Job}"),
+    ],
+)
+def test_a_bad_placeholder_is_refused_in_one_line_listing_the_known_names(
+    tmp_path: Path, option: str, text: str, says: str
+) -> None:
+    with pytest.raises(TrainError) as err:
+        request(tmp_path, **{option: text})
+    line = str(err.value)
+    flag = "--" + option.replace("_", "-")
+    assert line.startswith(f"{flag} ") and says in line and "\n" not in line
+    assert line.endswith(
+        "known: {checkpoint_dir}, {job}, {attempt}, {node_rank}, {scratch}, "
+        "{newest GLOB} ({{ and }} write a brace)"
+    )
+
+
+def test_options_given_with_resume_are_applied_and_recorded(tmp_path: Path) -> None:
+    spec = job_spec(
+        request(tmp_path, cpu=True), fleet(), job="j1", nproc=1, master_addr="a",
+        master_port=1, now=NOW,
+    )  # fmt: skip
+    given = ResumeOptions(
+        args="--init_from=resume --out_dir={checkpoint_dir}",
+        resume_args="--init_from=resume",
+        nproc_per_node=3,
+        cpu=True,  # as recorded: nothing to change
+        venv="/opt/other-venv/",
+        sync_interval=5.0,
+        node_env="HF_HOME=/scratch/hf,CUDA_VISIBLE_DEVICES=",
+        s3_endpoint="http://127.0.0.1:9000",
+        detach="fork",
+    )
+    again = resume_spec(spec, master_addr="a", master_port=1, changes=resume_changes(spec, given))
+    assert again["args"] == ["--init_from=resume", "--out_dir={checkpoint_dir}"]
+    assert again["resume_args"] == ["--init_from=resume"]
+    assert again["nproc_per_node"] == 3 and again["python"] == "/opt/other-venv/bin/python"
+    assert again["sync_interval_s"] == 5.0 and again["detach"] == "fork"
+    assert again["s3_endpoint"] == "http://127.0.0.1:9000"
+    # --node-env adds to the recorded environment; a variable it names wins.
+    assert again["env"]["HF_HOME"] == "/scratch/hf"
+    assert set(spec["env"]) <= set(again["env"])
+    assert again["changed"] == [
+        "args", "detach", "env", "nproc_per_node", "python", "resume_args", "s3_endpoint",
+        "sync_interval_s",
+    ]  # fmt: skip
+    # An empty --args (or --resume-args) clears them; not giving them keeps the record.
+    cleared = resume_changes(again, ResumeOptions(args="", resume_args=""))
+    assert cleared == {"args": [], "resume_args": []}
+    assert resume_changes(again, ResumeOptions()) == {}
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        (ResumeOptions(workdir="elsewhere"), "--workdir: job j1 runs from its recorded workdir"),
+        (ResumeOptions(name="other"), "--name: job j1 keeps its name"),
+        (ResumeOptions(cpu=True), "--cpu: job j1 ran on GPUs and resumes on them"),
+        (ResumeOptions(args="--x {nope}"), "unknown placeholder {nope}"),
+        (ResumeOptions(resume_args="'open"), "--resume-args"),
+        (ResumeOptions(detach="screen"), "--detach 'screen'"),
+        (ResumeOptions(node_env="NOEQUALS"), "not KEY=VALUE"),
+    ],
+)
+def test_options_a_resume_cannot_apply_are_refused_in_one_line(
+    tmp_path: Path, given: ResumeOptions, says: str
+) -> None:
+    spec = job_spec(
+        request(tmp_path), fleet(), job="j1", nproc=8, master_addr="a", master_port=1, now=NOW
+    )
+    with pytest.raises(TrainError) as err:
+        resume_changes(spec, given)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_recorded_argument_the_node_could_not_expand_is_refused_on_resume() -> None:
+    old = {"job": "j0", "args": ["--config", '{"lr": 1}'], "env": {}}
+    with pytest.raises(TrainError) as err:
+        resume_changes(old, ResumeOptions())
+    assert str(err.value).startswith("job j0's recorded --args '{\"lr\": 1}': unknown")
+    assert str(err.value).endswith("give --args again")
+    assert resume_changes(old, ResumeOptions(args="--config '{{\"lr\": 1}}'")) == {
+        "args": ["--config", '{{"lr": 1}}']
+    }
 
 
 # ---------------------------------------------------------------------------- checks
