@@ -525,10 +525,27 @@ def _read_location(r: _Reader, info: ProviderInfo | None) -> tuple[str, str | No
     if zone and zone.lower() == "auto":
         return region, "auto"  # resolved once the rest is valid (infra/placement.py)
     if zone and region and info:
-        why = info.zone_problem(zone, region)
+        why = info.zone_problem(zone, region) or _snapshot_zone_problem(info, zone, region)
         if why:
             r.problem("zone", why)
     return region, zone
+
+
+def _snapshot_zone_problem(info: ProviderInfo, zone: str, region: str) -> str | None:
+    """Why ``zone`` is not one of ``region``'s zones in the cloud's shipped zones.toml, or
+    None (also where the snapshot does not list the region: nothing to judge by)."""
+    from infra import where  # local: only a stack that pins a zone reads the snapshot
+
+    known = where.region_zones(info.name, region)
+    if known is None or zone in known[0]:
+        return None
+    zones, source = known
+    if not zones:
+        return f"{region} has no availability zones ({source}): leave gpufleet:zone out"
+    return (
+        f"{zone!r} is not a zone of {region} in the shipped snapshot ({source}); "
+        f"its zones: {', '.join(zones)}"
+    )
 
 
 def _read_reservation(

@@ -10,6 +10,8 @@ A zones.toml holds any of:
 - ``[offerings."<type>"]``: region -> the zones that offer the type (a type missing there
   is not offered anywhere, by that source);
 - ``[regions]``: region -> its zones (the type per zone unknown);
+- ``[sold_out]``: region -> zones the source lists as closed to new purchases: real zone
+  names a stack may pin (the plan accepts them), never a place ``zone: auto`` tries;
 - ``[prices."<type>"]``: region -> {on_demand, spot} per hour in the cloud's currency;
 
 each table with a ``source`` (a key of ``[sources]`` there or of the catalog's) and prices a
@@ -48,6 +50,7 @@ class ZoneData:
 
     regions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     regions_source: str = ""
+    sold_out: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     offerings: Mapping[str, Mapping[str, tuple[str, ...]]] | None = None  # None: no such table
     offerings_source: str = ""
     prices: Mapping[str, Mapping[str, tuple[float, float | None]]] = field(default_factory=dict)
@@ -136,6 +139,14 @@ def parse_zone_data(
             if region != "source":
                 region_ok("regions", region)
                 regions[region] = tuple(str(z) for z in zones)
+    sold_out: dict[str, tuple[str, ...]] = {}
+    if raw.get("sold_out"):
+        body = dict(raw["sold_out"])
+        source_of("sold_out", body)
+        for region, zones in body.items():
+            if region != "source":
+                region_ok("sold_out", region)
+                sold_out[region] = tuple(str(z) for z in zones)
     offerings = None
     offerings_source = ""
     if "offerings" in raw:
@@ -173,6 +184,7 @@ def parse_zone_data(
     return ZoneData(
         regions=MappingProxyType(regions),
         regions_source=regions_source,
+        sold_out=MappingProxyType(sold_out),
         offerings=None if offerings is None else MappingProxyType(offerings),
         offerings_source=offerings_source,
         prices=MappingProxyType(prices),
@@ -196,6 +208,20 @@ def load_zone_data() -> Mapping[str, ZoneData]:
         else:
             out[name] = ZoneData()
     return MappingProxyType(out)
+
+
+def region_zones(provider: str, region: str) -> tuple[tuple[str, ...], str] | None:
+    """(the zones a region has in the shipped snapshot, their source key), or None where
+    the snapshot does not list the region: its [regions] zones, every zone its [offerings]
+    name there and its [sold_out] zones, in the snapshot's order."""
+    data = load_zone_data().get(provider, ZoneData())
+    zones = dict.fromkeys(data.regions.get(region, ()))
+    offered = [z for o in (data.offerings or {}).values() for z in o.get(region, ())]
+    if region not in data.regions and not offered:
+        return None
+    zones.update(dict.fromkeys([*offered, *data.sold_out.get(region, ())]))
+    source = data.regions_source if region in data.regions else data.offerings_source
+    return tuple(zones), source
 
 
 def targets(catalog: Catalog, query: str) -> tuple[str, list[tuple[InstanceType, str | None]]]:
