@@ -117,6 +117,7 @@ def send(
 
     kw.setdefault("attempts", 3)
     kw.setdefault("timeout", 5.0)
+    kw.setdefault("rng", lambda: 1.0)  # full jitter drawn at its ceiling: waits are exact
     result: tuple[int, dict[str, str], bytes] = wsync.send_bounded(
         build, label=f"{method} key", sleep=clock.sleep, clock=clock, **kw
     )
@@ -127,6 +128,10 @@ def test_backoff_waits_half_a_second_then_doubles_up_to_two() -> None:
     assert [wsync.backoff(n) for n in range(6)] == [0.0, 0.5, 1.0, 2.0, 2.0, 2.0]
 
 
+def test_after_throttling_the_ceiling_starts_at_one_second_and_stops_at_twenty() -> None:
+    assert [wsync.backoff(n, True) for n in range(8)] == [0, 1, 2, 4, 8, 16, 20, 20]
+
+
 def test_a_failing_service_is_tried_exactly_attempts_times_then_its_error_is_raised(
     server: Callable[..., tuple[Script, str]],
 ) -> None:
@@ -135,8 +140,8 @@ def test_a_failing_service_is_tried_exactly_attempts_times_then_its_error_is_rai
     with pytest.raises(wsync.StoreError) as err:
         send(url, clock, attempts=4)
     assert len(script.seen) == 4
-    assert clock.slept == [0.5, 1.0, 2.0]
-    assert (err.value.code, err.value.status) == ("SlowDown", 503)
+    assert clock.slept == [1.0, 2.0, 4.0]  # SlowDown is throttling: the longer ceilings
+    assert (err.value.code, err.value.status, err.value.cause) == ("SlowDown", 503, "throttled")
     assert "GET key: SlowDown said so" in str(err.value)
 
 
@@ -241,7 +246,7 @@ def test_each_try_waits_for_its_answer_no_longer_than_the_deadline_leaves(
     monkeypatch.setattr(wsync.urllib.request, "urlopen", watched)
     clock = Clock()
     send(url, clock, timeout=60.0, deadline=clock.now + 10.0)
-    assert timeouts == [10.0, 9.5, 8.5]
+    assert timeouts == [10.0, 9.0, 7.0]  # after waits of 1 and 2 s (503: throttled)
 
 
 def test_the_error_code_header_is_read_only_where_the_store_names_it(
@@ -269,9 +274,10 @@ def test_both_stores_retry_through_the_shared_loop(
     )
     clock = Clock()
     store.retry_sleep = clock.sleep
+    store.retry_rng = lambda: 1.0
     with pytest.raises(wsync.StoreError) as err:
         store.put("checkpoints/step-1", b"weights")
-    assert (len(script.seen), clock.slept, err.value.status) == (3, [0.5, 1.0], 503)
+    assert (len(script.seen), clock.slept, err.value.status) == (3, [1.0, 2.0], 503)
     assert script.seen == ["PUT"] * 3
 
 
@@ -289,6 +295,7 @@ def test_a_sync_whose_answers_are_cut_short_reports_unsaved_files_instead_of_cra
         endpoint_url=url,
     )
     store.retry_sleep = Clock().sleep
+    store.retry_rng = lambda: 1.0
     result = wsync.sync_scratch(
         scratch=tmp_path, sync_dirs=("checkpoints",), node="n0", store=store, timeout_s=60
     )
