@@ -260,7 +260,7 @@ class KeptBack:
         folder = str(Path(first.rstrip("/")).parent) if self.files else first.rstrip("/")
         push = f"fab data-push {folder}" if folder not in ("", ".") else "fab data-push FOLDER"
         return [
-            *wrap(f"gpufleet: .gitignore keeps {what} of the workdir off the nodes:", width),
+            *wrap(f"gpufleet: .gitignore kept {what} from the nodes:", width),
             *wrap(listed, width, "  "),
             *wrap_prose(
                 f"  a job that reads them needs them on the node: `{push}` puts a folder "

@@ -135,3 +135,34 @@ def test_a_job_is_found_by_id_or_by_its_newest_name_else_one_line() -> None:
     assert find_job(rows, "lm").job == "lm-2"
     with pytest.raises(TrainError, match="no job 'zz' on these nodes"):
         find_job(rows, "zz")
+
+
+def test_the_table_says_where_an_attempt_resumed_from_and_each_nodes_warnings() -> None:
+    older = (
+        "attempt 2 restored step 2000 (version 7) and then wrote step 100: that version is "
+        "kept out of resumes, version 7 stays the newest"
+    )
+    scratch = "the output says it started from scratch: 'Initializing a new model from scratch'"
+    recs = [
+        record(
+            "lm-1", 0, "running", attempt=2, resumed_from={"version": 7, "step": 2000},
+            warnings=[older, scratch],
+        ),
+        record("lm-1", 1, "running", attempt=2, warnings=[scratch]),
+        record("lm-1", 1, "running", attempt=2, warnings=[scratch]),  # a shared disk
+    ]  # fmt: skip
+    (row,) = merge_jobs(recs, now=NOW, outputs=fleet().outputs)
+    assert row.resumed_from == {"version": 7, "step": 2000}
+    assert row.warnings == [f"node 0: {older}", f"node 0: {scratch}", f"node 1: {scratch}"]
+    doc = row.to_json()
+    assert doc["resumed_from"] == {"version": 7, "step": 2000} and len(doc["warnings"]) == 3
+    buf = io.StringIO()
+    Console(file=buf, width=200).print(jobs_table([row], width=80))
+    lines = buf.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    text = "\n".join(lines)
+    assert "  resumed from version 7 (step 2000)" in text
+    assert text.count("  warning: node 0: ") == 2 and text.count("  warning: node 1: ") == 1
+    # A job without either: nothing more is said.
+    (plain,) = merge_jobs([record("b", 0, "running")], now=NOW, outputs=fleet().outputs)
+    assert plain.resumed_from is None and plain.warnings == []

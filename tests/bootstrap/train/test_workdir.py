@@ -14,6 +14,7 @@ from bootstrap.train.workdir import (
     SYNC_MANIFEST,
     build_manifest,
     diff_manifest,
+    kept_back,
     pack,
     walk_files,
     workdir_files,
@@ -89,3 +90,42 @@ def test_unpack_on_the_node_applies_the_update_and_keeps_files_it_did_not_sync(
     assert (node / "a.py").read_text() == "new" and (node / "pkg/b.py").read_text() == "b"
     assert not (node / "old.py").exists() and (node / "outputs/log").read_text() == "mine"
     assert json.loads((node / SYNC_MANIFEST).read_text())["files"] == manifest
+
+
+def test_train_start_names_what_gitignore_keeps_back_and_points_to_data_push(
+    tmp_path: Path,
+) -> None:
+    # nanoGPT's layout: data/<name>/*.bin made by prepare.py, ignored by `*.bin`.
+    root = make_tree(
+        tmp_path / "nanogpt",
+        {
+            ".gitignore": "*.bin\n*.pkl\n__pycache__/\n.venv/\nout/\n",
+            "train.py": "x",
+            "data/shakespeare_char/prepare.py": "x",
+            "data/shakespeare_char/train.bin": "t" * 2_000_000,
+            "data/shakespeare_char/val.bin": "v" * 200_000,
+            "data/shakespeare_char/meta.pkl": "m",
+            "__pycache__/model.cpython-311.pyc": "c",
+            ".venv/pyvenv.cfg": "home = /usr",
+            "out/ckpt.pt": "p",
+        },
+    )
+    for with_git in (False, True):
+        if with_git:
+            subprocess.run(["git", "init", "-q", str(root)], check=True)
+        kept = kept_back(root)
+        assert [f for f, _ in kept.files] == [
+            "data/shakespeare_char/train.bin",
+            "data/shakespeare_char/val.bin",
+            "data/shakespeare_char/meta.pkl",
+        ]
+        assert kept.folders == ("out/",) and kept.count == 4
+        lines = kept.lines(80)
+        assert all(len(line) <= 80 for line in lines), lines
+        text = " ".join(lines)
+        assert lines[0] == (
+            "gpufleet: .gitignore kept 3 file(s) (2.2 MB) and 1 folder(s) from the nodes:"
+        )
+        assert "data/shakespeare_char/train.bin (2.0 MB)" in text and "1 more" in text
+        assert "`fab data-push data/shakespeare_char`" in text
+    assert kept_back(make_tree(tmp_path / "clean", {"a.py": "x"})).lines(80) == []
