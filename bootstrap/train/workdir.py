@@ -254,20 +254,20 @@ class KeptBack:
         if self.folders:
             what += (" and " if what else "") + f"{len(self.folders)} folder(s)"
         names = [f"{p} ({s / 1e6:.1f} MB)" for p, s in self.files] + list(self.folders)
-        more = f", and {len(names) - shown} more" if len(names) > shown else ""
-        listed = ", ".join(names[:shown]) + more
+        listed = [ln for name in names[:shown] for ln in wrap(name, width, "  ", "    ")]
+        if len(names) > shown:
+            listed.append(f"  and {len(names) - shown} more")
         first = self.files[0][0] if self.files else self.folders[0]
         folder = str(Path(first.rstrip("/")).parent) if self.files else first.rstrip("/")
         push = f"fab data-push {folder}" if folder not in ("", ".") else "fab data-push FOLDER"
         return [
             *wrap(f"gpufleet: .gitignore kept {what} from the nodes:", width),
-            *wrap(listed, width, "  "),
+            *listed,
             *wrap_prose(
-                f"  a job that reads them needs them on the node: `{push}` puts a folder "
+                f"a job that reads them needs them on the node: `{push}` puts a folder "
                 "in every node's scratch, read there as {scratch}/data/NAME "
                 "(docs/data.md)",
                 width,
-                "",
                 "  ",
             ),
         ]

@@ -12,8 +12,8 @@ from bootstrap.fleet.api import Host
 from bootstrap.fleet.interconnect import network_env
 from bootstrap.remote import job_runner
 from bootstrap.train.spec import (
-    TrainError,
     ResumeOptions,
+    TrainError,
     TrainRequest,
     check_bucket_home,
     job_spec,
@@ -211,7 +211,7 @@ def test_placeholders_stay_as_typed_in_the_spec_and_resume_args_are_recorded(
     ("option", "text", "says"),
     [
         ("args", "--out {ckpt}", "unknown placeholder {ckpt}"),
-        ("args", "--config '{\"lr\": 1}'", "unknown placeholder {\"lr\": 1}"),
+        ("args", "--config '{\"lr\": 1}'", 'unknown placeholder {"lr": 1}'),
         ("args", "--x a{b", "a lone '{' at character 2"),
         ("args", "--x }", "a lone '}' at character 1"),
         ("resume_args", "--from {newest}", "{newest} needs a pattern"),

@@ -126,6 +126,7 @@ def test_train_start_names_what_gitignore_keeps_back_and_points_to_data_push(
         assert lines[0] == (
             "gpufleet: .gitignore kept 3 file(s) (2.2 MB) and 1 folder(s) from the nodes:"
         )
-        assert "data/shakespeare_char/train.bin (2.0 MB)" in text and "1 more" in text
+        assert lines[1] == "  data/shakespeare_char/train.bin (2.0 MB)"
+        assert lines[4] == "  and 1 more"
         assert "`fab data-push data/shakespeare_char`" in text
     assert kept_back(make_tree(tmp_path / "clean", {"a.py": "x"})).lines(80) == []
