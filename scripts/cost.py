@@ -721,7 +721,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--currency", default=None, help="USD or CNY (default: the provider's; USD for --compare)"
     )
-    p.add_argument("--sort", choices=SORT_KEYS, default="gpu-hour", help="--compare order")
+    p.add_argument(
+        "--sort", choices=SORT_KEYS, default=None, help="--compare order (default gpu-hour)"
+    )
     p.add_argument("--plot", type=Path, metavar="FILE.png", help="--compare: write a bar chart")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--live", action="store_true", help="check the catalog against live prices")
@@ -749,7 +751,8 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
         for flag in ("stack", "live", "reservation"):
             if getattr(args, flag):
                 raise UsageError(f"--{flag} does not apply to --compare")
-        cmp = compare_tier(args.compare, currency=args.currency or "USD", sort_by=args.sort)
+        sort_by = args.sort or "gpu-hour"
+        cmp = compare_tier(args.compare, currency=args.currency or "USD", sort_by=sort_by)
         if args.plot:
             save_figure(comparison_figure(cmp), args.plot)
         if args.json:
@@ -765,6 +768,8 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
 
     if args.plot:
         raise UsageError("--plot only applies to --compare TIER")
+    if args.sort is not None:
+        raise UsageError("--sort only applies to --compare TIER (it orders the comparison)")
     path = args.stack_file if args.stack_file else stack_path(args.stack)
     cfg = load_stack_file(path)
     inputs = inputs_from_stack(cfg, args)

@@ -18,9 +18,11 @@ input, or a deadline or budget that no fitting option meets (one line per proble
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import math
+import os
 import re
 import sys
 import tempfile
@@ -338,10 +340,27 @@ def _tokens_from_args(
     """The training tokens, from exactly one of --tokens, --samples or --epochs (with the
     dataset's size); problems appended."""
     tokens = parse_amount("--tokens", args.tokens, problems)
-    samples = parse_amount("--samples", args.samples, problems)
+    samples = parse_amount("--samples", args.samples, problems, whole=True)
     epochs = parse_amount("--epochs", args.epochs, problems)
-    ds_samples = parse_amount("--dataset-samples", args.dataset_samples, problems)
+    ds_samples = parse_amount("--dataset-samples", args.dataset_samples, problems, whole=True)
     ds_tokens = parse_amount("--dataset-tokens", args.dataset_tokens, problems)
+    for flag, text, value in (
+        ("--tokens", args.tokens, tokens),
+        ("--dataset-tokens", args.dataset_tokens, ds_tokens),
+    ):
+        if value is not None and value < 1:
+            problems.append(f"{flag}: {text!r} is less than one token: check the exponent")
+    tokens = None if tokens is not None and tokens < 1 else tokens
+    ds_tokens = None if ds_tokens is not None and ds_tokens < 1 else ds_tokens
+    if args.dataset_samples is not None and args.dataset_tokens is not None:
+        problems.append("give --dataset-samples or --dataset-tokens, not both")
+    elif args.epochs is None:
+        for flag, text in (
+            ("--dataset-samples", args.dataset_samples),
+            ("--dataset-tokens", args.dataset_tokens),
+        ):
+            if text is not None:
+                problems.append(f"{flag} is read with --epochs only: add --epochs E or drop it")
     given = [
         n
         for n, v in (
@@ -370,6 +389,9 @@ def _tokens_from_args(
                 tokens = (epochs or 0) * ds_samples * seq
         elif args.dataset_samples is None and args.dataset_tokens is None:
             problems.append("--epochs needs --dataset-samples N or --dataset-tokens N")
+    if args.epochs is not None and tokens is not None and tokens < 1:
+        problems.append(f"--epochs: {tokens:.3g} tokens in all is under one: check the exponent")
+        return None
     if tokens is not None and tokens > MAX_TOKENS:
         problems.append(
             f"{given[0] if given else '--tokens'}: {tokens:.3g} tokens is over {MAX_TOKENS:.0e}, "
@@ -420,6 +442,8 @@ def filters_from_args(args: argparse.Namespace) -> tuple[Filters, str, int, int 
         max_nodes = MAX_NODES if deadline is not None else 4
     top = parse_amount("--top", args.top, problems, whole=True)
     row = parse_amount("--row", args.row, problems, whole=True)
+    if args.row is not None and args.write_stack is None:
+        problems.append("--row picks the option --write-stack writes: give --write-stack NAME")
     providers = parse_list("--providers", args.providers, list(load_catalog().providers), problems)
     billings = parse_list("--billing", args.billing, BILLING_MODES, problems)
     if args.reports is not None and not (args.reports.strip() and Path(args.reports).is_dir()):
@@ -911,6 +935,11 @@ def list_models() -> str:
     return "\n".join(lines) + "\n"
 
 
+def list_models_json() -> dict[str, Any]:
+    """The built-in table for machines: every field of each model, unset ones as null."""
+    return {"models": [dataclasses.asdict(spec) for spec in load_models().values()]}
+
+
 def _print(text: str, out: TextIO) -> None:
     from rich.console import Console
 
@@ -929,7 +958,11 @@ def main(
     try:
         args = parser.parse_args(join_negative_values(sys.argv[1:] if argv is None else argv))
         if args.list_models:
-            _print(list_models(), out)
+            if args.json:
+                json.dump(list_models_json(), out, indent=1)
+                out.write("\n")
+            else:
+                _print(list_models(), out)
             return 0
         problems: list[str] = []
         try:
@@ -998,4 +1031,11 @@ def main(
 
 if __name__ == "__main__":
     one_command()  # a one-shot command: no cyclic GC, none at exit (infra/short_lived.py)
-    sys.exit(main())
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:  # `size.py --json | head`: the reader has what it wanted
+        # nothing buffered can be written: stdout to /dev/null, so the flush at exit is quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 0
+    sys.exit(status)
