@@ -11,10 +11,13 @@ top of bucket.py, every cloud's store), so this machine needs SSH and no cloud c
 * ``data-fetch NAME``: bucket -> every node's scratch, all nodes at once;
 * ``data-pull NAME``: a node's scratch (``--node``) or the bucket (through the head) -> here.
 
-Each run moves only what the destination lacks (size and SHA-256 between this machine and a
-node; size and the store's ETag / Content-MD5, else the record of the last move, between a
-node and the bucket), so a run cut off half way is finished by running it again. Nothing at
-the destination is deleted unless ``--delete`` asks, and nothing in the bucket ever is.
+Each run moves only what the destination lacks, compared by size and SHA-256 (between a
+node and the bucket: the SHA-256 the dataset's manifest or the object's metadata records,
+else the store's MD5 ETag / Content-MD5), so a run cut off half way is finished by running
+it again. Every file is checked before it takes its name. ``--deadline`` bounds a whole run
+and ``--min-rate`` each answer of the bucket, so a stalled or trickling transfer ends with
+one line. Nothing at the destination is deleted unless ``--delete`` asks, and nothing in
+the bucket ever is.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from invoke import Context
 from bootstrap.fleet.api import HostContext, StepFailed, StepResult, step
 from bootstrap.fleet.cli import BUCKET_HELP, FleetArgs, fleet_task, resolve_fleet
 from bootstrap.fleet.hosts import Fleet
+from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.runner import FleetReport, emit
 from bootstrap.tasks.train import TRAIN_HELP, _fail
 from bootstrap.train.runs import run_steps
@@ -48,12 +52,29 @@ from infra.render import literal_console
 
 PART = ".gpufleet-part"  # bucket.PART_SUFFIX: a file on its way, never taken for data
 PLACE_EVERY_S = 10.0  # a long push puts what arrived in place this often
+# --deadline and --min-rate (the node tool, bootstrap/remote/data_sync.py, has the same
+# defaults in its own units): a day for a whole run of a large dataset, and 0.1 MB/s, far
+# below any working link between a node and its bucket, so a trickle ends in
+# RATE_GRACE_S plus a little (each answer's average) rather than at the deadline.
+DEADLINE_S = 86400.0
+MIN_RATE_MB = 0.1
+RATE_GRACE_S = 10.0
+SSH_SLACK_S = 120.0  # the SSH command outlives the node tool's own deadline by this much
+DATA_BOUNDS = {
+    "deadline": Bound(0, above=True, example="3600"),
+    "min_rate": Bound(0, example="0.5"),
+}
 DATA_HELP = {
     "name": "the dataset's name (default: the folder's): <scratch>/data/NAME on the nodes, "
     "data/NAME/ in the bucket",
     "delete": "also remove files at the destination that the source does not have "
     "(never in the bucket)",
     "jobs_dir": TRAIN_HELP["jobs_dir"] + "; the node-side tools go there",
+    "deadline": "seconds the whole run may take (default 86400, a day); past it the run "
+    "stops with one line, and a rerun goes on from what landed",
+    "min_rate": "MB/s (1 MB = 1,000,000 bytes) each answer of the bucket must average "
+    f"after its first {RATE_GRACE_S:g} s, else the run stops with one line (default "
+    f"{MIN_RATE_MB:g}; 0 turns it off)",
     **BUCKET_HELP,
 }
 
@@ -72,10 +93,21 @@ class DataPlan:
     bucket: Mapping[str, str]  # bucket, provider, region, s3_endpoint
     env: Mapping[str, str]
     delete: bool
+    deadline_s: float = DEADLINE_S
+    min_rate: float = MIN_RATE_MB * 1e6  # bytes/s
+    started: float = 0.0  # time.monotonic() when the plan was made: the deadline's start
+
+    def left(self) -> float:
+        """Seconds of --deadline still left (never below 1: the node tool says it)."""
+        return max(1.0, self.started + self.deadline_s - time.monotonic())
+
+    def past(self) -> bool:
+        return time.monotonic() >= self.started + self.deadline_s
 
 
 def plan_for(fleet: Fleet, name: str, *, jobs_dir: str, s3_endpoint: str, node_env: str,
-             delete: bool) -> DataPlan:  # fmt: skip
+             delete: bool, deadline: float = DEADLINE_S,
+             min_rate: float = MIN_RATE_MB) -> DataPlan:  # fmt: skip
     """The plan, or a TrainError with one line (nothing has moved yet)."""
     try:
         env = parse_node_env(node_env)
@@ -102,6 +134,9 @@ def plan_for(fleet: Fleet, name: str, *, jobs_dir: str, s3_endpoint: str, node_e
         },
         env=env,
         delete=delete,
+        deadline_s=float(deadline),
+        min_rate=float(min_rate) * 1e6,
+        started=time.monotonic(),
     )
 
 
@@ -197,17 +232,23 @@ def node_tool(
     *,
     args: str = "",
     what: str = "",
-    timeout: float = 600.0,
 ) -> dict[str, Any]:
-    """Run ``data_sync.py COMMAND --root <the dataset> ARGS`` with ``doc`` on its stdin;
-    its JSON answer (a StepFailed when it has none, or says it failed)."""
+    """Run ``data_sync.py COMMAND --root <the dataset> ARGS`` with ``doc`` on its stdin,
+    within what is left of --deadline (the tool's own, and the SSH command's a little
+    later); its JSON answer (a StepFailed when it has none, or says it failed)."""
     plan: DataPlan = ctx.options.extra["plan"]
+    if plan.past():
+        raise StepFailed(f"{command}: " + _past(plan, "before it began"))
     runner, _ = ship_then_command(plan.jobs_dir, "")
     tool = shlex.quote(str(Path(runner).with_name("data_sync.py")))
+    left = plan.left()
+    limits = f"--deadline {left:.0f} --min-rate {plan.min_rate:.0f} --rate-grace {RATE_GRACE_S:g}"
     # The tools shipped (when they are not there) and run in one round trip.
     _, cmd = ship_then_command(
-        plan.jobs_dir, f"python3 {tool} {command} --root {shlex.quote(plan.node_root)} {args}"
+        plan.jobs_dir,
+        f"python3 {tool} {command} --root {shlex.quote(plan.node_root)} {limits} {args}",
     )
+    timeout = left + SSH_SLACK_S
     err = io.StringIO()
     done = conn.run(
         cmd.strip(),
@@ -261,8 +302,13 @@ def data_push_step(conn: Connection, ctx: HostContext) -> StepResult:
     there = node_tool(conn, ctx, "prepare", {"dirs": dirs})["files"]
     send = to_send(local, there)
     token = secrets.token_hex(4)  # this push's part names: nodes sharing a disk never clash
-    total, done, batch, placed_at = sum(local[rel][0] for rel in send) or 1, 0, [], time.monotonic()
+    total, done, placed_at = sum(local[rel][0] for rel in send) or 1, 0, time.monotonic()
+    batch: list[str] = []
     for rel in send:
+        if plan.past():
+            # What arrived goes in place first: the rerun sends only the rest.
+            node_tool(conn, ctx, "place", {"files": {r: local[r] for r in batch}, "token": token})
+            raise StepFailed(_past(plan, f"{send.index(rel)} of {len(send)} file(s) sent"))
         ctx.tick(f"push: {size_text(done)} of {size_text(total)} ({short(rel)})", done / total)
         put_bytes(conn, Path(x["source"]) / rel, f"{plan.node_root}/{rel}.{token}{PART}")
         done += local[rel][0]
@@ -284,8 +330,7 @@ def data_push_step(conn: Connection, ctx: HostContext) -> StepResult:
 def data_upload_step(conn: Connection, ctx: HostContext) -> StepResult:
     """The node's copy -> the bucket, with the node's own identity."""
     plan: DataPlan = ctx.options.extra["plan"]
-    out = node_tool(conn, ctx, "upload", {}, args=_bucket_args(plan), what="upload",
-                    timeout=24 * 3600)  # fmt: skip
+    out = node_tool(conn, ctx, "upload", {}, args=_bucket_args(plan), what="upload")
     return _moved(out)
 
 
@@ -296,13 +341,16 @@ def data_fetch_step(conn: Connection, ctx: HostContext) -> StepResult:
     plan: DataPlan = x["plan"]
     delete = plan.delete and not x.get("for_pull")
     out = node_tool(conn, ctx, "fetch", {}, args=_bucket_args(plan, delete=delete),
-                    what="fetch", timeout=24 * 3600)  # fmt: skip
+                    what="fetch")  # fmt: skip
     return _moved(out)
 
 
 def _moved(out: Mapping[str, Any]) -> StepResult:
     line = moved_line(int(out["moved"]), int(out["bytes"]), int(out["kept"]),
                       int(out.get("removed") or 0))  # fmt: skip
+    if out.get("size_only"):
+        # Objects another tool wrote without any digest: only their size could be checked.
+        line += f", {int(out['size_only'])} by size only"
     result = StepResult.changed if out["moved"] or out.get("removed") else StepResult.ok
     return result(line, **dict(out))
 
@@ -320,6 +368,8 @@ def data_get_step(conn: Connection, ctx: HostContext) -> StepResult:
     fetch = to_send(there, here)
     total, done = sum(there[rel][0] for rel in fetch) or 1, 0
     for rel in fetch:
+        if plan.past():
+            raise StepFailed(_past(plan, f"{fetch.index(rel)} of {len(fetch)} file(s) here"))
         ctx.tick(f"pull: {size_text(done)} of {size_text(total)} ({short(rel)})", done / total)
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -338,6 +388,11 @@ def data_get_step(conn: Connection, ctx: HostContext) -> StepResult:
     line = moved_line(len(fetch), done, len(there) - len(fetch), removed)
     result = StepResult.changed if fetch or removed else StepResult.ok
     return result(line, got=fetch)
+
+
+def _past(plan: DataPlan, counts: str) -> str:
+    return (f"deadline: past --deadline {plan.deadline_s:g} s ({counts}): run it again (what "
+            "landed stays), or raise --deadline")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- tasks
@@ -403,6 +458,7 @@ def _source(path: str | None) -> Path:
 
 @fleet_task(
     positional=["source"],
+    bounds=DATA_BOUNDS,
     help={
         "source": "the folder on this machine",
         "to": "scratch (every node's, the default) or bucket (through the head node)",
@@ -419,6 +475,8 @@ def data_push(
     jobs_dir: str = "",
     s3_endpoint: str = "",
     node_env: str = "",
+    deadline: float = DEADLINE_S,
+    min_rate: float = MIN_RATE_MB,
 ) -> None:
     """Send a folder to every node's scratch, or to the bucket; only what is missing."""
     root = _source(source)
@@ -427,7 +485,8 @@ def data_push(
     if delete and to == "bucket":
         raise _fail("--delete with --to bucket: gpufleet never deletes in the bucket")
     fleet, plan = _plan(c, fleet_args, name or root.name, jobs_dir=jobs_dir,
-                        s3_endpoint=s3_endpoint, node_env=node_env, delete=delete)  # fmt: skip
+                        s3_endpoint=s3_endpoint, node_env=node_env, delete=delete,
+                        deadline=deadline, min_rate=min_rate)  # fmt: skip
     steps: list[Any] = [data_push_step]
     if to == "bucket":
         try:
@@ -440,7 +499,9 @@ def data_push(
     _move(c, fleet, fleet_args, "data-push", steps, extra, route)
 
 
-@fleet_task(positional=["name"], help={**DATA_HELP, "name": "the dataset (data/NAME/)"})
+@fleet_task(
+    positional=["name"], bounds=DATA_BOUNDS, help={**DATA_HELP, "name": "the dataset (data/NAME/)"}
+)
 def data_fetch(
     c: Context,
     fleet_args: FleetArgs,
@@ -449,12 +510,15 @@ def data_fetch(
     jobs_dir: str = "",
     s3_endpoint: str = "",
     node_env: str = "",
+    deadline: float = DEADLINE_S,
+    min_rate: float = MIN_RATE_MB,
 ) -> None:
     """Copy a dataset from the bucket to every node's scratch, all nodes at once."""
     if not name:
         raise _fail("name the dataset: fab data-fetch NAME (data/NAME/ in the bucket)")
     fleet, plan = _plan(c, fleet_args, name, jobs_dir=jobs_dir, s3_endpoint=s3_endpoint,
-                        node_env=node_env, delete=delete)  # fmt: skip
+                        node_env=node_env, delete=delete, deadline=deadline,
+                        min_rate=min_rate)  # fmt: skip
     try:
         need_bucket(plan, fleet.stack)
     except TrainError as exc:
@@ -465,6 +529,7 @@ def data_fetch(
 
 @fleet_task(
     positional=["name"],
+    bounds=DATA_BOUNDS,
     help={
         **DATA_HELP,
         "name": "the dataset",
@@ -483,6 +548,8 @@ def data_pull(
     jobs_dir: str = "",
     s3_endpoint: str = "",
     node_env: str = "",
+    deadline: float = DEADLINE_S,
+    min_rate: float = MIN_RATE_MB,
 ) -> None:
     """Copy a dataset here from a node's scratch or from the bucket; only what is missing."""
     if not name:
@@ -491,7 +558,8 @@ def data_pull(
     if target.exists() and not target.is_dir():
         raise _fail(f"--dest {dest or name}: a file is in the way (give a folder)")
     fleet, plan = _plan(c, fleet_args, name, jobs_dir=jobs_dir, s3_endpoint=s3_endpoint,
-                        node_env=node_env, delete=delete)  # fmt: skip
+                        node_env=node_env, delete=delete, deadline=deadline,
+                        min_rate=min_rate)  # fmt: skip
     steps: list[Any] = [data_get_step]
     if not node:
         try:
