@@ -315,7 +315,7 @@ def cut_after_first_get(store: Any, monkeypatch: pytest.MonkeyPatch, key: str) -
 
     def request(method: str, k: str, **kw: Any) -> Any:
         if method == "GET" and k == key:
-            headers = kw.get("headers")
+            headers = kw["headers"]
             ranges.append((headers() if callable(headers) else headers)["Range"])
             if len(ranges) == 2:
                 raise bucket.StoreError(f"GET {k}: AccessDenied", "AccessDenied", 403)
