@@ -28,7 +28,14 @@ by ``cancel`` when the supervisor is gone), always whole: a temp file renamed ov
     exit_code, runtime_s_before              torchrun's exit status; earlier attempts' time
     checkpoint_dir, bucket, bucket_prefix, provider   what to sync and where to
     stop_when_done                           the watchdog powers off once final_sync is ok
-    last_sync, final_sync                    {at, ok, detail, newest_step} of the last upload
+    last_sync, final_sync                    {at, ok, detail, newest_step, version, pushed,
+                                             wrote_nothing, regressed, ...} of the last push
+    restore      what this attempt's restore did ({ok, detail, cause, version, step, files,
+                 fetched, kept, bytes, seconds}); a failed one ends the state as failed
+                 with ``error`` (cause and what to do) and torchrun never starts
+    resumed_from {version, step} the attempt restored, or None
+    warnings     one-line strings: an attempt that wrote an older checkpoint than it
+                 restored, output that says the script started from scratch
 
 Commands (all print one JSON document, except ``follow``)::
 
@@ -37,7 +44,9 @@ Commands (all print one JSON document, except ``follow``)::
     job_runner.py list      --root ROOT                 every job state on this node
     job_runner.py cancel    --job-dir D --node-rank R   SIGTERM, bounded wait, SIGKILL, sync
     job_runner.py follow    --job-dir D --node-rank R   this node's rank logs (--follow: tail)
-    job_runner.py sync      --job-dir D --node-rank R   upload the checkpoints now
+    job_runner.py sync      --job-dir D --node-rank R   push the checkpoint folder now
+    job_runner.py restore   --job-dir D --node-rank R   the newest version into node R's
+                                                        checkpoint folder (node-R/restore.json)
     job_runner.py history   --job-dir D --node-rank R   node R's events and GPU samples
     job_runner.py put       --job-dir D --file F        F into the bucket, beside the job's
                                                         checkpoints (its chart)
@@ -285,12 +294,15 @@ def rank_env(spec: Mapping[str, Any], node_rank: int) -> dict[str, str]:
     return env
 
 
-def torchrun_argv(spec: Mapping[str, Any], node_rank: int, job_dir: Path) -> list[str]:
+def torchrun_argv(
+    spec: Mapping[str, Any], node_rank: int, job_dir: Path, args: Sequence[str] | None = None
+) -> list[str]:
     """torchrun with a static rendezvous on the head; each rank runs job_launch.py.
 
     torchrun's own log folder is the node's folder of the job: without --log-dir it makes
     a /tmp/torchelastic_* folder per launch and never removes it (one per job, attempt and
-    node, left in the node's /tmp)."""
+    node, left in the node's /tmp). ``args``: the script's arguments, expanded (else the
+    spec's as they are)."""
     workdir = Path(spec["workdir"])
     return [
         str(spec["python"]),
@@ -310,7 +322,7 @@ def torchrun_argv(spec: Mapping[str, Any], node_rank: int, job_dir: Path) -> lis
         str(node_dir(job_dir, node_rank)),
         "--",
         str(workdir / spec["script"]),
-        *[str(a) for a in spec.get("args") or []],
+        *[str(a) for a in (spec.get("args") or [] if args is None else args)],
     ]
 
 
@@ -365,7 +377,17 @@ class Supervisor:
             "stop_when_done": bool(spec.get("stop_when_done")),
             "last_sync": None,
             "final_sync": None,
+            "restore": None,
+            "resumed_from": None,
+            "warnings": [],
         }
+        if previous.get("attempt") == spec.get("attempt"):
+            # The same attempt seen again (sync, cancel, a supervisor started once more): what
+            # it restored still decides which step a push may not go below.
+            for key in ("restore", "resumed_from", "warnings"):
+                if previous.get(key) is not None:
+                    self.state[key] = previous[key]
+        self.scan_offsets: dict[str, int] = {}
 
     def use_job_env(self) -> None:
         """The job's own environment (--node-env) applies to the supervisor too: its uploads
@@ -386,9 +408,9 @@ class Supervisor:
             str(self.spec.get("metadata_url") or ""),
         )
 
-    def sync(self, budget_s: float = 600.0) -> dict[str, Any] | None:
-        """Upload the head's new checkpoints (only rank 0 writes them) with the watchdog's
-        sync path, as the head node, into ``bucket_prefix``."""
+    def sync(self, budget_s: float = 600.0, *, final: bool = False) -> dict[str, Any] | None:
+        """Push the head's checkpoint folder as a new version (only rank 0 pushes: it is the
+        one that saves) into ``bucket_prefix``; ``final``: the job ended, no quiet period."""
         if self.node_rank != 0:
             return None
         store = self.store()
@@ -405,31 +427,142 @@ class Supervisor:
             str(self.spec["sync_node"]),
             budget_s,
             prefix=str(self.spec.get("bucket_prefix") or ""),
+            final=final,
+            quiet_s=float(self.spec.get("sync_quiet_s") or job_sync.QUIET_S),
+            attempt=int(self.spec.get("attempt") or 1),
+            restored_from=self.state.get("resumed_from"),
         )
         return {"at": utcnow(), **out.to_json()}
 
     def record_sync(self, result: dict[str, Any] | None) -> None:
-        """The last upload in the state file; a newer checkpoint step is an event."""
+        """The last push in the state file; a newer checkpoint step is an event, a version
+        that regressed a warning."""
         if result is None:
             return
         before = (self.state.get("last_sync") or {}).get("newest_step")
         self.state["last_sync"] = result
         step = result.get("newest_step")
         if result.get("ok") and step is not None and step != before:
-            add_event(self.dir, "checkpoint", step=step)
+            add_event(self.dir, "checkpoint", step=step, version=result.get("version"))
+        if result.get("regressed"):
+            self.warn(
+                f"version {result.get('version')} regressed: {result.get('note')}",
+                "regressed",
+                version=result.get("version"),
+                step=step,
+            )
 
-    def restore(self) -> None:
-        if self.node_rank != 0 or not self.spec.get("resume"):
+    def warn(self, line: str, event: str, **detail: Any) -> None:
+        """A one-line warning in the state (once) and an event."""
+        warnings = list(self.state.get("warnings") or [])
+        if line in warnings:
             return
-        store = self.store()
+        self.state["warnings"] = [*warnings, line]
+        add_event(self.dir, "warning", kind=event, message=line, **detail)
+        self.log(f"warning: {line}")
+
+    def restore(self) -> dict[str, Any]:
+        """The newest version into this node's checkpoint folder (every node: each rank
+        loads its checkpoint from its own disk); the result also goes to restore.json with
+        the attempt, where a supervisor of the same attempt finds it."""
         root = Path(self.spec["checkpoint_dir"])
-        root.mkdir(parents=True, exist_ok=True)
-        if store is None:
-            self.log("restore: no bucket; the node's own checkpoint folder is reused")
+        attempt = int(self.spec.get("attempt") or 1)
+        try:
+            store = self.store()
+        except (ValueError, job_sync.bucket.StoreError) as exc:
+            out = job_sync.RestoreOutcome(False, str(exc), "error").to_json()
+        else:
+            if store is None:
+                root.mkdir(parents=True, exist_ok=True)
+                n = len(job_sync.local_listing(root))
+                detail = f"no bucket: the node's own checkpoint folder is reused ({n} file(s))"
+                out = job_sync.RestoreOutcome(True, detail, files=n).to_json()
+            else:
+                node = str(self.spec.get("sync_node") or "") if self.node_rank == 0 else ""
+                out = job_sync.restore(
+                    root,
+                    store,
+                    str(self.spec.get("bucket_prefix") or ""),
+                    float(self.spec.get("restore_deadline_s") or 6 * 3600),
+                    node=node,
+                ).to_json()
+        if not out["ok"]:
+            out["error"] = job_sync.error_line(str(out["cause"] or "error"), str(out["detail"]))
+        write_json(self.dir / "restore.json", {**out, "attempt": attempt, "at": utcnow()})
+        return out
+
+    def prepare(self) -> list[str] | None:
+        """Before torchrun: a resume's restore (this attempt's restore.json when a
+        ``restore`` command already did it, else here), then the script's arguments with
+        their placeholders expanded and, after a restore that put something in the folder,
+        the resume arguments. None: the attempt failed (state and error already set)."""
+        root = Path(self.spec["checkpoint_dir"])
+        put_something = False
+        if self.spec.get("resume"):
+            attempt = int(self.spec.get("attempt") or 1)
+            saved = read_json(self.dir / "restore.json") or {}
+            if saved.get("attempt") == attempt and saved.get("ok"):
+                out = {k: v for k, v in saved.items() if k not in ("attempt", "at")}
+                self.log("restore: done by the restore command for this attempt")
+            else:
+                out = self.restore()
+            self.state["restore"] = out
+            self.log(f"restore: {out.get('detail')}")
+            if not out.get("ok"):
+                self.fail(str(out.get("error") or out.get("detail")), "restore")
+                return None
+            if out.get("version") is not None:
+                self.state["resumed_from"] = {"version": out["version"], "step": out.get("step")}
+            put_something = int(out.get("files") or 0) > 0
+            add_event(self.dir, "restore", version=out.get("version"), step=out.get("step"))
+        values = {
+            "checkpoint_dir": str(root),
+            "job": str(self.spec["job"]),
+            "attempt": str(self.spec.get("attempt") or 1),
+            "node_rank": str(self.node_rank),
+            "scratch": str(root.parent.parent),
+        }
+        args = [str(a) for a in self.spec.get("args") or []]
+        if put_something:
+            args += [str(a) for a in self.spec.get("resume_args") or []]
+        self.state["resume_args_used"] = put_something and bool(self.spec.get("resume_args"))
+        try:
+            return job_sync.expand_args(args, values, root)
+        except job_sync.PlaceholderError as exc:
+            self.fail(str(exc), "args")
+            return None
+
+    def fail(self, error: str, why: str) -> None:
+        """The attempt ends before torchrun starts: failed, with a one-line error."""
+        self.state.update(state="failed", error=error, ended_at=utcnow(), exit_code=None)
+        add_event(self.dir, "end", state="failed", reason=why, error=error)
+        self.save()
+        self.log(f"failed before torchrun: {error}")
+
+    def scan_output(self) -> None:
+        """A resumed attempt whose ranks say they started from scratch gets a warning (the
+        script ignored the restored checkpoint: most need a resume flag)."""
+        if not (self.state.get("restore") or {}).get("files"):
             return
-        out = job_sync.restore(root, job_sync.BucketReader(store), str(self.spec["bucket_prefix"]))
-        self.state["restore"] = out.to_json()
-        self.log(f"restore: {out.detail}")
+        start = self.state.get("log_offsets") or {}
+        for r in ranks_of(None, self.spec, self.node_rank):
+            path = self.job_dir / "logs" / f"rank-{r}.log"
+            at = self.scan_offsets.get(str(r), int(start.get(str(r)) or 0))
+            try:
+                with open(path, "rb") as f:
+                    f.seek(max(at, _size(path) - 1024 * 1024))
+                    data = f.read(1024 * 1024)
+                    self.scan_offsets[str(r)] = f.tell()
+            except OSError:
+                continue
+            line = job_sync.started_from_scratch(data.decode(errors="replace"))
+            if line:
+                self.warn(
+                    f"rank {r} started from scratch after a restore ({line!r}): give the "
+                    "script its resume flag (--resume-args)",
+                    "from_scratch",
+                    rank=r,
+                )
 
     def log(self, message: str) -> None:
         print(f"{utcnow()} {message}", flush=True)
@@ -456,17 +589,20 @@ class Supervisor:
         self.save()
         Path(self.spec["checkpoint_dir"]).mkdir(parents=True, exist_ok=True)
         (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.restore()
+        args = self.prepare()
+        if args is None:
+            return 1
         env = {**os.environ, **rank_env(self.spec, self.node_rank)}
         venv_bin = str(Path(self.spec["python"]).parent)
         env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
-        argv = torchrun_argv(self.spec, self.node_rank, self.job_dir)
+        argv = torchrun_argv(self.spec, self.node_rank, self.job_dir, args)
         # Where this attempt's lines start in the logs, appended across attempts: a follow
         # of a resume shows this attempt, not the earlier ones again.
         log_offsets = {
             str(r): _size(self.job_dir / "logs" / f"rank-{r}.log")
             for r in ranks_of(None, self.spec, self.node_rank)
         }
+        self.state["log_offsets"] = log_offsets
         self.log("start: " + " ".join(argv))
         attempt = int(self.spec.get("attempt") or 1)
         add_event(self.dir, "resume" if self.spec.get("resume") else "start", attempt=attempt)
@@ -505,6 +641,7 @@ class Supervisor:
                     self.log(f"ranks still running {grace:g} s after SIGTERM: SIGKILL")
                     self._signal_group(signal.SIGKILL)
             if time.monotonic() >= next_sync:
+                self.scan_output()
                 self.record_sync(self.sync())
                 next_sync = time.monotonic() + interval
             self.save()
@@ -515,8 +652,9 @@ class Supervisor:
             "cancelled" if self.cancel_requested else ("succeeded" if rc == 0 else "failed")
         )
         self.state["syncing"] = True
+        self.scan_output()
         self.save()
-        final = self.sync()
+        final = self.sync(final=True)
         self.state["final_sync"] = final
         self.record_sync(final)
         add_event(self.dir, "end", state=self.state["state"], exit_code=rc)
@@ -690,7 +828,7 @@ def cancel(job_dir: Path, node_rank: int, wait_s: float, endpoint: str = "") -> 
     sup = Supervisor(job_dir, node_rank)
     if endpoint:
         sup.spec["s3_endpoint"] = endpoint
-    final = sup.sync()
+    final = sup.sync(final=True)
     now.pop("effective", None)
     now.update(state="cancelled", ended_at=now.get("ended_at") or utcnow(), final_sync=final)
     write_json(path, now)
@@ -699,25 +837,40 @@ def cancel(job_dir: Path, node_rank: int, wait_s: float, endpoint: str = "") -> 
 
 def restorable(job_dir: Path) -> dict[str, Any]:
     """What a resume would start from, read on the head before anything starts: the files
-    in the job's checkpoint folder here (reused as they are) and the newest complete
-    checkpoint in the bucket."""
+    in the job's checkpoint folder here and the bucket's newest version that did not
+    regress (``version``: {seq, step, files, bytes}; ``bucket_step`` and ``bucket_files``
+    are its step and file count)."""
     sup = Supervisor(job_dir, 0)  # the job's own environment: its bucket credentials
     root = Path(sup.spec["checkpoint_dir"])
     local = len(job_sync.local_listing(root))
-    store = sup.store()
     out: dict[str, Any] = {"ok": True, "local_files": local, "checkpoint_dir": str(root)}
-    if store is None:
-        return {**out, "bucket": None, "bucket_step": None}
-    where = f"{sup.spec['bucket']}/{sup.spec['bucket_prefix']}"
-    root.mkdir(parents=True, exist_ok=True)
-    reader, prefix = job_sync.BucketReader(store), str(sup.spec["bucket_prefix"])
     try:
-        best = job_sync.newest_in_bucket(root, reader, prefix)
-        folder = job_sync.folder_in_bucket(root, reader, prefix) if best is None else None
+        store = sup.store()
+    except ValueError as exc:
+        return {"ok": False, "error": str(exc)}
+    if store is None:
+        return {**out, "bucket": None, "bucket_step": None, "version": None}
+    where = f"{sup.spec['bucket']}/{sup.spec['bucket_prefix']}"
+    try:
+        version = job_sync.newest_restorable(store, str(sup.spec["bucket_prefix"] or ""))
     except job_sync.LIST_ERRORS as exc:
         return {"ok": False, "error": f"cannot list {where}: {exc}"}
-    step = best.step if best else None
-    return {**out, "bucket": where, "bucket_step": step, "bucket_files": len(folder or {})}
+    return {
+        **out,
+        "bucket": where,
+        "version": version,
+        "bucket_step": version["step"] if version else None,
+        "bucket_files": version["files"] if version else 0,
+    }
+
+
+def restore_node(job_dir: Path, node_rank: int) -> dict[str, Any]:
+    """The ``restore`` command: the newest version into node ``node_rank``'s checkpoint
+    folder before ``start`` (which then reuses it); also in node-R/restore.json."""
+    sup = Supervisor(job_dir, node_rank)
+    out = sup.restore()
+    error = out.get("error") or ""
+    return {"ok": bool(out["ok"]), "restore": out, "error": error}
 
 
 def put_file(job_dir: Path, file: Path) -> dict[str, Any]:
@@ -877,6 +1030,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "restorable",
             "history",
             "put",
+            "restore",
         ],
     )
     p.add_argument("--job-dir", type=Path)
@@ -914,6 +1068,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = cancel(job_dir, args.node_rank, args.wait, args.s3_endpoint)
     elif args.command == "restorable":
         out = restorable(job_dir)
+    elif args.command == "restore":
+        out = restore_node(job_dir, args.node_rank)
     elif args.command == "history":
         out = history(job_dir, args.node_rank)
     elif args.command == "put":

@@ -75,11 +75,15 @@ def recorded_job(tmp_path: Path, endpoint: str, *, bucket: str = BUCKET) -> Path
     return job_dir
 
 
+def marker(step: int) -> str:
+    return json.dumps({"step": step, "files": {"model.pt": 10}})
+
+
 def checkpoint(root: Path, step: int) -> None:
     folder = root / f"step-{step}"
     folder.mkdir(parents=True)
     (folder / "model.pt").write_bytes(b"w" * 10)
-    (folder / "COMPLETE").write_text(json.dumps({"step": step, "files": {"model.pt": 10}}))
+    (folder / "COMPLETE").write_text(marker(step))
 
 
 def test_a_job_with_no_checkpoint_anywhere_has_nothing_to_restore(
@@ -90,17 +94,19 @@ def test_a_job_with_no_checkpoint_anywhere_has_nothing_to_restore(
     assert out["bucket"] == f"{BUCKET}/checkpoints/n0/j1/"
 
 
-def test_the_bucket_s_newest_complete_checkpoint_is_found_without_downloading_it(
+def test_the_resume_check_reports_the_newest_version_without_downloading_it(
     tmp_path: Path, bucket: Any, moto_url: str
 ) -> None:
     job_dir = recorded_job(tmp_path, moto_url)
-    for step, body in ((3, b"w" * 10), (5, b"half")):  # step 5 was cut off
-        bucket.put_object(Bucket=BUCKET, Key=f"checkpoints/n0/j1/step-{step}/model.pt", Body=body)
-        marker = json.dumps({"step": step, "files": {"model.pt": 10}}).encode()
-        bucket.put_object(Bucket=BUCKET, Key=f"checkpoints/n0/j1/step-{step}/COMPLETE", Body=marker)
+    ckpt = tmp_path / "scratch" / "checkpoints" / "j1"
+    checkpoint(ckpt, 3)
+    assert job_runner.Supervisor(job_dir, 0).sync(final=True)["ok"]  # type: ignore[index]
+    shutil.rmtree(ckpt)
+    ckpt.mkdir()
     out = job_runner.restorable(job_dir)
-    assert out["bucket_step"] == 3 and out["local_files"] == 0
-    assert not list((tmp_path / "scratch" / "checkpoints" / "j1").iterdir())
+    assert out["version"] == {"seq": 1, "step": 3, "files": 2, "bytes": len(marker(3)) + 10}
+    assert (out["bucket_step"], out["bucket_files"], out["local_files"]) == (3, 2, 0)
+    assert not list(ckpt.iterdir())
 
 
 def test_without_a_bucket_the_node_s_own_files_are_what_a_resume_reuses(tmp_path: Path) -> None:
@@ -127,7 +133,8 @@ def test_cancel_saves_to_the_endpoint_it_is_given_when_the_supervisor_is_gone(
     assert out["ok"] and out["state"]["state"] == "cancelled"
     assert out["state"]["final_sync"]["ok"] is True, out
     keys = [o["Key"] for o in bucket.list_objects_v2(Bucket=BUCKET)["Contents"]]
-    assert "checkpoints/n0/j1/step-7/COMPLETE" in keys
+    assert "checkpoints/n0/j1/.gpufleet/versions/00000001.json" in keys
+    assert out["state"]["final_sync"]["newest_step"] == 7
 
 
 def test_cancelling_a_job_that_ended_changes_nothing_and_says_so(tmp_path: Path) -> None:
@@ -154,20 +161,20 @@ def snapshot_job(tmp_path: Path, moto_url: str) -> tuple[Path, Path]:
     return job_dir, ckpt
 
 
-def test_a_complete_upload_writes_the_folder_manifest_last(
+def test_a_push_writes_the_version_manifest_last_with_every_file_and_digest(
     tmp_path: Path, bucket: Any, moto_url: str
 ) -> None:
     job_dir, _ = snapshot_job(tmp_path, moto_url)
-    out = job_runner.Supervisor(job_dir, 0).sync()
-    assert out is not None and out["ok"], out
-    body = bucket.get_object(Bucket=BUCKET, Key="checkpoints/n0/j1/.gpufleet-folder.json")
-    files = json.loads(body["Body"].read())["files"]
-    assert files == {"snapshot.pt": 15, "logs/loss.csv": 12}
+    out = job_runner.Supervisor(job_dir, 0).sync(final=True)
+    assert out is not None and out["ok"] and out["version"] == 1, out
+    key = "checkpoints/n0/j1/.gpufleet/versions/00000001.json"
+    files = json.loads(bucket.get_object(Bucket=BUCKET, Key=key)["Body"].read())["files"]
+    assert {k: v["size"] for k, v in files.items()} == {"snapshot.pt": 15, "logs/loss.csv": 12}
 
 
 def test_an_upload_that_failed_writes_no_manifest(tmp_path: Path, bucket: Any) -> None:
     job_dir, _ = snapshot_job(tmp_path, f"http://127.0.0.1:{free_port()}")
-    out = job_runner.Supervisor(job_dir, 0).sync()
+    out = job_runner.Supervisor(job_dir, 0).sync(final=True)
     assert out is not None and not out["ok"]
     assert "Contents" not in bucket.list_objects_v2(Bucket=BUCKET)
 
@@ -177,44 +184,30 @@ def test_a_plain_torch_save_folder_comes_back_on_an_empty_node(
 ) -> None:
     # Issue 24: the bucket held snapshot.pt, yet the resume trained from epoch 0.
     job_dir, ckpt = snapshot_job(tmp_path, moto_url)
-    assert job_runner.Supervisor(job_dir, 0).sync()["ok"]  # type: ignore[index]
+    assert job_runner.Supervisor(job_dir, 0).sync(final=True)["ok"]  # type: ignore[index]
     for path in sorted(ckpt.rglob("*"), reverse=True):  # a stop wiped the instance store
         path.rmdir() if path.is_dir() else path.unlink()
     found = job_runner.restorable(job_dir)
     assert (found["local_files"], found["bucket_step"], found["bucket_files"]) == (0, None, 2)
-    sup = job_runner.Supervisor(job_dir, 0)
-    sup.restore()
-    assert sup.state["restore"]["detail"] == "restored the job's folder from the bucket (2 file(s))"
+    out = job_runner.Supervisor(job_dir, 0).restore()
+    assert out["ok"] and (out["version"], out["fetched"], out["kept"]) == (1, 2, 0), out
     assert (ckpt / "snapshot.pt").read_bytes() == b"epoch 3 weights"
     assert (ckpt / "logs" / "loss.csv").read_text() == "1,0.9\n2,0.7\n"
     assert sorted(p.name for p in ckpt.iterdir()) == ["logs", "snapshot.pt"]
+    saved = json.loads((job_dir / "node-0" / "restore.json").read_text())
+    assert saved["attempt"] == 1 and saved["version"] == 1
 
 
-def test_a_folder_whose_files_changed_after_the_manifest_is_not_restored(
+def test_a_local_file_that_differs_from_the_version_is_set_aside_not_lost(
     tmp_path: Path, bucket: Any, moto_url: str
 ) -> None:
     job_dir, ckpt = snapshot_job(tmp_path, moto_url)
-    assert job_runner.Supervisor(job_dir, 0).sync()["ok"]  # type: ignore[index]
-    # A newer snapshot.pt whose upload was cut off: the sizes no longer agree.
-    bucket.put_object(Bucket=BUCKET, Key="checkpoints/n0/j1/snapshot.pt", Body=b"half")
-    shutil.rmtree(ckpt)
-    assert job_runner.restorable(job_dir)["bucket_files"] == 0
-    sup = job_runner.Supervisor(job_dir, 0)
-    sup.restore()
-    assert sup.state["restore"]["detail"].startswith("no complete checkpoint in the bucket")
-    assert not (ckpt / "snapshot.pt").exists()
-
-
-def test_files_already_on_the_node_are_kept_not_replaced(
-    tmp_path: Path, bucket: Any, moto_url: str
-) -> None:
-    job_dir, ckpt = snapshot_job(tmp_path, moto_url)
-    assert job_runner.Supervisor(job_dir, 0).sync()["ok"]  # type: ignore[index]
-    (ckpt / "snapshot.pt").write_bytes(b"epoch 4, newer than the bucket")
-    sup = job_runner.Supervisor(job_dir, 0)
-    sup.restore()
-    assert (ckpt / "snapshot.pt").read_bytes() == b"epoch 4, newer than the bucket"
-    assert "local file(s) kept" in sup.state["restore"]["detail"]
+    assert job_runner.Supervisor(job_dir, 0).sync(final=True)["ok"]  # type: ignore[index]
+    (ckpt / "snapshot.pt").write_bytes(b"epoch 4, never pushed")
+    out = job_runner.Supervisor(job_dir, 0).restore()
+    assert out["ok"] and (out["fetched"], out["kept"]) == (1, 1), out
+    assert (ckpt / "snapshot.pt").read_bytes() == b"epoch 3 weights"
+    assert (Path(out["aside"]) / "snapshot.pt").read_bytes() == b"epoch 4, never pushed"
 
 
 # ---------------------------------------------------------------------------- follow
