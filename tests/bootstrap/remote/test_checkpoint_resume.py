@@ -1,0 +1,324 @@
+"""A resume on the node: the supervisor's restore before torchrun, what it does when the
+restore fails (state failed, torchrun never started), the job's arguments expanded and its
+resume arguments added, and the warnings a resumed attempt earns (moto S3 on 127.0.0.1,
+behind a small proxy that answers 503 SlowDown to chosen GETs)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bootstrap.remote import job_runner
+
+BUCKET = "gpufleet-resume-test"
+PREFIX = "checkpoints/n0/j1/"
+REMOTE = Path(job_runner.__file__).resolve().parent
+
+
+class SlowDownProxy(ThreadingHTTPServer):
+    """Forwards to ``upstream``; a GET whose path contains ``fail_paths`` gets 503
+    SlowDown (S3's throttling answer: docs.aws.amazon.com/AmazonS3/latest/API/ErrorResponses.html,
+    read 2026-12-05)."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.upstream = upstream.split("://", 1)[1]
+        self.fail_paths: tuple[str, ...] = ()
+        self.refused = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: SlowDownProxy
+
+    def log_message(self, format: str, *args: Any) -> None:
+        del format, args
+
+    def _any(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.command == "GET" and any(p in self.path for p in self.server.fail_paths):
+            self.server.refused += 1
+            answer = b"<Error><Code>SlowDown</Code><Message>Please reduce</Message></Error>"
+            self.send_response(503)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+            return
+        conn = http.client.HTTPConnection(self.server.upstream, timeout=30)
+        try:
+            conn.request(self.command, self.path, body=body, headers=dict(self.headers))
+            resp = conn.getresponse()
+            data = resp.read()
+        finally:
+            conn.close()
+        self.send_response(resp.status)
+        for name, value in resp.getheaders():
+            if name.lower() not in ("content-length", "transfer-encoding", "connection"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _any
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def proxy(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlowDownProxy]:
+    import boto3
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    client = boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1")
+    client.create_bucket(Bucket=BUCKET)
+    server = SlowDownProxy(moto_url)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        for obj in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
+            client.delete_object(Bucket=BUCKET, Key=obj["Key"])
+        client.delete_bucket(Bucket=BUCKET)
+
+
+def job(tmp_path: Path, endpoint: str, **extra: Any) -> Path:
+    """A job folder with its spec, its script (prints its argv and what it finds) and an
+    empty checkpoint folder."""
+    job_dir = tmp_path / "jobs" / "j1"
+    ckpt = tmp_path / "scratch" / "checkpoints" / "j1"
+    work = tmp_path / "work"
+    for d in (job_dir / "node-0", ckpt, work):
+        d.mkdir(parents=True, exist_ok=True)
+    (work / "train.py").write_text(
+        "import os, sys\n"
+        "print('ARGV', sys.argv[1:])\n"
+        "d = os.environ['GPUFLEET_CHECKPOINT_DIR']\n"
+        "print('FOUND', sorted(os.listdir(d)))\n"
+    )
+    spec = {
+        "job": "j1",
+        "attempt": 1,
+        "nnodes": 1,
+        "nproc_per_node": 1,
+        "master_addr": "127.0.0.1",
+        "master_port": 0,
+        "python": sys.executable,
+        "workdir": str(work),
+        "script": "train.py",
+        "args": ["--out_dir={checkpoint_dir}"],
+        "resume_args": ["--resume_from={newest checkpoint-*}"],
+        "checkpoint_dir": str(ckpt),
+        "bucket": BUCKET,
+        "bucket_prefix": PREFIX,
+        "sync_node": "n0",
+        "provider": "aws",
+        "region": "us-east-1",
+        "s3_endpoint": endpoint,
+        "restore_deadline_s": 20,
+        "env": {},
+        **extra,
+    }
+    (job_dir / "job.json").write_text(json.dumps(spec))
+    return job_dir
+
+
+def saved_version(job_dir: Path, step: int) -> None:
+    """The job's first attempt saved checkpoint-<step> and pushed it; then the node's
+    instance store was wiped."""
+    spec = json.loads((job_dir / "job.json").read_text())
+    ckpt = Path(spec["checkpoint_dir"])
+    (ckpt / f"checkpoint-{step}").mkdir(parents=True)
+    (ckpt / f"checkpoint-{step}" / "model.pt").write_bytes(b"w" * 100)
+    out = job_runner.Supervisor(job_dir, 0).sync(final=True)
+    assert out is not None and out["pushed"], out
+    for path in sorted(ckpt.rglob("*"), reverse=True):
+        path.rmdir() if path.is_dir() else path.unlink()
+
+
+def resume(job_dir: Path, attempt: int = 2) -> None:
+    spec = json.loads((job_dir / "job.json").read_text())
+    (job_dir / "job.json").write_text(json.dumps({**spec, "resume": True, "attempt": attempt}))
+
+
+def state(job_dir: Path) -> dict[str, Any]:
+    return json.loads((job_dir / "node-0" / "state.json").read_text())
+
+
+def events(job_dir: Path) -> list[dict[str, Any]]:
+    return job_runner.history(job_dir, 0)["events"]
+
+
+def test_a_restore_throttled_on_every_get_fails_the_attempt_and_torchrun_never_starts(
+    tmp_path: Path, proxy: SlowDownProxy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 39: every restore GET answered 503, yet the job "resumed" and trained from 0.
+    job_dir = job(tmp_path, proxy.url)
+    saved_version(job_dir, 400)
+    resume(job_dir)
+    proxy.fail_paths = ("/.gpufleet/",)  # manifests and objects alike
+    argv = ["restore", "--job-dir", str(job_dir), "--node-rank", "0"]
+    assert job_runner.main(argv) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is False and out["restore"]["cause"] == "throttled", out
+    assert out["error"].startswith("restore failed (throttled): ")
+    assert "\n" not in out["error"] and proxy.refused > 0
+
+    sup = job_runner.Supervisor(job_dir, 0)
+    assert sup.run() == 1
+    now = state(job_dir)
+    assert now["state"] == "failed" and now["error"].startswith("restore failed (throttled)")
+    assert now["restore"]["ok"] is False and now["resumed_from"] is None
+    assert "torchrun_pid" not in now and not (job_dir / "node-0" / "torchrun.log").exists()
+    assert [e["event"] for e in events(job_dir)][-1] == "end"
+
+
+def test_a_resume_restores_expands_the_args_and_adds_the_resume_args(
+    tmp_path: Path, proxy: SlowDownProxy
+) -> None:
+    job_dir = job(tmp_path, proxy.url)
+    saved_version(job_dir, 400)
+    resume(job_dir)
+    ckpt = tmp_path / "scratch" / "checkpoints" / "j1"
+    done = subprocess.run(
+        [sys.executable, str(REMOTE / "job_runner.py"), "supervise", f"--job-dir={job_dir}"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    now = state(job_dir)
+    assert now["state"] == "succeeded", now
+    assert now["resumed_from"] == {"version": 1, "step": 400}
+    assert now["restore"]["fetched"] == 1 and now["warnings"] == []
+    log = (job_dir / "logs" / "rank-0.log").read_text()
+    want = [f"--out_dir={ckpt}", f"--resume_from={ckpt / 'checkpoint-400'}"]
+    assert f"ARGV {want}" in log and "FOUND ['checkpoint-400']" in log
+    # Its final push: nothing new, so no version 2.
+    assert now["final_sync"]["detail"] == "unchanged since version 1 (step 400)"
+
+
+def test_a_supervisor_reuses_its_attempts_restore_and_skips_the_bucket(
+    tmp_path: Path, proxy: SlowDownProxy
+) -> None:
+    job_dir = job(tmp_path, proxy.url)
+    saved_version(job_dir, 300)
+    resume(job_dir)
+    assert job_runner.restore_node(job_dir, 0)["ok"]
+    proxy.fail_paths = ("/",)  # the bucket is unusable now: a second restore would fail
+    sup = job_runner.Supervisor(job_dir, 0)
+    args = sup.prepare()
+    ckpt = tmp_path / "scratch" / "checkpoints" / "j1"
+    assert args == [f"--out_dir={ckpt}", f"--resume_from={ckpt / 'checkpoint-300'}"]
+    assert sup.state["resumed_from"] == {"version": 1, "step": 300}
+    # A restore.json of an earlier attempt is not this one's.
+    resume(job_dir, attempt=3)
+    again = job_runner.Supervisor(job_dir, 0)
+    assert again.prepare() is None and again.state["error"].startswith("restore failed")
+
+
+def test_resume_args_are_added_only_when_the_restore_put_something_there(
+    tmp_path: Path, proxy: SlowDownProxy
+) -> None:
+    job_dir = job(tmp_path, proxy.url, resume_args=["--init_from=resume"])
+    resume(job_dir)
+    sup = job_runner.Supervisor(job_dir, 0)
+    ckpt = tmp_path / "scratch" / "checkpoints" / "j1"
+    assert sup.prepare() == [f"--out_dir={ckpt}"]  # nothing anywhere: the script starts fresh
+    assert "no checkpoint version in the bucket" in sup.state["restore"]["detail"]
+    fresh = job(tmp_path / "first", proxy.url, resume_args=["--init_from=resume"])
+    first = job_runner.Supervisor(fresh, 0)  # not a resume: no restore, no resume args
+    assert first.prepare() == [f"--out_dir={tmp_path / 'first' / 'scratch' / 'checkpoints' / 'j1'}"]
+    assert first.state["restore"] is None
+
+
+def test_a_placeholder_with_nothing_to_name_fails_the_attempt_in_one_line(
+    tmp_path: Path, proxy: SlowDownProxy
+) -> None:
+    job_dir = job(tmp_path, proxy.url, args=["--from={newest step-*}"])
+    saved_version(job_dir, 400)  # checkpoint-400, no step-*
+    resume(job_dir)
+    sup = job_runner.Supervisor(job_dir, 0)
+    assert sup.run() == 1
+    now = state(job_dir)
+    assert now["state"] == "failed" and "nothing in" in now["error"] and "step-*" in now["error"]
+
+
+def test_no_bucket_reuses_the_local_folder_and_says_so(tmp_path: Path) -> None:
+    job_dir = job(tmp_path, "", bucket="", resume_args=["--init_from=resume"])
+    (tmp_path / "scratch" / "checkpoints" / "j1" / "ckpt.pt").write_bytes(b"c")
+    resume(job_dir)
+    sup = job_runner.Supervisor(job_dir, 0)
+    args = sup.prepare()
+    assert args is not None and args[-1] == "--init_from=resume"
+    assert sup.state["restore"]["detail"] == (
+        "no bucket: the node's own checkpoint folder is reused (1 file(s))"
+    )
+
+
+def test_an_attempt_that_writes_an_older_step_than_it_restored_is_warned_about(
+    tmp_path: Path, proxy: SlowDownProxy
+) -> None:
+    job_dir = job(tmp_path, proxy.url)
+    saved_version(job_dir, 400)
+    resume(job_dir)
+    sup = job_runner.Supervisor(job_dir, 0)
+    assert sup.prepare() is not None
+    sup.state["log_offsets"] = {"0": 0}
+    ckpt = tmp_path / "scratch" / "checkpoints" / "j1"
+    (ckpt / "checkpoint-100").mkdir()  # the script ignored checkpoint-400
+    (ckpt / "checkpoint-100" / "model.pt").write_bytes(b"fresh")
+    logs = job_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    (logs / "rank-0.log").write_text("Initializing a new model from scratch\n")
+    sup.scan_output()
+    sup.record_sync(sup.sync(final=True))
+    warnings = sup.state["warnings"]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("rank 0 started from scratch after a restore")
+    assert warnings[1].startswith("version 2 regressed: step 100")
+    kinds = [e.get("kind") for e in events(job_dir) if e["event"] == "warning"]
+    assert kinds == ["from_scratch", "regressed"]
+    sup.scan_output()  # the same line again is not a second warning
+    assert len(sup.state["warnings"]) == 2
+    # A later restore still takes version 1 (step 400), not the regressed version 2.
+    assert job_runner.restorable(job_dir)["version"]["seq"] == 1
+
+
+def test_cancel_of_a_job_that_wrote_nothing_says_so(tmp_path: Path, proxy: SlowDownProxy) -> None:
+    job_dir = job(tmp_path, proxy.url)
+    (job_dir / "node-0" / "state.json").write_text(
+        json.dumps({"state": "running", "pid": 2**22 + 1, "boot_id": job_runner.boot_id()})
+    )
+    out = job_runner.cancel(job_dir, 0, wait_s=0.5)
+    final = out["state"]["final_sync"]
+    assert final["wrote_nothing"] is True
+    assert final["detail"].startswith("the job wrote nothing to its checkpoint folder")
