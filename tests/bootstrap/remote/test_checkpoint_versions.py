@@ -365,3 +365,24 @@ def test_a_torch_distributed_checkpoint_comes_back_whole_with_its_hidden_index(
     with pytest.warns(UserWarning):
         dcp.load(loaded, checkpoint_id=str(fresh / "latest"))
     assert torch.equal(loaded["w"], state["w"])
+
+
+def test_part_files_a_killed_transfer_left_are_swept_by_the_next_restore(
+    tmp_path: Path, s3: tuple[Any, bucket.BucketStore]
+) -> None:
+    _, store = s3
+    root = folder(tmp_path)
+    save(root, model_pt=b"m")
+    assert push(root, store).pushed
+    staging = job_sync.workspace(root) / "staging"
+    staging.mkdir(parents=True)
+    stale = [root / ("old.bin" + bucket.PART_SUFFIX), staging / ("x.pt" + bucket.PART_SUFFIX)]
+    young = root / ("new.bin" + bucket.PART_SUFFIX)
+    for path in [*stale, young]:
+        path.write_bytes(b"half")
+    day_ago = time.time() - 86400
+    for path in stale:
+        os.utime(path, (day_ago, day_ago))
+    assert job_sync.restore(root, store, PREFIX).ok
+    assert not any(p.exists() for p in stale) and young.exists()
+    assert "new.bin" + bucket.PART_SUFFIX not in job_sync.local_files(root)
