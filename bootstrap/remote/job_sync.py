@@ -807,7 +807,7 @@ def push(
 ) -> SyncOutcome:
     """Upload the checkpoint folder as a new version under ``prefix`` when it differs from
     the newest one and is quiet (``final``: the job ended, no quiet period needed). One push
-    of a folder at a time on this node (a flock). ``restored_from`` ({"version", "step"}):
+    at a time on this node (a flock). ``restored_from`` ({"version", "step"}):
     what this attempt restored; a version below that step is marked regressed."""
     started = time.monotonic()
     if store is None:
@@ -815,7 +815,11 @@ def push(
         return SyncOutcome(False, f"no bucket configured: {n} file(s) cannot be saved")
     try:
         ws = workspace(checkpoint_dir)
-        with flock(ws / "push.lock", min(60.0, deadline_s), "another push of this folder"):
+        # One push at a time on this node (all its jobs: they share its disk and uplink); a
+        # periodic one waits a minute at most and the next sync tries again.
+        lock = ws.parent / "push.lock" if ws.parent.name == ".gpufleet-ckpt" else ws / "push.lock"
+        wait = deadline_s if final else min(60.0, deadline_s)
+        with flock(lock, wait, "another checkpoint push on this node"):
             p = _Push(
                 checkpoint_dir,
                 store,

@@ -386,3 +386,16 @@ def test_part_files_a_killed_transfer_left_are_swept_by_the_next_restore(
     assert job_sync.restore(root, store, PREFIX).ok
     assert not any(p.exists() for p in stale) and young.exists()
     assert "new.bin" + bucket.PART_SUFFIX not in job_sync.local_files(root)
+
+
+def test_one_push_at_a_time_on_a_node_whatever_the_job(
+    tmp_path: Path, s3: tuple[Any, bucket.BucketStore]
+) -> None:
+    _, store = s3
+    root = folder(tmp_path)
+    save(root, model_pt=b"m")
+    other_job = job_sync.workspace(root.parent / "j2")
+    with job_sync.flock(other_job.parent / "push.lock", 1, "test"):  # j2's push is running
+        out = push(root, store, deadline_s=0.3)
+    assert not out.ok and "another checkpoint push on this node" in out.detail, out
+    assert push(root, store).pushed  # once it is done
