@@ -988,19 +988,20 @@ class BucketStore:
                             "Changed",
                             exc.status,
                         ) from None
-                    # A try that moved forward earns another round (bounded) instead of
-                    # ending the download: a connection cut mid-body loses nothing.
-                    if (
-                        job.have > before
-                        and exc.cause in ("unreachable", "slow", "throttled", "error")
-                        and rounds < max_rounds
-                    ):
+                    # A try cut off after it moved forward earns another round (bounded)
+                    # instead of ending the download: a connection cut mid-body loses
+                    # nothing. A body too slow had its tries: a trickle ends here.
+                    if job.have > before and exc.cause == "unreachable" and rounds < max_rounds:
                         continue
                     raise
             return job.finish(sha256, restarts > 0)
-        except BaseException:
+        except BaseException as exc:
             if job.out is not None and not job.out.closed:
                 job.out.close()
+            # Bytes of a version that is gone, or none at all, are not worth keeping; any
+            # other part file (with its sidecar) is what the next run continues from.
+            if job.have == 0 or (isinstance(exc, StoreError) and exc.cause == "changed"):
+                job.discard()
             raise
 
     def _pages(
