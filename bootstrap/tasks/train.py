@@ -299,6 +299,9 @@ def _job_spec_for(
         "nproc": nproc or (int(old["nproc_per_node"]) if old else 0),
         "ignore_health": ignore_health,
         "spec": old,
+        # A resume's check reads the bucket as the new attempt will (its --s3-endpoint,
+        # its --node-env credentials).
+        "check_spec": {**old, **changes} if old is not None and changes else None,
     }
     facts, found = _checked_node_facts(c, fleet, check_extra, console, quiet, timeout)
     port = (req.master_port if req else 0) or int(facts[head].get("port") or 29500)

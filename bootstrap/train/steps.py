@@ -569,12 +569,26 @@ def resume_check_step(conn: Connection, ctx: HostContext) -> StepResult:
     if job.rank != 0:  # the head answers for the job (it saves the checkpoints)
         return StepResult.skipped("not the job's head")
     out = _json_out(
-        sh(conn, job.command(f"restorable --job-dir {shlex.quote(job.job_dir)}"), timeout=300),
-        "resume check",
+        sh(conn, restorable_command(job, ctx.options.extra), timeout=300), "resume check"
     )
     if not out.get("ok"):
         return StepResult.failed(f"cannot tell what to resume from: {out.get('error')}")
     return StepResult.ok(restorable_line(out), restorable=out)
+
+
+def restorable_command(job: NodeJob, extra: Mapping[str, Any]) -> str:
+    """``job_runner.py restorable`` of the recorded job; with ``extra["check_spec"]`` (the
+    recorded spec with what this resume changes: its endpoint, its credentials in
+    --node-env) the check reads that spec, from a folder of its own removed after it: the
+    recorded job.json is not changed before the check passed."""
+    proposed = extra.get("check_spec")
+    if not proposed:
+        return job.command(f"restorable --job-dir {shlex.quote(job.job_dir)}")
+    folder = f"{job.job_dir}.check-{secrets.token_hex(4)}"
+    q = shlex.quote(folder)
+    written = write_file_command(f"{folder}/job.json", jsonlib.dumps(proposed, indent=1))
+    then = f"{written} && python3 {RUNNER} restorable --job-dir {q}; rc=$?; rm -rf {q}; exit $rc"
+    return ship_then_command(str(job.spec["jobs_dir"]), then)[1]
 
 
 def newest_version(found: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -226,3 +226,26 @@ def test_cancel_says_when_the_job_wrote_nothing_to_its_checkpoint_folder(
     done = json.dumps({"ok": True, "state": {"effective": "cancelled", "final_sync": saved}})
     other = run(remote, cancel_step, [Command(cancel, out=done.encode())], host="node0", wait=5)
     assert "wrote_nothing" not in other.details
+
+
+def test_a_resume_that_changes_the_bucket_endpoint_is_checked_with_it_in_a_folder_of_its_own(
+    remote: MockRemote,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(steps.secrets, "token_hex", lambda n: "cafe")
+    proposed = {**SPEC, "s3_endpoint": "http://127.0.0.1:9000"}
+    folder = f"{FOLDER}.check-cafe"
+    check = ship_then_command(
+        SPEC["jobs_dir"],
+        f"{steps.write_file_command(folder + '/job.json', json.dumps(proposed, indent=1))} && "
+        f"python3 {RUNNER} restorable --job-dir {folder}; rc=$?; rm -rf {folder}; exit $rc",
+    )[1]
+    answer = {"ok": True, "local_files": 0, "checkpoint_dir": "/c", "bucket": "b/p/",
+              "version": {"seq": 3, "step": 30, "files": 1}}  # fmt: skip
+    result = run(
+        remote, steps.resume_check_step, [Command(check, out=json.dumps(answer).encode())],
+        host="node0", check_spec=proposed,
+    )  # fmt: skip
+    assert result.status.value == "ok" and result.message.endswith(
+        "version 3 (1 file(s), step 30) in b/p/"
+    )
