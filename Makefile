@@ -7,7 +7,7 @@ ARGS    ?= --model gpt2 --tokens 1e9
 GPUS_ARGS ?=
 WHERE_ARGS ?= $(TIER)
 
-.PHONY: setup fc-wheels help system-packages test test-fast plan up reserve cost compare size gpus where lint format bench device-verify clean
+.PHONY: setup fc-wheels help system-packages test test-fast plan preflight up reserve cost compare size gpus where lint format bench device-verify clean
 
 # The Alicloud reaper function's wheels, built for its runtime (CPython 3.10, manylinux
 # x86_64), not for this venv: the function zip is built from them.
@@ -63,6 +63,9 @@ test-fast: setup  ## no integration, no slow tests (day to day)
 
 plan: setup  ## STACK=a100x4: offline plan under Pulumi's mocks
 	$(PY) scripts/plan.py --stack $(STACK)
+
+preflight: setup  ## STACK=a100x4: your account: quota, permissions, zone
+	$(PY) scripts/preflight.py --stack $(STACK)
 
 up: setup  ## STACK=a100x8: deploy, failing over when a zone is full
 	$(PY) scripts/up.py --stack $(STACK) $(UP_ARGS)

@@ -1,0 +1,69 @@
+"""scripts/preflight.py as a person and a machine call it: exit statuses, one line per
+problem, never a traceback, and nothing but loopback reached."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.stderr import problems
+
+ROOT = Path(__file__).resolve().parents[2]
+CLOSED = "http://127.0.0.1:9"
+
+
+def run(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    base.update(
+        AWS_ENDPOINT_URL=CLOSED,  # every AWS call fails at once, on loopback
+        AWS_ENDPOINT_URL_PRICING=CLOSED,
+    )
+    base.update(env)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "preflight.py"), *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env=base,
+    )
+
+
+def test_an_unknown_stack_is_one_line_and_exit_2():
+    proc = run("--stack", "t4x")
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = problems(proc.stderr)
+    assert line.startswith("preflight.py: no stack 't4x'") and "did you mean 't4x1'" in line
+
+
+def test_an_invalid_stack_file_is_refused_before_any_cloud_is_asked(tmp_path):
+    bad = tmp_path / "Pulumi.bad.yaml"
+    bad.write_text(
+        "config:\n  gpufleet:provider: aws\n  gpufleet:tier: t4x1\n"
+        "  gpufleet:zone: us-east-1zz\n  gpufleet:sshCidrs: [203.0.113.0/24]\n"
+    )
+    proc = run("--stack-file", str(bad))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert problems(proc.stderr)[0].startswith("preflight.py: gpufleet:zone: 'us-east-1zz'")
+
+
+def test_no_network_is_one_line_per_check_and_exit_1_without_a_traceback():
+    proc = run("--stack", "t4x1")
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "preflight t4x1: 1 x g4dn.xlarge (aws us-east-1, spot)"
+    assert lines[1].startswith("[unknown] identity: STS GetCallerIdentity:")
+    assert all(len(ln) <= 80 for ln in lines)
+
+
+def test_json_lists_every_check_with_its_state_and_the_calls_made():
+    proc = run("--stack", "t4x1", "--json")
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    assert doc["ok"] is False and doc["provider"] == "aws"
+    assert {c["check"] for c in doc["checks"]} >= {"identity", "quota", "offered", "price"}
+    assert all(set(c) == {"check", "state", "detail", "fix"} for c in doc["checks"])
