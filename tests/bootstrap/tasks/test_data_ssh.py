@@ -88,9 +88,11 @@ def files_under(root: Path) -> dict[str, bytes]:
 def bucket_files(moto: str, prefix: str) -> dict[str, bytes]:
     client = s3(moto)
     listed = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])
+    # The dataset's own files: the manifest an upload writes beside them is ours.
     return {
         o["Key"][len(prefix) :]: client.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()
         for o in listed
+        if not o["Key"].rsplit("/", 1)[-1].startswith(".gpufleet-")
     }
 
 
