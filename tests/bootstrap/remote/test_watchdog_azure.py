@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from bootstrap.remote import job_sync
 from tests.bootstrap.remote.test_watchdog import (
     RecordingSyncer,
     Timeline,
@@ -122,8 +121,11 @@ class FakeAzureNode:
             doc = {"access_token": token, "expires_on": "1900000000", "resource": q["resource"]}
             return 200, json.dumps(doc).encode(), {}
         if path == "/metadata/scheduledevents":
-            doc = {"DocumentIncarnation": len(self.events), "Events": self.events}
-            return 200, json.dumps(doc).encode(), {}
+            events = {
+                "DocumentIncarnation": len(self.events),
+                "Events": self.events,
+            }
+            return 200, json.dumps(events).encode(), {}
         return 404, b"", {}
 
     def list_blobs(self, method: str, q: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
@@ -444,38 +446,6 @@ def test_blob_put_and_large_files_in_blocks_land_whole_and_check_sync_reads_back
     assert fake.blobs["big.bin"] == big.read_bytes()
     assert [q for m, q in fake.calls if m == "PUT"].count(f"/{ACCOUNT}/{CONTAINER}/big.bin") == 4
     assert wsync.check_store(store, "azt-1").startswith("wrote and read back azureblob://")
-
-
-@pytest.mark.integration
-def test_a_jobs_checkpoints_go_to_blob_and_restore_takes_the_newest_complete_one(
-    azure: tuple[FakeAzureNode, str], tmp_path: Path
-) -> None:
-    """fab train's job sync on Azure: the same Blob store as the watchdog's, not S3."""
-    fake, url = azure
-    fake.page_size = 2  # four blobs: the listing takes two pages (NextMarker)
-    store = job_sync.make_store("azure", f"{ACCOUNT}/{CONTAINER}", REGION, url, url)
-    assert isinstance(store, wsync.BlobStore)
-    ckpt = tmp_path / "scratch" / "checkpoints" / "j1"
-    for step, data in ((10, b"a" * 10), (20, b"b" * 20)):
-        folder = ckpt / f"step-{step:08d}"
-        folder.mkdir(parents=True)
-        (folder / "model.pt").write_bytes(data)
-        (folder / job_sync.MARKER).write_text(json.dumps({"files": {"model.pt": len(data)}}))
-    out = job_sync.push(ckpt, store, "n0")
-    assert out.ok and out.uploaded == 4 and out.newest_step == 20, out
-    assert fake.blobs["checkpoints/n0/j1/step-00000020/model.pt"] == b"b" * 20
-
-    reader = job_sync.BucketReader(store)
-    assert set(reader.list("checkpoints/n0/j1/")) == {
-        f"checkpoints/n0/j1/step-000000{s}0/{f}"
-        for s in (1, 2)
-        for f in ("model.pt", job_sync.MARKER)
-    }
-    assert sum(1 for m, p in fake.calls if p == f"/{ACCOUNT}/{CONTAINER}") == 2
-    back = job_sync.restore(tmp_path / "fresh", reader, "checkpoints/n0/j1/")
-    assert back.ok and back.newest_step == 20, back
-    assert (tmp_path / "fresh" / "step-00000020" / "model.pt").read_bytes() == b"b" * 20
-    assert not (tmp_path / "fresh" / "step-00000010").exists()
 
 
 @pytest.mark.integration
