@@ -226,16 +226,24 @@ def one_job(inv: Path, jobs: Path) -> dict[str, Any]:
 
 def started_job(result: FabResult, nodes: int = 2) -> str:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    match = re.search(rf"job (\S+) (running|resumed) on {nodes} node", result.stdout)
+    match = re.search(rf"job (\S+) (running|resumed|restarted) on {nodes} node", result.stdout)
     assert match, result.stdout
     return match.group(1)
 
 
 def bucket_steps(moto: str, job: str) -> list[int]:
-    """Steps whose COMPLETE marker is in the bucket under the job's prefix."""
-    listed = s3(moto).list_objects_v2(Bucket=BUCKET, Prefix=f"checkpoints/node-0/{job}/")
-    keys = [o["Key"] for o in listed.get("Contents", [])]
-    return sorted(int(m.group(1)) for k in keys if (m := re.search(r"step-(\d+)/COMPLETE$", k)))
+    """The steps of the checkpoint versions in the bucket under the job's prefix (each
+    version's manifest, written last, says its step)."""
+    client = s3(moto)
+    prefix = f"checkpoints/node-0/{job}/.gpufleet/versions/"
+    listed = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
+    steps = []
+    for obj in listed.get("Contents", []):
+        body = client.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read()
+        step = json.loads(body).get("step")
+        if step is not None:
+            steps.append(int(step))
+    return sorted(set(steps))
 
 
 def wait_for(what: str, check: Any, timeout: float = 240.0) -> Any:
@@ -377,16 +385,13 @@ def test_a_killed_job_resumes_from_its_last_checkpoint_in_the_bucket_not_step_ze
     saved = bucket_steps(moto_url, job)[-1]
     assert 0 < saved < 25
 
-    # A new scratch disk (the node came back empty) and, in the bucket, a newer checkpoint
-    # that was cut off while uploading: the resume must take `saved`, from the bucket.
+    # A new scratch disk (the node came back empty) and, in the bucket, the object of a
+    # newer save whose upload was cut off before its version's manifest: the resume must
+    # take `saved`, from the bucket.
     shutil.rmtree(place["scratch"] / "checkpoints" / job)
     client = s3(moto_url)
-    prefix = f"checkpoints/node-0/{job}/step-00000099"
-    client.put_object(Bucket=BUCKET, Key=f"{prefix}/model.pt", Body=b"half")
-    client.put_object(
-        Bucket=BUCKET, Key=f"{prefix}/COMPLETE",
-        Body=json.dumps({"step": 99, "files": {"model.pt": 123456}}).encode(),
-    )  # fmt: skip
+    orphan = f"checkpoints/node-0/{job}/.gpufleet/objects/{'9' * 64}"
+    client.put_object(Bucket=BUCKET, Key=orphan, Body=b"half")
 
     resumed = run_fab(
         "train", "--resume", job, "--inventory", str(two_nodes), "--jobs-dir", str(jobs),
@@ -401,7 +406,7 @@ def test_a_killed_job_resumes_from_its_last_checkpoint_in_the_bucket_not_step_ze
     assert (summary["start_step"], summary["end_step"]) == (saved, 25)
     row = one_job(two_nodes, jobs)
     assert (row["state"], row["attempt"]) == ("succeeded", 2)
-    assert bucket_steps(moto_url, job)[-1] == 99 and 25 in bucket_steps(moto_url, job)
+    assert bucket_steps(moto_url, job)[-1] == 25
     # The head's events, for the job's chart: the killed attempt has no end of its own.
     kinds = [(e["event"], e.get("attempt") or e.get("state")) for e in events(jobs, job)]
     assert kinds[0] == ("start", 1) and ("resume", 2) in kinds
@@ -479,6 +484,22 @@ def test_bad_input_is_refused_in_one_line_before_any_node_changes(
     assert "gpufleet:" not in gone.stdout and "torch is not installed" in gone.stderr
     assert not jobs.exists()  # nothing was created on the reachable node either
 
+    # Issue 39: a placeholder fab does not know, on a new job or a resume, and an option a
+    # resume cannot change: one line each, before any node is contacted.
+    typo = run_fab(*base, "--script", "examples/train_lm.py", "--args", "--out {ckpt_dir}")
+    assert typo.returncode == 2 and typo.stdout == "", typo.stdout
+    assert typo.stderr.startswith("gpufleet: --args '{ckpt_dir}': unknown placeholder")
+    assert "({{ and }} write a brace)" in typo.stderr and len(typo.stderr.splitlines()) == 1
+    for extra, says in (
+        (["--resume-args", "--from {newest}"], "{newest} needs a pattern"),
+        (["--workdir", "examples"], "--workdir: a resume runs from the job's recorded"),
+    ):
+        bad = run_fab("train", "--inventory", str(two), "--jobs-dir", str(jobs), "--resume",
+                      "some-job", *extra)  # fmt: skip
+        assert bad.returncode == 2 and says in bad.stderr, bad.stderr
+        assert "connection refused" not in bad.stderr  # the closed port was never tried
+    assert not jobs.exists()
+
     unknown = run_fab("logs", "no-such-job", "--inventory", str(inv), "--jobs-dir", str(jobs))
     assert unknown.returncode == 2 and "no job 'no-such-job' on these nodes" in unknown.stderr
 
@@ -549,7 +570,9 @@ def test_a_resume_with_nothing_to_restore_stops_unless_told_to_start_from_scratc
     assert one_job(one_node.inventory, one_node.jobs)["attempt"] == 1  # nothing started
 
     again = resume(one_node, job_id, "--from-scratch", "--follow")
-    assert f"job {job_id} resumed on 1 node" in again.stdout, again.stdout[-2000:]
+    # Issue 39: "resumed" only when a checkpoint was restored.
+    assert f"job {job_id} restarted on 1 node" in again.stdout, again.stdout[-2000:]
+    assert "resumed" not in again.stdout.replace("resumed on", "")
     assert "nothing to restore" in again.stdout and "(--from-scratch)" in again.stdout
     assert one_job(one_node.inventory, one_node.jobs)["attempt"] == 2
 
@@ -627,14 +650,11 @@ def test_a_plain_torch_save_job_resumes_from_the_bucket_on_an_emptied_node(
     job = re.search(r"job (\S+) running on 1 node", (started := run_fab(*argv)).stdout)
     assert started.returncode == 0 and job, started.stdout[-2000:] + started.stderr[-2000:]
     job_id = job.group(1)
-    manifest = f"checkpoints/node-0/{job_id}/.gpufleet-folder.json"
+    versions = f"checkpoints/node-0/{job_id}/.gpufleet/versions/"
 
     def folder_saved() -> bool:
-        try:
-            s3(one_node.moto_url).head_object(Bucket=BUCKET, Key=manifest)
-        except Exception:
-            return False
-        return True
+        listed = s3(one_node.moto_url).list_objects_v2(Bucket=BUCKET, Prefix=versions)
+        return bool(listed.get("Contents"))
 
     wait_for("the job's folder in the bucket", folder_saved)
     time.sleep(2)
@@ -696,3 +716,156 @@ def test_train_check_imports_torch_once_per_node_and_venv_until_either_changes(
     moved[moved.index("--inventory") + 1] = str(other)
     assert "(known venv)" not in _check_line(run_fab(*moved), jobs)
     assert len(json.loads(cache.read_text())["entries"]) == 2
+
+
+# Checkpoints as nanoGPT's train.py keeps them (our own code, its names): one ckpt.pt in
+# --out_dir holding iter_num, loaded only with --init_from=resume; otherwise it says
+# "Initializing a new model from scratch" and starts at iter 1. --fail_at ends the run
+# with an error after that iter's save (as a crash would, with the checkpoint saved).
+RESUMABLE_SCRIPT = """\
+import argparse, os, sys, time
+import torch
+import torch.distributed as dist
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int)
+p.add_argument("--out_dir")
+p.add_argument("--init_from", default="scratch")
+p.add_argument("--fail_at", type=int, default=-1)
+a = p.parse_args()
+print("argv " + " ".join(sys.argv[1:]), flush=True)
+dist.init_process_group("gloo")
+path = os.path.join(a.out_dir, "ckpt.pt")
+start = 0
+if a.init_from == "resume":
+    start = torch.load(path)["iter_num"]
+    print(f"resuming from iter {start}", flush=True)
+else:
+    print("Initializing a new model from scratch", flush=True)
+for it in range(start + 1, a.steps + 1):
+    time.sleep(0.2)
+    if dist.get_rank() == 0:
+        torch.save({"iter_num": it}, path)
+    print(f"iter {it} done", flush=True)
+    if it == a.fail_at:
+        sys.exit(3)
+dist.destroy_process_group()
+"""
+
+
+def resumable_job(fleet: TrainFleet, tmp_path: Path, script_args: str) -> list[str]:
+    """``fab train`` of RESUMABLE_SCRIPT on one process per node."""
+    work = tmp_path / "nanolike"
+    work.mkdir(exist_ok=True)
+    (work / "train.py").write_text(RESUMABLE_SCRIPT)
+    argv = fleet.train(script_args)
+    argv[argv.index("examples/train_lm.py")] = str(work / "train.py")
+    argv[argv.index("--nproc-per-node") + 1] = "1"
+    return argv
+
+
+def failed_job(fleet: TrainFleet, place: dict[str, Path], tmp_path: Path, args: str) -> str:
+    """A job that saved a checkpoint, failed, and whose node lost its checkpoint folder (a
+    stop wipes instance-store NVMe): only the bucket has it."""
+    done = run_fab(*resumable_job(fleet, tmp_path, args), "--follow", timeout=400)
+    job = re.search(r"job (\S+) running on 1 node", done.stdout)
+    assert done.returncode == 1 and job, done.stdout[-3000:] + done.stderr[-3000:]
+    assert one_job(fleet.inventory, fleet.jobs)["state"] == "failed"
+    shutil.rmtree(place["scratch"] / "checkpoints" / job.group(1))
+    return job.group(1)
+
+
+def job_json(jobs: Path, job: str) -> dict[str, Any]:
+    return dict(json.loads((jobs / job / "job.json").read_text()))
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("known_venvs")
+def test_a_resume_applies_new_args_adds_the_resume_args_and_says_what_it_resumed(
+    one_node: TrainFleet, place: dict[str, Path], tmp_path: Path
+) -> None:
+    jobs = one_node.jobs
+    job = failed_job(one_node, place, tmp_path, "--steps 8 --out_dir={checkpoint_dir} --fail_at 3")
+    ckpt = place["scratch"] / "checkpoints" / job
+    assert job_json(jobs, job)["args"] == ["--steps", "8", "--out_dir={checkpoint_dir}",
+                                           "--fail_at", "3"]  # fmt: skip
+
+    # Issue 39: `--resume JOB --args ...` exited 0 and ran the recorded args.
+    resumed = resume(
+        one_node, job, "--args", "--steps 5 --out_dir={checkpoint_dir}",
+        "--resume-args", "--init_from=resume", "--follow",
+    )  # fmt: skip
+    out = resumed.stdout
+    assert resumed.returncode == 0, out[-3000:] + resumed.stderr[-3000:]
+    assert f"job {job}, attempt 2: --args, --resume-args as given now" in out
+    said = re.search(rf"job {job} resumed on 1 node\(s\) x 1 process\(es\), from (.*)", out)
+    assert said and said.group(1).startswith("version ") and "(step 3)" in said.group(1), out
+    # The placeholders were filled in on the node, the resume args added after the args.
+    assert f"argv --steps 5 --out_dir={ckpt} --init_from=resume" in out
+    assert "resuming from iter 3" in out and "iter 5 done" in out
+    assert "iter 1 done" not in out and "from scratch" not in out
+    recorded = job_json(jobs, job)
+    assert recorded["args"] == ["--steps", "5", "--out_dir={checkpoint_dir}"]
+    assert recorded["resume_args"] == ["--init_from=resume"]
+    assert recorded["changed"] == ["args", "resume_args"] and recorded["attempt"] == 2
+    row = one_job(one_node.inventory, jobs)
+    assert (row["state"], row["attempt"]) == ("succeeded", 2)
+    assert row["resumed_from"]["step"] == 3 and row["warnings"] == []
+
+    # Run again without the resume args: the script starts from scratch and writes iter 2
+    # over the restored iter 5. fab jobs and fab logs say both.
+    again = resume(
+        one_node, job, "--rerun", "--resume-args", "", "--args",
+        "--steps 2 --out_dir={checkpoint_dir}", "--follow",
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "Initializing a new model from scratch" in again.stdout
+    assert job_json(jobs, job)["resume_args"] == []
+    row = wait_for("the attempt's warnings",
+                   lambda: (r := one_job(one_node.inventory, jobs))["warnings"] and r)  # fmt: skip
+    text = " ".join(row["warnings"])
+    assert "from scratch" in text, row["warnings"]
+    table = run_fab(
+        "jobs", "--inventory", str(one_node.inventory), "--jobs-dir", str(jobs),
+        env={"COLUMNS": "80"},
+    )  # fmt: skip
+    assert "  warning: " in table.stdout and "  resumed from version " in table.stdout
+    assert all(len(line) <= 80 for line in table.stdout.splitlines()), table.stdout
+    logs = run_fab("logs", job, "--inventory", str(one_node.inventory), "--jobs-dir", str(jobs))
+    assert f"gpufleet: job {job}: warning: " in logs.stderr, logs.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("known_venvs")
+def test_a_resume_whose_bucket_answers_503_to_every_get_fails_and_starts_nothing(
+    one_node: TrainFleet, place: dict[str, Path], tmp_path: Path
+) -> None:
+    from tests.support.fault_proxy import Fault, fault_proxy
+
+    jobs = one_node.jobs
+    job = failed_job(one_node, place, tmp_path, "--steps 4 --out_dir={checkpoint_dir} --fail_at 2")
+    with fault_proxy(one_node.moto_url) as proxy:
+        # Every download of a checkpoint file is throttled; the listing answers.
+        proxy.add(Fault("status", method="GET", path=r"/\.gpufleet/objects/", times=10_000))
+        refused = resume(
+            one_node, job, "--s3-endpoint", proxy.url, "--resume-args", "--init_from=resume",
+        )  # fmt: skip
+        assert proxy.requests("GET", fault="status"), proxy.seen
+    err = refused.stderr
+    assert refused.returncode == 1, refused.stdout[-3000:] + err[-3000:]
+    (line,) = [ln for ln in err.splitlines() if "restore failed: " in ln]
+    assert line.startswith("gpufleet: node-0 (") and "throttled" in line, err
+    assert err.splitlines()[-1] == (
+        f"gpufleet: job {job}: not resumed: 1 of 1 node(s) could not restore its "
+        "checkpoint; nothing started"
+    )
+    assert "resumed" not in refused.stdout and "Traceback" not in err
+    row = one_job(one_node.inventory, jobs)
+    assert (row["state"], row["attempt"]) == ("failed", 1)  # no supervisor ran
+    assert not (place["scratch"] / "checkpoints" / job / "ckpt.pt").exists()
+
+    # The bucket answers again: the same attempt number, and the job goes on from iter 2.
+    ok = resume(one_node, job, "--s3-endpoint", one_node.moto_url, "--follow")
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
+    assert "resuming from iter 2" in ok.stdout and "iter 4 done" in ok.stdout
+    assert one_job(one_node.inventory, jobs)["attempt"] == 2
