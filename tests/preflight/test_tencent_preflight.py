@@ -1,0 +1,105 @@
+"""Tencent Cloud's preflight through the official SDK against a local fake on 127.0.0.1."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from tencentcloud.cvm.v20170312 import models
+
+from infra import preflight
+from infra.preflight import FAIL, INFO, OK, UNKNOWN, Need
+from tests.preflight.tencent_fake import TencentFake, quota_row
+
+CLOSED = "127.0.0.1:9"
+
+
+def need(**kw: Any) -> Need:
+    base = Need(
+        stack="tencent-t4x1",
+        provider="tencent",
+        region="ap-guangzhou",
+        zone="ap-guangzhou-3",
+        instance_type="GN7.2XLARGE32",
+        nodes=1,
+        vcpus=8,
+        gpus=1,
+        billing="spot",
+    )
+    return dataclasses.replace(base, **kw)
+
+
+@pytest.fixture()
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[TencentFake]:
+    with TencentFake() as f:
+        monkeypatch.setenv("TENCENTCLOUD_SECRET_ID", "AKIDtesting")
+        monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", "testing")
+        monkeypatch.setenv("TENCENTCLOUD_CVM_ENDPOINT", f.endpoint)
+        monkeypatch.setenv("TENCENTCLOUD_STS_ENDPOINT", f.endpoint)
+        yield f
+
+
+def by_name(report: preflight.Report) -> dict[str, preflight.Check]:
+    return {c.name: c for c in report.checks}
+
+
+def members(cls: type) -> set[str]:
+    return {n[1:] for n in vars(cls()) if n.startswith("_")}
+
+
+def test_the_fake_answers_only_fields_of_the_sdk_s_own_models():
+    f = TencentFake()
+    quota = f.answer("DescribeAccountQuota", {})
+    assert set(quota) <= members(models.DescribeAccountQuotaResponse)
+    assert set(quota["AccountQuotaOverview"]) <= members(models.AccountQuotaOverview)
+    assert set(quota["AccountQuotaOverview"]["AccountQuota"]) <= members(models.AccountQuota)
+    assert set(quota_row("z", 1, 0)) <= members(models.PostPaidQuota)
+    assert set(quota_row("z", 1, 0)) <= members(models.SpotPaidQuota)
+    assert set(f.images[0]) <= members(models.Image)
+    assert "DryRun" in inspect.getsource(models.RunInstancesRequest)
+    f.server.server_close()
+
+
+def test_an_account_with_quota_passes(fake):
+    got = by_name(preflight.run(need()))
+    assert got["identity"].state == OK and "100000000001" in got["identity"].detail
+    assert got["quota spot"].state == OK
+    assert "30 instances left of 30, the stack needs 1" in got["quota spot"].detail
+    assert got["quota on-demand"].state == INFO
+    assert got["image"].state == OK and "img-487zeit5" in got["image"].detail
+    assert got["launch"].state == OK
+    run = [p for a, p in fake.requests if a == "RunInstances"]
+    assert run and run[0]["DryRun"] is True and run[0]["InstanceChargeType"] == "SPOTPAID"
+
+
+def test_a_short_spot_quota_in_the_zone_fails_with_the_fix(fake):
+    fake.spot_paid = [quota_row("ap-guangzhou-3", 2, 2)]
+    report = preflight.run(need())
+    q = by_name(report)["quota spot"]
+    assert q.state == FAIL and "0 instances left of 2" in q.detail and q.fix
+    assert report.status == 1
+
+
+def test_a_denied_run_instances_is_told_by_the_dry_run(fake):
+    fake.denied.add("RunInstances")
+    launch = by_name(preflight.run(need()))["launch"]
+    assert launch.state == FAIL and "cvm:RunInstances denied" in launch.detail
+    assert launch.fix.startswith("grant cvm:RunInstances")
+
+
+def test_no_credentials_is_one_line_each(fake, monkeypatch):
+    monkeypatch.delenv("TENCENTCLOUD_SECRET_ID")
+    got = by_name(preflight.run(need()))
+    assert got["identity"].state == UNKNOWN
+    assert got["identity"].detail == "no Tencent Cloud credentials"
+    assert got["quota"].detail == "not asked: no identity" and fake.requests == []
+
+
+def test_no_network_is_said_and_nothing_raises(fake, monkeypatch):
+    monkeypatch.setenv("TENCENTCLOUD_STS_ENDPOINT", CLOSED)
+    got = by_name(preflight.run(need()))
+    assert got["identity"].state == UNKNOWN
+    assert got["identity"].detail.startswith("STS GetCallerIdentity:")
