@@ -10,7 +10,7 @@
 Both speak JSON 1.1 (POST /, ``X-Amz-Target: <targetPrefix>.<Operation>``), the shapes
 botocore's own service models define (botocore/data/service-quotas/2019-06-24/service-2.json:
 GetServiceQuotaResponse.Quota of ServiceQuota; botocore/data/ssm/2014-11-06/service-2.json:
-GetParameterResult.Parameter), read from the copy in this repo's .venv, 2026-12-14;
+GetParameterResult.Parameter), read from the copy in this repo's .venv, 2026-12-05;
 tests/preflight/test_aws_preflight.py checks every key answered here is a member of those
 shapes. Errors are ``{"__type": Code, "message": ...}`` with HTTP 400, as botocore parses
 JSON protocol errors. Every request is counted by its target.

@@ -5,13 +5,14 @@ X-TC-Action, answers ``{"Response": {..., "RequestId"}}``, errors as ``Response.
 with HTTP 200); the signature is only required to be TC3-HMAC-SHA256 here (the reaper's
 fake checks it in full). Answers carry the fields of the SDK's own models
 (tencentcloud-sdk-python-cvm 3.1.178, tencentcloud/cvm/v20170312/models.py, read
-2026-12-14): DescribeAccountQuotaResponse (AppId, AccountQuotaOverview of Region and
+2026-12-05): DescribeAccountQuotaResponse (AppId, AccountQuotaOverview of Region and
 AccountQuota, whose PostPaidQuotaSet / SpotPaidQuotaSet rows have UsedQuota,
 RemainingQuota, TotalQuota, Zone), DescribeImagesResponse (ImageSet of ImageId,
 ImageName; TotalCount); RunInstances with DryRun answers a RequestId only, as the SDK's
 RunInstancesRequest.DryRun says a passed check does. STS GetCallerIdentity: Arn,
 AccountId, UserId, PrincipalId, Type (the STS 2018-08-13 API's documented output,
-https://cloud.tencent.com/document/api/1312/48210, read 2026-12-14).
+https://cloud.tencent.com/document/api/1312/48210; that page was not opened here, and no
+STS SDK model is installed to check these names against).
 """
 
 from __future__ import annotations

@@ -23,9 +23,9 @@ from infra.preflight import FAIL, INFO, NOT_CHECKED, OK, UNKNOWN, Calls, Check, 
 # EC2 vCPU quotas by family (Service Quotas, service code ec2). The quota names are those of
 # AWS's "Spot Instance quotas" page
 # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-spot-limits.html, read
-# 2026-12-14) and of the Service Quotas console for EC2; the codes are the ones
+# 2026-12-05) and of the Service Quotas console for EC2; the codes are the ones
 # `aws service-quotas list-service-quotas --service-code ec2` answers with those names
-# (cross-read in public repositories' quota scripts, 2026-12-14; a code AWS ever renames
+# (cross-read in public repositories' quota scripts, 2026-12-05; a code AWS ever renames
 # shows as NoSuchResourceException in the quota line, never a wrong answer).
 # family letters -> (on-demand (code, name), spot (code, name))
 QUOTAS: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {
