@@ -85,6 +85,8 @@ ADVICE = {
     "missing": "an object went away while it was read: run it again",
     "damaged": "the bytes read do not match the SHA-256 the bucket recorded; nothing "
     "damaged was kept: run it again",
+    "damaged-upload": "the bucket refused the bytes it received (damaged on the way, or "
+    "the file changed while it was sent); nothing damaged was stored: run it again",
     "changed": "the object was replaced while it was read: run it again (it reads the new one)",
     "slow": "the bucket sent less than --min-rate: run it again (what landed stays), or "
     "lower --min-rate",
@@ -375,8 +377,9 @@ class Progress:
             self.out.flush()
 
 
-def failure(exc: BaseException, counts: str) -> str:
-    """One line: the cause in a word, what happened, what was done, what to do."""
+def failure(exc: BaseException, counts: str, sending: bool = False) -> str:
+    """One line: the cause in a word, what happened, what was done, what to do
+    (``sending``: the node was uploading)."""
     if isinstance(exc, bucket.StoreError):
         cause = str(getattr(exc, "cause", "") or "error")
     elif isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
@@ -384,7 +387,8 @@ def failure(exc: BaseException, counts: str) -> str:
     else:
         cause = "error"
     text = " ".join(str(exc).split())
-    advice = ADVICE.get(cause, "run it again; if it fails the same way, the line above "
+    key = f"{cause}-upload" if sending and f"{cause}-upload" in ADVICE else cause
+    advice = ADVICE.get(key, "run it again; if it fails the same way, the line above "
                                "says what the bucket answered")  # fmt: skip
     return f"{cause}: {text} ({counts}): {advice}"
 
@@ -518,7 +522,8 @@ def upload(
     except LIST_ERRORS as exc:
         digests.save()
         record.save()
-        return {"ok": False, "error": failure(exc, f"{moved} uploaded, {kept} already there")}
+        counts = f"{moved} uploaded, {kept} already there"
+        return {"ok": False, "error": failure(exc, counts, sending=True)}
     digests.save()
     record.save()
     progress.add(0, "done", force=True)

@@ -505,3 +505,46 @@ def test_a_bucket_without_its_cloud_is_one_line_from_the_node_not_a_default_clou
         "error": "bucket 'b' comes without its provider: the job spec (fab train records "
         "the stack's) must name the cloud and region it is in",
     }
+
+
+@pytest.mark.integration
+def test_blob_datasets_are_checked_by_sha256_through_the_manifest_and_damage_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.blob_fake import ACCOUNT as ACCT
+    from tests.support.blob_fake import CONTAINER as CONT
+    from tests.support.blob_fake import CREDS as BLOB_CREDS
+    from tests.support.blob_fake import blob_fake
+    from tests.support.fault_proxy import Fault, fault_proxy
+
+    monkeypatch.setattr(bucket, "BLOCK_SIZE", MIB)  # big.bin goes as blocks: no Content-MD5
+    with blob_fake() as (fake, url), fault_proxy(url) as proxy:
+        store = bucket.BlobStore.for_node(
+            endpoint="https://unused.invalid", region="eastus", bucket=f"{ACCT}/{CONT}",
+            credentials=lambda: dict(BLOB_CREDS), endpoint_url=proxy.url,
+        )  # fmt: skip
+        src = a_dataset(tmp_path / "src")
+        (src / "big.bin").write_bytes(os.urandom(3 * MIB))
+        up = data_sync.upload(src, store, "data/b")
+        assert (up["ok"], up["moved"]) == (True, 3), up
+        assert fake.blobs["data/b/big.bin"].meta  # its SHA-256, as metadata
+        files = data_sync.parse_manifest(fake.blobs["data/b/" + data_sync.MANIFEST].data)
+        assert sorted(files) == ["big.bin", "meta.json", "shards/0.bin"]
+        assert data_sync.upload(src, store, "data/b")["kept"] == 3  # by SHA-256
+
+        dest = tmp_path / "d"
+        proxy.add(Fault("flip_response", method="GET", path=r"/data/b/big\.bin$",
+                        after=MIB + 3, times=5))  # fmt: skip
+        bad = data_sync.fetch(dest, store, "data/b")
+        assert not bad["ok"] and bad["error"].startswith("damaged: "), bad
+        assert not (dest / "big.bin").exists() and no_parts(dest) == []
+        proxy.clear()
+        good = data_sync.fetch(dest, store, "data/b")
+        assert good["ok"] and good["size_only"] == 0 and folder(dest) == folder(src), good
+
+        # Another writer replaces a blob (new ETag, no metadata): the manifest no longer
+        # describes it; Put Blob's Content-MD5 checks it, and the rerun fetches it.
+        fake.replace("data/b/meta.json", b'{"rows": 9}')
+        again = data_sync.fetch(dest, store, "data/b")
+        assert (again["moved"], again["kept"], again["size_only"]) == (1, 2, 0), again
+        assert (dest / "meta.json").read_bytes() == b'{"rows": 9}'
