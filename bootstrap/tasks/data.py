@@ -73,8 +73,8 @@ DATA_HELP = {
     "deadline": "seconds the whole run may take (default 86400, a day); past it the run "
     "stops with one line, and a rerun goes on from what landed",
     "min_rate": "MB/s (1 MB = 1,000,000 bytes) each answer of the bucket must average "
-    f"after its first {RATE_GRACE_S:g} s, else the run stops with one line (default "
-    f"{MIN_RATE_MB:g}; 0 turns it off)",
+    f"after its first {RATE_GRACE_S:g} s, else it is tried again and a lasting trickle "
+    f"ends the run with one line (default {MIN_RATE_MB:g}; 0 turns it off)",
     **BUCKET_HELP,
 }
 
