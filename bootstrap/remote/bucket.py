@@ -362,7 +362,7 @@ def retry_after(value: str, now: float | None = None) -> float:
 
 def _past_deadline(last: StoreError | None) -> StoreError:
     return StoreError(
-        "sync deadline reached" + (f" (last try: {last})" if last else ""), "Deadline"
+        "deadline reached" + (f" (last try: {last})" if last else ""), "Deadline"
     )
 
 

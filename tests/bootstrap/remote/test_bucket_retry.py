@@ -227,7 +227,7 @@ def test_a_deadline_already_past_sends_nothing(
     script, url = server(Answer(200))
     builds: list[int] = []
     clock = Clock()
-    with pytest.raises(wsync.StoreError, match=r"^sync deadline reached$") as err:
+    with pytest.raises(wsync.StoreError, match=r"^deadline reached$") as err:
         send(url, clock, deadline=clock.now, builds=builds)
     assert (err.value.code, builds, script.seen) == ("Deadline", [], [])
 
