@@ -9,7 +9,11 @@ fake checks it in full). Answers carry the fields of the SDK's own models
 AccountQuota, whose PostPaidQuotaSet / SpotPaidQuotaSet rows have UsedQuota,
 RemainingQuota, TotalQuota, Zone), DescribeImagesResponse (ImageSet of ImageId,
 ImageName; TotalCount); RunInstances with DryRun answers a RequestId only, as the SDK's
-RunInstancesRequest.DryRun says a passed check does. STS GetCallerIdentity: Arn,
+RunInstancesRequest.DryRun says a passed check does. DescribeZoneInstanceConfigInfos (for
+the shared offered check): InstanceTypeQuotaSet rows of the SDK's InstanceTypeQuotaItem
+(Zone, InstanceType, InstanceChargeType, Status SELL / SOLD_OUT, SoldOutReason,
+StatusCategory), shaped as tests/infra/where/test_live_tencent.py's recorded example,
+filtered by the request's instance-type and instance-charge-type. STS GetCallerIdentity: Arn,
 AccountId, UserId, PrincipalId, Type (the STS 2018-08-13 API's documented output,
 https://cloud.tencent.com/document/api/1312/48210; that page was not opened here, and no
 STS SDK model is installed to check these names against).
@@ -23,6 +27,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+def offering(zone: str, itype: str, status: str = "SELL", **extra: Any) -> dict[str, Any]:
+    """One InstanceTypeQuotaItem of DescribeZoneInstanceConfigInfos."""
+    return {
+        "Zone": zone,
+        "InstanceType": itype,
+        "InstanceChargeType": "POSTPAID_BY_HOUR",
+        "Status": status,
+        "SoldOutReason": "",
+        **extra,
+    }
+
+
 def quota_row(zone: str, total: int, used: int) -> dict[str, Any]:
     return {"UsedQuota": used, "RemainingQuota": total - used, "TotalQuota": total, "Zone": zone}
 
@@ -32,6 +48,7 @@ class TencentFake:
         self.post_paid: list[dict[str, Any]] = [quota_row("ap-guangzhou-3", 30, 0)]
         self.spot_paid: list[dict[str, Any]] = [quota_row("ap-guangzhou-3", 30, 0)]
         self.images = [{"ImageId": "img-487zeit5", "ImageName": "Ubuntu Server 22.04 LTS 64bit"}]
+        self.offerings = [offering("ap-guangzhou-3", "GN7.2XLARGE32", StatusCategory="EnoughStock")]
         self.denied: set[str] = set()  # actions answered UnauthorizedOperation
         self.requests: list[tuple[str, dict[str, Any]]] = []
         fake = self
@@ -96,6 +113,21 @@ class TencentFake:
                     },
                 },
             }
+        if action == "DescribeZoneInstanceConfigInfos":
+            wanted = {f["Name"]: set(f["Values"]) for f in params.get("Filters", [])}
+
+            def kept(row: dict[str, Any]) -> bool:
+                return all(
+                    row.get(key) in wanted[name]
+                    for name, key in (
+                        ("zone", "Zone"),
+                        ("instance-type", "InstanceType"),
+                        ("instance-charge-type", "InstanceChargeType"),
+                    )
+                    if name in wanted
+                )
+
+            return {"InstanceTypeQuotaSet": [r for r in self.offerings if kept(r)]}
         if action == "DescribeImages":
             return {"ImageSet": self.images, "TotalCount": len(self.images)}
         if action == "RunInstances" and params.get("DryRun"):

@@ -12,7 +12,7 @@ from tencentcloud.cvm.v20170312 import models
 
 from infra import preflight
 from infra.preflight import FAIL, INFO, OK, UNKNOWN, Need
-from tests.preflight.tencent_fake import TencentFake, quota_row
+from tests.preflight.tencent_fake import TencentFake, offering, quota_row
 
 CLOSED = "127.0.0.1:9"
 
@@ -59,6 +59,7 @@ def test_the_fake_answers_only_fields_of_the_sdk_s_own_models():
     assert set(quota_row("z", 1, 0)) <= members(models.PostPaidQuota)
     assert set(quota_row("z", 1, 0)) <= members(models.SpotPaidQuota)
     assert set(f.images[0]) <= members(models.Image)
+    assert set(f.offerings[0]) <= members(models.InstanceTypeQuotaItem)
     assert "DryRun" in inspect.getsource(models.RunInstancesRequest)
     f.server.server_close()
 
@@ -71,6 +72,7 @@ def test_an_account_with_quota_passes(fake):
     assert got["quota on-demand"].state == INFO
     assert got["image"].state == OK and "img-487zeit5" in got["image"].detail
     assert got["launch"].state == OK
+    assert got["offered"].state == OK and "ap-guangzhou-3" in got["offered"].detail
     run = [p for a, p in fake.requests if a == "RunInstances"]
     assert run and run[0]["DryRun"] is True and run[0]["InstanceChargeType"] == "SPOTPAID"
 
@@ -103,3 +105,19 @@ def test_no_network_is_said_and_nothing_raises(fake, monkeypatch):
     got = by_name(preflight.run(need()))
     assert got["identity"].state == UNKNOWN
     assert got["identity"].detail.startswith("STS GetCallerIdentity:")
+
+
+def test_a_zone_whose_type_is_sold_out_fails_offered_with_the_zones_that_sell_it(fake):
+    fake.offerings = [
+        offering("ap-guangzhou-3", "GN7.2XLARGE32", "SOLD_OUT", SoldOutReason="sold out"),
+        offering("ap-guangzhou-6", "GN7.2XLARGE32"),
+    ]
+    offered = by_name(preflight.run(need()))["offered"]
+    assert offered.state == FAIL and "ap-guangzhou-3: sold out" in offered.detail
+    assert offered.fix == "set gpufleet:zone to one of ap-guangzhou-6, or zone: auto"
+
+
+def test_a_region_that_sells_the_type_nowhere_says_where_to_look(fake):
+    fake.offerings = []
+    offered = by_name(preflight.run(need()))["offered"]
+    assert offered.state == FAIL and "make where" in offered.fix
