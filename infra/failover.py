@@ -145,6 +145,40 @@ def live_screen(
     return skip
 
 
+def quota_screen(
+    candidates: Sequence[Candidate],
+    ask: Callable[[Candidate], Sequence[Any]],
+    say: Callable[[str], None] = print,
+) -> dict[str, str]:
+    """Candidate key -> why to skip it, from the account's own quota there now (``ask``:
+    infra.preflight.quota_asker, each cloud's preflight quota check): a place whose quota for
+    the stack's billing is short (a FAIL line) is skipped with the quota's words and the fix.
+    A cloud whose quota cannot be asked (no credentials, an API error) skips nothing, said
+    once; a place whose answer leaves the quota out is tried, said per place (the update
+    finds out)."""
+    from infra.preflight import FAIL, UNKNOWN
+
+    skip: dict[str, str] = {}
+    failed: set[str] = set()
+    for c in candidates:
+        if c.provider in failed:
+            continue
+        found = list(ask(c))
+        short = [x for x in found if x.state == FAIL]
+        if short:
+            x = short[0]
+            skip[c.key] = f"{x.name} short: {x.detail}" + (f"; fix: {x.fix}" if x.fix else "")
+            continue
+        unknown = [x for x in found if x.state == UNKNOWN]
+        if any(x.name == "quota" for x in unknown):  # the cloud could not be asked at all
+            failed.add(c.provider)
+            x = next(x for x in unknown if x.name == "quota")
+            say(f"quota of {c.provider}: {x.detail}; its candidates are tried as planned")
+        elif unknown:  # this place's answer left the quota out: not known to be short
+            say(f"quota at {_where(c)}: {unknown[0].detail}; tried as planned")
+    return skip
+
+
 def up(
     placement: Placement,
     engine: Engine,
@@ -156,11 +190,19 @@ def up(
     the exit status (EXIT_*)."""
     order: Sequence[Candidate] = placement.order()
     skip = skip or {}
+    why: dict[str, str] = {}  # place -> why it was skipped or failed, for the last word
     for c in order:
         if c.key in skip:
             log.write(candidate=c.key, outcome="skipped", reason=skip[c.key])
             say(f"skip {_where(c)}: {skip[c.key]}")
+            why[c.key] = f"skipped, {skip[c.key]}"
     order = [c for c in order if c.key not in skip]
+    if not order:  # every place was skipped: nothing to try, nothing made
+        say("every place was skipped, and why:")
+        for c in placement.order():
+            say(f"  {_where(c)}: {why[c.key]}")
+        log.write(outcome="all-out", action="none", why=dict(why))
+        return EXIT_ALL_OUT
     last = log.last()
     if last and last.get("outcome") in ("started", "interrupted"):  # Ctrl-C, or killed
         # The interrupted update may have left pending operations: refresh, then finish in
@@ -197,13 +239,14 @@ def up(
                 return EXIT_ERROR
             code = verdict.matched[0].code
             log.write(attempt=n, candidate=cand.key, outcome="capacity", code=code, error=detail)
+            why[cand.key] = f"failed, {verdict.reason}"
             nxt = f"; next {_where(order[n])}" if n < total else ""
             say(f"{head}: {verdict.reason}{nxt}")
             continue
         log.write(attempt=n, candidate=cand.key, outcome="landed")
         say(f"{head}: landed (gpufleet:placement = {cand.key})")
         return EXIT_LANDED
-    return _all_out(engine, log, say, had, before, placement)
+    return _all_out(engine, log, say, had, before, placement, why)
 
 
 def _all_out(
@@ -213,8 +256,16 @@ def _all_out(
     had: bool,
     before: str | None,
     placement: Placement,
+    why: Mapping[str, str] | None = None,
 ) -> int:
-    """No candidate had the capacity: leave nothing half-made."""
+    """No candidate had the capacity: leave nothing half-made, and say why each place was
+    skipped or failed, in the order they came."""
+    if why:
+        say("every place, and why:")
+        for c in placement.order():
+            if c.key in why:
+                say(f"  {_where(c)}: {why[c.key]}")
+        log.write(outcome="places", why=dict(why))
     if not had:
         say("no candidate has capacity now: destroying what the attempts created")
         engine.destroy()

@@ -125,6 +125,50 @@ def need_of(cfg: Any) -> Need:
     )
 
 
+def need_at(cfg: Any, candidate: Any) -> Need:
+    """The stack's Need placed at one `zone: auto` candidate (infra.placement.Candidate)."""
+    it = load_catalog().instance(candidate.provider, candidate.instance_type)
+    return Need(
+        stack=cfg.stack,
+        provider=candidate.provider,
+        region=candidate.region,
+        zone=candidate.zone,
+        instance_type=candidate.instance_type,
+        nodes=cfg.nodes,
+        vcpus=it.vcpus,
+        gpus=it.gpus,
+        billing=cfg.billing,
+    )
+
+
+def quota_asker(cfg: Any) -> Callable[[Any], Sequence[Check]]:
+    """candidate -> the quota checks of its cloud's preflight.py (``quota(need, calls)``)
+    for the stack placed there, asked once per place the cloud counts quota in (its
+    ``QUOTA_SCOPE``: "region", or "zone"); a cloud without one answers one NOT_CHECKED."""
+    seen: dict[tuple[str, ...], Sequence[Check]] = {}
+
+    def ask(candidate: Any) -> Sequence[Check]:
+        try:
+            module = clouds.module(candidate.provider, "preflight")
+        except LookupError:
+            module = None
+        quota = getattr(module, "quota", None)
+        if quota is None:
+            return [Check("quota", NOT_CHECKED, f"no quota check for {candidate.provider}")]
+        scope = getattr(module, "QUOTA_SCOPE", "region")
+        where = candidate.zone if scope == "zone" else ""
+        key = (candidate.provider, candidate.region, where or "", candidate.instance_type)
+        if key not in seen:
+            try:
+                seen[key] = list(quota(need_at(cfg, candidate), Calls()))
+            except Exception as exc:  # a module's bug is one line, never a traceback
+                first = (str(exc).splitlines() or [""])[0]
+                seen[key] = [Check("quota", UNKNOWN, f"{type(exc).__name__}: {first}")]
+        return seen[key]
+
+    return ask
+
+
 def offered_check(need: Need, calls: Calls) -> Check:
     """The type offered in the zone now: the cloud's own availability signal (where --live)."""
     from infra.clouds.availability import AVAILABLE, OFFERED, NoSignal

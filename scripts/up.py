@@ -7,7 +7,10 @@ candidates in the plan's order (zone, sibling type, region, cloud: docs/placemen
 records where it landed in gpufleet:placement; a pinned stack is tried once. Every attempt
 is printed with its reason and appended to stacks/.gpufleet/<stack>-up.jsonl. With --live,
 each cloud's own availability signal (`where.py --live`) is asked first, and the zones it
-reports sold out or restricted are skipped.
+reports sold out or restricted are skipped. With --quota, the account's own quota for the
+stack is asked at each place (the preflight's quota check, `make preflight`), and places
+where it is short are skipped with the quota's words and the fix. When no place lands, the
+last lines say for each place why it was skipped or failed.
 
 Exit status: 0 landed; 1 a non-capacity error (stopped at once); 2 invalid stack config
 (one line per problem, nothing run); 4 no candidate had capacity (nothing half-made left);
@@ -45,6 +48,11 @@ def main(argv: list[str] | None = None, engine_for: object = None) -> int:
         action="store_true",
         help="first ask each cloud's availability signal and skip zones it reports sold out",
     )
+    ap.add_argument(
+        "--quota",
+        action="store_true",
+        help="first ask the account's quota at each place and skip those where it is short",
+    )
     args = ap.parse_args(argv)
     try:
         path = find_stack(args.stack, STACKS_DIR, otherwise="")
@@ -71,6 +79,11 @@ def main(argv: list[str] | None = None, engine_for: object = None) -> int:
         engine = _NoRecord(engine)
     log = failover.Log(failover.log_path(path, cfg.stack))
     skip = failover.live_screen(placement.candidates, _signal) if args.live else {}
+    if args.quota:
+        from infra.preflight import quota_asker
+
+        rest = [c for c in placement.candidates if c.key not in skip]
+        skip = {**skip, **failover.quota_screen(rest, quota_asker(cfg))}
     try:
         return failover.up(placement, engine, log, skip=skip)
     except KeyboardInterrupt:  # outside an update (the loop handles one inside)

@@ -45,6 +45,7 @@ QUOTA_ATTRIBUTES = {
     "on-demand": ("max-postpaid-instance-vcpu-count", "used-postpaid-instance-vcpu-count"),
     "spot": ("max-spot-instance-vcpu-count", "used-spot-instance-vcpu-count"),
 }
+QUOTA_SCOPE = "region"  # DescribeAccountAttributes answers per region (`make up --quota`)
 CHARGE_TYPES = {"on-demand": "PostPaid", "spot": "PostPaid", "subscription": "PrePaid"}
 DENIED = ("Forbidden.RAM", "Forbidden.RAMSTS", "NoPermission")
 CREDENTIALS_HINT = "set ALIBABA_CLOUD_ACCESS_KEY_ID and ALIBABA_CLOUD_ACCESS_KEY_SECRET"
@@ -102,17 +103,31 @@ def attribute_values(body: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def _ecs(key: str, secret: str, region: str) -> Any:
+    from alibabacloud_ecs20140526.client import Client as EcsClient
+
+    endpoint = os.environ.get("ALIBABA_CLOUD_ECS_ENDPOINT") or f"ecs.{region}.aliyuncs.com"
+    return EcsClient(_config(key, secret, region, endpoint))
+
+
+def quota(need: Need, calls: Calls) -> list[Check]:
+    """The quota checks alone, for one region (``make up --quota`` asks each place)."""
+    key = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID", "")
+    secret = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "")
+    if not key or not secret:
+        return [Check("quota", UNKNOWN, "no Alibaba Cloud credentials", CREDENTIALS_HINT)]
+    return _quotas(_ecs(key, secret, need.region), need, calls, (Exception,))
+
+
 def checks(need: Need, calls: Calls) -> list[Check]:
     key = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID", "")
     secret = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "")
     if not key or not secret:
         return _unasked("no Alibaba Cloud credentials", CREDENTIALS_HINT)
-    from alibabacloud_ecs20140526.client import Client as EcsClient
     from alibabacloud_tea_openapi.client import Client as OpenApiClient
 
-    ecs_endpoint = os.environ.get("ALIBABA_CLOUD_ECS_ENDPOINT") or f"ecs.{need.region}.aliyuncs.com"
     sts_endpoint = os.environ.get("ALIBABA_CLOUD_STS_ENDPOINT") or "sts.aliyuncs.com"
-    ecs = EcsClient(_config(key, secret, need.region, ecs_endpoint))
+    ecs = _ecs(key, secret, need.region)
     sts = OpenApiClient(_config(key, secret, need.region, sts_endpoint))
     problems = (Exception,)  # the Tea SDK raises its own hierarchy plus transport errors
     try:

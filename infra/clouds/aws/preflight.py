@@ -64,6 +64,7 @@ ACTIONS = (
     "cloudwatch:PutMetricAlarm",
 )
 CREDENTIALS_HINT = "set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+QUOTA_SCOPE = "region"  # Service Quotas' EC2 vCPU quotas are per region (`make up --quota`)
 
 
 def family(instance_type: str) -> str:
@@ -110,19 +111,37 @@ def _counted_session(calls: Calls) -> Any:
     return session
 
 
-def checks(need: Need, calls: Calls) -> list[Check]:
-    from botocore.config import Config
+def _problems() -> tuple[type[Exception], ...]:
     from botocore.exceptions import BotoCoreError, ClientError
     from botocore.parsers import ResponseParserError
 
-    problems = (BotoCoreError, ClientError, ResponseParserError)
+    return (BotoCoreError, ClientError, ResponseParserError)
+
+
+def _once() -> Any:
+    from botocore.config import Config
+
+    # one try each, short timeouts: a preflight answers in seconds or says it could not
+    return Config(
+        retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=20
+    )
+
+
+def quota(need: Need, calls: Calls) -> list[Check]:
+    """The quota checks alone, for one place (``make up --quota`` asks each region)."""
+    session = _counted_session(calls)
+    if session.get_credentials() is None:
+        return [Check("quota", UNKNOWN, "no AWS credentials", CREDENTIALS_HINT)]
+    sq = session.client("service-quotas", region_name=need.region, config=_once())
+    return _quotas(sq, need, _problems())
+
+
+def checks(need: Need, calls: Calls) -> list[Check]:
+    problems = _problems()
     session = _counted_session(calls)
     if session.get_credentials() is None:
         return _unasked("no AWS credentials", CREDENTIALS_HINT)
-    # one try each, short timeouts: a preflight answers in seconds or says it could not
-    once = Config(
-        retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=20
-    )
+    once = _once()
 
     def client(name: str) -> Any:
         return session.client(name, region_name=need.region, config=once)

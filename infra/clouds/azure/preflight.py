@@ -51,6 +51,7 @@ CREDENTIALS_HINT = (
     "accessToken -o tsv`) and GPUFLEET_AZURE_SUBSCRIPTION_ID"
 )
 # The portal's route for spot vCPUs (articles/quotas/spot-quota.md, read 2026-12-05).
+QUOTA_SCOPE = "region"  # Compute Usages are per region (`make up --quota`)
 SPOT_FIX = (
     "Azure portal > Quotas > Compute, search 'spot', select the region's "
     "low-priority vCPUs > Request quota increase > Enter a new limit: {value}"
@@ -108,20 +109,14 @@ def _unasked(why: str, fix: str) -> list[Check]:
     ]
 
 
-def checks(need: Need, calls: Calls) -> list[Check]:
-    token = os.environ.get("GPUFLEET_AZURE_ACCESS_TOKEN", "").strip()
-    subscription = os.environ.get("GPUFLEET_AZURE_SUBSCRIPTION_ID", "").strip()
-    if not token or not subscription:
-        return _unasked("no Azure credentials", CREDENTIALS_HINT)
-    from azure.core.exceptions import AzureError
-    from azure.core.rest import HttpRequest
+def _client(token: str, subscription: str) -> Any:
     from azure.mgmt.compute import ComputeManagementClient
 
     from infra.clouds.azure.availability import ARM_ENDPOINT
     from infra.clouds.azure.reaper import ARM_SCOPE, StaticTokenCredential
 
     endpoint = (os.environ.get("GPUFLEET_AZURE_ARM_ENDPOINT") or ARM_ENDPOINT).rstrip("/")
-    client = ComputeManagementClient(
+    return ComputeManagementClient(
         StaticTokenCredential(token),
         subscription,
         base_url=endpoint,
@@ -130,6 +125,33 @@ def checks(need: Need, calls: Calls) -> list[Check]:
         connection_timeout=5,
         read_timeout=20,
     )
+
+
+def _credentials() -> tuple[str, str]:
+    token = os.environ.get("GPUFLEET_AZURE_ACCESS_TOKEN", "").strip()
+    subscription = os.environ.get("GPUFLEET_AZURE_SUBSCRIPTION_ID", "").strip()
+    return token, subscription
+
+
+def quota(need: Need, calls: Calls) -> list[Check]:
+    """The quota checks alone, for one region (``make up --quota`` asks each place)."""
+    from azure.core.exceptions import AzureError
+
+    token, subscription = _credentials()
+    if not token or not subscription:
+        return [Check("quota", UNKNOWN, "no Azure credentials", CREDENTIALS_HINT)]
+    client = _client(token, subscription)
+    return _quotas(client, need, subscription, calls, (AzureError, OSError, ValueError))
+
+
+def checks(need: Need, calls: Calls) -> list[Check]:
+    token, subscription = _credentials()
+    if not token or not subscription:
+        return _unasked("no Azure credentials", CREDENTIALS_HINT)
+    from azure.core.exceptions import AzureError
+    from azure.core.rest import HttpRequest
+
+    client = _client(token, subscription)
     problems = (AzureError, OSError, ValueError)
     try:
         calls.add("arm:Subscriptions.Get")

@@ -34,6 +34,7 @@ QUOTA_SETS = {
 }
 CREDENTIALS_HINT = "set TENCENTCLOUD_SECRET_ID and TENCENTCLOUD_SECRET_KEY"
 QUOTA_FIX = "ask for more in the CVM console's quota page or by a ticket (no quota API)"
+QUOTA_SCOPE = "zone"  # DescribeAccountQuota answers per zone (`make up --quota`)
 
 
 def _client(service: str, version: str, region: str, key: str, secret: str) -> Any:
@@ -62,6 +63,33 @@ def _unasked(why: str, fix: str) -> list[Check]:
     ]
 
 
+def _counted(calls: Calls, clients: dict[str, Any]) -> Any:
+    """call(client, action, params) -> the answer's Response, each call counted by name."""
+    names = {id(c): n for n, c in clients.items()}
+
+    def call(client: Any, action: str, params: dict[str, Any]) -> dict[str, Any]:
+        calls.add(f"{names[id(client)]}:{action}")
+        answer = client.call_json(action, params)
+        return dict(answer.get("Response", answer))
+
+    return call
+
+
+def quota(need: Need, calls: Calls) -> list[Check]:
+    """The quota checks alone, for one zone (``make up --quota`` asks each place)."""
+    from tencentcloud.common.exception.tencent_cloud_sdk_exception import (
+        TencentCloudSDKException,
+    )
+
+    key = os.environ.get("TENCENTCLOUD_SECRET_ID", "")
+    secret = os.environ.get("TENCENTCLOUD_SECRET_KEY", "")
+    if not key or not secret:
+        return [Check("quota", UNKNOWN, "no Tencent Cloud credentials", CREDENTIALS_HINT)]
+    cvm = _client("cvm", "2017-03-12", need.region, key, secret)
+    call = _counted(calls, {"cvm": cvm})
+    return _quotas(call, cvm, need, (TencentCloudSDKException, OSError))
+
+
 def checks(need: Need, calls: Calls) -> list[Check]:
     from tencentcloud.common.exception.tencent_cloud_sdk_exception import (
         TencentCloudSDKException,
@@ -75,11 +103,7 @@ def checks(need: Need, calls: Calls) -> list[Check]:
     sts = _client("sts", "2018-08-13", need.region, key, secret)
     cvm = _client("cvm", "2017-03-12", need.region, key, secret)
 
-    def call(client: Any, action: str, params: dict[str, Any]) -> dict[str, Any]:
-        calls.add(f"{'sts' if client is sts else 'cvm'}:{action}")
-        answer = client.call_json(action, params)
-        return dict(answer.get("Response", answer))
-
+    call = _counted(calls, {"sts": sts, "cvm": cvm})
     try:
         me = call(sts, "GetCallerIdentity", {})
     except problems as exc:
