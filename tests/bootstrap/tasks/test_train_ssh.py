@@ -376,7 +376,9 @@ def test_a_killed_job_resumes_from_its_last_checkpoint_in_the_bucket_not_step_ze
     two_nodes, jobs, moto_url = fleet.inventory, fleet.jobs, fleet.moto_url
     # fp32 without gradient checkpointing: the steps only have to run and be checkpointed
     # (the example's defaults are trained by the test above), at a third of the CPU.
-    argv = fleet.train("--steps 25 --step-sleep 0.3 --ckpt-every 5 " + QUICK)
+    # A save every 3 s: a version is uploaded once the folder has been quiet for 2 s
+    # (job_sync.py QUIET_S), so saves closer than that are uploaded only at the end.
+    argv = fleet.train("--steps 25 --step-sleep 0.3 --ckpt-every 10 " + QUICK)
     job = started_job(run_fab(*argv))
     wait_for("a checkpoint in the bucket", lambda: bucket_steps(moto_url, job))
     kill_job(jobs, job)
@@ -644,7 +646,8 @@ def test_a_plain_torch_save_job_resumes_from_the_bucket_on_an_emptied_node(
     work = tmp_path / "work"
     work.mkdir()
     (work / "multinode.py").write_text(SNAPSHOT_SCRIPT)
-    argv = one_node.train("--epochs 30 --sleep 0.3")
+    # An epoch every 3 s: the folder is quiet long enough between saves for a version.
+    argv = one_node.train("--epochs 10 --sleep 3")
     argv[argv.index("examples/train_lm.py")] = str(work / "multinode.py")
     argv[argv.index("--nproc-per-node") + 1] = "1"
     job = re.search(r"job (\S+) running on 1 node", (started := run_fab(*argv)).stdout)
@@ -669,8 +672,8 @@ def test_a_plain_torch_save_job_resumes_from_the_bucket_on_an_emptied_node(
     resumed = resume(one_node, job_id, "--follow")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     start = re.search(r"Resuming training from snapshot at Epoch (\d+)", resumed.stdout)
-    assert start and 0 < int(start.group(1)) < 30, resumed.stdout[-3000:]
-    assert "epoch 29 done" in resumed.stdout
+    assert start and 0 < int(start.group(1)) < 10, resumed.stdout[-3000:]
+    assert "epoch 9 done" in resumed.stdout
     # The follow shows this attempt only: the killed one's lines are not replayed.
     assert "epoch 0 done" not in resumed.stdout and "attempt 1," not in resumed.stdout
     assert one_job(one_node.inventory, one_node.jobs)["state"] == "succeeded"
