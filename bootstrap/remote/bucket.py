@@ -361,9 +361,7 @@ def retry_after(value: str, now: float | None = None) -> float:
 
 
 def _past_deadline(last: StoreError | None) -> StoreError:
-    return StoreError(
-        "deadline reached" + (f" (last try: {last})" if last else ""), "Deadline"
-    )
+    return StoreError("deadline reached" + (f" (last try: {last})" if last else ""), "Deadline")
 
 
 class _CallerError(Exception):
