@@ -84,6 +84,9 @@ STATE_SCHEMA = "gpufleet.job-state/1"
 ACTIVE = ("starting", "running")
 TERMINAL = ("succeeded", "failed", "cancelled")
 HERE = Path(__file__).resolve().parent
+# Periodic syncs in a row that found the checkpoint folder being written: then a warning,
+# since a job killed now would have nothing newer in the bucket.
+NEVER_QUIET_SYNCS = 5
 
 
 # ---------------------------------------------------------------------------- files
@@ -444,6 +447,15 @@ class Supervisor:
         step = result.get("newest_step")
         if result.get("ok") and step is not None and step != before:
             add_event(self.dir, "checkpoint", step=step, version=result.get("version"))
+        busy = int(self.state.get("changing_syncs") or 0) + 1 if result.get("changing") else 0
+        self.state["changing_syncs"] = busy
+        if busy == NEVER_QUIET_SYNCS:
+            self.warn(
+                f"no checkpoint version uploaded in the last {busy} syncs: the checkpoint "
+                "folder never stayed unchanged long enough (a log written inside it?); keep "
+                "logs outside GPUFLEET_CHECKPOINT_DIR",
+                "never_quiet",
+            )
         if result.get("regressed"):
             self.warn(
                 f"version {result.get('version')} regressed: {result.get('note')}",

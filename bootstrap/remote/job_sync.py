@@ -670,6 +670,7 @@ class SyncOutcome:
     note: str = ""
     bytes_sent: int = 0
     cause: str = ""
+    changing: bool = False  # not pushed: the folder was being written
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -684,6 +685,7 @@ class SyncOutcome:
             "regressed": self.regressed,
             "note": self.note,
             "bytes_sent": self.bytes_sent,
+            "changing": self.changing,
         }
 
 
@@ -835,7 +837,10 @@ def push(
             return _push_locked(p, DigestCache.load(ws / "digests.json"))
     except _Changing as exc:
         return SyncOutcome(
-            True, f"checkpoint folder changing ({exc}), next sync", seconds=_since(started)
+            True,
+            f"checkpoint folder changing ({exc}), next sync",
+            seconds=_since(started),
+            changing=True,
         )
     except (bucket.StoreError, OSError, ET.ParseError) as exc:
         return SyncOutcome(False, str(exc), seconds=_since(started), cause=cause_of(exc))

@@ -322,3 +322,30 @@ def test_cancel_of_a_job_that_wrote_nothing_says_so(tmp_path: Path, proxy: SlowD
     final = out["state"]["final_sync"]
     assert final["wrote_nothing"] is True
     assert final["detail"].startswith("the job wrote nothing to its checkpoint folder")
+
+
+def test_a_checkpoint_folder_that_never_stays_unchanged_is_warned_about_once(
+    tmp_path: Path, proxy: SlowDownProxy
+) -> None:
+    """A log appended inside the checkpoint folder keeps every periodic push waiting for a
+    quiet folder: after NEVER_QUIET_SYNCS of them in a row the job's state says so, once;
+    a push that goes through starts the count again."""
+    job_dir = job(tmp_path, proxy.url)
+    sup = job_runner.Supervisor(job_dir, 0)
+    ckpt = tmp_path / "scratch" / "checkpoints" / "j1"
+    ckpt.mkdir(parents=True, exist_ok=True)
+    (ckpt / "model.pt").write_bytes(b"weights")
+    for n in range(job_runner.NEVER_QUIET_SYNCS * 2):
+        (ckpt / "train.log").write_text(f"line {n}\n")  # written just now: never quiet
+        out = sup.sync()
+        assert out is not None and out["changing"] is True, out
+        sup.record_sync(out)
+    warnings = sup.state.get("warnings") or []
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith(
+        f"no checkpoint version uploaded in the last {job_runner.NEVER_QUIET_SYNCS} syncs"
+    )
+    done = sup.sync(final=True)
+    assert done is not None and done["pushed"] is True, done
+    sup.record_sync(done)
+    assert sup.state["changing_syncs"] == 0
