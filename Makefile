@@ -96,7 +96,7 @@ MYPY_WORKERS ?= 2
 lint: setup  ## ruff (lint + format check) and mypy
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy -n $(MYPY_WORKERS) infra bootstrap scripts policy
+	$(PY) -m mypy -n $(MYPY_WORKERS) infra bootstrap scripts policy gpufleet_node
 
 format: setup  ## ruff format + ruff check --fix
 	$(PY) -m ruff format .

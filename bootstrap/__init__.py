@@ -5,7 +5,8 @@
 - :mod:`bootstrap.tasks`: one module per task family (``setup``, ``driver``, ``pytorch``,
   ``scratch``, ``watchdog``, ``status``, ``verify``, ``train``, ``host_keys``);
 - :mod:`bootstrap.verify`: verify-gpu's judgement, one registered function per check;
-- ``bootstrap/remote/``: files copied to and run on the node (they import nothing from here).
+- the node side is the top-level package ``gpufleet_node`` (shipped to and run on the node;
+  it imports nothing from here), shipped by :mod:`bootstrap.fleet.node_package`.
 
 ``ns`` is the task collection that the repo's ``fabfile.py`` exposes to ``fab``: every
 ``@task`` / ``@fleet_task`` *defined in* a module of :mod:`bootstrap.tasks` becomes a

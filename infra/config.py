@@ -46,7 +46,7 @@ WORLD = ("0.0.0.0/0", "::/0")
 # mirrors them. The per-cloud ones (root disk, scratch classes and their sizes) are each
 # provider's catalog facts ([provider] in infra/clouds/<cloud>/catalog.toml).
 MAX_IDLE_MINUTES = 1440  # a day: longer is no idle guard (use a lease: fab keep-alive)
-# 14 days, what the guards read (infra/reaper/idle_rules.py MAX_TTL_HOURS): a longer tag is
+# 14 days, what the guards read (gpufleet_node/idle_rules.py MAX_TTL_HOURS): a longer tag is
 # unreadable to them; 0 turns the TTL off explicitly
 MAX_TTL_HOURS = 336
 MAX_ARCHIVE_DAYS = 3650

@@ -15,17 +15,16 @@ from typing import Any
 
 import pulumi
 
-from infra.components.args import GuardArgs
-from infra.config import ConfigError
-
 # The metric names are the reaper's contract with the watchdog; one definition, there.
-from infra.reaper.fleet_names import (
+from gpufleet_node.fleet_names import (
     DIMENSION,
     METRIC_GPU_MEM,
     METRIC_GPU_UTIL,
     METRIC_HEARTBEAT,
     NAMESPACE,
 )
+from infra.components.args import GuardArgs
+from infra.config import ConfigError
 
 # Where the function zips a cloud's SDK wants as a local file are written (git-ignored).
 BUILD_DIR = Path(__file__).resolve().parents[1] / ".gpufleet-build"

@@ -37,16 +37,16 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from infra.clouds.aws.reaper import AwsCloud, CallCounter, parse_instance  # noqa: E402
-from infra.reaper import tags as T  # noqa: E402
-from infra.reaper.core import Metrics, reap  # noqa: E402
-from infra.reaper.fleet_names import (  # noqa: E402
+from gpufleet_node.fleet_names import (  # noqa: E402
     DIMENSION,
     METRIC_GPU_UTIL,
     METRIC_HEARTBEAT,
     NAMESPACE,
 )
-from infra.reaper.idle_rules import UTC  # noqa: E402
+from gpufleet_node.idle_rules import UTC  # noqa: E402
+from infra.clouds.aws.reaper import AwsCloud, CallCounter, parse_instance  # noqa: E402
+from infra.reaper import tags as T  # noqa: E402
+from infra.reaper.core import Metrics, reap  # noqa: E402
 from infra.usage import OneLineParser, real_number, whole_number  # noqa: E402
 
 

@@ -37,7 +37,7 @@ EOF
 )
 echo "catalog peak: ${peak} TFLOP/s per GPU (0: GPU not in the catalog, MFU not computed)"
 
-timeout 280 "$PY" bootstrap/remote/verify_node.py \
+timeout 280 "$PY" -m gpufleet_node.verify_node \
   --mode gpu --timeout 240 --scratch "$scratch" --scratch-mb 2048 \
   --peak-tflops "$peak" --out "$work/verify_node.json" --workdir "$work/run"
 

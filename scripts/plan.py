@@ -108,9 +108,9 @@ def plan(
 
 def ttl_summary(hours: float) -> dict[str, Any]:
     """What the hard TTL does to this stack's nodes, as the guards enforce it
-    (infra/reaper/idle_rules.py, on the node and in the cloud reaper): a plain line for the
+    (gpufleet_node/idle_rules.py, on the node and in the cloud reaper): a plain line for the
     plan (at most 80 columns) and a note on how to change or extend it."""
-    from infra.reaper.idle_rules import MAX_LEASE_HOURS
+    from gpufleet_node.idle_rules import MAX_LEASE_HOURS
 
     if hours <= 0:
         line = "TTL: off (gpufleet:ttlHours is 0): no node stops for its age; idle rules apply"

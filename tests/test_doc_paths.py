@@ -9,7 +9,10 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP = ("infra", "bootstrap", "scripts", "policy", "tests", "stacks", "examples", "docs")
+TOP = (
+    "infra", "bootstrap", "scripts", "policy", "tests", "stacks", "examples", "docs",
+    "gpufleet_node",
+)  # fmt: skip
 # A path into one of the top folders, naming a file by its ending (placeholders such as
 # Pulumi.<stack>.yaml, Pulumi.NAME.yaml or verify_*.py included).
 MENTION = re.compile(
@@ -18,7 +21,10 @@ MENTION = re.compile(
 PLACEHOLDER = re.compile(r"<[^>]*>|\{[^}]*\}|\b[A-Z]{2,}\b")
 # Where the mentions are read: the docs, and the shipped code and data (tests name missing
 # files on purpose, to see them refused).
-READ = ("README.md", "SECURITY.md", "Makefile", "docs", "infra", "bootstrap", "scripts", "policy")
+READ = (
+    "README.md", "SECURITY.md", "Makefile", "docs", "infra", "bootstrap", "scripts", "policy",
+    "gpufleet_node",
+)  # fmt: skip
 ENDINGS = (".py", ".toml", ".md", ".yaml", ".yml", ".sh", ".txt")
 
 
@@ -83,7 +89,7 @@ def doc_pages(root: Path) -> list[str]:
 def test_mentions_are_found_with_placeholders_as_wildcards():
     text = (
         "see bootstrap/verify.py, `infra/config.py`; stacks/Pulumi.<stack>.yaml and "
-        "stacks/Pulumi.NAME.yaml, bootstrap/remote/verify_*.py, not /opt/infra/x.py or "
+        "stacks/Pulumi.NAME.yaml, gpufleet_node/verify_*.py, not /opt/infra/x.py or "
         "myinfra/y.py"
     )
     assert mentioned_paths(text) == [
@@ -91,7 +97,7 @@ def test_mentions_are_found_with_placeholders_as_wildcards():
         "infra/config.py",
         "stacks/Pulumi.*.yaml",
         "stacks/Pulumi.*.yaml",
-        "bootstrap/remote/verify_*.py",
+        "gpufleet_node/verify_*.py",
     ]
 
 

@@ -1,8 +1,8 @@
-"""One source for the tag and metric names: infra/reaper/fleet_names.py. The node receives the
-same file (bootstrap/remote/fleet_names.py is a link to it), the reaper's function zip packs
-it, and no other code in infra/, bootstrap/, policy/ or scripts/ spells a tag key or a metric
-name out: an AST scan of every string literal (docstrings, README and docs may still name
-them) fails when one does."""
+"""One source for the tag and metric names: gpufleet_node/fleet_names.py. The node runs it in
+its package, the reaper and the stack import it from there, the reaper's function zip packs
+it under the same import path, and no other code in infra/, bootstrap/, policy/, scripts/ or
+the node package spells a tag key or a metric name out: an AST scan of every string literal
+(docstrings, README and docs may still name them) fails when one does."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ import sys
 import zipfile
 from pathlib import Path
 
-from infra.reaper import fleet_names, tags
+from gpufleet_node import fleet_names
+from infra.reaper import tags
 from infra.reaper.handler import PACKAGE, build_function_zip
 
 ROOT = Path(__file__).resolve().parents[1]
-SCANNED = ("infra", "bootstrap", "policy", "scripts")
-SOURCE = ROOT / "infra" / "reaper" / "fleet_names.py"
-COPIES = (ROOT / "bootstrap" / "remote" / "fleet_names.py",)
+SCANNED = ("infra", "bootstrap", "policy", "scripts", "gpufleet_node")
+SOURCE = ROOT / "gpufleet_node" / "fleet_names.py"
+NODE_PACKAGE = "gpufleet_node"  # its import path, in the repository and in the function zip
 
 # Metric names and the managed-by key are plain words: only a literal that IS one counts.
 WHOLE = frozenset({*fleet_names.METRIC_NAMES, fleet_names.MANAGED_BY})
@@ -93,20 +94,24 @@ def test_no_code_outside_fleet_names_spells_a_tag_key_or_a_metric_name() -> None
     found = {}
     for folder in SCANNED:
         for path in sorted((ROOT / folder).rglob("*.py")):
-            if path.resolve() in exempt:  # the module itself, and the node's link to it
+            if path.resolve() in exempt:  # the module itself
                 continue
             hits = spelled_names(path.read_text(encoding="utf-8"))
             if hits:
                 found[path.relative_to(ROOT).as_posix()] = hits
     assert found == {}, (
-        "tag keys and metric names come from infra/reaper/fleet_names.py (the node's "
-        f"fleet_names.py, infra.reaper.tags): {found}"
+        "tag keys and metric names come from gpufleet_node/fleet_names.py (or "
+        f"infra.reaper.tags): {found}"
     )
 
 
-def test_the_nodes_names_file_is_the_same_file() -> None:
-    for copy in COPIES:
-        assert copy.is_symlink() and copy.resolve() == SOURCE.resolve()
+def test_the_names_file_has_one_home_and_no_symlink_is_tracked() -> None:
+    assert Path(fleet_names.__file__).resolve() == SOURCE.resolve()
+    assert tags.PROTECTED is fleet_names.PROTECTED
+    staged = subprocess.run(
+        ["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert [line for line in staged.splitlines() if line.startswith("120000")] == []
 
 
 def test_infra_reaper_tags_reexports_every_tag_of_fleet_names() -> None:
@@ -136,12 +141,13 @@ def test_the_function_zip_packs_fleet_names_and_imports_it_in_a_clean_interprete
     tmp_path: Path,
 ) -> None:
     archive = zipfile.ZipFile(io.BytesIO(build_function_zip(provider="aws")))
-    packed = archive.read(f"{PACKAGE}/fleet_names.py")
+    packed = archive.read(f"{NODE_PACKAGE}/fleet_names.py")
     assert packed == SOURCE.read_bytes()
     archive.extractall(tmp_path / "fn")
     code = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
-        f"import {PACKAGE}.tags as t, {PACKAGE}.idle_rules as p, {PACKAGE}.fleet_names as n\n"
+        f"import {PACKAGE}.tags as t, {NODE_PACKAGE}.idle_rules as p, "
+        f"{NODE_PACKAGE}.fleet_names as n\n"
         "assert t.PROTECTED is n.PROTECTED and p.names is n\n"
         "import importlib.util; assert importlib.util.find_spec('infra') is None\n"
         "print(n.__file__)\n"
@@ -156,4 +162,4 @@ def test_the_function_zip_packs_fleet_names_and_imports_it_in_a_clean_interprete
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert Path(done.stdout.strip()) == tmp_path / "fn" / PACKAGE / "fleet_names.py"
+    assert Path(done.stdout.strip()) == tmp_path / "fn" / NODE_PACKAGE / "fleet_names.py"

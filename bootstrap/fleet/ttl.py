@@ -1,5 +1,5 @@
 """The time before the hard TTL stops a node, as `fab status` and `fab jobs` show it: read
-from the watchdog's own record on the node (bootstrap/remote/watchdog.py ``ttl_ahead``
+from the watchdog's own record on the node (gpufleet_node/watchdog.py ``ttl_ahead``
 writes ``state.ttl``: the stop time it resolved from the boot time, the TTL tag or config
 and any lease), on the node's clock."""
 
@@ -27,7 +27,7 @@ echo ==uptime; cut -d' ' -f1 /proc/uptime
 """
 
 
-# The watchdog's state file in the node's state folder (bootstrap/remote/watchdog_state.py's
+# The watchdog's state file in the node's state folder (gpufleet_node/watchdog_state.py's
 # STATE_FILE; that module runs on the node only, so the name is repeated here, and tested).
 WATCHDOG_STATE_FILE = "watchdog-state.json"
 # A TTL record older than this is not today's news: the watchdog runs about once a minute.

@@ -3,7 +3,7 @@ machine, the stack's bucket and the nodes' scratch.
 
 A dataset has a name (default: the folder's) and lives at ``<scratch>/data/<name>/`` on a
 node and at ``data/<name>/`` in the bucket. The bucket is always reached from a node, with
-the node's own identity and the watchdog's own client (``bootstrap/remote/data_sync.py`` on
+the node's own identity and the watchdog's own client (``gpufleet_node/data_sync.py`` on
 top of bucket.py, every cloud's store), so this machine needs SSH and no cloud credentials:
 
 * ``data-push DIR``: to every node's scratch over SFTP (``--to scratch``, the default), or
@@ -46,13 +46,13 @@ from bootstrap.fleet.runner import FleetReport, emit
 from bootstrap.tasks.train import TRAIN_HELP, _fail
 from bootstrap.train.runs import run_steps
 from bootstrap.train.spec import JOBS_ROOT, TrainError, node_name, validate_name
-from bootstrap.train.steps import SHIP_FAILED, put_bytes, ship_then_command
+from bootstrap.train.steps import SHIP_FAILED, put_bytes, runner_command, ship_then_command
 from bootstrap.verify.ship import parse_node_env
 from infra.render import literal_console
 
 PART = ".gpufleet-part"  # bucket.PART_SUFFIX: a file on its way, never taken for data
 PLACE_EVERY_S = 10.0  # a long push puts what arrived in place this often
-# --deadline and --min-rate (the node tool, bootstrap/remote/data_sync.py, has the same
+# --deadline and --min-rate (the node tool, gpufleet_node/data_sync.py, has the same
 # defaults in its own units): a day for a whole run of a large dataset, and 0.1 MB/s, far
 # below any working link between a node and its bucket, so a trickle ends in
 # RATE_GRACE_S plus a little (each answer's average) rather than at the deadline.
@@ -239,14 +239,14 @@ def node_tool(
     plan: DataPlan = ctx.options.extra["plan"]
     if plan.past():
         raise StepFailed(f"{command}: " + _past(plan, "before it began"))
-    runner, _ = ship_then_command(plan.jobs_dir, "")
-    tool = shlex.quote(str(Path(runner).with_name("data_sync.py")))
+    root, _ = ship_then_command(plan.jobs_dir, "")  # the folder the tools are shipped into
+    tool = runner_command(root, "data_sync")
     left = plan.left()
     limits = f"--deadline {left:.0f} --min-rate {plan.min_rate:.0f} --rate-grace {RATE_GRACE_S:g}"
     # The tools shipped (when they are not there) and run in one round trip.
     _, cmd = ship_then_command(
         plan.jobs_dir,
-        f"python3 {tool} {command} --root {shlex.quote(plan.node_root)} {limits} {args}",
+        f"{tool} {command} --root {shlex.quote(plan.node_root)} {limits} {args}",
     )
     timeout = left + SSH_SLACK_S
     err = io.StringIO()

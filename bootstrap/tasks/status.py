@@ -18,10 +18,10 @@ from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.fleet.runner import FleetReport, summary_table
 from bootstrap.fleet.system import sh, split_sections
 from bootstrap.fleet.ttl import TTL_PY, WATCHDOG_STATE_FILE, ttl_cell, ttl_left, ttl_note
-from bootstrap.remote.verify_health import QUARANTINE_FILE, STATE_DIR, VERDICT_FILE
 from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.verify.health_run import MAX_AGE_HOURS, age_hours, format_age
 from bootstrap.verify.node_health import HealthVerdict
+from gpufleet_node.verify_health import QUARANTINE_FILE, STATE_DIR, VERDICT_FILE
 from infra.render import literal, output_width, wrap
 
 _STATUS_SCRIPT = r"""

@@ -46,8 +46,8 @@ from bootstrap.fleet.system import sh, split_sections
 from bootstrap.tasks.watchdog import STATE_DIR
 from bootstrap.train.jobs import JobRow, fmt_duration, merge_jobs
 from bootstrap.train.spec import JOBS_ROOT, rank_of
-from bootstrap.train.steps import ship_runner
-from infra.reaper.idle_rules import Policy
+from bootstrap.train.steps import runner_command, ship_runner
+from gpufleet_node.idle_rules import Policy
 from infra.render import output_width
 
 # Field names as ``nvidia-smi --help-query-gpu`` lists them. The name goes last: it is the
@@ -62,7 +62,7 @@ QUERY_FIELDS = (
     "temperature.gpu",
     "name",
 )
-STATE_FILE = "watchdog-state.json"  # bootstrap/remote/watchdog_state.py's STATE_FILE
+STATE_FILE = "watchdog-state.json"  # gpufleet_node/watchdog_state.py's STATE_FILE
 # The idle clock this close to the node's limit is shown as "stop soon".
 STOP_SOON_MINUTES = 5.0
 # At this width and above, one line per GPU with the last log line; below, one per node.
@@ -148,9 +148,7 @@ def refresh_command(jobs_dir: str, state_dir: str, runner: str | None) -> str:
         "echo ==jobs",
     ]
     if runner:
-        lines.append(
-            f"python3 {shlex.quote(runner)} list --root {shlex.quote(jobs_dir)} 2>/dev/null"
-        )
+        lines.append(f"{runner_command(runner)} list --root {shlex.quote(jobs_dir)} 2>/dev/null")
     lines.append("echo ==now; date -u +%Y-%m-%dT%H:%M:%SZ")
     return "\n".join(lines) + "\n"
 

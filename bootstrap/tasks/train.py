@@ -1,7 +1,7 @@
 """``fab train``, ``fab jobs``, ``fab logs``, ``fab cancel``: the user's own job on the fleet.
 
 ``fab train --script train.py`` copies the workdir to every node (changed files only), starts
-torchrun on each node under a detached supervisor (``bootstrap/remote/job_runner.py``: a
+torchrun on each node under a detached supervisor (``gpufleet_node/job_runner.py``: a
 systemd transient unit where systemd runs, else a double-forked process with a pid file),
 and returns once the job runs everywhere (``--follow``: streams its output until it ends).
 Checkpoints in GPUFLEET_CHECKPOINT_DIR go to the stack's bucket while the job runs and when
@@ -35,7 +35,6 @@ from bootstrap.fleet.cli import BUCKET_HELP, FleetArgs, fleet_task, resolve_flee
 from bootstrap.fleet.hosts import Fleet
 from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.runner import FleetReport, summary_table
-from bootstrap.remote.verify_health import STATE_DIR
 from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.tasks.verify import master_address
 from bootstrap.train import check_cache
@@ -77,6 +76,7 @@ from bootstrap.train.steps import (
 )
 from bootstrap.train.workdir import build_manifest, kept_back, workdir_files
 from bootstrap.verify.health_run import MAX_AGE_HOURS
+from gpufleet_node.verify_health import STATE_DIR
 from infra.render import literal_console, output_width, wrap, wrap_prose
 
 

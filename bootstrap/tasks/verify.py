@@ -1,6 +1,6 @@
 """``fab verify-gpu``: prove that each node trains at the speed it is paid for.
 
-The node side (``bootstrap/remote/verify_node.py`` and friends) measures and returns raw
+The node side (``gpufleet_node/verify_node.py`` and friends) measures and returns raw
 numbers as JSON; :mod:`bootstrap.verify.judge` decides, purely, against the catalog, with the
 checks in :mod:`bootstrap.verify.checks`. This module holds the two steps (``verify-node``,
 ``verify-cross-node``), runs them on every node (and across nodes) and is the ``verify-gpu``

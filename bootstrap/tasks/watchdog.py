@@ -1,11 +1,13 @@
 """The idle watchdog on the nodes: `fab install-watchdog`, `fab keep-alive`, `fab idle-status`.
 
 ``install_watchdog_step`` is also the last step of ``fab setup``. The node side is
-``bootstrap/remote/watchdog.py`` (the loop) with its concerns (``WATCHDOG_MODULES``), its
-clouds (``clouds/<name>.py``), the shared idle rules (``idle_rules.py``, the reaper's own
-file), its bucket client (``bucket.py``, stdlib only: nothing else to install on the node,
-so the sync path cannot be missing) and two systemd units; everything the steps do on the
-node is a command built by a pure function below, so the plan is tested without a node.
+``gpufleet_node.watchdog`` (the loop) and what it imports in that package: its concerns
+(``watchdog_*.py``, ``scratch_sync.py``), its clouds (``clouds/<name>.py``), the shared idle
+rules (``idle_rules.py``, the reaper's own), its bucket client (``bucket.py``, stdlib only:
+nothing else to install on the node, so the sync path cannot be missing), installed as
+``<prefix>/gpufleet_node/`` and run as ``python3 -m gpufleet_node.watchdog``, and two
+systemd units; everything the steps do on the node is a command built by a pure function
+below, so the plan is tested without a node.
 """
 
 from __future__ import annotations
@@ -23,50 +25,38 @@ from fabric import Connection
 from invoke import Context
 from rich.table import Table
 
+from bootstrap.fleet import node_package
 from bootstrap.fleet.api import HostContext, Options, StepResult, step
 from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.runner import FleetReport
 from bootstrap.fleet.system import root_sh, sh
+from gpufleet_node.idle_rules import MAX_LEASE_HOURS
 from infra.nodes import NODE_INFO_PATH as NODE_INFO  # the stack's first-boot facts
-from infra.reaper.idle_rules import MAX_LEASE_HOURS
 
-REMOTE_DIR = Path(__file__).resolve().parents[1] / "remote"
-# (file in bootstrap/remote, where it goes on the node, mode)
+# The units beside the node package (package data); the package itself goes under PREFIX.
+UNIT_SOURCE = node_package.PACKAGE_DIR
 PREFIX = "/opt/gpufleet"
 ETC = "/etc/gpufleet"
 UNIT_DIR = "/etc/systemd/system"
 STATE_DIR = "/var/lib/gpufleet"
 TIMER = "gpufleet-watchdog.timer"
 SERVICE = "gpufleet-watchdog.service"
-WATCHDOG_MODULES = (
-    "watchdog_config.py",
-    "watchdog_probe.py",
-    "watchdog_state.py",
-    "watchdog_signals.py",
-    "watchdog_metrics.py",
-    "scratch_sync.py",
-)
+# What the watchdog runs: the module and, through its imports, the rest it needs.
+TOOL = "watchdog"
 
 
 def node_files(prefix: str = PREFIX, unit_dir: str = UNIT_DIR) -> list[tuple[Path, str, str]]:
+    """(source here, where it goes on the node, mode): the watchdog's part of the node
+    package under ``<prefix>/gpufleet_node/`` (its import closure: the loop, its concerns,
+    the idle rules, the names, the bucket client, every node cloud), then the two units."""
     return [
-        (REMOTE_DIR / "watchdog.py", f"{prefix}/watchdog.py", "0755"),
-        # Its concerns, one module each: config, samples, state, what holds the node,
-        # metrics, the scratch sync (bootstrap/remote/watchdog.py says which is which).
-        *((REMOTE_DIR / name, f"{prefix}/{name}", "0644") for name in WATCHDOG_MODULES),
-        # The link resolves to infra/reaper/idle_rules.py: the node gets the reaper's own rules.
-        (REMOTE_DIR / "idle_rules.py", f"{prefix}/idle_rules.py", "0644"),
-        (REMOTE_DIR / "bucket.py", f"{prefix}/bucket.py", "0644"),
-        # The link resolves to infra/reaper/fleet_names.py: the tag and metric names.
-        (REMOTE_DIR / "fleet_names.py", f"{prefix}/fleet_names.py", "0644"),
-        # One module per cloud (and their shared base), the folder as it is: no list here.
         *(
-            (src, f"{prefix}/clouds/{src.name}", "0644")
-            for src in sorted((REMOTE_DIR / "clouds").glob("*.py"))
+            (node_package.source(name), f"{prefix}/{name}", "0644")
+            for name in node_package.closure(TOOL)
         ),
-        (REMOTE_DIR / SERVICE, f"{unit_dir}/{SERVICE}", "0644"),
-        (REMOTE_DIR / TIMER, f"{unit_dir}/{TIMER}", "0644"),
+        (UNIT_SOURCE / SERVICE, f"{unit_dir}/{SERVICE}", "0644"),
+        (UNIT_SOURCE / TIMER, f"{unit_dir}/{TIMER}", "0644"),
     ]
 
 
@@ -81,15 +71,27 @@ def systemd_quote(arg: str) -> str:
     return '"' + escaped.replace("%", "%%").replace("$", "$$") + '"'
 
 
+def systemd_env_quote(assignment: str) -> str:
+    """One ``VAR=value`` of an Environment= line, as systemd reads it back: double-quoted
+    with C escapes for a backslash and a quote, ``%%`` for a literal ``%`` (specifiers); a
+    ``$`` is literal there (no variable expansion): systemd.exec(5), "Environment="."""
+    if all(ch.isalnum() or ch in "/_.:+-=,@" for ch in assignment):
+        return assignment
+    escaped = assignment.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + escaped.replace("%", "%%") + '"'
+
+
 def render_service(template: str, prefix: str, etc: str) -> str:
-    """The watchdog's service unit for this install: its ExecStart runs the watchdog where
-    --prefix put it with the config where --etc put it (the shipped file names the
-    defaults), each path quoted for systemd."""
+    """The watchdog's service unit for this install: its ExecStart runs the watchdog's
+    module from the package --prefix put (on PYTHONPATH, its Environment= line) with the
+    config where --etc put it (the shipped file names the defaults), each path quoted for
+    systemd."""
     exec_start = " ".join(
         systemd_quote(a)
         for a in (
             "/usr/bin/python3",
-            f"{prefix}/watchdog.py",
+            "-m",
+            f"{node_package.PACKAGE}.{TOOL}",
             "run",
             "--config",
             f"{etc}/watchdog.json",
@@ -99,8 +101,10 @@ def render_service(template: str, prefix: str, etc: str) -> str:
     for line in template.splitlines():
         if line.startswith("ExecStart="):
             line = f"ExecStart={exec_start}"
+        elif line.startswith(("Environment=PYTHONPATH=", 'Environment="PYTHONPATH=')):
+            line = "Environment=" + systemd_env_quote(f"PYTHONPATH={prefix}")
         elif line.startswith("Documentation="):
-            uri = "file://" + urllib.parse.quote(f"{prefix}/watchdog.py")
+            uri = "file://" + urllib.parse.quote(f"{prefix}/{node_package.PACKAGE}/{TOOL}.py")
             line = "Documentation=" + uri.replace("%", "%%")
         lines.append(line)
     return "\n".join(lines) + "\n"
@@ -119,10 +123,11 @@ def install_contents(prefix: str, etc: str, unit_dir: str) -> list[tuple[bytes, 
 
 
 def watchdog_command(prefix: str, etc: str, command: str) -> str:
-    """``python3 <prefix>/watchdog.py COMMAND --config <etc>/watchdog.json`` for a shell,
-    each path quoted: a space splits nothing, a shell character runs nothing."""
-    script, config = shlex.quote(f"{prefix}/watchdog.py"), shlex.quote(f"{etc}/watchdog.json")
-    return f"python3 {script} {command} --config {config}"
+    """``PYTHONPATH=<prefix> python3 -m gpufleet_node.watchdog COMMAND --config
+    <etc>/watchdog.json`` for a shell, each path quoted: a space splits nothing, a shell
+    character runs nothing."""
+    config = shlex.quote(f"{etc}/watchdog.json")
+    return f"{node_package.module_command(prefix, TOOL)} {command} --config {config}"
 
 
 def watchdog_config(ctx: HostContext, extra: Mapping[str, Any]) -> dict[str, Any]:

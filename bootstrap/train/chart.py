@@ -1,6 +1,6 @@
 """A job's chart: GPU utilisation and memory per node over the job's life, with its events.
 
-The data is what the nodes already keep (bootstrap/remote/job_runner.py ``history``): the
+The data is what the nodes already keep (gpufleet_node/job_runner.py ``history``): the
 watchdog's samples while the job ran on each node (``gpu-samples.jsonl``: per-GPU
 utilization and the fullest GPU's memory %, every 15 s) and the job's own events
 (``events.jsonl``: start, resume, checkpoint, cancel, end). :func:`job_figure` builds the

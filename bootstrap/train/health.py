@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
-from bootstrap.remote.verify_health import QUARANTINE_FILE, VERDICT_FILE
 from bootstrap.verify.health_run import MAX_AGE_HOURS, age_hours, format_age
 from bootstrap.verify.node_health import FAILED, HealthVerdict
+from gpufleet_node.verify_health import QUARANTINE_FILE, VERDICT_FILE
 
 RECHECK = "fab health"
 

@@ -1,8 +1,8 @@
 """The node-side steps of ``fab train``, ``fab jobs``, ``fab logs`` and ``fab cancel``.
 
-Each step ships the job runner (``bootstrap/remote/job_runner.py`` and what it imports,
-content-addressed, nothing sent when present) and runs one of its commands; the steps only
-move bytes and read the runner's JSON answer, every decision is in
+Each step ships the job runner (``gpufleet_node.job_runner`` and what it imports, in the
+node package's layout, content-addressed, nothing sent when present) and runs one of its
+commands; the steps only move bytes and read the runner's JSON answer, every decision is in
 :mod:`~bootstrap.train.spec`, :mod:`~bootstrap.train.workdir` and the runner.
 """
 
@@ -24,50 +24,51 @@ from typing import Any
 import paramiko
 from fabric import Connection
 
+from bootstrap.fleet import node_package
 from bootstrap.fleet.api import HostContext, StepFailed, StepResult, step
 from bootstrap.fleet.system import sh
 from bootstrap.fleet.ttl import read_ttl
-from bootstrap.remote.verify_health import STATE_DIR
 from bootstrap.train import check_cache, health
 from bootstrap.train.spec import check_command, judge_check, parse_check, rank_of
 from bootstrap.train.workdir import SYNC_MANIFEST, diff_manifest, pack
+from gpufleet_node.verify_health import STATE_DIR
 from infra.render import wrap
 
-REMOTE_DIR = Path(__file__).resolve().parents[1] / "remote"
-RUNNER = "{runner}"  # in a command given to ship_and_run: the runner's path on the node
+RUNNER = "{runner}"  # in a command given to ship_and_run: how the node runs the job runner
 SHIP_FAILED = 97  # ship_and_run's exit status when the runner could not be installed
 PREP_FAILED = 98  # train-start's when the job folder could not be written
 NO_JOBS = "gpufleet-no-jobs-folder"  # jobs' answer for a node without the jobs folder
-REMOTE_FILES = (
-    "job_runner.py",
-    "job_launch.py",
-    "job_sync.py",
-    "data_sync.py",  # fab data-*: datasets between scratch and the bucket
-    # What job_sync imports: the bucket client and the node clouds (whose bucket_store it
-    # uses), with the tag names they read; not the watchdog, which fab setup installs.
-    "bucket.py",
-    "fleet_names.py",
-    # The node clouds, one module each (the folder as it is: no list here).
-    *(f"clouds/{p.name}" for p in sorted((REMOTE_DIR / "clouds").glob("*.py"))),
-)
+# The node tools fab train and the data tasks run (torchrun runs job_launch per rank); what
+# they import in the package (job_sync, the bucket client, the node clouds, the names)
+# travels with them, not the watchdog, which fab setup installs.
+TOOLS = ("job_runner", "job_launch", "data_sync")
+REMOTE_FILES = tuple(node_package.closure(*TOOLS))
+MARKER = f"{node_package.PACKAGE}/job_runner.py"  # in a shipped folder: the runner is there
 
 
 def bundle() -> tuple[str, str]:
-    """(sha, base64 of a tar.gz) of the node-side runner files."""
+    """(sha, base64 of a tar.gz) of the node-side runner files, under ``gpufleet_node/``."""
     buf = io.BytesIO()
     digest = hashlib.sha256()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name in REMOTE_FILES:
-            data = (REMOTE_DIR / name).read_bytes()
+            data = node_package.source(name).read_bytes()
             digest.update(name.encode() + b"\0" + data)
             info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o755, 0
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
             tar.addfile(info, io.BytesIO(data))
     return digest.hexdigest()[:12], base64.b64encode(buf.getvalue()).decode()
 
 
 def runner_path(jobs_dir: str, sha: str) -> str:
-    return f"{jobs_dir.rstrip('/')}/bin-{sha}/job_runner.py"
+    """The folder the runner's files are shipped into (``bin-<sha>``, holding gpufleet_node/)."""
+    return f"{jobs_dir.rstrip('/')}/bin-{sha}"
+
+
+def runner_command(root: str, tool: str = "job_runner") -> str:
+    """How the node runs a shipped tool: ``python3 -m gpufleet_node.<tool>`` with ``root``
+    (:func:`runner_path`) first on PYTHONPATH, the user's own after it."""
+    return node_package.module_command(root, tool, keep_pythonpath=True)
 
 
 def ensure_dir_command(path: str) -> str:
@@ -81,10 +82,10 @@ def ship_command(jobs_dir: str, sha: str, b64: str) -> str:
     root = shlex.quote(jobs_dir.rstrip("/"))
     final = shlex.quote(f"{jobs_dir.rstrip('/')}/bin-{sha}")
     return (
-        f"{ensure_dir_command(jobs_dir)} && if [ ! -f {final}/job_runner.py ]; then "
+        f"{ensure_dir_command(jobs_dir)} && if [ ! -f {final}/{MARKER} ]; then "
         f"t=$(mktemp -d {root}/.bin.XXXXXX) && printf %s {b64} | base64 -d | "
         f'tar -xzf - -C "$t" && (mv -T "$t" {final} 2>/dev/null || rm -rf "$t"); fi; '
-        f"test -f {final}/job_runner.py"
+        f"test -f {final}/{MARKER}"
     )
 
 
@@ -99,21 +100,22 @@ def write_file_command(path: str, text: str) -> str:
 
 
 def ship_runner(conn: Connection, jobs_dir: str) -> str:
-    """Ship the runner (one round trip, nothing sent when present) and return its path."""
+    """Ship the runner (one round trip, nothing sent when present) and return its folder."""
     return ship_and_run(conn, jobs_dir, "")[0]
 
 
 def ship_then_command(jobs_dir: str, then: str) -> tuple[str, str]:
-    """(the runner's path, a command that ships it unless it is there, then runs ``then``,
-    whose ``{runner}`` is that path); exit SHIP_FAILED when the runner cannot be put there."""
+    """(the runner's folder, a command that ships it unless it is there, then runs ``then``,
+    whose ``{runner}`` is the runner's command line, :func:`runner_command`); exit
+    SHIP_FAILED when the runner cannot be put there."""
     sha, b64 = bundle()
     path = runner_path(jobs_dir, sha)
-    after = f" && {then.replace(RUNNER, shlex.quote(path))}" if then else ""
+    after = f" && {then.replace(RUNNER, runner_command(path))}" if then else ""
     return path, f"{{ {ship_command(jobs_dir, sha, b64)}; }} || exit {SHIP_FAILED}{after}"
 
 
 def ship_and_run(conn: Connection, jobs_dir: str, then: str) -> tuple[str, Any]:
-    """Ship the runner and run ``then`` in one round trip: (its path, ``then``'s result)."""
+    """Ship the runner and run ``then`` in one round trip: (its folder, ``then``'s result)."""
     path, command = ship_then_command(jobs_dir, then)
     done = sh(conn, command, timeout=300)
     if done.exited == SHIP_FAILED or (not then and not done.ok):
@@ -137,7 +139,7 @@ class NodeJob:
 
     def command(self, args: str) -> str:
         """``job_runner.py ARGS`` with the runner shipped first, in one round trip."""
-        return ship_then_command(self.spec["jobs_dir"], f"python3 {RUNNER} {args}")[1]
+        return ship_then_command(self.spec["jobs_dir"], f"{RUNNER} {args}")[1]
 
 
 def node_job(conn: Connection, ctx: HostContext) -> NodeJob | None:
@@ -240,7 +242,7 @@ def sync_workdir(conn: Connection, ctx: HostContext, runner: str, remote_text: s
     out = _json_out(
         sh(
             conn,
-            f"python3 {shlex.quote(runner)} unpack --workdir {q} --tar {shlex.quote(tmp)}",
+            f"{runner_command(runner)} unpack --workdir {q} --tar {shlex.quote(tmp)}",
             timeout=300,
         ),
         "workdir update",
@@ -323,7 +325,7 @@ def train_restore_step(conn: Connection, ctx: HostContext) -> StepResult:
     runner, notes = _send_workdir(conn, ctx, spec)
     done = sh(
         conn,
-        f"{write_job_command(spec)}; python3 {shlex.quote(runner)} restore --job-dir "
+        f"{write_job_command(spec)}; {runner_command(runner)} restore --job-dir "
         f"{shlex.quote(job_dir(spec))} --node-rank {rank}",
         timeout=float(ctx.options.extra.get("restore_timeout") or 3600),
     )
@@ -373,10 +375,10 @@ def train_start_step(conn: Connection, ctx: HostContext) -> StepResult:
         f"--detach {spec.get('detach', 'auto')} --wait 120"
     )
     if x.get("restored"):
-        command = ship_then_command(spec["jobs_dir"], f"python3 {RUNNER} {start}")[1]
+        command = ship_then_command(spec["jobs_dir"], f"{RUNNER} {start}")[1]
     else:
         runner, notes = _send_workdir(conn, ctx, spec)
-        command = f"{write_job_command(spec)}; python3 {shlex.quote(runner)} {start}"
+        command = f"{write_job_command(spec)}; {runner_command(runner)} {start}"
     started = sh(conn, command, timeout=180)
     _prep_failed(started)
     out = _json_out(started, "start")
@@ -396,7 +398,7 @@ def jobs_step(conn: Connection, ctx: HostContext) -> StepResult:
     jobs_dir = ctx.options.extra["jobs_dir"]
     q = shlex.quote(jobs_dir)
     # No jobs folder: nothing to list, and nothing shipped (fab jobs creates nothing).
-    _, listing = ship_then_command(jobs_dir, f"python3 {RUNNER} list --root {q}")
+    _, listing = ship_then_command(jobs_dir, f"{RUNNER} list --root {q}")
     done = sh(conn, f"if [ -d {q} ]; then {listing}; else echo {NO_JOBS}; fi", timeout=300)
     if str(done.stdout).strip() == NO_JOBS:
         return StepResult.ok("no jobs on this node", jobs=[])
@@ -587,7 +589,7 @@ def restorable_command(job: NodeJob, extra: Mapping[str, Any]) -> str:
     folder = f"{job.job_dir}.check-{secrets.token_hex(4)}"
     q = shlex.quote(folder)
     written = write_file_command(f"{folder}/job.json", jsonlib.dumps(proposed, indent=1))
-    then = f"{written} && python3 {RUNNER} restorable --job-dir {q}; rc=$?; rm -rf {q}; exit $rc"
+    then = f"{written} && {RUNNER} restorable --job-dir {q}; rc=$?; rm -rf {q}; exit $rc"
     return ship_then_command(str(job.spec["jobs_dir"]), then)[1]
 
 

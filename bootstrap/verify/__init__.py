@@ -2,7 +2,7 @@
 
 - :mod:`~bootstrap.tasks.verify`: the ``verify-gpu`` task and its two steps (``verify-node``,
   ``verify-cross-node``);
-- :mod:`~bootstrap.verify.ship`: copying the node-side files (``bootstrap/remote/verify_*``)
+- :mod:`~bootstrap.verify.ship`: copying the node-side files (``gpufleet_node/verify_*``)
   to a node, the command that runs them, fetching their report;
 - :mod:`~bootstrap.verify.expected`: what a healthy node of the tier looks like;
 - :mod:`~bootstrap.verify.judge` and :mod:`~bootstrap.verify.checks`: the pure judgement, one

@@ -17,11 +17,12 @@ from typing import Any
 
 from fabric import Connection
 
+from bootstrap.fleet import node_package
 from bootstrap.fleet.api import HostContext, TierInfo
 from bootstrap.fleet.system import sh, sudo_prefix
-from bootstrap.remote.verify_health import DCGM_TIMEOUT_S, STATE_DIR, VERDICT_FILE
 from bootstrap.verify.expected import Expected
 from bootstrap.verify.node_health import DEGRADED, FAILED, HealthVerdict, Reason, judge_health
+from gpufleet_node.verify_health import DCGM_TIMEOUT_S, STATE_DIR, VERDICT_FILE
 
 # Past this age a verdict no longer lets a node into fab train (docs/verify.md says why).
 MAX_AGE_HOURS = 24.0
@@ -80,7 +81,7 @@ def expect_from(exp: Expected | None, tier: TierInfo, outputs: Mapping[str, Any]
 def snapshot_command(remote: str, opts: HealthOptions) -> str:
     """Run the snapshot in the shipped folder (pure, so it is tested); ``node_path`` goes
     before the node's own PATH."""
-    args = [opts.python, f"{remote}/verify_health.py"]
+    args = node_package.module_argv(opts.python, remote, "verify_health")
     if opts.dcgm_level:
         args.append(f"--dcgm-level={opts.dcgm_level}")
     run = " ".join(shlex.quote(a) for a in args)
@@ -95,11 +96,9 @@ def save_command(
     failed node only; a node that is not failed is never quarantined."""
     blob = base64.b64encode(json.dumps(dict(verdict)).encode()).decode()
     args = [
-        opts.python,
         # -B: root writes no __pycache__ into the SSH user's shipped folder, which that
         # user's `rm -rf` then could not remove (one folder left in /tmp per run)
-        "-B",
-        f"{remote}/verify_health.py",
+        *node_package.module_argv(opts.python, remote, "verify_health", flags=("-B",)),
         f"--save={remote}/verdict.json",
         f"--state-dir={opts.state_dir}",
     ]

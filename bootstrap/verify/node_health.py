@@ -2,7 +2,7 @@
 failed (keep work off it until the action is done), each reason with its GPU, its action and
 the source that classes it, and when it was taken.
 
-The findings come from the node (bootstrap/remote/verify_health.py ``snapshot``); the
+The findings come from the node (gpufleet_node/verify_health.py ``snapshot``); the
 classes and thresholds are catalog data (infra/catalog/health.toml), never constants here.
 :func:`from_verify` turns a verify-gpu :class:`~bootstrap.verify.verdict.Verdict` into the
 same verdict, so verify-gpu and the health checks write one kind of record.
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import infra.catalog
-from bootstrap.remote.verify_health import SCHEMA, port_from_sysfs
 from bootstrap.verify.verdict import FAIL, WARN, Verdict
+from gpufleet_node.verify_health import SCHEMA, port_from_sysfs
 
 HEALTHY, DEGRADED, FAILED, NOTE = "healthy", "degraded", "failed", "note"
 NO_GPU = "no NVIDIA GPU on this node (no nvidia-smi, none on the PCI bus): GPU checks not run"

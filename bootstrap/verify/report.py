@@ -78,7 +78,7 @@ def upload_report(
     connect_timeout_s: float = 10.0,
 ) -> dict[str, Any]:
     """Copy the saved report into the stack's bucket from the head node, with the node's
-    own bucket client (bootstrap/remote/bucket.py) and identity: the client and the
+    own bucket client (gpufleet_node/bucket.py) and identity: the client and the
     credentials the watchdog, job sync and the storage probe use, so this machine needs
     no bucket credentials of any cloud. Returns what happened; never raises."""
     if not exp.bucket:

@@ -18,6 +18,7 @@ from typing import Any
 
 from fabric import Connection
 
+from bootstrap.fleet import node_package
 from bootstrap.fleet.api import Host, HostContext, StepFailed
 from bootstrap.fleet.interconnect import FabricEnv
 from bootstrap.fleet.system import ProgressStream, sh
@@ -25,19 +26,12 @@ from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.verify.expected import Expected
 from bootstrap.verify.judge import ReportError, parse_report
 
-REMOTE_DIR = Path(__file__).resolve().parent.parent / "remote"
-REMOTE_FILES = (
-    "verify_node.py",
-    "verify_smi.py",
-    "verify_train.py",
-    # The node health snapshot and the verdict's store (bootstrap/verify/health_run.py).
-    "verify_health.py",
-    # The bucket probe's client: the watchdog's own (one client, one signing, the node's
-    # role credentials), with the node clouds (the folder as it is: no list here).
-    "bucket.py",
-    "fleet_names.py",
-    *(f"clouds/{p.name}" for p in sorted((REMOTE_DIR / "clouds").glob("*.py"))),
-)
+# The node tools verify-gpu and fab health run, shipped with what they import in the node
+# package (the bucket probe's client is the watchdog's own: one client, one signing, the
+# node's role credentials, with the node clouds); torchrun runs verify_train per rank.
+TOOLS = ("verify_node", "verify_train", "verify_health")
+TOOL = "verify_node"
+REMOTE_FILES = tuple(node_package.closure(*TOOLS))
 
 
 @dataclass(frozen=True)
@@ -85,8 +79,6 @@ def node_command(
 ) -> str:
     """The shell command that runs verify_node.py on the node (pure, so it is tested)."""
     args = [
-        opts.python,
-        f"{remote_dir}/verify_node.py",
         f"--out={remote_dir}/report-{stage}.json",
         f"--workdir={remote_dir}/run-{stage}",
         f"--stage={stage}",
@@ -110,9 +102,8 @@ def node_command(
             f"--master-addr={master_addr}",
             f"--master-port={opts.master_port}",
         ]
-    env = [f"{k}={v}" for k, v in opts.stage_env(stage).items()]
-    prefix = ["env", *env] if env else []
-    return " ".join(shlex.quote(a) for a in [*prefix, *args])
+    run = node_package.module_argv(opts.python, remote_dir, TOOL, env=opts.stage_env(stage))
+    return " ".join(shlex.quote(a) for a in [*run, *args])
 
 
 def _bucket_args(opts: VerifyOptions, exp: Expected, *, bucket: bool) -> list[str]:
@@ -131,13 +122,11 @@ def upload_command(remote_dir: str, opts: VerifyOptions, exp: Expected, report: 
     """The shell command that copies ``report`` (on the node) into the stack's bucket
     with the node's own client and identity (verify_node.py --upload-report)."""
     args = [
-        opts.python,
-        f"{remote_dir}/verify_node.py",
+        *node_package.module_argv(opts.python, remote_dir, TOOL, env=opts.stage_env("local")),
         f"--upload-report={report}",
         *_bucket_args(opts, exp, bucket=True),
     ]
-    env = [f"{k}={v}" for k, v in opts.stage_env("local").items()]
-    return " ".join(shlex.quote(a) for a in [*(["env", *env] if env else []), *args])
+    return " ".join(shlex.quote(a) for a in args)
 
 
 # The most of a file one command line carries (Linux caps one argument at 128 KiB).
@@ -189,7 +178,7 @@ def remote_bundle() -> str:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name in REMOTE_FILES:
-            data = (REMOTE_DIR / name).read_bytes()
+            data = node_package.source(name).read_bytes()
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))

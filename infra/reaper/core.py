@@ -14,9 +14,7 @@ from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 
-from . import tags as T
-from .catalog_data import load_table
-from .idle_rules import (
+from gpufleet_node.idle_rules import (
     KEEP,
     STOP,
     UTC,
@@ -29,6 +27,9 @@ from .idle_rules import (
     lookback_minutes,
     resolve_limits,
 )
+
+from . import tags as T
+from .catalog_data import load_table
 
 RUNNING = "running"
 # The setting that caps attempts per API call, the first included (each cloud its default).

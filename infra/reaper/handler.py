@@ -67,14 +67,24 @@ Entries = list[tuple[str, bytes]]
 # test catches a miss. Each cloud's reaper.py travels beside them as ``<cloud>.py``.
 NEUTRAL_MODULES = (
     "__init__.py",
-    "bucket_store.py",  # the node's own bucket client (Tencent's heartbeat objects)
     "catalog_data.py",
     "core.py",
-    "fleet_names.py",
     "handler.py",
-    "idle_rules.py",
     "tags.py",
 )
+# What the reaper shares with the nodes, packed from the node package under its own import
+# path (``gpufleet_node/`` beside this package in the function): the idle rules, the tag and
+# metric names, and the node's own bucket client (Tencent's heartbeat objects).
+NODE_PACKAGE = "gpufleet_node"
+NODE_MODULES = ("__init__.py", "bucket.py", "fleet_names.py", "idle_rules.py")
+
+
+def node_module_files() -> list[tuple[str, bytes]]:
+    """(path in the function zip, bytes) of :data:`NODE_MODULES`, from the node package."""
+    import gpufleet_node
+
+    here = Path(gpufleet_node.__file__).resolve().parent
+    return [(f"{NODE_PACKAGE}/{n}", (here / n).read_bytes()) for n in NODE_MODULES]
 
 
 def _in_function() -> bool:
@@ -429,6 +439,8 @@ def function_zip_inputs(provider: str, *, wheelhouse: Path | None = None) -> str
     add("zip-date", repr(_ZIP_DATE).encode())
     for n in sorted({*NEUTRAL_MODULES, "wheelhouse.py"}):
         add(n, (here / n).read_bytes())
+    for name, data in node_module_files():
+        add(name, data)
     entry = CLOUDS[provider]
     for name, other in sorted(CLOUDS.items()):
         add(f"cloud:{name}", other.source.read_bytes())
@@ -484,7 +496,8 @@ def build_function_zip(
     wheelhouse: Path | None = None,
 ) -> bytes:
     """The function archive: ``handler.py`` at the top, this package as ``gpufleet_reaper/``
-    with the catalog's per-instance-type table (``instance_types.json``), and the SDKs'
+    with the catalog's per-instance-type table (``instance_types.json``), the node package's
+    shared modules as ``gpufleet_node/`` (:data:`NODE_MODULES`), and the SDKs'
     closure beside it where the runtime lacks them: for a cloud built from wheels (WHEELS)
     unpacked from the wheelhouse (default ``build/fc-wheels``), whose wheels are checked
     against the lock and the runtime first (WheelhouseError); otherwise copied from the
@@ -506,6 +519,7 @@ def build_function_zip(
         catalog = load_catalog()
     entries = [("handler.py", _SHIM.encode())]
     entries += [(f"{PACKAGE}/{n}", (src / n).read_bytes()) for n in NEUTRAL_MODULES]
+    entries += node_module_files()
     entries += [
         (f"{PACKAGE}/{name}.py", function_module(entry.source.read_text(encoding="utf-8")))
         for name, entry in CLOUDS.items()

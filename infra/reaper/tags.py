@@ -5,7 +5,7 @@ tags under the names the stack and the reaper have always imported (``tags as T`
 Documented in the README ("Contract: tags"); change only with a migration note.
 """
 
-from .fleet_names import (
+from gpufleet_node.fleet_names import (
     IDLE_MINUTES,
     KEEP_ALIVE_UNTIL,
     MANAGED_BY,

@@ -390,7 +390,7 @@ def test_a_cidr_given_twice_is_refused_even_when_written_differently() -> None:
 
 
 def test_the_ttl_cap_is_the_one_the_guards_read():
+    from gpufleet_node import idle_rules
     from infra import config
-    from infra.reaper import idle_rules
 
     assert config.MAX_TTL_HOURS == idle_rules.MAX_TTL_HOURS

@@ -247,7 +247,7 @@ def test_the_new_clouds_scheduled_reaper_guards_its_gpu_node(new_cloud: Path) ->
 def test_the_files_outside_its_folder_a_new_cloud_must_still_touch(new_cloud: Path) -> None:
     # Each registry still keyed by a cloud's name is a file a new cloud must edit. The
     # policy pack's facts now live in each cloud's rules.py; the node side
-    # (bootstrap/remote/) is its own folder of modules. The set was {"policy/rules.py"}.
+    # (gpufleet_node/) is its own folder of modules. The set was {"policy/rules.py"}.
     from policy import rules
 
     still = set()

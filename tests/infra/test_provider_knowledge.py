@@ -1,7 +1,7 @@
 """Provider knowledge lives in the cloud's own folder: outside infra/clouds/<name>/ no code
 compares that cloud's name to a literal (a cloud's folder names no other cloud); callers
-read the cloud's catalog facts instead. On the node (bootstrap/remote/, files that must run
-alone) a cloud's knowledge lives in its own module, bootstrap/remote/clouds/<name>.py, which
+read the cloud's catalog facts instead. On the node (gpufleet_node/, files that must run
+alone) a cloud's knowledge lives in its own module, gpufleet_node/clouds/<name>.py, which
 registers its class: outside that module no node file names that cloud at all. And every
 registry knows every cloud the catalog knows, so adding a cloud is
 new modules, classes and catalog files."""
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -30,13 +29,13 @@ from infra.reaper import handler
 from policy import rules
 
 ROOT = Path(__file__).resolve().parents[2]
-SCANNED = ("infra", "bootstrap", "scripts", "policy")
+SCANNED = ("infra", "bootstrap", "scripts", "policy", "gpufleet_node")
 # Where provider differences are meant to live: infra/clouds/<name>/ may name <name> only.
 CLOUD_HOMES = "infra/clouds/"
-# Files run alone on the node: their per-cloud code is one module per cloud in NODE_CLOUDS
-# (bootstrap/remote/clouds/<name>.py may name <name> only).
-NODE_DIR = "bootstrap/remote/"
-NODE_CLOUDS = "bootstrap/remote/clouds/"
+# The node package, run alone on the node: its per-cloud code is one module per cloud in
+# NODE_CLOUDS (gpufleet_node/clouds/<name>.py may name <name> only).
+NODE_DIR = "gpufleet_node/"
+NODE_CLOUDS = "gpufleet_node/clouds/"
 
 # What could not be moved yet: path -> (how many comparisons, why). Shrink it; never grow it
 # without a reason a reviewer accepts.
@@ -91,7 +90,7 @@ def node_provider_names(source: str, names: frozenset[str]) -> list[int]:
 
 def home_of(rel: str) -> str | None:
     """The cloud whose folder holds ``rel`` (infra/clouds/<name>/...), or whose node module
-    it is (bootstrap/remote/clouds/<name>.py), else None."""
+    it is (gpufleet_node/clouds/<name>.py), else None."""
     if rel.startswith(NODE_CLOUDS):
         return rel.removeprefix(NODE_CLOUDS).removesuffix(".py")
     inside = rel.removeprefix(CLOUD_HOMES)
@@ -169,10 +168,7 @@ def test_outside_a_clouds_folder_nothing_falls_back_to_a_default_cloud() -> None
 
 
 def _node_clouds() -> Any:
-    remote = str(ROOT / NODE_DIR)
-    if remote not in sys.path:
-        sys.path.append(remote)  # the node's own layout: its files import each other
-    return importlib.import_module("clouds")
+    return importlib.import_module("gpufleet_node.clouds")
 
 
 def test_the_scanner_finds_each_way_of_branching_on_a_provider_name() -> None:
@@ -213,7 +209,7 @@ def test_outside_their_clouds_folder_the_node_files_name_no_provider() -> None:
     # watchdog_sync.py (now bucket.py) and 1 in job_sync.py; before clouds/: the CLOUDS table.
     found = {p: n for p, n in _scan().items() if p.startswith(NODE_DIR)}
     assert found == {p: n for p, (n, _why) in NODE_ALLOWED.items()}, (
-        "a provider's name in a node file outside bootstrap/remote/clouds/: put it in the "
+        "a provider's name in a node file outside gpufleet_node/clouds/: put it in the "
         f"cloud's own module there instead (or shrink NODE_ALLOWED): {found}"
     )
 
@@ -224,7 +220,7 @@ def test_every_node_cloud_is_its_own_module_registered_under_its_own_name() -> N
     assert set(clouds) == modules
     assert {name: cls.name for name, cls in clouds.items()} == {n: n for n in clouds}
     assert {name: cls.__module__ for name, cls in clouds.items()} == {
-        n: f"clouds.{n}" for n in clouds
+        n: f"gpufleet_node.clouds.{n}" for n in clouds
     }
 
 
@@ -275,7 +271,7 @@ def test_every_node_cloud_reaches_its_bucket_with_the_one_bucket_client() -> Non
     # The watchdog, job sync, verify's probe and the verify report upload all go through
     # the node cloud's bucket_store (bucket.py); there is no second table of uploaders.
     node_clouds = _node_clouds().CLOUDS
-    bucket = importlib.import_module("bucket")  # beside clouds/, as the node imports it
+    bucket = importlib.import_module("gpufleet_node.bucket")
     stores = {name: cls.bucket_store for name, cls in node_clouds.items()}
     assert stores and all(issubclass(s, bucket.BucketStore) for s in stores.values()), stores
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from gpufleet_node.fleet_names import HEARTBEAT_OBJECT_PREFIX
 from infra.catalog import load_catalog
 from infra.clouds.tencent import program as tp
 from infra.clouds.tencent.reaper import CAM_ACTIONS
 from infra.components.args import billing_of, guard_args
 from infra.config import StackConfig
 from infra.reaper import tags as T
-from infra.reaper.fleet_names import HEARTBEAT_OBJECT_PREFIX
 from tests.infra.conftest import planned
 from tests.support import tencent_cam as cam
 from tests.support.tencent_cam import ALLOW, DENY, IMPLICIT_DENY, Request
@@ -135,7 +135,7 @@ def node_tags(stack: str) -> dict[str, str]:
 def instance_request(action: str, tags: dict[str, str], instance: str = "ins-1") -> Request:
     """A CVM or Tag API call on one instance, with the instance's tags as CAM sees them
     (qcs:resource_tag: one key&value per tag); the resource is the six-segment name the
-    watchdog writes for TagResources (bootstrap/remote/clouds/tencent.py)."""
+    watchdog writes for TagResources (gpufleet_node/clouds/tencent.py)."""
     resource = f"qcs::cvm:ap-guangzhou:uin/{OWNER_UIN}:instance/{instance}"
     pairs = [f"{k}&{v}" for k, v in tags.items()]
     return Request(action, resource, {"qcs:resource_tag": pairs})

@@ -27,12 +27,12 @@ from pathlib import Path
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from gpufleet_node.idle_rules import UTC, format_utc
 from infra.config import load_stack_file
 from infra.nodes import node_tags
 from infra.offline import PLACEHOLDER_SSH_KEY
 from infra.reaper import tags as T
 from infra.reaper.core import Instance, Metrics, StopResult, reap
-from infra.reaper.idle_rules import UTC, format_utc
 
 STACKS = sorted((Path(__file__).resolve().parents[2] / "stacks").glob("Pulumi.*.yaml"))
 # Real node tags and instance types of every shipped stack (head and a worker).

@@ -17,9 +17,9 @@ from typing import Any
 
 import boto3
 
+from gpufleet_node.fleet_names import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
+from gpufleet_node.idle_rules import UTC, format_utc
 from infra.reaper import tags as T
-from infra.reaper.fleet_names import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
-from infra.reaper.idle_rules import UTC, format_utc
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"

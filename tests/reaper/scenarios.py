@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from gpufleet_node.fleet_names import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
+from gpufleet_node.idle_rules import UTC, format_utc
 from infra.clouds.aws.reaper import AwsCloud
 from infra.reaper import tags as T
 from infra.reaper.core import reap
-from infra.reaper.fleet_names import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
-from infra.reaper.idle_rules import UTC, format_utc
 from tests.reaper.faultproxy import FaultProxy
 from tests.reaper.fleet import AMI, REGION, age, client, states
 

@@ -14,9 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet_node.idle_rules import UTC
 from infra.clouds.azure.package import ENTRY, SITE, PackageError, site_files
-from infra.reaper.handler import FUNCTION_MODULES, PACKAGE, build_function_zip
-from infra.reaper.idle_rules import UTC
+from infra.reaper.handler import (
+    FUNCTION_MODULES,
+    NODE_MODULES,
+    NODE_PACKAGE,
+    PACKAGE,
+    build_function_zip,
+)
 from tests.reaper.azure_fake import RESOURCE_GROUP, SUBSCRIPTION, make_tls
 from tests.reaper.azure_identity_fake import identity_endpoint
 from tests.reaper.test_azure_reaper import AzScenario, build_scenario
@@ -57,6 +63,7 @@ def test_azure_zip_is_deterministic_and_has_the_functions_layout(azure_zip: byte
     names = zipfile.ZipFile(io.BytesIO(azure_zip)).namelist()
     assert {ENTRY, "host.json", f"{PACKAGE}/azure.py"} <= set(names)
     assert {f"{PACKAGE}/{m}" for m in FUNCTION_MODULES} <= set(names)
+    assert {f"{NODE_PACKAGE}/{m}" for m in NODE_MODULES} <= set(names)
     tops = {n[len(SITE) + 1 :].split("/")[0] for n in names if n.startswith(SITE + "/")}
     assert {"azure", "isodate", "requests", "werkzeug"} <= tops
     # No msal, no cryptography, no other cloud's SDK, nothing compiled.
@@ -69,7 +76,8 @@ def test_azure_zip_is_deterministic_and_has_the_functions_layout(azure_zip: byte
 
 def test_azure_function_code_parses_as_python_3_10(azure_zip: bytes) -> None:
     zf = zipfile.ZipFile(io.BytesIO(azure_zip))
-    for name in [ENTRY, *(f"{PACKAGE}/{m}" for m in FUNCTION_MODULES)]:
+    shared = [f"{NODE_PACKAGE}/{m}" for m in NODE_MODULES]
+    for name in [ENTRY, *(f"{PACKAGE}/{m}" for m in FUNCTION_MODULES), *shared]:
         ast.parse(zf.read(name).decode(), filename=name, feature_version=(3, 10))
 
 

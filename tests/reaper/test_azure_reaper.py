@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from gpufleet_node.idle_rules import UTC, format_utc
 from infra.clouds.azure.reaper import (
     REQUIRED_ENV,
     ROLE_ACTIONS,
@@ -26,7 +27,6 @@ from infra.clouds.azure.reaper import (
 from infra.reaper import tags as T
 from infra.reaper.core import Report, reap
 from infra.reaper.handler import CLOUDS, ConfigError, make_cloud, run
-from infra.reaper.idle_rules import UTC, format_utc
 from scripts import teardown
 from tests.reaper.azure_fake import (
     RESOURCE_GROUP,

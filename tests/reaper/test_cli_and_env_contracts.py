@@ -58,7 +58,7 @@ def test_an_html_page_answering_describe_instances_is_an_error_not_zero_instance
 def test_an_html_page_answering_get_metric_data_makes_metrics_unreadable() -> None:
     from datetime import datetime, timedelta
 
-    from infra.reaper.idle_rules import UTC
+    from gpufleet_node.idle_rules import UTC
 
     now = datetime.now(UTC)
     with html_server() as (url, _):

@@ -11,7 +11,7 @@ from moto.cloudwatch.models import CloudWatchBackend
 from moto.ec2.exceptions import InvalidInstanceIdError
 from moto.ec2.models.amis import AmiBackend
 
-from infra.reaper.idle_rules import UTC
+from gpufleet_node.idle_rules import UTC
 from tests.reaper.fleet import (
     AMI,
     Case,

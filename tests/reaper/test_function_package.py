@@ -21,12 +21,18 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from gpufleet_node.idle_rules import UTC
 from infra.catalog import load_catalog
 from infra.reaper import tags as T
 from infra.reaper import wheelhouse as wh
 from infra.reaper.catalog_data import TABLE_FILE, build_table, family_of, parse_table
-from infra.reaper.handler import FUNCTION_MODULES, PACKAGE, build_function_zip
-from infra.reaper.idle_rules import UTC
+from infra.reaper.handler import (
+    FUNCTION_MODULES,
+    NODE_MODULES,
+    NODE_PACKAGE,
+    PACKAGE,
+    build_function_zip,
+)
 from tests.reaper.alicloud_fake import FakeAlicloud, FakeInstance
 from tests.support.real import missing_real_part
 
@@ -95,7 +101,7 @@ def test_aws_zip_carries_the_code_and_the_catalog_table_and_no_sdk(aws_zip: byte
     names = set(zf.namelist())
     assert names == {"handler.py", f"{PACKAGE}/{TABLE_FILE}"} | {
         f"{PACKAGE}/{m}" for m in FUNCTION_MODULES
-    }
+    } | {f"{NODE_PACKAGE}/{m}" for m in NODE_MODULES}  # the shared idle rules, names, bucket
     # Only text: no wheel, no compiled module, no dist-info (Lambda's runtime has boto3).
     for name in names:
         zf.read(name).decode("utf-8")

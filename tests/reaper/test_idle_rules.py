@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from infra.reaper.idle_rules import (
+from gpufleet_node.idle_rules import (
     KEEP,
     MAX_LEASE_HOURS,
     STOP,

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet_node.fleet_names import HEARTBEAT_OBJECT_PREFIX
+from gpufleet_node.idle_rules import UTC
 from infra.clouds.tencent.reaper import BUCKET_ENV, COS_ENDPOINT_ENV, SCF_HANDLER, SCF_RUNTIME
 from infra.reaper import tags as T
-from infra.reaper.fleet_names import HEARTBEAT_OBJECT_PREFIX
 from infra.reaper.handler import build_function_zip
-from infra.reaper.idle_rules import UTC
 from tests.reaper.tencent_fake import SECRET_ID, SECRET_KEY, FakeCvm, FakeTencent
 from tests.reaper.test_function_package import PY310, clean_run, unzip
 

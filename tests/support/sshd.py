@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from bootstrap.remote.job_runner import pid_alive
+from gpufleet_node.job_runner import pid_alive
 from tests.support.real import describe, missing_real_part
 
 SUDO_USER = "gpufleet-node"

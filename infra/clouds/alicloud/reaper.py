@@ -33,6 +33,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlparse
 
+from gpufleet_node.fleet_names import CMS_DIMENSION, CMS_GROUP_ID, METRIC_GPU_UTIL, METRIC_HEARTBEAT
+from gpufleet_node.idle_rules import UTC, parse_utc
 from infra.reaper import tags as T
 from infra.reaper.core import (
     MAX_ATTEMPTS_ENV,
@@ -44,8 +46,6 @@ from infra.reaper.core import (
     chunks,
     int_env,
 )
-from infra.reaper.fleet_names import CMS_DIMENSION, CMS_GROUP_ID, METRIC_GPU_UTIL, METRIC_HEARTBEAT
-from infra.reaper.idle_rules import UTC, parse_utc
 
 PAGE = 100  # DescribeInstances MaxResults ceiling
 STOP_BATCH = 100  # StopInstances InstanceId.N ceiling

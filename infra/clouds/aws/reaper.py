@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from gpufleet_node.fleet_names import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
+from gpufleet_node.idle_rules import UTC
 from infra.reaper import tags as T
 from infra.reaper.core import (
     MAX_ATTEMPTS_ENV,
@@ -33,8 +35,6 @@ from infra.reaper.core import (
     chunks,
     int_env,
 )
-from infra.reaper.fleet_names import DIMENSION, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
-from infra.reaper.idle_rules import UTC
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient

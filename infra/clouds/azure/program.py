@@ -20,6 +20,7 @@ import pulumi
 import pulumi_azure_native as az
 import pulumi_random as random
 
+from gpufleet_node.fleet_names import METRIC_GPU_MEM, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
 from infra import reaper_deploy as guard_logic
 from infra.catalog import Feature, InstanceType, load_catalog
 from infra.clouds.base import (
@@ -43,7 +44,6 @@ from infra.components.args import (
 )
 from infra.config import StackConfig
 from infra.nodes import NodeSpec
-from infra.reaper.fleet_names import METRIC_GPU_MEM, METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
 
 # az.compute.VirtualMachine imports one module of pulumi_azure_native.compute, not all
 narrow(az)

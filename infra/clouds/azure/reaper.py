@@ -64,6 +64,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from gpufleet_node.fleet_names import METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
+from gpufleet_node.idle_rules import UTC
 from infra.reaper import tags as T
 from infra.reaper.core import (
     MAX_ATTEMPTS_ENV,
@@ -75,8 +77,6 @@ from infra.reaper.core import (
     StopResult,
     int_env,
 )
-from infra.reaper.fleet_names import METRIC_GPU_UTIL, METRIC_HEARTBEAT, NAMESPACE
-from infra.reaper.idle_rules import UTC
 
 # The function's settings beyond the common ones (handler.py): the stack declares them.
 REQUIRED_ENV = ("GPUFLEET_AZURE_SUBSCRIPTION_ID", "GPUFLEET_AZURE_RESOURCE_GROUP")

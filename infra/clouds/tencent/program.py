@@ -23,6 +23,7 @@ import pulumi
 import pulumi_random as random
 import tencentcloud_iac_pulumi as tc
 
+from gpufleet_node.fleet_names import HEARTBEAT_OBJECT_PREFIX
 from infra import reaper_deploy as guard_logic
 from infra.catalog import load_catalog
 from infra.clouds import common
@@ -49,7 +50,6 @@ from infra.components.args import (
 from infra.config import ConfigError, StackConfig
 from infra.nodes import NodeSpec
 from infra.reaper import tags as T
-from infra.reaper.fleet_names import HEARTBEAT_OBJECT_PREFIX
 
 # tc.cvm.Instance imports cvm's instance module, not all of tencentcloud_iac_pulumi.cvm
 narrow(tc)
@@ -177,7 +177,7 @@ def cos_bucket_api_resources(region: str, appid: str, bucket: str) -> list[str]:
     return [f"{root}/", f"{root}/*"]
 
 
-# What the node watchdog calls besides the bucket (bootstrap/remote/clouds/tencent.py TencentNode):
+# What the node watchdog calls besides the bucket (gpufleet_node/clouds/tencent.py TencentNode):
 # its own tags, the account uin for the lease's resource name, the lease, its own power-off.
 NODE_READ_ACTIONS = ("cvm:DescribeInstances", "sts:GetCallerIdentity")
 NODE_STACK_ACTIONS = ("tag:TagResources", "cvm:StopInstances")

@@ -34,15 +34,15 @@ the SDK; COS through its S3-compatible API, SigV4):
   go in smaller batches.
 - COS ``HEAD`` of each node's heartbeat object, ``<bucket>/gpufleet/heartbeat/<instance
   id>`` (fleet_names.HEARTBEAT_OBJECT_PREFIX; CAM action cos:HeadObject), through COS's
-  S3-compatible API with the node's own SigV4 client (bucket_store.py is a link to
-  bootstrap/remote/bucket.py). The heartbeat's time is the object's
+  S3-compatible API with the node's own SigV4 client (gpufleet_node/bucket.py, which the
+  function zip packs). The heartbeat's time is the object's
   ``Last-Modified``, which COS stamps on its own clock: the same evidence as a datapoint's
   timestamp elsewhere. Custom metrics are no option: ``PutMonitorData`` (API 2018-07-24) is
   disused ("its related console features and backend services were deactivated", planned
   disuse 2023-06-26: https://www.tencentcloud.com/document/api/248/35974); the successor is
   the managed Prometheus service, not a TC3-signed API.
 
-So the rule is the other clouds' (infra/reaper/idle_rules.py ``decide_cloud``): a node is
+So the rule is the other clouds' (gpufleet_node/idle_rules.py ``decide_cloud``): a node is
 stopped for silence only when its heartbeat object was written this boot and then went
 stale while another node's heartbeat still arrived, with no GPU use in the window. No
 Gpuutil datapoint in the window (the agent is not installed or not reporting) is unknown,
@@ -71,6 +71,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlparse
 
+from gpufleet_node.fleet_names import HEARTBEAT_OBJECT_PREFIX
+from gpufleet_node.idle_rules import UTC, parse_utc
 from infra.reaper import tags as T
 from infra.reaper.core import (
     MAX_ATTEMPTS_ENV,
@@ -82,8 +84,6 @@ from infra.reaper.core import (
     chunks,
     int_env,
 )
-from infra.reaper.fleet_names import HEARTBEAT_OBJECT_PREFIX
-from infra.reaper.idle_rules import UTC, parse_utc
 
 # The SCF function's settings (tencent-infra declares exactly these) and its runtime.
 FUNCTION_ENV = ("GPUFLEET_PROVIDER", "GPUFLEET_STACK", "GPUFLEET_REGION", "GPUFLEET_APPLY")
@@ -397,7 +397,7 @@ class TencentCloud:
     def _bucket(self) -> Any:
         """The stack's bucket through COS's S3-compatible API (SigV4, the role's keys)."""
         if self._store is None:
-            from infra.reaper import bucket_store
+            from gpufleet_node import bucket as bucket_store
 
             def keys() -> dict[str, str]:
                 return {

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,10 +22,7 @@ from tests.support.blob_fake import ACCOUNT, CONTAINER, CREDS, FakeBlob, blob_fa
 from tests.support.fault_proxy import Fault, FaultProxy, fault_proxy
 from tests.support.strict_s3 import strict_s3
 
-REMOTE = Path(__file__).resolve().parents[3] / "bootstrap" / "remote"
-if str(REMOTE) not in sys.path:
-    sys.path.append(str(REMOTE))
-bucket: Any = importlib.import_module("bucket")
+bucket: Any = importlib.import_module("gpufleet_node.bucket")
 
 S3_CREDS = {"access_key_id": "testing", "secret": "testing", "token": ""}
 MIB = 1024 * 1024

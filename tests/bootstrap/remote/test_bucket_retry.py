@@ -6,7 +6,6 @@ Real HTTP against a scripted server on 127.0.0.1; a fake clock where the deadlin
 from __future__ import annotations
 
 import importlib
-import sys
 import threading
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -19,10 +18,7 @@ import pytest
 
 from tests.bootstrap.remote.watchdog_fakes import closed_port, serve
 
-REMOTE = Path(__file__).resolve().parents[3] / "bootstrap" / "remote"
-if str(REMOTE) not in sys.path:
-    sys.path.append(str(REMOTE))
-wsync: Any = importlib.import_module("bucket")
+wsync: Any = importlib.import_module("gpufleet_node.bucket")
 
 CREDS = {"access_key_id": "testing", "secret": "testing", "token": "", "storage": "tok"}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.remote import job_sync
+from gpufleet_node import job_sync
 from tests.bootstrap.remote.test_watchdog_azure import ACCOUNT, CONTAINER, REGION, FakeAzureNode
 from tests.bootstrap.remote.test_watchdog_azure import azure as azure  # the fixture
 

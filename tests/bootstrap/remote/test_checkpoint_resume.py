@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from bootstrap.remote import job_runner
+from gpufleet_node import job_runner
 
 BUCKET = "gpufleet-resume-test"
 PREFIX = "checkpoints/n0/j1/"
@@ -208,7 +208,7 @@ def test_a_resume_restores_expands_the_args_and_adds_the_resume_args(
     resume(job_dir)
     ckpt = tmp_path / "scratch" / "checkpoints" / "j1"
     done = subprocess.run(
-        [sys.executable, str(REMOTE / "job_runner.py"), "supervise", f"--job-dir={job_dir}"],
+        [sys.executable, "-m", "gpufleet_node.job_runner", "supervise", f"--job-dir={job_dir}"],
         capture_output=True,
         text=True,
         timeout=240,

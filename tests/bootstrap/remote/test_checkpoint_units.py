@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.remote import job_sync
+from gpufleet_node import job_sync
 
 
 def test_a_step_is_read_from_step_like_names_and_the_highest_wins(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bootstrap.remote import job_sync
+from gpufleet_node import job_sync
 
 # The node files import each other as top-level modules: job_sync's own bucket module (its
 # StoreError is the one job_sync catches).

@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import boto3
 import pytest
 
-from bootstrap.remote import verify_node
+from gpufleet_node import verify_node
 from tests.bootstrap.remote.watchdog_fakes import closed_port, moto_server
 
-REMOTE = Path(__file__).resolve().parents[3] / "bootstrap" / "remote"
+REMOTE = Path(__file__).resolve().parents[3] / "gpufleet_node"
 REGION = "ap-guangzhou"
 
 

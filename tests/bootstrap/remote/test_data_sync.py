@@ -1,4 +1,4 @@
-"""The node side of ``fab data-*`` (bootstrap/remote/data_sync.py): a folder to and from the
+"""The node side of ``fab data-*`` (gpufleet_node/data_sync.py): a folder to and from the
 bucket through the watchdog's own client. Moto's S3 stands for S3 and for OSS's and COS's
 S3-compatible endpoints (each cloud's node module with its own environment keys), the
 watchdog tests' local fake for Azure Blob; what moto proves is our requests and matching,
@@ -21,7 +21,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from bootstrap.remote import data_sync, job_sync
+from gpufleet_node import data_sync, job_sync
 from tests.bootstrap.remote.test_verify_node import S3_CLOUDS
 from tests.bootstrap.remote.test_watchdog_azure import (  # noqa: F401 (the fixture)
     ACCOUNT,
@@ -437,16 +437,19 @@ def test_the_shipped_files_alone_fetch_with_the_environment_from_stdin(
     s3 = client(moto_s3)
     s3.create_bucket(Bucket="gpufleet-data-alone")
     s3.put_object(Bucket="gpufleet-data-alone", Key="data/a/one.txt", Body=b"one")
-    alone = tmp_path / "bin"
-    shutil.copytree(REMOTE / "clouds", alone / "clouds")
-    for name in ("data_sync.py", "job_sync.py", "bucket.py", "fleet_names.py"):
-        shutil.copy(REMOTE / name, alone / name)
+    from bootstrap.fleet import node_package
+    from bootstrap.train.steps import REMOTE_FILES
+
+    alone = tmp_path / "bin"  # what fab train ships: bin-<sha>/gpufleet_node/...
+    for name in REMOTE_FILES:
+        (alone / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(node_package.source(name), alone / name)
     doc = {"env": {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}}
     done = subprocess.run(
-        [sys.executable, "-S", "-E", str(alone / "data_sync.py"), "fetch", "--root",
+        [sys.executable, "-S", "-E", "-m", "gpufleet_node.data_sync", "fetch", "--root",
          str(tmp_path / "dest"), "--prefix", "data/a/", "--bucket", "gpufleet-data-alone",
          "--provider", "aws", "--region", "us-east-1", "--s3-endpoint", moto_s3],
-        input=json.dumps(doc), capture_output=True, text=True, timeout=60,
+        input=json.dumps(doc), capture_output=True, text=True, timeout=60, cwd=alone,
         env={"PATH": "/usr/bin:/bin"}, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

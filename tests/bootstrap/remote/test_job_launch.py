@@ -6,11 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-REMOTE = Path(__file__).resolve().parents[3] / "bootstrap" / "remote"
+ROOT = Path(__file__).resolve().parents[3]  # the folder that holds gpufleet_node/
 
 
 def launch(script: Path) -> subprocess.CompletedProcess[str]:
-    code = f"import sys; sys.path.insert(0, {str(REMOTE)!r}); import job_launch; "
+    code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from gpufleet_node import job_launch; "
     code += f"job_launch.run_script({str(script)!r})"
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False

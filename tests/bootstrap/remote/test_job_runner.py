@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bootstrap.remote import job_runner
+from gpufleet_node import job_runner
 from tests.support.sshd import free_port
 
 BUCKET = "gpufleet-runner-test"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.remote import job_sync
+from gpufleet_node import job_sync
 
 
 def marker(files: dict[str, int], step: int = 0) -> str:
@@ -80,7 +80,7 @@ def test_a_checkpoints_marker_goes_up_after_the_files_it_lists(tmp_path: Path) -
     # "COMPLETE" sorts before "model.pt": the sync sent the marker first, so a bucket could
     # list a step's marker with its model still on the way (a job killed then left a marker
     # whose files never came, and a test that waited for the marker resumed from nothing).
-    from bootstrap.remote import bucket
+    from gpufleet_node import bucket
 
     class Recording:
         bucket = "b"

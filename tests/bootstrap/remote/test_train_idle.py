@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from infra.reaper import idle_rules as policy
+from gpufleet_node import idle_rules as policy
 from tests.bootstrap.remote.test_watchdog import (
     BOOT,
     Timeline,
@@ -87,15 +87,19 @@ def test_stop_when_done_stops_at_once_unless_protected_or_leased() -> None:
 @pytest.fixture
 def supervisor(tmp_path: Path) -> Iterator[int]:
     """A live process that looks like the job runner's supervisor."""
-    script = tmp_path / "bin" / "job_runner.py"
-    script.parent.mkdir()
-    script.write_text("import time\ntime.sleep(300)\n")
-    proc = subprocess.Popen([sys.executable, str(script), "supervise"])
+    # `python -m gpufleet_node.job_runner supervise`, as job_runner.py's detach starts it
+    package = tmp_path / "bin" / "gpufleet_node"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "job_runner.py").write_text("import time\ntime.sleep(300)\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet_node.job_runner", "supervise"], cwd=package.parent
+    )
     # Between fork and exec the child still shows the parent's command line: wait (bounded)
     # until it is the "supervisor", or a loaded machine reads it as some other process.
     cmdline = Path(f"/proc/{proc.pid}/cmdline")
     for _ in range(500):
-        if b"job_runner.py" in cmdline.read_bytes():
+        if b"gpufleet_node.job_runner" in cmdline.read_bytes():
             break
         time.sleep(0.01)
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from bootstrap.remote import verify_health as vh
+from gpufleet_node import verify_health as vh
 from tests.bootstrap.remote.test_verify_node import moto_s3  # noqa: F401  (the fixture)
 from tests.bootstrap.remote.watchdog_fakes import closed_port
 
@@ -159,8 +159,9 @@ def test_the_shipped_files_alone_take_a_snapshot_with_the_tools_they_find(
     import sys
 
     remote = Path(vh.__file__).parent
-    for name in ("verify_health.py", "verify_smi.py", "verify_node.py"):
-        shutil.copy(remote / name, tmp_path / name)
+    (tmp_path / "gpufleet_node").mkdir()
+    for name in ("__init__.py", "verify_health.py", "verify_smi.py", "verify_node.py"):
+        shutil.copy(remote / name, tmp_path / "gpufleet_node" / name)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool, body in STUBS.items():
@@ -168,7 +169,7 @@ def test_the_shipped_files_alone_take_a_snapshot_with_the_tools_they_find(
         (bin_dir / tool).chmod(0o755)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FIX": str(FIXTURES.parent)}
     done = subprocess.run(
-        [sys.executable, "-s", "-E", str(tmp_path / "verify_health.py"), "--dcgm-level", "2"],
+        [sys.executable, "-s", "-E", "-m", "gpufleet_node.verify_health", "--dcgm-level", "2"],
         capture_output=True,
         text=True,
         timeout=120,

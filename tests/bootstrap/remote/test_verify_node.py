@@ -19,15 +19,16 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
+from bootstrap.fleet import node_package
 from bootstrap.fleet.api import ScratchSpec
-from bootstrap.remote import verify_node, verify_smi
 from bootstrap.verify import judge as j
 from bootstrap.verify.report import REPORT_SCHEMA, VerifyRun, save_report
-from bootstrap.verify.ship import REMOTE_DIR, REMOTE_FILES
+from bootstrap.verify.ship import REMOTE_FILES
+from gpufleet_node import verify_node, verify_smi
 from infra.catalog import load_catalog
 from tests.bootstrap.remote.watchdog_fakes import closed_port
 
-NODE_SCRIPT = Path(verify_node.__file__)
+NODE_MODULE = "gpufleet_node.verify_node"  # run as the node runs it: python -m
 
 # The layout drivers before R470 print (V100 era): single/double-bit ECC with totals,
 # "throttle" instead of "event" reasons, page retirement instead of row remapping.
@@ -244,9 +245,9 @@ def test_the_shipped_probe_needs_neither_boto3_nor_a_cli_on_the_node(
     )
     for name in REMOTE_FILES:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_bytes((REMOTE_DIR / name).read_bytes())
+        (tmp_path / name).write_bytes(node_package.source(name).read_bytes())
     code = (
-        "import argparse, json, verify_node\n"
+        "import argparse, json\nfrom gpufleet_node import verify_node\n"
         "a = argparse.Namespace(bucket='gpufleet-bare', provider='aws', region='us-east-1',"
         f" s3_endpoint={moto_s3!r}, metadata_url={closed_port()!r})\n"
         "print(json.dumps(verify_node.storage_probe(a)))\n"
@@ -347,7 +348,8 @@ def test_the_cpu_training_step_runs_under_torchrun_and_its_loss_falls(
     proc = subprocess.run(
         [
             sys.executable,
-            str(NODE_SCRIPT),
+            "-m",
+            NODE_MODULE,
             "--mode=cpu",
             "--nproc=2",
             "--steps=25",
@@ -394,7 +396,8 @@ def test_the_training_step_under_torchrun_leaves_no_torchelastic_folder_behind(
     proc = subprocess.run(
         [
             sys.executable,
-            str(NODE_SCRIPT),
+            "-m",
+            NODE_MODULE,
             "--mode=cpu",
             "--nproc=2",
             "--steps=6",

@@ -3,9 +3,9 @@ unreadable, scratch that cannot be saved), the pre-stop sync into a moto S3 buck
 credentials from fake metadata services, metrics into moto CloudWatch, and the signatures
 checked against botocore and the official Alibaba Cloud SDK.
 
-The node files are imported the way the node runs them: from ``bootstrap/remote`` on the
-path, as top-level modules (``watchdog``, ``idle_rules``, ``bucket``), never
-through the project's packages."""
+The node files are imported as the node runs them: as the ``gpufleet_node`` package
+(``gpufleet_node.watchdog``, ``.idle_rules``, ``.bucket``), whose modules import each other
+relatively; tests/bootstrap/remote/test_watchdog_alone.py runs it with nothing else."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Any
 import boto3
 import pytest
 
-from infra.reaper import fleet_names
+from gpufleet_node import fleet_names
 from infra.reaper import tags as reaper_tags
 from tests.bootstrap.remote.watchdog_fakes import (
     INSTANCE_ID,
@@ -33,36 +33,35 @@ from tests.bootstrap.remote.watchdog_fakes import (
     serve,
 )
 
-REMOTE = Path(__file__).resolve().parents[3] / "bootstrap" / "remote"
-if str(REMOTE) not in sys.path:
-    sys.path.append(str(REMOTE))
-wd: Any = importlib.import_module("watchdog")
-# Its concerns, one module each beside it (the node's layout: bootstrap/remote/).
-wconfig: Any = importlib.import_module("watchdog_config")
-wprobe: Any = importlib.import_module("watchdog_probe")
-wmetrics: Any = importlib.import_module("watchdog_metrics")
-wscratch: Any = importlib.import_module("scratch_sync")
-wstate: Any = importlib.import_module("watchdog_state")
-wsignals: Any = importlib.import_module("watchdog_signals")
-wsync: Any = importlib.import_module("bucket")
-# The node's clouds, one module each, imported the node's way too (clouds/ beside watchdog).
-nodeclouds: Any = importlib.import_module("clouds")
-nodebase: Any = importlib.import_module("clouds.base")
-aws_node: Any = importlib.import_module("clouds.aws")
-alicloud_node: Any = importlib.import_module("clouds.alicloud")
-tencent_node: Any = importlib.import_module("clouds.tencent")
-azure_node: Any = importlib.import_module("clouds.azure")
+REMOTE = Path(__file__).resolve().parents[3] / "gpufleet_node"
+wd: Any = importlib.import_module("gpufleet_node.watchdog")
+# Its concerns, one module each beside it in the package.
+wconfig: Any = importlib.import_module("gpufleet_node.watchdog_config")
+wprobe: Any = importlib.import_module("gpufleet_node.watchdog_probe")
+wmetrics: Any = importlib.import_module("gpufleet_node.watchdog_metrics")
+wscratch: Any = importlib.import_module("gpufleet_node.scratch_sync")
+wstate: Any = importlib.import_module("gpufleet_node.watchdog_state")
+wsignals: Any = importlib.import_module("gpufleet_node.watchdog_signals")
+wsync: Any = importlib.import_module("gpufleet_node.bucket")
+# The node's clouds, one module each (gpufleet_node/clouds/).
+nodeclouds: Any = importlib.import_module("gpufleet_node.clouds")
+nodebase: Any = importlib.import_module("gpufleet_node.clouds.base")
+aws_node: Any = importlib.import_module("gpufleet_node.clouds.aws")
+alicloud_node: Any = importlib.import_module("gpufleet_node.clouds.alicloud")
+tencent_node: Any = importlib.import_module("gpufleet_node.clouds.tencent")
+azure_node: Any = importlib.import_module("gpufleet_node.clouds.azure")
 KEEP, STOP, UTC = wd.idle_rules.KEEP, wd.idle_rules.STOP, wd.idle_rules.UTC
 
 BOOT = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
 BUCKET = "gpufleet-a100x8-test"
 
 
-def test_the_watchdog_is_loaded_from_the_node_files_not_the_project() -> None:
+def test_the_watchdog_is_loaded_from_the_node_package() -> None:
     assert Path(wd.__file__).resolve().parent == REMOTE
-    assert Path(wd.idle_rules.__file__).name == "idle_rules.py"
+    assert wd.idle_rules.__name__ == "gpufleet_node.idle_rules"
     assert wd.bucket is wsync
-    assert "bootstrap.remote.idle_rules" not in sys.modules
+    # one copy of each module: no flat `idle_rules` beside the package's
+    assert "idle_rules" not in sys.modules and "bucket" not in sys.modules
 
 
 # ---------------------------------------------------------------- parsers (recorded outputs)
@@ -98,9 +97,8 @@ def test_ss_counts_established_connections_to_port_22_only() -> None:
 
 
 def test_the_names_next_to_the_watchdog_are_the_reapers_names_file() -> None:
-    shipped = REMOTE / "fleet_names.py"
-    assert shipped.read_bytes() == (REMOTE.parents[1] / "infra/reaper/fleet_names.py").read_bytes()
-    assert Path(wd.names.__file__).parent == REMOTE  # the node's copy, not the project's
+    assert wd.names is fleet_names  # one file: the node's, the reaper's and the stack's
+    assert Path(wd.names.__file__).parent == REMOTE
     assert (wd.names.PROTECTED, wd.names.KEEP_ALIVE_UNTIL, wd.names.METRIC_HEARTBEAT) == (
         reaper_tags.PROTECTED,
         reaper_tags.KEEP_ALIVE_UNTIL,
@@ -109,8 +107,9 @@ def test_the_names_next_to_the_watchdog_are_the_reapers_names_file() -> None:
 
 
 def test_the_policy_next_to_the_watchdog_is_the_reapers_policy() -> None:
-    shipped = (REMOTE / "idle_rules.py").read_bytes()
-    assert shipped == (REMOTE.parents[1] / "infra" / "reaper" / "idle_rules.py").read_bytes()
+    from infra.reaper import core
+
+    assert core.decide_cloud.__module__ == wd.idle_rules.__name__ == "gpufleet_node.idle_rules"
 
 
 # ---------------------------------------------------------------- simulated node
@@ -335,7 +334,7 @@ def test_lease_file_keeps_an_idle_node_until_it_expires(tmp_path: Path) -> None:
 
 
 def test_a_quarantined_node_is_kept_for_its_replacement_and_says_why(tmp_path: Path) -> None:
-    from bootstrap.remote import verify_health
+    from gpufleet_node import verify_health
 
     dog, probe, rec = make_dog(tmp_path, Timeline())
     state = Path(dog.config.state_dir)

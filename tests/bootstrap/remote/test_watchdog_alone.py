@@ -1,9 +1,10 @@
-"""The node files on their own: copied out of the repo, run by a clean interpreter
-(``python -S -E -I``: no site-packages, no environment, no current directory on the path)
-with only their own folder to import from, against fakes and moto on 127.0.0.1 — as the
-node runs them. Plus the boundary itself: every ``bootstrap/remote/*.py`` parses as Python
-3.10 (the nodes' Ubuntu 22.04) and imports only the standard library (and torch for
-verify_train) or its neighbours."""
+"""The node package on its own: the watchdog's files copied out of the repo in the package's
+layout (``<dir>/gpufleet_node/...``), run as ``python -m gpufleet_node.watchdog`` by a clean
+interpreter (``-S -E``: no site-packages, no environment) with only the shipped folder on
+its path, against fakes and moto on 127.0.0.1 — as the node runs them. Plus the boundary
+itself: every ``gpufleet_node/*.py`` parses as Python 3.10 (the nodes' Ubuntu 22.04) and
+imports only the standard library (and torch for verify_train) or, relatively, its own
+package."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ import pytest
 from bootstrap.tasks.watchdog import node_files
 from tests.bootstrap.remote.watchdog_fakes import INSTANCE_ID, FakeIMDS, moto_server, serve
 
-REMOTE = Path(__file__).resolve().parents[3] / "bootstrap" / "remote"
-# What `fab install-watchdog` ships to /opt/gpufleet: its own list, not a copy of it.
+REMOTE = Path(__file__).resolve().parents[3] / "gpufleet_node"
+# What `fab install-watchdog` ships to /opt/gpufleet/gpufleet_node: its own list, not a copy.
 NODE_FILES = tuple(
     src.relative_to(REMOTE).as_posix() for src, _dest, _mode in node_files() if src.suffix == ".py"
 )
@@ -32,7 +33,7 @@ BUCKET = "gpufleet-alone-test"
 
 
 def remote_modules() -> list[Path]:
-    return sorted(REMOTE.rglob("*.py"))
+    return sorted(p for p in REMOTE.rglob("*.py") if "__pycache__" not in p.parts)
 
 
 def _optional(node: ast.Try) -> bool:
@@ -71,9 +72,10 @@ def test_every_node_file_parses_as_python_3_10(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", remote_modules(), ids=lambda p: p.relative_to(REMOTE).as_posix())
-def test_every_node_file_imports_only_the_stdlib_or_its_neighbours(path: Path) -> None:
-    neighbours = {p.relative_to(REMOTE).parts[0].removesuffix(".py") for p in remote_modules()}
-    allowed = set(sys.stdlib_module_names) | neighbours
+def test_every_node_file_imports_only_the_stdlib_or_its_own_package(path: Path) -> None:
+    """Absolute imports: the standard library only (the package's own modules are imported
+    relatively, ``from . import bucket``, which imports_of leaves out)."""
+    allowed = set(sys.stdlib_module_names)
     if path.name == "verify_train.py":
         allowed.add("torch")
     foreign = imports_of(ast.parse(path.read_text())) - allowed - {"__future__"}
@@ -97,7 +99,8 @@ def test_every_function_in_a_node_file_is_at_most_90_lines(path: Path) -> None:
 
 def test_the_import_check_sees_a_project_import() -> None:
     code = (
-        "import os\nfrom bootstrap.remote import x\nif TYPE_CHECKING:\n import infra\n"
+        "import os\nfrom bootstrap.fleet import x\nfrom . import y\n"
+        "if TYPE_CHECKING:\n import infra\n"
         "try:\n import boto3\nexcept ImportError:\n boto3 = None\n"
         "try:\n import yaml\nexcept ValueError:\n pass\n"
     )
@@ -118,12 +121,12 @@ def imds() -> Iterator[tuple[FakeIMDS, str]]:
 
 
 def ship(tmp_path: Path, files: tuple[str, ...] = NODE_FILES) -> Path:
-    """What `fab install-watchdog` puts in /opt/gpufleet (copy follows the policy link)."""
+    """What `fab install-watchdog` puts in /opt/gpufleet: the folder that holds the package."""
     node_dir = tmp_path / "opt"
     node_dir.mkdir()
     for name in files:
-        (node_dir / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REMOTE / name, node_dir / name)
+        (node_dir / "gpufleet_node" / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REMOTE / name, node_dir / "gpufleet_node" / name)
     return node_dir
 
 
@@ -151,16 +154,11 @@ def node_config(tmp_path: Path, **kw: Any) -> Path:
 def run_node(
     node_dir: Path, *args: str, python: str = sys.executable
 ) -> subprocess.CompletedProcess[str]:
-    # -I leaves the script's own folder off sys.path (the node's plain `python3 watchdog.py`
-    # puts it first): the launcher puts that folder, and only it, there.
-    launcher = (
-        "import runpy, sys; d = sys.argv[1]; sys.path.insert(0, d); sys.argv = sys.argv[2:]; "
-        "runpy.run_path(sys.argv[0], run_name='__main__')"
-    )
-    script = str(node_dir / "watchdog.py")
+    # -m puts the working directory first on sys.path: the shipped folder, and only it (-S: no
+    # site-packages, so not this repo's editable install; -E: no PYTHONPATH).
     return subprocess.run(
-        [python, "-S", "-E", "-I", "-c", launcher, str(node_dir), script, *args],
-        cwd=node_dir.parent,
+        [python, "-S", "-E", "-m", "gpufleet_node.watchdog", *args],
+        cwd=node_dir,
         capture_output=True,
         text=True,
         timeout=120,
@@ -254,6 +252,7 @@ def test_shipped_check_sync_fails_clearly_for_a_missing_bucket(
 
 def test_the_install_task_ships_the_watchdog_its_policy_sync_and_names() -> None:
     assert set(NODE_FILES) == {
+        "__init__.py",
         "watchdog.py",
         "watchdog_config.py",
         "watchdog_probe.py",
@@ -283,13 +282,18 @@ def test_shipped_watchdog_without_one_of_its_files_does_not_run(
     config = node_config(tmp_path, publish_metrics=False, metadata_url="http://127.0.0.1:9")
     done = run_node(node_dir, "status", "--json", "--config", str(config))
     assert done.returncode != 0
-    assert f"No module named '{missing}'" in done.stderr
+    # `from .x import y` names the module; `from . import x` the name it could not import
+    assert (
+        f"No module named 'gpufleet_node.{missing}'" in done.stderr
+        or f"cannot import name '{missing}' from 'gpufleet_node'" in done.stderr
+    ), done.stderr
 
 
 def test_the_shipped_policy_reads_the_shipped_names_not_the_projects(tmp_path: Path) -> None:
     node_dir = ship(tmp_path)
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import idle_rules as p, fleet_names\n"
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "from gpufleet_node import idle_rules as p, fleet_names\n"
         "assert p.names is fleet_names, p.names\n"
         "print(fleet_names.__file__, p.decide_node.__module__)\n"
         "import importlib.util; print(importlib.util.find_spec('infra'))\n"
@@ -305,7 +309,8 @@ def test_the_shipped_policy_reads_the_shipped_names_not_the_projects(tmp_path: P
     )
     assert done.returncode == 0, done.stderr
     shipped, module = done.stdout.split("\n")[0].split()
-    assert Path(shipped).parent == node_dir and module == "idle_rules"
+    assert Path(shipped).parent == node_dir / "gpufleet_node"
+    assert module == "gpufleet_node.idle_rules"
     assert done.stdout.split("\n")[1] == "None"  # nothing of the project is importable
 
 
@@ -329,3 +334,25 @@ def test_watchdog_cli_rejects_a_bad_config_with_exit_2_and_one_line(tmp_path: Pa
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
     assert "not readable JSON" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "tool", ["watchdog", "job_runner", "data_sync", "verify_node", "verify_health"]
+)
+def test_the_package_alone_answers_help_for_each_tool(tmp_path: Path, tool: str) -> None:
+    """The whole package copied out of the repo, run as ``python -m gpufleet_node.<tool>``
+    by a clean interpreter with only the folder above it on the path."""
+    shutil.copytree(
+        REMOTE, tmp_path / "gpufleet_node", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-E", "-m", f"gpufleet_node.{tool}", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout

@@ -579,7 +579,7 @@ def verify_args(url: str) -> Any:
 def test_the_verify_report_reaches_the_container_with_the_vms_managed_identity(
     azure: tuple[FakeAzureNode, str], tmp_path: Path
 ) -> None:
-    from bootstrap.remote import verify_node
+    from gpufleet_node import verify_node
 
     fake, url = azure
     path = tmp_path / "verify-1.json"
@@ -601,7 +601,7 @@ def test_the_verify_report_reaches_the_container_with_the_vms_managed_identity(
 def test_the_node_probe_for_blob_is_the_nodes_own_client_with_its_managed_identity(
     azure: tuple[FakeAzureNode, str],
 ) -> None:
-    from bootstrap.remote import verify_node
+    from gpufleet_node import verify_node
 
     fake, url = azure
     args = verify_args(url)

@@ -7,23 +7,18 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.bootstrap.remote.watchdog_fakes import serve
 
-REMOTE = Path(__file__).resolve().parents[3] / "bootstrap" / "remote"
-if str(REMOTE) not in sys.path:
-    sys.path.append(str(REMOTE))
-aws_node: Any = importlib.import_module("clouds.aws")
-alicloud_node: Any = importlib.import_module("clouds.alicloud")
-tencent_node: Any = importlib.import_module("clouds.tencent")
+aws_node: Any = importlib.import_module("gpufleet_node.clouds.aws")
+alicloud_node: Any = importlib.import_module("gpufleet_node.clouds.alicloud")
+tencent_node: Any = importlib.import_module("gpufleet_node.clouds.tencent")
 
 METADATA_CLOUDS = [aws_node.AwsNode, alicloud_node.AlicloudNode, tencent_node.TencentNode]
 

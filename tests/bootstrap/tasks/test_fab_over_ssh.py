@@ -186,7 +186,7 @@ def test_jobs_shows_the_time_left_before_the_ttl_of_a_running_jobs_node(
     (job / "logs").mkdir()
     # A live process that reads as the job's supervisor (job_runner.py's own check).
     supervisor = subprocess.Popen(
-        ["python3", "-c", "import time; time.sleep(300)", str(job / "job_runner.py"), "supervise"]
+        ["python3", "-c", "import time; time.sleep(300)", "gpufleet_node.job_runner", "supervise"]
     )
     try:
         boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()

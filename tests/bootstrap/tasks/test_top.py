@@ -15,7 +15,7 @@ import pytest
 from bootstrap.fleet.api import Host
 from bootstrap.tasks import top
 from bootstrap.train.jobs import merge_jobs
-from infra.reaper.idle_rules import Policy
+from gpufleet_node.idle_rules import Policy
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "top"
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -30,7 +30,7 @@ def smi(name: str) -> str:
 def record(
     job: str, name: str, rank: int, nnodes: int, started: str, line: str, nodes: Any = ()
 ) -> dict[str, Any]:
-    """A job runner ``list`` record (bootstrap/remote/job_runner.py's state.json + extras)."""
+    """A job runner ``list`` record (gpufleet_node/job_runner.py's state.json + extras)."""
     return {
         "job": job,
         "name": name,
@@ -142,12 +142,13 @@ def test_what_nvidia_smi_prints_without_a_driver_is_no_gpu_and_said_as_it_is() -
 
 
 def test_the_refresh_asks_nvidia_smi_once_for_exactly_the_fields_it_reads() -> None:
-    cmd = top.refresh_command("/var/lib/gpufleet/jobs", "/var/lib/gpufleet", "/r/job_runner.py")
+    cmd = top.refresh_command("/var/lib/gpufleet/jobs", "/var/lib/gpufleet", "/r/bin-1")
     assert cmd.count("nvidia-smi --query-gpu=") == 1
     fields = ",".join(top.QUERY_FIELDS)
     assert f"--query-gpu={fields} --format=csv,noheader,nounits" in cmd
     assert "/var/lib/gpufleet/watchdog-state.json" in cmd
-    assert "list --root /var/lib/gpufleet/jobs" in cmd
+    assert "python3 -m gpufleet_node.job_runner list --root /var/lib/gpufleet/jobs" in cmd
+    assert "PYTHONPATH=/r/bin-1" in cmd
 
 
 def test_a_node_whose_gpus_sit_under_the_idle_threshold_while_a_job_runs_is_under_fed() -> None:

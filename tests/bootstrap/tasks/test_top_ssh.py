@@ -1,6 +1,6 @@
 """``fab top`` over two real sshd "nodes" on 127.0.0.1, each with a fake ``nvidia-smi`` on
 its PATH (sshd_config SetEnv) printing the recorded shapes in tests/fixtures/top, a job
-state written as bootstrap/remote/job_runner.py's contract says, and the watchdog's state
+state written as gpufleet_node/job_runner.py's contract says, and the watchdog's state
 file. The second node drops its SSH session in the middle of the second refresh."""
 
 from __future__ import annotations
@@ -89,9 +89,15 @@ def two_nodes(sshd_server: SshServer, place: Path) -> Iterator[list[Node]]:
 @pytest.fixture
 def supervisor() -> Iterator[int]:
     """A live process the job runner takes for a job's supervisor (its argv names
-    job_runner.py and supervise, as _is_supervisor reads /proc/<pid>/cmdline)."""
+    gpufleet_node.job_runner and supervise, as _is_supervisor reads /proc/<pid>/cmdline)."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(300)", "job_runner.py", "supervise"]
+        [
+            sys.executable,
+            "-c",
+            "import time; time.sleep(300)",
+            "gpufleet_node.job_runner",
+            "supervise",
+        ]
     )
     try:
         yield proc.pid

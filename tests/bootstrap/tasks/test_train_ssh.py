@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 
 from bootstrap.fleet.api import StepFailed
-from bootstrap.remote import job_runner
 from bootstrap.train import check_cache
 from bootstrap.train.steps import put_bytes
+from gpufleet_node import job_runner
 from tests.bootstrap.conftest import REPO, FabResult, node_dir, run_fab
 from tests.support.sshd import SshServer, free_port, start_sshd, stop_sshd
 

@@ -95,8 +95,8 @@ def test_install_watchdog_puts_files_config_proves_the_sync_and_is_idempotent(
     assert config["idle_minutes"] == 20
     assert config["scratch_kind"] == "nvme"
     for name in ("idle_rules.py", "bucket.py"):
-        installed = Path(node_paths["prefix"]) / name
-        assert installed.read_bytes() == (fabdog.REMOTE_DIR / name).read_bytes()
+        installed = Path(node_paths["prefix"]) / "gpufleet_node" / name
+        assert installed.read_bytes() == (fabdog.UNIT_SOURCE / name).read_bytes()
     assert (Path(node_paths["unit-dir"]) / fabdog.TIMER).exists()
     s3 = boto3.client("s3", endpoint_url=cloud["storage-endpoint"], region_name="us-east-1")
     assert s3.head_object(Bucket=BUCKET, Key=".gpufleet/sync-check/local-0")["ContentLength"] > 0
@@ -205,7 +205,7 @@ def test_install_watchdog_with_a_space_in_prefix_and_etc_arms_a_unit_that_runs_i
     """--prefix / --etc with a space: the files, the shell commands and the unit's
     ExecStart all name the same place (the timer cannot be armed without systemd as PID 1,
     so the unit's own command line is run instead, with `status` for `run`)."""
-    from tests.bootstrap.tasks.test_watchdog_unit import exec_start_argv
+    from tests.bootstrap.tasks.test_watchdog_unit import environment, exec_start_argv
 
     spaced = {
         **node_paths,
@@ -218,13 +218,17 @@ def test_install_watchdog_with_a_space_in_prefix_and_etc_arms_a_unit_that_runs_i
     assert done.step("install-watchdog")["status"] == "changed"
     unit = (Path(spaced["unit-dir"]) / fabdog.SERVICE).read_text()
     argv = exec_start_argv(unit)
-    assert argv[1] == f"{spaced['prefix']}/watchdog.py"
-    assert argv[2:] == ["run", "--config", f"{spaced['etc']}/watchdog.json"]
+    assert argv[1:3] == ["-m", "gpufleet_node.watchdog"]
+    assert argv[3:] == ["run", "--config", f"{spaced['etc']}/watchdog.json"]
+    env = environment(unit)
+    assert env == {"PYTHONPATH": spaced["prefix"]}
     status = subprocess.run(
-        ["python3", argv[1], "status", "--json", *argv[3:]],
+        ["python3", *argv[1:3], "status", "--json", *argv[4:]],
         capture_output=True,
         text=True,
         timeout=60,
+        env={"PATH": "/usr/bin:/bin", **env},
+        cwd="/",
     )
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["action"]

@@ -13,16 +13,14 @@ import pytest
 from bootstrap.tasks import watchdog as fabdog
 from tests.support.real import missing_real_part
 
-TEMPLATE = (fabdog.REMOTE_DIR / fabdog.SERVICE).read_text()
+TEMPLATE = (fabdog.UNIT_SOURCE / fabdog.SERVICE).read_text()
 ODD = '/opt/gpu fleet/it\'s 100% $HOME "x" \\y'
 
 
-def exec_start_argv(unit: str) -> list[str]:
-    """ExecStart= read back the way systemd.service(5) "Command lines" says: items split on
-    spaces, a double-quoted item with C escapes, then ``%%`` -> ``%`` (specifiers) and
-    ``$$`` -> ``$`` (variables). A reader written from the man page, not from our writer."""
-    line = next(ln for ln in unit.splitlines() if ln.startswith("ExecStart="))
-    text, argv, i = line.removeprefix("ExecStart="), [], 0
+def _items(text: str) -> list[str]:
+    """A unit setting's value split as systemd splits it: on spaces, a double-quoted item
+    whole with C escapes (systemd.syntax(7), "Quoting")."""
+    items, i = [], 0
     while i < len(text):
         if text[i] == " ":
             i += 1
@@ -40,8 +38,28 @@ def exec_start_argv(unit: str) -> list[str]:
             while i < len(text) and text[i] != " ":
                 item += text[i]
                 i += 1
-        argv.append(item.replace("%%", "%").replace("$$", "$"))
-    return argv
+        items.append(item)
+    return items
+
+
+def exec_start_argv(unit: str) -> list[str]:
+    """ExecStart= read back the way systemd.service(5) "Command lines" says: items split on
+    spaces, a double-quoted item with C escapes, then ``%%`` -> ``%`` (specifiers) and
+    ``$$`` -> ``$`` (variables). A reader written from the man page, not from our writer."""
+    line = next(ln for ln in unit.splitlines() if ln.startswith("ExecStart="))
+    return [a.replace("%%", "%").replace("$$", "$") for a in _items(line[len("ExecStart=") :])]
+
+
+def environment(unit: str) -> dict[str, str]:
+    """Environment= read back the way systemd.exec(5) says: assignments split as above,
+    then ``%%`` -> ``%``; a ``$`` stays as it is (no variable expansion there)."""
+    env: dict[str, str] = {}
+    for line in unit.splitlines():
+        if line.startswith("Environment="):
+            for item in _items(line[len("Environment=") :]):
+                name, _, value = item.replace("%%", "%").partition("=")
+                env[name] = value
+    return env
 
 
 def test_the_default_install_keeps_the_shipped_unit_byte_for_byte() -> None:
@@ -54,25 +72,31 @@ def test_the_unit_runs_the_watchdog_from_the_install_paths_with_spaces_and_shell
     unit = fabdog.render_service(TEMPLATE, ODD, ODD + "/etc")
     assert exec_start_argv(unit) == [
         "/usr/bin/python3",
-        f"{ODD}/watchdog.py",
+        "-m",
+        "gpufleet_node.watchdog",
         "run",
         "--config",
         f"{ODD}/etc/watchdog.json",
     ]
+    assert environment(unit) == {"PYTHONPATH": ODD}  # the package's folder, on the path
     assert "/opt/gpufleet" not in unit
 
 
 def test_the_installed_service_is_the_rendered_one() -> None:
     files = fabdog.install_contents("/srv/my tools", "/srv/my etc", "/units")
     service = next(data for data, dest, _ in files if dest == f"/units/{fabdog.SERVICE}")
-    assert exec_start_argv(service.decode())[1] == "/srv/my tools/watchdog.py"
+    assert exec_start_argv(service.decode())[1:3] == ["-m", "gpufleet_node.watchdog"]
+    assert environment(service.decode()) == {"PYTHONPATH": "/srv/my tools"}
+    assert "/srv/my tools/gpufleet_node/watchdog.py" in {dest for _, dest, _ in files}
 
 
 def test_the_shell_commands_quote_the_paths() -> None:
     command = fabdog.watchdog_command(ODD, ODD + "/etc", "status --json")
     assert shlex.split(command) == [
+        f"PYTHONPATH={ODD}",
         "python3",
-        f"{ODD}/watchdog.py",
+        "-m",
+        "gpufleet_node.watchdog",
         "status",
         "--json",
         "--config",
@@ -94,7 +118,7 @@ def test_systemd_itself_accepts_the_rendered_unit(tmp_path: Path, prefix: str) -
         missing_real_part("no systemd-analyze on PATH", package="systemd")
     unit = tmp_path / fabdog.SERVICE
     unit.write_text(fabdog.render_service(TEMPLATE, prefix, prefix + "/etc"))
-    shutil.copy(fabdog.REMOTE_DIR / fabdog.TIMER, tmp_path / fabdog.TIMER)
+    shutil.copy(fabdog.UNIT_SOURCE / fabdog.TIMER, tmp_path / fabdog.TIMER)
     done = subprocess.run(
         ["systemd-analyze", "verify", str(unit), str(tmp_path / fabdog.TIMER)],
         capture_output=True,

@@ -6,7 +6,6 @@ node before any ``start``), what each says of a restore that worked or failed, a
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,6 +23,7 @@ from bootstrap.train.steps import (
     nothing_to_restore,
     restorable_line,
     restored_line,
+    runner_command,
     ship_then_command,
     train_restore_step,
     train_start_step,
@@ -95,7 +95,7 @@ def ship_only() -> str:
 def restore_command(rank: int) -> str:
     runner = ship_then_command(SPEC["jobs_dir"], RUNNER)[0]
     return (
-        f"{write_job_command(SPEC)}; python3 {shlex.quote(runner)} restore --job-dir "
+        f"{write_job_command(SPEC)}; {runner_command(runner)} restore --job-dir "
         f"{FOLDER} --node-rank {rank}"
     )
 
@@ -149,7 +149,7 @@ def test_after_every_node_restored_train_start_only_starts(
 ) -> None:
     start = ship_then_command(
         SPEC["jobs_dir"],
-        f"python3 {RUNNER} start --job-dir {FOLDER} --node-rank 1 --detach fork --wait 120",
+        f"{RUNNER} start --job-dir {FOLDER} --node-rank 1 --detach fork --wait 120",
     )[1]
     answer = json.dumps({"ok": True, "mode": "fork", "state": {"effective": "running", "pid": 42}})
     result = run(remote, train_start_step, [Command(start, out=answer.encode())], restored=True)
@@ -203,7 +203,7 @@ def test_cancel_says_when_the_job_wrote_nothing_to_its_checkpoint_folder(
     final = {"ok": True, "detail": detail, "wrote_nothing": True, "newest_step": None}
     answer = json.dumps({"ok": True, "state": {"effective": "cancelled", "final_sync": final}})
     cancel = ship_then_command(
-        SPEC["jobs_dir"], f"python3 {RUNNER} cancel --job-dir {FOLDER} --node-rank 0 --wait 5"
+        SPEC["jobs_dir"], f"{RUNNER} cancel --job-dir {FOLDER} --node-rank 0 --wait 5"
     )[1]
     result = run(remote, cancel_step, [Command(cancel, out=answer.encode())], host="node0", wait=5)
     assert result.details["wrote_nothing"] == detail
@@ -238,7 +238,7 @@ def test_a_resume_that_changes_the_bucket_endpoint_is_checked_with_it_in_a_folde
     check = ship_then_command(
         SPEC["jobs_dir"],
         f"{steps.write_file_command(folder + '/job.json', json.dumps(proposed, indent=1))} && "
-        f"python3 {RUNNER} restorable --job-dir {folder}; rc=$?; rm -rf {folder}; exit $rc",
+        f"{RUNNER} restorable --job-dir {folder}; rc=$?; rm -rf {folder}; exit $rc",
     )[1]
     answer = {"ok": True, "local_files": 0, "checkpoint_dir": "/c", "bucket": "b/p/",
               "version": {"seq": 3, "step": 30, "files": 1}}  # fmt: skip

@@ -10,7 +10,6 @@ import pytest
 
 from bootstrap.fleet.api import Host
 from bootstrap.fleet.interconnect import network_env
-from bootstrap.remote import job_runner
 from bootstrap.train.spec import (
     ResumeOptions,
     TrainError,
@@ -23,6 +22,7 @@ from bootstrap.train.spec import (
     resume_changes,
     resume_spec,
 )
+from gpufleet_node import job_runner
 from tests.bootstrap.train.samples import NOW, fleet, make_tree
 
 
@@ -163,7 +163,8 @@ def test_torchrun_meets_on_the_head_and_runs_the_launcher(tmp_path: Path) -> Non
     assert "--nnodes=2" in argv and "--node-rank=1" in argv and "--nproc-per-node=8" in argv
     assert "--master-addr=10.0.0.1" in argv and "--master-port=29555" in argv
     # torchrun's logs stay with the job, not in a /tmp/torchelastic_* folder per launch
-    launcher = next(i for i, a in enumerate(argv) if a.endswith("job_launch.py"))
+    launcher = argv.index("gpufleet_node.job_launch")
+    assert argv[launcher - 1] == "--module"  # each rank: python -m gpufleet_node.job_launch
     assert argv.index("--log-dir=/jobs/j1/node-1/torchelastic") < launcher
     assert argv[argv.index("--") + 1 :] == [
         f"{spec['workdir']}/train_lm.py",

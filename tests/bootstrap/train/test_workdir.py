@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.remote import job_runner
 from bootstrap.train.spec import TrainError
 from bootstrap.train.workdir import (
     SYNC_MANIFEST,
@@ -19,6 +18,7 @@ from bootstrap.train.workdir import (
     walk_files,
     workdir_files,
 )
+from gpufleet_node import job_runner
 from tests.bootstrap.train.samples import make_tree
 
 

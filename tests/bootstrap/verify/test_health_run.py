@@ -11,10 +11,10 @@ import shlex
 import pytest
 
 from bootstrap.fleet.api import TierInfo
-from bootstrap.remote import verify_health as vh
 from bootstrap.verify import health_run as hr
 from bootstrap.verify import node_health as nh
 from bootstrap.verify.replace import instance_urns, replace_command
+from gpufleet_node import verify_health as vh
 
 TAKEN = "2026-12-02T01:00:00Z"
 
@@ -27,9 +27,12 @@ def saved_verdict(cmd: str) -> dict[str, object]:
 
 def test_the_snapshot_runs_the_shipped_file_with_the_dcgm_level_and_the_extra_path() -> None:
     fast = hr.snapshot_command("/tmp/gpufleet-verify.x", hr.HealthOptions())
-    assert fast == "python3 /tmp/gpufleet-verify.x/verify_health.py"
+    assert fast == ("env PYTHONPATH=/tmp/gpufleet-verify.x python3 -m gpufleet_node.verify_health")
     deep = hr.snapshot_command("/tmp/d", hr.HealthOptions(dcgm_level=2, node_path="/opt/fake"))
-    assert deep == 'PATH=/opt/fake:"$PATH" python3 /tmp/d/verify_health.py --dcgm-level=2'
+    assert deep == (
+        'PATH=/opt/fake:"$PATH" env PYTHONPATH=/tmp/d python3 -m gpufleet_node.verify_health '
+        "--dcgm-level=2"
+    )
 
 
 def test_the_verdict_is_stored_as_root_with_the_stacks_bucket() -> None:
@@ -38,7 +41,10 @@ def test_the_verdict_is_stored_as_root_with_the_stacks_bucket() -> None:
     cmd = hr.save_command("/tmp/d", verdict, hr.HealthOptions(), hexp, "sudo -n ")
     assert saved_verdict(cmd) == verdict
     # -B: no root-owned __pycache__ in the SSH user's folder, which it must remove after
-    assert "&& sudo -n python3 -B /tmp/d/verify_health.py --save=/tmp/d/verdict.json" in cmd
+    assert (
+        "&& sudo -n env PYTHONPATH=/tmp/d python3 -B -m gpufleet_node.verify_health "
+        "--save=/tmp/d/verdict.json" in cmd
+    )
     assert "--bucket=b --provider=aws --region=us-east-1" in cmd
     assert "--quarantine" not in cmd
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from bootstrap.remote import verify_health as vh
 from bootstrap.verify import node_health as nh
 from bootstrap.verify.verdict import FAIL, PASS, WARN, Check, Verdict
+from gpufleet_node import verify_health as vh
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 TAKEN = "2026-12-02T01:00:00Z"

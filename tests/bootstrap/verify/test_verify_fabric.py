@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from bootstrap.fleet.interconnect import EFA, INFINIBAND, TCP, fabric_env
-from bootstrap.remote.verify_node import collect_infiniband, network_environment
 from bootstrap.verify.checks import collective, health
 from bootstrap.verify.checks.base import CROSS, GPU, Node
 from bootstrap.verify.expected import Expected, expected_from
 from bootstrap.verify.judge import judge_cluster
 from bootstrap.verify.ship import VerifyOptions, node_command
 from bootstrap.verify.verdict import FAIL, NOT_RUN, PASS, SKIP, WARN, Check
+from gpufleet_node.verify_node import collect_infiniband, network_environment
 from infra.catalog import load_catalog
 from tests.bootstrap.stack_outputs import ND_TIER, p4d_outputs
 from tests.bootstrap.verify.verify_reports import cross_report
@@ -166,7 +166,8 @@ def test_a_report_without_the_ib_probe_is_skipped() -> None:
 
 
 def env_of(command: str) -> dict[str, str]:
-    """The KEY=VALUE words of the command's leading ``env``, up to the interpreter."""
+    """The KEY=VALUE words of the command's leading ``env``, up to the interpreter, but
+    PYTHONPATH (where the node package was shipped: the command's own, not a setting)."""
     words = shlex.split(command)
     if words[0] != "env":
         return {}
@@ -176,6 +177,7 @@ def env_of(command: str) -> dict[str, str]:
             break
         key, _, value = word.partition("=")
         env[key] = value
+    assert env.pop("PYTHONPATH") == "/tmp/v"
     return env
 
 

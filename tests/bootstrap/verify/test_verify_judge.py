@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from bootstrap.remote import verify_node
 from bootstrap.verify import judge as j
 from bootstrap.verify.render import overall_line, verdict_text
 from bootstrap.verify.ship import VerifyOptions, node_command, parse_node_env
+from gpufleet_node import verify_node
 from infra.catalog import load_catalog
 from tests.bootstrap.verify.verify_reports import (
     cpu_report,
@@ -340,7 +340,10 @@ def test_the_node_command_carries_dtype_peak_and_rendezvous_quoted() -> None:
         nnodes=2,
         master_addr="10.0.1.5",
     )
-    assert cmd.startswith("env NCCL_DEBUG=INFO '/opt/my venv/bin/python' ")
+    assert cmd.startswith(
+        "env PYTHONPATH=/tmp/gpufleet-verify.abc NCCL_DEBUG=INFO '/opt/my venv/bin/python' "
+        "-m gpufleet_node.verify_node "
+    )
     for part in (
         "--dtype=float16",
         "--peak-tflops=125",

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bootstrap.remote import verify_node, verify_smi
 from bootstrap.verify import judge as j
+from gpufleet_node import verify_node, verify_smi
 from infra.catalog import load_catalog
 from tests.bootstrap.stack_outputs import HEAD, p4d_outputs
 

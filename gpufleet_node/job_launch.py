@@ -1,10 +1,11 @@
-"""One rank of a ``fab train`` job: torchrun starts this file once per process.
+"""One rank of a ``fab train`` job: torchrun starts this module once per process.
 
 It sends the rank's stdout and stderr to ``<log dir>/rank-<RANK>.log`` (appended, so a
 resumed attempt continues the same file), then runs the user's script as ``__main__`` with
 its own arguments, from the synced workdir. Standard library only.
 
-    python -m torch.distributed.run ... job_launch.py --log-dir DIR --pid-dir DIR -- script ARGS
+    python -m torch.distributed.run ... --module gpufleet_node.job_launch \\
+        --log-dir DIR --pid-dir DIR -- script ARGS
 
 torchrun starts every rank in a session of its own, so a signal to torchrun's process group
 does not reach them: each rank writes ``<pid dir>/rank-<RANK>.pid`` for the supervisor and
@@ -23,7 +24,11 @@ import time
 import traceback
 from collections.abc import Sequence
 
-USAGE = "usage: job_launch.py --log-dir DIR --pid-dir DIR -- script.py [ARGS...]"
+from . import modules
+
+USAGE = (
+    "usage: python -m gpufleet_node.job_launch --log-dir DIR --pid-dir DIR -- script.py [ARGS...]"
+)
 PR_SET_PDEATHSIG = 1
 
 
@@ -76,9 +81,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     script = os.path.abspath(script)
     sys.argv = [script, *script_args]
-    # sys.path[0] is this file's folder (the runner's files): the script's own folder instead,
-    # as `python script.py` would have it.
+    # sys.path[0] is the working directory (python -m): the script's own folder instead, as
+    # `python script.py` would have it; the runner's package leaves the path (and PYTHONPATH,
+    # for what the script starts), so the job sees the interpreter the user set up.
     sys.path[0] = os.path.dirname(script)
+    sys.path[1:] = [p for p in sys.path[1:] if os.path.realpath(p) != modules.ROOT]
+    if "PYTHONPATH" in os.environ:
+        rest = modules.env_without(os.environ).get("PYTHONPATH")
+        if rest is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = rest
     run_script(script)
 
 

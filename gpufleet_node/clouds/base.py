@@ -20,14 +20,9 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
+from typing import ClassVar, Protocol, TypeVar
 
-if TYPE_CHECKING:  # for mypy only; never executed
-    from bootstrap.remote import bucket
-else:
-    # On the node this folder sits next to the watchdog's files (/opt/gpufleet/clouds/),
-    # and the watchdog's folder is on the path.
-    import bucket
+from .. import bucket
 
 UTC = bucket.UTC
 LOG = logging.getLogger("gpufleet-watchdog")

@@ -23,7 +23,6 @@ import argparse
 import contextlib
 import glob
 import hashlib
-import importlib
 import json
 import mmap
 import os
@@ -40,10 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-try:  # imported as bootstrap.remote.verify_node (tests, the laptop)
-    from . import verify_smi as smi
-except ImportError:  # run as a script from the temp dir on the node
-    import verify_smi as smi  # type: ignore[no-redef]
+from . import verify_smi as smi
 
 SCHEMA = "gpufleet.verify/1"
 HERE = Path(__file__).resolve().parent
@@ -525,12 +521,11 @@ BUCKET_TOOL = "bucket.py"
 
 
 def _node_bucket() -> tuple[Any, Any]:
-    """The shipped bucket client and node clouds (bucket.py, clouds/ beside this file),
-    imported the node's way: as top-level modules, as the watchdog and job_sync do. Only
-    the probe needs them, so nothing else in this file depends on their being there."""
-    if str(HERE) not in sys.path:
-        sys.path.append(str(HERE))
-    return importlib.import_module("bucket"), importlib.import_module("clouds")
+    """The package's bucket client and node clouds (bucket.py, clouds/ beside this file),
+    imported only here: only the probe needs them."""
+    from . import bucket, clouds
+
+    return bucket, clouds
 
 
 def node_store(args: argparse.Namespace) -> Any:

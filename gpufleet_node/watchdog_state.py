@@ -12,14 +12,9 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # for mypy only; never executed
-    from bootstrap.remote import idle_rules
-else:
-    # Installed side by side in /opt/gpufleet (see watchdog.py).
-    import idle_rules
-
+from . import idle_rules
 
 STATE_FILE = "watchdog-state.json"
 # Each running job's copy of the samples (job_runner.py's SAMPLES_FILE in its node folder),

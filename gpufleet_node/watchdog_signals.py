@@ -12,17 +12,11 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # for mypy only; never executed
-    from bootstrap.remote import fleet_names as names
-    from bootstrap.remote import idle_rules
-    from bootstrap.remote.watchdog_config import Config  # only a type here
-else:
-    # Installed side by side in /opt/gpufleet (see watchdog.py).
-    import fleet_names as names
-    import idle_rules
-
+from . import fleet_names as names
+from . import idle_rules
+from .watchdog_config import Config
 
 LEASE_FILE = "keep-alive-until"
 # fab health --quarantine marks a failed node kept for its replacement (verify_health.py
@@ -65,7 +59,7 @@ def _current_boot() -> str:
 def _supervised(st: dict[str, Any], current_boot: str) -> bool:
     """A starting/running state whose supervisor lives, in this boot."""
     same_boot = not st.get("boot_id") or not current_boot or st["boot_id"] == current_boot
-    return same_boot and _pid_runs(int(st.get("pid") or 0), b"job_runner.py")
+    return same_boot and _pid_runs(int(st.get("pid") or 0), b"gpufleet_node.job_runner")
 
 
 def running_job_folders(jobs_dir: Path) -> list[Path]:

@@ -10,18 +10,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:  # for mypy only; never executed
-    from bootstrap.remote import bucket
-    from bootstrap.remote.clouds.base import Credentials
-    from bootstrap.remote.watchdog_config import Config, cloud_for
-else:
-    # Installed side by side in /opt/gpufleet (see watchdog.py).
-    import bucket
-    from clouds.base import Credentials
-    from watchdog_config import Config, cloud_for
-
+from . import bucket
+from .clouds.base import Credentials
+from .watchdog_config import Config, cloud_for
 
 SyncResult = bucket.SyncResult
 

@@ -27,6 +27,8 @@ One run:
      in the bucket it REFUSES to power off and retries every run; only the hard TTL
      overrides that, after one more bounded attempt.
 
+    python3 -m gpufleet_node.watchdog COMMAND (the folder above the package on PYTHONPATH):
+
     watchdog.py run [--dry-run]   one run, as the timer does (dry: never power off)
     watchdog.py status --json     the idle clock and what keeps the node alive, without acting
     watchdog.py lease --hours N   keep this node N hours: lease file + instance tag
@@ -45,54 +47,31 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # for mypy only; never executed
-    from bootstrap.remote import bucket, idle_rules
-    from bootstrap.remote import fleet_names as names
-    from bootstrap.remote.clouds.base import NodeCloud, TagsUnreadable, retry_idempotent
-    from bootstrap.remote.scratch_sync import ScratchSyncer, Syncer
-    from bootstrap.remote.watchdog_config import CONFIG_PATH, Config, cloud_for
-    from bootstrap.remote.watchdog_metrics import BucketHeartbeat, MetricsPublisher, Publisher
-    from bootstrap.remote.watchdog_probe import Probe, SystemProbe, run_cmd, take_sample
-    from bootstrap.remote.watchdog_signals import (
-        Signals,
-        is_protected,
-        merge_leases,
-        read_jobs,
-        read_lease,
-        read_quarantine,
-        running_job_folders,
-        write_lease,
-    )
-    from bootstrap.remote.watchdog_state import (
-        STATE_FILE,
-        State,
-        append_job_log_line,
-        append_job_samples,
-    )
-else:
-    # Installed side by side in /opt/gpufleet; nothing else is on the node's path. Tests run
-    # these files the same way (tests/bootstrap/remote/test_watchdog_alone.py).
-    import bucket  # the one object-store client (S3 and compatible, Azure Blob)
-    import fleet_names as names  # tag and metric names: the reaper's and the stack's own
-    import idle_rules  # the idle rules: the reaper's own file (infra/reaper/idle_rules.py)
-    from clouds.base import NodeCloud, TagsUnreadable, retry_idempotent
-    from scratch_sync import ScratchSyncer, Syncer
-    from watchdog_config import CONFIG_PATH, Config, cloud_for
-    from watchdog_metrics import BucketHeartbeat, MetricsPublisher, Publisher
-    from watchdog_probe import Probe, SystemProbe, run_cmd, take_sample
-    from watchdog_signals import (
-        Signals,
-        is_protected,
-        merge_leases,
-        read_jobs,
-        read_lease,
-        read_quarantine,
-        running_job_folders,
-        write_lease,
-    )
-    from watchdog_state import STATE_FILE, State, append_job_log_line, append_job_samples
+from . import bucket, idle_rules
+from . import fleet_names as names
+from .clouds.base import NodeCloud, TagsUnreadable, retry_idempotent
+from .scratch_sync import ScratchSyncer, Syncer
+from .watchdog_config import CONFIG_PATH, Config, cloud_for
+from .watchdog_metrics import BucketHeartbeat, MetricsPublisher, Publisher
+from .watchdog_probe import Probe, SystemProbe, run_cmd, take_sample
+from .watchdog_signals import (
+    Signals,
+    is_protected,
+    merge_leases,
+    read_jobs,
+    read_lease,
+    read_quarantine,
+    running_job_folders,
+    write_lease,
+)
+from .watchdog_state import (
+    STATE_FILE,
+    State,
+    append_job_log_line,
+    append_job_samples,
+)
 
 LOG = logging.getLogger("gpufleet-watchdog")
 

@@ -10,19 +10,11 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # for mypy only; never executed
-    from bootstrap.remote import clouds, idle_rules
-    from bootstrap.remote import fleet_names as names
-    from bootstrap.remote.clouds.base import NodeCloud
-else:
-    # Installed side by side in /opt/gpufleet (see watchdog.py).
-    import clouds
-    import fleet_names as names
-    import idle_rules
-    from clouds.base import NodeCloud
-
+from . import clouds, idle_rules
+from . import fleet_names as names
+from .clouds.base import NodeCloud
 
 CONFIG_PATH = Path("/etc/gpufleet/watchdog.json")
 NODE_INFO_PATH = Path("/etc/gpufleet/node.json")  # written at first boot by the stack

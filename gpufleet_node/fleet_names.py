@@ -1,12 +1,12 @@
 """The names gpufleet's parts agree on: instance tag keys and values, and the custom metrics.
 
 The one source of these names (README "Contract: tags" and "Contract: metrics"; change them
-only with a migration note). Standard library only, no imports at all: this very file is
-shipped to every node next to the watchdog (``bootstrap/remote/fleet_names.py`` is a link to
-it) and packaged into the reaper's function zip, and the stack (infra/), the policy pack
-(policy/) and the tests import it from here (``infra.reaper.tags`` re-exports the tags).
-A test fails when one of these strings is written out anywhere else in infra/, bootstrap/ or
-policy/ (tests/test_fleet_names.py).
+only with a migration note). Standard library only, no imports at all: this module of the
+node package is shipped to every node with the watchdog and packaged into the reaper's
+function zip under the same import path, and the stack (infra/), the policy pack (policy/)
+and the tests import it from here (``infra.reaper.tags`` re-exports the tags). A test fails
+when one of these strings is written out anywhere else in infra/, bootstrap/, policy/,
+scripts/ or gpufleet_node/ (tests/test_fleet_names.py).
 """
 
 # ---------------------------------------------------------------------------- tags

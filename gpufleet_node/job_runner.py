@@ -67,23 +67,14 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from bootstrap.remote import job_sync
-else:
-    # On the node these files sit side by side; from a checkout the same folder goes on the
-    # path, as the watchdog's own tests do (its files import each other the same way).
-    _HERE = str(Path(__file__).resolve().parent)
-    if _HERE not in sys.path:
-        sys.path.append(_HERE)
-    import job_sync
+from . import job_sync, modules
 
 SPEC_SCHEMA = "gpufleet.job/1"
 STATE_SCHEMA = "gpufleet.job-state/1"
 ACTIVE = ("starting", "running")
 TERMINAL = ("succeeded", "failed", "cancelled")
-HERE = Path(__file__).resolve().parent
 # Periodic syncs in a row that found the checkpoint folder being written: then a warning,
 # since a job killed now would have nothing newer in the bucket.
 NEVER_QUIET_SYNCS = 5
@@ -217,7 +208,7 @@ def _is_rank(pid: int) -> bool:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return True
-    return any(part.endswith(b"job_launch.py") for part in cmd)
+    return modules.PACKAGE.encode() + b".job_launch" in cmd
 
 
 def kill_node(nd: Path, pgid: int, sig: int) -> None:
@@ -260,7 +251,7 @@ def _is_supervisor(pid: int) -> bool:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return True  # no /proc: trust the pid
-    return any(part.endswith(b"job_runner.py") for part in cmd) and b"supervise" in cmd
+    return modules.PACKAGE.encode() + b".job_runner" in cmd and b"supervise" in cmd
 
 
 def last_line(path: Path, limit: int = 8192) -> str:
@@ -318,7 +309,9 @@ def torchrun_argv(
         f"--master-port={int(spec['master_port'])}",
         "--max-restarts=0",
         f"--log-dir={node_dir(job_dir, node_rank) / 'torchelastic'}",
-        str(HERE / "job_launch.py"),
+        # each rank runs `python -m gpufleet_node.job_launch` (the package on PYTHONPATH)
+        "--module",
+        f"{modules.PACKAGE}.job_launch",
         "--log-dir",
         str(job_dir / "logs"),
         "--pid-dir",
@@ -604,7 +597,7 @@ class Supervisor:
         args = self.prepare()
         if args is None:
             return 1
-        env = {**os.environ, **rank_env(self.spec, self.node_rank)}
+        env = modules.env_with({**os.environ, **rank_env(self.spec, self.node_rank)})
         venv_bin = str(Path(self.spec["python"]).parent)
         env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
         argv = torchrun_argv(self.spec, self.node_rank, self.job_dir, args)
@@ -702,13 +695,16 @@ def systemd_argv(job_dir: Path, node_rank: int, job: str, *, sudo: bool) -> list
         f"--working-directory={job_dir}",
         f"--setenv=HOME={os.environ.get('HOME', '/')}",
         f"--setenv=PATH={os.environ.get('PATH', '/usr/bin:/bin')}",
+        f"--setenv=PYTHONPATH={modules.env_with(os.environ)['PYTHONPATH']}",
         "--property=KillMode=mixed",
         "--property=TimeoutStopSec=120",
-        sys.executable,
-        str(HERE / "job_runner.py"),
-        "supervise",
-        f"--job-dir={job_dir}",
-        f"--node-rank={node_rank}",
+        *modules.argv(
+            sys.executable,
+            "job_runner",
+            "supervise",
+            f"--job-dir={job_dir}",
+            f"--node-rank={node_rank}",
+        ),
     ]
 
 
@@ -717,13 +713,14 @@ def double_fork(job_dir: Path, node_rank: int) -> None:
     connection (SIGHUP to the session) never reaches it."""
     out = node_dir(job_dir, node_rank) / "supervisor.log"
     out.parent.mkdir(parents=True, exist_ok=True)
-    argv = [
+    argv = modules.argv(
         sys.executable,
-        str(HERE / "job_runner.py"),
+        "job_runner",
         "supervise",
         f"--job-dir={job_dir}",
         f"--node-rank={node_rank}",
-    ]
+    )
+    env = modules.env_with(os.environ)
     pid = os.fork()
     if pid:
         os.waitpid(pid, 0)  # the middle child exits at once
@@ -738,7 +735,7 @@ def double_fork(job_dir: Path, node_rank: int) -> None:
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.chdir(job_dir)
-        os.execv(sys.executable, argv)
+        os.execve(sys.executable, argv, env)
     except BaseException:
         os._exit(127)
 

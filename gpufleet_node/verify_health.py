@@ -24,15 +24,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-try:  # run on the node as a plain script next to verify_smi.py, or imported as a package
-    from . import verify_node as node
-    from . import verify_smi as smi
-except ImportError:  # pragma: no cover - the node-side path
-    import verify_node as node  # type: ignore[no-redef]
-    import verify_smi as smi  # type: ignore[no-redef]
+from . import verify_node as node
+from . import verify_smi as smi
 
 SCHEMA = "gpufleet.health/1"
-# The watchdog keeps its lease and history here (bootstrap/remote/watchdog.py STATE_DIR).
+# The watchdog keeps its lease and history here (gpufleet_node/watchdog.py STATE_DIR).
 STATE_DIR = Path("/var/lib/gpufleet")
 VERDICT_FILE = "health/verdict.json"
 # A failed node set aside for replacement (fab health --quarantine): fab train and the

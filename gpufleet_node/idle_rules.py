@@ -1,9 +1,9 @@
 """The idle decision: pure rules shared by the node watchdog and the cloud reaper.
 
-Standard library only and no project imports but its neighbour ``fleet_names.py`` (the tag
-names, shipped with it everywhere): this very file is copied to every node next to the
-watchdog (``bootstrap/remote/idle_rules.py`` is a link to it), so both layers judge
-idleness by the same code.
+Standard library only and no imports from the project but its neighbour ``fleet_names.py``
+(the tag names, shipped with it everywhere): the node's watchdog runs this module of the node
+package and the reaper imports it from there (its function zip packs it under the same
+import path, ``gpufleet_node.idle_rules``), so both layers judge idleness by the same code.
 
 Two entry points, one per layer, built on the same guards:
 
@@ -42,12 +42,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING or __package__:  # infra.reaper, or the function zip's package
-    from . import fleet_names as names
-else:  # on the node: the file next to this one (/opt/gpufleet/fleet_names.py)
-    import fleet_names as names
+from . import fleet_names as names
 
 STOP = "stop"
 KEEP = "keep"
@@ -418,7 +414,7 @@ def _stalled(sample: Sample, policy: Policy) -> bool:
 @dataclass(frozen=True)
 class Jobs:
     """What the node's ``fab train`` job-state files say (README "fab train": the job state
-    on the node, written by bootstrap/remote/job_runner.py)."""
+    on the node, written by gpufleet_node/job_runner.py)."""
 
     running: int = 0  # jobs whose supervisor runs on this node (unreadable files count too)
     ended_at: datetime | None = None  # the latest end of a job in this boot: idle starts there

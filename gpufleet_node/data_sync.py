@@ -44,16 +44,9 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from bootstrap.remote import bucket, job_sync
-else:
-    _HERE = str(Path(__file__).resolve().parent)
-    if _HERE not in sys.path:
-        sys.path.append(_HERE)
-    import bucket
-    import job_sync
+from . import bucket, job_sync
 
 DIGESTS = ".gpufleet-digests.json"
 RECORD = ".gpufleet-data.json"

@@ -15,17 +15,10 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-if TYPE_CHECKING:  # for mypy only; never executed
-    from bootstrap.remote import bucket
-    from bootstrap.remote import fleet_names as names
-else:
-    # On the node this folder sits next to the watchdog's files (/opt/gpufleet/clouds/),
-    # and the watchdog's folder is on the path.
-    import bucket
-    import fleet_names as names
-
+from .. import bucket
+from .. import fleet_names as names
 from .base import (
     LOG,
     UTC,

@@ -49,25 +49,15 @@ import os
 import pickle
 import re
 import shutil
-import sys
 import time
 import xml.etree.ElementTree as ET
 import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from bootstrap.remote import bucket, clouds
-else:
-    # On the node these files sit side by side; from a checkout the same folder goes on the
-    # path, as the watchdog's own tests do (its files import each other the same way).
-    _HERE = str(Path(__file__).resolve().parent)
-    if _HERE not in sys.path:
-        sys.path.append(_HERE)
-    import bucket
-    import clouds
+from . import bucket, clouds
 
 MARKER = bucket.CHECKPOINT_MARKER
 VERSION_SCHEMA = "gpufleet.checkpoint-version/1"

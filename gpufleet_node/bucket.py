@@ -1,7 +1,8 @@
 """gpufleet scratch sync: checkpoints on the node's scratch -> the stack's bucket.
 
-Standard library only, no project imports: this file is installed next to the watchdog
-(``/opt/gpufleet/bucket.py``) and runs on the node's system Python (3.10+). It speaks
+Standard library only, no project imports: this module of the node package is installed
+with the watchdog (``/opt/gpufleet/gpufleet_node/bucket.py``) and runs on the node's system
+Python (3.10+); the reaper imports it from here too (Tencent's heartbeat objects). It speaks
 the S3 REST API with AWS Signature Version 4, so one tested code path serves both clouds
 (which endpoint is each cloud's: ``bucket_endpoint()`` of its class in clouds/):
 

@@ -13,13 +13,9 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:  # for mypy only; never executed
-    from bootstrap.remote import idle_rules
-else:
-    # Installed side by side in /opt/gpufleet (see watchdog.py).
-    import idle_rules
+from . import idle_rules
 
 
 def run_cmd(argv: Sequence[str], timeout: float = 20.0) -> str | None:

@@ -13,14 +13,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
-
-if TYPE_CHECKING:  # for mypy only; never executed
-    pass
-else:
-    # On the node this folder sits next to the watchdog's files (/opt/gpufleet/clouds/),
-    # and the watchdog's folder is on the path.
-    pass
+from typing import Any, ClassVar
 
 from .base import (
     UTC,

@@ -12,18 +12,11 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:  # for mypy only; never executed
-    from bootstrap.remote import bucket, idle_rules
-    from bootstrap.remote import fleet_names as names
-    from bootstrap.remote.clouds.base import Credentials, Metric, NodeCloud
-else:
-    # Installed side by side in /opt/gpufleet (see watchdog.py).
-    import bucket
-    import fleet_names as names
-    import idle_rules
-    from clouds.base import Credentials, Metric, NodeCloud
+from . import bucket, idle_rules
+from . import fleet_names as names
+from .clouds.base import Credentials, Metric, NodeCloud
 
 
 class Publisher(Protocol):

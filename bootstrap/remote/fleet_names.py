@@ -1,1 +1,0 @@
-../../infra/reaper/fleet_names.py

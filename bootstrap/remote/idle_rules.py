@@ -1,1 +1,0 @@
-../../infra/reaper/idle_rules.py

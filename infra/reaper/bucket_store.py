@@ -1,1 +1,0 @@
-../../bootstrap/remote/bucket.py
