@@ -1,7 +1,7 @@
 """The watchdog's scratch sync: every ``sync_dirs`` folder under scratch to
 ``<bucket>/<dir>/<node>/`` through the node cloud's bucket client (bucket.py).
 
-Standard library only, next to watchdog.py on the node (/opt/gpufleet).
+Standard library only, beside watchdog.py in the node package (/opt/gpufleet/gpufleet_node/).
 """
 
 from __future__ import annotations

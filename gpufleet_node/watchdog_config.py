@@ -1,7 +1,7 @@
 """The watchdog's config: /etc/gpufleet/watchdog.json over the first-boot node.json
 (the stack's facts), checked in one place, and the node cloud it names.
 
-Standard library only, next to watchdog.py on the node (/opt/gpufleet).
+Standard library only, beside watchdog.py in the node package (/opt/gpufleet/gpufleet_node/).
 """
 
 from __future__ import annotations

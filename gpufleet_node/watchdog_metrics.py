@@ -2,7 +2,7 @@
 the unsynced file count, through the node cloud's metrics service or, where the cloud
 takes none, as a heartbeat object in the stack's bucket.
 
-Standard library only, next to watchdog.py on the node (/opt/gpufleet).
+Standard library only, beside watchdog.py in the node package (/opt/gpufleet/gpufleet_node/).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the watchdog samples on the node: GPU utilization and compute processes from
 nvidia-smi, SSH sessions and connections from ss/who, the boot time from /proc/uptime.
 
-Standard library only, next to watchdog.py on the node (/opt/gpufleet). The parsers read
+Standard library only, beside watchdog.py in the node package (/opt/gpufleet/gpufleet_node/). The parsers read
 the tools' recorded outputs in tests/bootstrap/remote/test_watchdog.py.
 """
 

@@ -1,7 +1,7 @@
 """What holds a node besides its samples: the lease (file and tag), protection, the
 ``fab train`` jobs' state files, and what could not be read (which counts as activity).
 
-Standard library only, next to watchdog.py on the node (/opt/gpufleet).
+Standard library only, beside watchdog.py in the node package (/opt/gpufleet/gpufleet_node/).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 sample history, the last tags read in this boot, the last decision. Written atomically;
 a lost or unreadable file only restarts the idle clock.
 
-Standard library only, next to watchdog.py on the node (/opt/gpufleet).
+Standard library only, beside watchdog.py in the node package (/opt/gpufleet/gpufleet_node/).
 """
 
 from __future__ import annotations
