@@ -103,6 +103,7 @@ format: setup  ## ruff format + ruff check --fix
 	$(PY) -m ruff check --fix .
 
 bench: setup  ## benchmarks against a same-run baseline; fails on a miss
+	$(PY) scripts/bench_digest.py
 	$(PY) scripts/bench_plan.py
 	$(PY) scripts/bench_setup.py
 	$(PY) scripts/bench_teardown.py
