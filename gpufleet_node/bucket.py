@@ -44,6 +44,7 @@ import base64
 import contextlib
 import datetime as dt
 import email.utils
+import functools
 import hashlib
 import hmac
 import http.client
@@ -442,6 +443,30 @@ def read_body(
             )
 
 
+def _answer_error(
+    exc: urllib.error.HTTPError,
+    request: urllib.request.Request,
+    read_error: Callable[[Any, Callable[[bytes], None]], object],
+    *,
+    label: str,
+    error_header: str,
+) -> StoreError:
+    """The StoreError an HTTP error answer means: its XML ``<Code>`` (else ``error_header``,
+    else ``HTTP<status>``) and ``<Message>`` (else the reason), read from at most
+    MAX_ERROR_BODY bytes of its body by ``read_error(response, sink)``; a body that cannot
+    be read leaves the status alone to say what happened."""
+    data = bytearray()
+    if request.get_method() != "HEAD":
+        with contextlib.suppress(*TRANSPORT_ERRORS, StoreError, _CallerError):
+            read_error(exc, data.extend)
+    code = _xml_text(bytes(data), "Code") or (
+        exc.headers.get(error_header, "") if error_header else ""
+    )
+    code = code or f"HTTP{exc.code}"
+    message = _xml_text(bytes(data), "Message") or exc.reason
+    return StoreError(f"{label}: {code} {message}", code, exc.code)
+
+
 def send_bounded(
     build: Callable[[], urllib.request.Request],
     *,
@@ -488,7 +513,10 @@ def send_bounded(
         if limit <= 0:
             raise _past_deadline(last)
         request = build()
-        started = clock()
+        # Both bodies (the answer's, an error's) are read on this try's clock and deadline.
+        read = functools.partial(
+            read_body, label=label, started=clock(), deadline=deadline, rate_grace_s=rate_grace_s
+        )
         try:
             with urllib.request.urlopen(request, timeout=limit) as resp:
                 headers = {k.lower(): v for k, v in resp.headers.items()}
@@ -498,42 +526,16 @@ def send_bounded(
                         on_answer(resp.status, headers)
                     except Exception as exc:  # the caller's
                         raise _CallerError(exc) from exc
-                read_body(
-                    resp,
-                    sink if sink is not None else chunks.append,
-                    label=label,
-                    started=started,
-                    timeout=limit,
-                    deadline=deadline,
-                    min_rate=min_rate,
-                    rate_grace_s=rate_grace_s,
-                    clock=clock,
-                )
+                sink_to = sink if sink is not None else chunks.append
+                read(resp, sink_to, timeout=limit, min_rate=min_rate, clock=clock)
                 return resp.status, headers, b"".join(chunks)
         except _CallerError as exc:
             raise exc.error from None
         except urllib.error.HTTPError as exc:
-            data = bytearray()
-            if request.get_method() != "HEAD":
-                with contextlib.suppress(*TRANSPORT_ERRORS, StoreError, _CallerError):
-                    read_body(
-                        exc,
-                        data.extend,
-                        label=label,
-                        started=started,
-                        timeout=min(limit, 10.0),
-                        deadline=deadline,
-                        min_rate=0.0,
-                        rate_grace_s=rate_grace_s,
-                        clock=clock,
-                        limit=MAX_ERROR_BODY,
-                    )  # the status alone still says what happened
-            code = _xml_text(bytes(data), "Code") or (
-                exc.headers.get(error_header, "") if error_header else ""
+            read_error = functools.partial(
+                read, timeout=min(limit, 10.0), min_rate=0.0, clock=clock, limit=MAX_ERROR_BODY
             )
-            code = code or f"HTTP{exc.code}"
-            message = _xml_text(bytes(data), "Message") or exc.reason
-            last = StoreError(f"{label}: {code} {message}", code, exc.code)
+            last = _answer_error(exc, request, read_error, label=label, error_header=error_header)
             if not retryable_status(exc.code):
                 raise last from None
             throttled = last.cause == "throttled"
