@@ -45,7 +45,7 @@ class RecordedResource:
     dependencies: tuple[str, ...] = ()  # URNs this resource's inputs or dependsOn refer to
     retain_on_delete: bool = False  # the resource option: a destroy leaves it in the cloud
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "type": self.type,
             "name": self.name,

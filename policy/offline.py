@@ -66,7 +66,7 @@ def summary(violations: Sequence[R.Violation]) -> dict[str, Any]:
         "mandatory": mandatory,
         "advisory": sum(1 for v in violations if v.level == R.ADVISORY),
         "passed": mandatory == 0,
-        "violations": [v.as_dict() for v in violations],
+        "violations": [v.to_json() for v in violations],
     }
 
 

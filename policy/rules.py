@@ -653,7 +653,7 @@ class Violation:
     resource_name: str | None = None
     urn: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "policy": self.policy,
             "level": self.level,

@@ -756,7 +756,7 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
         if args.plot:
             save_figure(comparison_figure(cmp), args.plot)
         if args.json:
-            doc = cmp.to_dict()
+            doc = cmp.to_json()
             if args.plot:
                 doc["plot"] = str(args.plot)
             out.write(json.dumps(doc, indent=2) + "\n")
@@ -785,7 +785,7 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
         try:
             check = live_check(inputs)
             live_line = check.message()
-            live_doc = {"ok": True, **check.to_dict(), "message": live_line}
+            live_doc = {"ok": True, **check.to_json(), "message": live_line}
         except LiveUnavailable as exc:
             live_line = f"not checked: {exc}"
             live_doc = {"ok": False, "message": str(exc)}
@@ -813,7 +813,7 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
         else:
             est = replace(est, inputs=inputs)  # the bill, and a reservation not priced
     if args.json:
-        doc = est.to_dict()
+        doc = est.to_json()
         if live_doc is not None:
             doc["live"] = live_doc
         out.write(json.dumps(doc, indent=2) + "\n")

@@ -82,7 +82,7 @@ def plan(
         "stack": cfg.stack,
         "stack_file": str(path),
         "stack_urn": result.stack_urn,
-        "resources": [shown_inline_zips(r.as_dict()) for r in result.resources],
+        "resources": [shown_inline_zips(r.to_json()) for r in result.resources],
         "outputs": result.outputs,
         "output_docs": OUTPUT_DOCS,
         "cost": result.outputs["hourly_cost"],
@@ -159,13 +159,13 @@ def print_human(doc: dict[str, Any], notes: list[str]) -> None:
     sys.stdout.write(render_plan(doc, notes, format_preview(violations), output_width()))
 
 
-def as_json(value: Any) -> Any:
+def asset_json(value: Any) -> Any:
     """`json.dump`'s default for what the engine would receive as an asset or archive: shown
     as `pulumi preview --json` shows one, by where it is, its size and its digest, never its
     bytes (a file asset's path, size and sha256; an archive per member)."""
     kind = type(value).__name__
     if hasattr(value, "assets"):  # pulumi.AssetArchive
-        return {kind: {name: as_json(value.assets[name]) for name in sorted(value.assets)}}
+        return {kind: {name: asset_json(value.assets[name]) for name in sorted(value.assets)}}
     path = getattr(value, "path", None)
     if isinstance(path, str):  # FileAsset / FileArchive
         file = Path(path)
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INVALID
     try:
         if args.json:
-            json.dump(doc, sys.stdout, indent=2, sort_keys=False, default=as_json)
+            json.dump(doc, sys.stdout, indent=2, sort_keys=False, default=asset_json)
             sys.stdout.write("\n")
         else:
             print_human(doc, notes)

@@ -990,7 +990,7 @@ def main(
     # nothing fits, or nothing is left: the report says why, and the status says "no"
     status = 0 if result.viable else 1
     if args.json:
-        doc = result.to_dict()
+        doc = result.to_json()
         if written:
             doc["written_stack"] = str(written[0])
         json.dump(doc, out, indent=1)

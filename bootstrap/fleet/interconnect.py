@@ -63,7 +63,7 @@ class FabricEnv:
             return f"{self.fabric}: NCCL's defaults (nothing set)"
         return f"{self.fabric}: " + " ".join(f"{k}={v}" for k, v in self.env.items())
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"fabric": self.fabric, "env": dict(self.env), "source": self.source}
 
 

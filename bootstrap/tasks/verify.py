@@ -173,7 +173,7 @@ def verify_fleet(
             )
         else:
             network = {
-                **opts.fabric.as_json(),
+                **opts.fabric.to_json(),
                 "user_env": dict(opts.node_env),
                 "applied": opts.stage_env("cross"),
             }

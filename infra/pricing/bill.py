@@ -67,7 +67,7 @@ class LineItem:
     estimate: bool
     note: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "item": self.item,
             "quantity": self.quantity,
@@ -97,7 +97,7 @@ class Compute:
             subscription=None if self.subscription is None else self.subscription * k,
         )
 
-    def to_dict(self, digits: int = 4) -> dict[str, Any]:
+    def to_json(self, digits: int = 4) -> dict[str, Any]:
         return {
             "on_demand": _r(self.on_demand, digits),
             "spot": [_r(self.spot[0], digits), _r(self.spot[1], digits)] if self.spot else None,
@@ -113,7 +113,7 @@ class BreakEven:
     hours_per_month: float
     utilisation: float  # of a 730-hour month
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"hours_per_month": _r(self.hours_per_month, 1), "utilisation": _r(self.utilisation)}
 
 
@@ -124,7 +124,7 @@ class SpotSaving:
     estimated: bool
     caveat: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "fraction": [_r(self.fraction[0]), _r(self.fraction[1])],
             "per_hour": [_r(self.per_hour[0]), _r(self.per_hour[1])],
@@ -217,7 +217,7 @@ class ReservationCost:
         """What it saves against pay-as-you-go when the VMs run every hour of the term."""
         return 1 - self.break_even_utilisation
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "term": self.term,
             "months": self.months,
@@ -299,7 +299,7 @@ class CostEstimate:
             return per.subscription
         return per.on_demand
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """The JSON contract of `scripts/cost.py --json` (docs/cost.md)."""
         sel_hourly = self.selected(self.hourly)
         sel_monthly = self.selected(self.monthly_total)
@@ -316,14 +316,14 @@ class CostEstimate:
             "billing": self.inputs.billing,
             "currency": self.currency,
             "fx": _fx_dict(self.native_currency, self.currency, self.fx),
-            "hourly": {**self.hourly.to_dict(), "selected": _rr(sel_hourly, 4)},
-            "daily": self.hourly.times(24).to_dict(2),
+            "hourly": {**self.hourly.to_json(), "selected": _rr(sel_hourly, 4)},
+            "daily": self.hourly.times(24).to_json(2),
             "monthly": {
                 "hours": self.hours_per_month,
-                "compute": self.compute_monthly.to_dict(2),
-                "storage": [item.to_dict() for item in self.storage],
+                "compute": self.compute_monthly.to_json(2),
+                "storage": [item.to_json() for item in self.storage],
                 "storage_total": _r(self.storage_monthly),
-                "total": self.monthly_total.to_dict(2),
+                "total": self.monthly_total.to_json(2),
                 "selected": _rr(sel_monthly, 2),
             },
             "subscription": None
@@ -334,13 +334,13 @@ class CostEstimate:
                 "per_year": _r(self.subscription_year),
                 "estimated": self.subscription_estimated,
             },
-            "break_even": self.break_even.to_dict() if self.break_even else None,
-            "spot_saving": self.spot_saving.to_dict() if self.spot_saving else None,
+            "break_even": self.break_even.to_json() if self.break_even else None,
+            "spot_saving": self.spot_saving.to_json() if self.spot_saving else None,
             "warnings": list(self.warnings),
         }
         if self.inputs.reservation is not None:  # the key appears only when one is asked for
             res = self.reservation
-            doc["reservation"] = None if res is None else res.to_dict()
+            doc["reservation"] = None if res is None else res.to_json()
         return doc
 
 

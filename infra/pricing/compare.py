@@ -54,7 +54,7 @@ class Offer:
         profile = "" if self.profile == "general" else f" [{self.profile}]"
         return f"{self.provider} {self.instance_type}{profile} {self.billing}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         rng = self.per_gpu_hour_range
         return {
             "provider": self.provider,
@@ -87,7 +87,7 @@ class Comparison:
     fx: tuple[Rate, ...]
     warnings: tuple[str, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "tier": self.tier,
             "currency": self.currency,
@@ -95,7 +95,7 @@ class Comparison:
             "fx": [
                 {"rate": r.amount, "date": r.date.isoformat(), "source": r.source} for r in self.fx
             ],
-            "offers": [o.to_dict() for o in self.offers],
+            "offers": [o.to_json() for o in self.offers],
             "warnings": list(self.warnings),
         }
 
@@ -337,7 +337,7 @@ class LiveCheck:
         side = "above" if self.off > 0 else "below"
         return f"{base}: the catalog is {abs(self.off):.1%} {side} the live price"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "provider": self.provider,
             "instance_type": self.instance_type,

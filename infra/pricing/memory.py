@@ -93,7 +93,7 @@ class Memory:
             return self.states_gb / gpus + gathered + act + self.overhead_gb
         return self.states_gb + act + self.overhead_gb
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "weights_gb": round(self.weights_gb, 2),
             "gradients_gb": round(self.gradients_gb, 2),

@@ -84,7 +84,7 @@ class Option:
         nodes = f" x{self.nodes}" if self.nodes > 1 else ""
         return f"{self.tier}{nodes}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         rng = self.cost_range
         return {
             "tier": self.tier,
@@ -145,15 +145,15 @@ class SizingResult:
     def viable(self) -> list[Option]:
         return [o for o in self.options if o.status == OK]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """The JSON contract of `scripts/size.py --json` (docs/cost.md)."""
         w, a, f = self.workload, self.assumptions, self.filters
         return {
             "params": w.params,
             "tokens": w.tokens,
             "flops": self.flops,
-            "memory": self.memory.to_dict(),
-            "options": [o.to_dict() for o in self.options],
+            "memory": self.memory.to_json(),
+            "options": [o.to_json() for o in self.options],
             "common_currency": self.common_currency,
             "inputs": {
                 "model": w.model,

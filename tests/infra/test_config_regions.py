@@ -77,4 +77,4 @@ def test_compare_takes_tier_and_currency_in_any_case():
     upper = compare_tier("A100x8", currency="cny")
     lower = compare_tier("a100x8", currency="CNY")
     assert (upper.tier, upper.currency) == ("a100x8", "CNY")
-    assert [o.to_dict() for o in upper.offers] == [o.to_dict() for o in lower.offers]
+    assert [o.to_json() for o in upper.offers] == [o.to_json() for o in lower.offers]

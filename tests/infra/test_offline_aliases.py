@@ -38,7 +38,7 @@ def sent(monkeypatch: pytest.MonkeyPatch, stack: str) -> tuple[Any, list[tuple[s
     result = evaluate(load_stack_file(path, {"sshPublicKey": PLACEHOLDER_SSH_KEY}))
     monkeypatch.undo()
     plan = (
-        [r.as_dict() | {"outputs": r.outputs, "id": r.id} for r in result.resources],
+        [r.to_json() | {"outputs": r.outputs, "id": r.id} for r in result.resources],
         result.outputs,
         result.invokes,
         result.stack_urn,

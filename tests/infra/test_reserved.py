@@ -171,7 +171,7 @@ NODE = {
 def node_inputs(provider: str, tier: str, **extra: Any) -> dict[str, Any]:
     cfg = parse_config({**BASE, "provider": provider, "tier": tier, **extra}, "res-t")
     (node,) = [
-        r.as_dict() for r in evaluate(cfg).resources if r.as_dict()["type"] == NODE[provider]
+        r.to_json() for r in evaluate(cfg).resources if r.to_json()["type"] == NODE[provider]
     ]
     return dict(node["inputs"])
 

@@ -61,7 +61,7 @@ def test_spot_without_a_catalog_range_is_the_30_to_70_percent_band_and_says_so()
     assert e.hourly.spot == pytest.approx((9.474, 22.106))  # 31.58 x 0.3, 31.58 x 0.7
     assert e.hourly.spot_estimated
     assert any("spot: no observed range" in w and "30%-70%" in w for w in e.warnings)
-    assert e.to_dict()["hourly"]["spot_estimated"] is True
+    assert e.to_json()["hourly"]["spot_estimated"] is True
 
 
 def test_spot_max_price_caps_what_spot_can_cost():
@@ -183,7 +183,7 @@ def test_cny_prices_convert_to_usd_at_the_dated_rate_and_say_so():
     assert e.currency == "USD" and e.native_currency == "CNY"
     assert e.hourly.on_demand == pytest.approx(31.58 / 7.15)  # 4.41678
     assert e.fx is not None and e.fx.date == dt.date(2025, 9, 1)
-    doc = e.to_dict()
+    doc = e.to_json()
     assert doc["fx"] == {
         "from": "CNY",
         "to": "USD",

@@ -153,7 +153,7 @@ def test_a_quoted_monthly_price_wins_over_a_factor_estimate(raw: dict[str, Any])
     assert e.break_even is not None
     assert e.break_even.hours_per_month == pytest.approx(9000.0 / 31.58)
     assert not any("subscription: an estimate" in w for w in e.warnings)
-    assert e.to_dict()["subscription"]["estimated"] is False
+    assert e.to_json()["subscription"]["estimated"] is False
     assert (
         hourly_estimate(
             "alicloud", "ecs.gn7-c12g1.3xlarge", billing="subscription", pricing=p, today=TODAY

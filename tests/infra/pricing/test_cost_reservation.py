@@ -73,7 +73,7 @@ def test_the_whole_month_is_owed_and_unused_reserved_hours_are_lost():
 
 
 def test_the_json_form_carries_the_figures_and_says_it_is_bought_separately():
-    doc = _cost(nodes=2, total=35040.0, payg_hourly=8.0).to_dict()
+    doc = _cost(nodes=2, total=35040.0, payg_hourly=8.0).to_json()
     assert doc["committed"] == doc["total"] == 35040.0
     assert doc["effective_hourly"] == 4.0
     assert doc["break_even"] == {"utilisation": 0.5, "hours_per_month": 365.0}
@@ -193,11 +193,11 @@ def test_a_reservation_problem_is_reported_with_the_others():
 
 
 def test_the_json_has_a_reservation_key_only_when_one_is_asked_for():
-    plain = estimate_cost(CostInputs("azure", SIZE), today=TODAY).to_dict()
+    plain = estimate_cost(CostInputs("azure", SIZE), today=TODAY).to_json()
     assert "reservation" not in plain
     asked = estimate_cost(
         CostInputs("azure", SIZE, reservation="1y"), today=TODAY, reservation_quote=_quote()
-    ).to_dict()
+    ).to_json()
     assert asked["reservation"]["term"] == "1y"
     assert asked["billing"] == "on-demand"  # the VMs stay pay-as-you-go
 

@@ -292,7 +292,7 @@ def test_a_spot_price_seen_once_is_an_observation_not_a_range():
     r = size(Workload(params=1e9, tokens=1e10), today=TODAY)
     az = option(r, "a100x8", "azure", "spot")
     assert az.spot_observation == "one observation, 2024-06-01, SCAZ"
-    assert az.to_dict()["spot_observation"] == az.spot_observation
+    assert az.to_json()["spot_observation"] == az.spot_observation
     assert option(r, "a100x8", "aws", "spot").spot_observation is None  # 2.47-8.19 observed
     assert option(r, "a100x1", "alicloud", "spot").spot_observation is None  # the band
 
@@ -515,7 +515,7 @@ def test_the_advisor_iterates_the_catalogs_providers_without_naming_any():
 
 
 def test_the_json_contract_has_every_key_the_issue_lists():
-    doc = size(workload_for_model(MODELS["gpt2"], 1e9), today=TODAY).to_dict()
+    doc = size(workload_for_model(MODELS["gpt2"], 1e9), today=TODAY).to_json()
     assert {"params", "tokens", "flops", "memory", "options"} <= set(doc)
     assert {"weights_gb", "gradients_gb", "optimizer_gb", "activations_gb", "overhead_gb"} <= set(
         doc["memory"]
