@@ -116,19 +116,28 @@ class TierInfo:
     infiniband: bool = False
 
 
+# The setup options' defaults, written once: Options below and the tasks' signatures and
+# help text read these.
+DEFAULT_VENV = "/opt/gpufleet/venv"
+DEFAULT_TORCH = "2.13.0"
+DEFAULT_TORCH_INDEX = "auto"  # auto | default (the node's pip config) | a URL
+DEFAULT_APT_LOCK_TIMEOUT_S = 300
+DEFAULT_FSTAB = "/etc/fstab"
+
+
 @dataclass(frozen=True)
 class Options:
     """Task options shared by all steps (each task fills in what it exposes)."""
 
     allow_no_gpu: bool = False
     force: bool = False
-    venv: str = "/opt/gpufleet/venv"
-    torch_version: str = "2.13.0"
-    torch_index: str = "auto"  # auto | default (the node's pip config) | a URL
+    venv: str = DEFAULT_VENV
+    torch_version: str = DEFAULT_TORCH
+    torch_index: str = DEFAULT_TORCH_INDEX
     driver_branch: str | None = None  # None: chosen from the GPU architecture
-    apt_lock_timeout_s: int = 300
+    apt_lock_timeout_s: int = DEFAULT_APT_LOCK_TIMEOUT_S
     scratch_devices: tuple[str, ...] = ()  # explicit devices instead of discovery
-    fstab: str = "/etc/fstab"
+    fstab: str = DEFAULT_FSTAB
     scratch_path: str | None = None  # overrides the stack's scratch.path
     extra: Mapping[str, Any] = field(default_factory=dict)  # options of tasks added later
 

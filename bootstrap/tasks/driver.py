@@ -25,7 +25,14 @@ from dataclasses import dataclass, field
 from fabric import Connection
 from invoke import Context
 
-from bootstrap.fleet.api import HostContext, Options, StepFailed, StepResult, step
+from bootstrap.fleet.api import (
+    DEFAULT_APT_LOCK_TIMEOUT_S,
+    HostContext,
+    Options,
+    StepFailed,
+    StepResult,
+    step,
+)
 from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.system import OsInfo, apt_get, check, root_sh, sh
@@ -284,14 +291,14 @@ def _start_service(conn: Connection, ctx: HostContext, service: str, driver: str
         "driver_branch": "driver branch, e.g. 580 (default: R580, the last with Volta support)",
         "apt_lock_timeout": "seconds to wait for the apt lock held by unattended upgrades",
     },
-    bounds={"apt_lock_timeout": Bound(0, example="300")},
+    bounds={"apt_lock_timeout": Bound(0, example=str(DEFAULT_APT_LOCK_TIMEOUT_S))},
 )
 def install_driver(
     c: Context,
     fleet_args: FleetArgs,
     allow_no_gpu: bool = False,
     driver_branch: str = "",
-    apt_lock_timeout: int = 300,
+    apt_lock_timeout: int = DEFAULT_APT_LOCK_TIMEOUT_S,
 ) -> None:
     """Install the NVIDIA driver + CUDA from NVIDIA's apt repo (skipped when one works)."""
     options = Options(

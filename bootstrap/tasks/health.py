@@ -131,11 +131,14 @@ def render_health(report: FleetReport) -> Iterable[Any]:
         yield summary_table(report)
 
 
+_HEALTH = HealthOptions()  # its defaults, written once; the task's signature reads them
+
+
 @fleet_task(
     help={
         "deep": "also run NVIDIA's dcgmi diag at this level: 1 (about a minute), 2 (a few "
         "minutes), 3 (half an hour on 8 GPUs); needs DCGM (fab setup installs it)",
-        "state_dir": "the node's gpufleet state folder (default /var/lib/gpufleet)",
+        "state_dir": f"the node's gpufleet state folder (default {_HEALTH.state_dir})",
         "node_path": "folders put before PATH on the node for nvidia-smi, dcgmi, ibstat",
         "quarantine": "set failed nodes aside: fab train and the node's watchdog leave "
         "them alone until they are replaced (or --release)",
@@ -149,7 +152,7 @@ def health(
     c: Context,
     fleet_args: FleetArgs,
     deep: int = 0,
-    state_dir: str = "/var/lib/gpufleet",
+    state_dir: str = _HEALTH.state_dir,
     node_path: str = "",
     quarantine: bool = False,
     release: bool = False,

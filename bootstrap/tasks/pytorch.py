@@ -25,14 +25,21 @@ from dataclasses import dataclass, replace
 from fabric import Connection
 from invoke import Context
 
-from bootstrap.fleet.api import HostContext, Options, StepFailed, StepResult, step
+from bootstrap.fleet.api import (
+    DEFAULT_TORCH,
+    DEFAULT_TORCH_INDEX,
+    DEFAULT_VENV,
+    HostContext,
+    Options,
+    StepFailed,
+    StepResult,
+    step,
+)
 from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.fleet.system import ProgressStream, apt_get, check, root_sh, sh
 from bootstrap.tasks.driver import gpu_architecture
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
-DEFAULT_VENV = "/opt/gpufleet/venv"
-DEFAULT_TORCH = "2.13.0"
 
 # CUDA builds published for the pinned torch release, newest first: (min driver CUDA, tag).
 CUDA_BUILDS: tuple[tuple[tuple[int, int], str], ...] = (
@@ -365,7 +372,7 @@ def install_pytorch(
     fleet_args: FleetArgs,
     venv: str = DEFAULT_VENV,
     torch_version: str = DEFAULT_TORCH,
-    torch_index: str = "auto",
+    torch_index: str = DEFAULT_TORCH_INDEX,
     allow_no_gpu: bool = False,
 ) -> None:
     """Create the node's PyTorch virtualenv with a CUDA-matched torch build."""

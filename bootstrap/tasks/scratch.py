@@ -28,7 +28,15 @@ from typing import Any
 from fabric import Connection
 from invoke import Context
 
-from bootstrap.fleet.api import HostContext, Options, ScratchSpec, StepFailed, StepResult, step
+from bootstrap.fleet.api import (
+    DEFAULT_FSTAB,
+    HostContext,
+    Options,
+    ScratchSpec,
+    StepFailed,
+    StepResult,
+    step,
+)
 from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.fleet.system import apt_get, check, root_sh, sh
 
@@ -498,7 +506,7 @@ def mount_scratch_step(conn: Connection, ctx: HostContext) -> StepResult:
         "force": "ERASE devices that hold a filesystem or are mounted (lists them first)",
         "devices": "comma-separated devices to use instead of discovery (e.g. /dev/nvme1n1)",
         "path": "mount point (default: the stack's scratch.path, else /scratch)",
-        "fstab": "fstab file to update (default /etc/fstab)",
+        "fstab": f"fstab file to update (default {DEFAULT_FSTAB})",
     }
 )
 def mount_scratch(
@@ -507,7 +515,7 @@ def mount_scratch(
     force: bool = False,
     devices: str = "",
     path: str = "",
-    fstab: str = "/etc/fstab",
+    fstab: str = DEFAULT_FSTAB,
 ) -> None:
     """RAID 0 + ext4 over the instance-store NVMe (or data disk), mounted with nofail."""
     options = Options(

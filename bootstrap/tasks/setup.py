@@ -4,14 +4,22 @@ from __future__ import annotations
 
 from invoke import Context
 
-from bootstrap.fleet.api import Options, Step
+from bootstrap.fleet.api import (
+    DEFAULT_APT_LOCK_TIMEOUT_S,
+    DEFAULT_FSTAB,
+    DEFAULT_TORCH,
+    DEFAULT_TORCH_INDEX,
+    DEFAULT_VENV,
+    Options,
+    Step,
+)
 from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.fleet.numbers import Bound
 from bootstrap.tasks.agent import monitoring_agent_step
 from bootstrap.tasks.dcgm import install_dcgm_step
 from bootstrap.tasks.driver import install_driver_step
 from bootstrap.tasks.health import health_step
-from bootstrap.tasks.pytorch import DEFAULT_TORCH, DEFAULT_VENV, install_pytorch_step
+from bootstrap.tasks.pytorch import install_pytorch_step
 from bootstrap.tasks.scratch import mount_scratch_step
 from bootstrap.tasks.watchdog import install_watchdog_step
 from bootstrap.verify.health_run import HealthOptions
@@ -31,6 +39,9 @@ def setup_steps() -> list[Step]:
     ]
 
 
+_HEALTH = HealthOptions()  # its defaults, written once; the task's signature reads them
+
+
 @fleet_task(
     help={
         "allow_no_gpu": "bootstrap nodes without an NVIDIA GPU; GPU steps are reported skipped",
@@ -41,15 +52,15 @@ def setup_steps() -> list[Step]:
         "force": "let mount-scratch ERASE devices that hold data (it lists them)",
         "scratch_devices": "comma-separated scratch devices instead of discovery",
         "scratch_path": "scratch mount point (default: the stack's scratch.path)",
-        "fstab": "fstab file mount-scratch updates (default /etc/fstab)",
+        "fstab": f"fstab file mount-scratch updates (default {DEFAULT_FSTAB})",
         "apt_lock_timeout": "seconds to wait for an apt lock held by unattended upgrades",
         "watchdog_timer": "arm the idle watchdog's systemd timer (--no-watchdog-timer: install "
         "its files only, for images and hosts without systemd)",
         "dcgm": "install NVIDIA DCGM on GPU nodes, for fab health --deep (--no-dcgm: skip)",
         "state_dir": "the node's gpufleet state folder for the health verdict "
-        "(default /var/lib/gpufleet)",
+        f"(default {_HEALTH.state_dir})",
     },
-    bounds={"apt_lock_timeout": Bound(0, example="300")},
+    bounds={"apt_lock_timeout": Bound(0, example=str(DEFAULT_APT_LOCK_TIMEOUT_S))},
 )
 def setup(
     c: Context,
@@ -57,16 +68,16 @@ def setup(
     allow_no_gpu: bool = False,
     venv: str = DEFAULT_VENV,
     torch_version: str = DEFAULT_TORCH,
-    torch_index: str = "auto",
+    torch_index: str = DEFAULT_TORCH_INDEX,
     driver_branch: str = "",
     force: bool = False,
     scratch_devices: str = "",
     scratch_path: str = "",
-    fstab: str = "/etc/fstab",
-    apt_lock_timeout: int = 300,
+    fstab: str = DEFAULT_FSTAB,
+    apt_lock_timeout: int = DEFAULT_APT_LOCK_TIMEOUT_S,
     watchdog_timer: bool = True,
     dcgm: bool = True,
-    state_dir: str = "/var/lib/gpufleet",
+    state_dir: str = _HEALTH.state_dir,
 ) -> None:
     """Driver + CUDA, DCGM, PyTorch venv, NVMe scratch, idle watchdog, a health check."""
     options = Options(

@@ -29,7 +29,6 @@ from bootstrap.fleet.interconnect import fabric_env
 from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.runner import FleetReport, run_fleet
 from bootstrap.fleet.system import probe_step
-from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.verify.expected import Expected, expected_from
 from bootstrap.verify.health_run import HealthOptions, check_node, expect_from, now_utc
 from bootstrap.verify.judge import cluster_not_run, judge, judge_cluster
@@ -203,35 +202,42 @@ def verify_fleet(
     )
 
 
+# The options' defaults, written once (in VerifyOptions and HealthOptions): the task's
+# signature and help read them from here.
+_VERIFY = VerifyOptions()
+_HEALTH = HealthOptions()
+
+
 @fleet_task(
     help={
         "quick": "inventory, health and GEMM only: skip training, bandwidth and scratch tests",
         "cpu": "no GPU needed: run the training step on CPU (gloo, --nproc processes); "
         "reported as a CPU run, never a PASS for a GPU tier",
-        "python": f"the node's Python with torch (default {DEFAULT_VENV}/bin/python)",
+        "python": f"the node's Python with torch (default {_VERIFY.python})",
         "tier": "catalog tier to judge against when hosts come from -H (e.g. a100x8)",
-        "nproc": "processes per node in --cpu mode (default 2)",
+        "nproc": f"processes per node in --cpu mode (default {_VERIFY.nproc})",
         "steps": "training steps (default: 30 on GPU, 40 on CPU)",
         "scratch": "scratch path to measure (default: the stack's scratch.path)",
-        "scratch_mb": "MiB written and read on scratch (default 4096)",
+        "scratch_mb": f"MiB written and read on scratch (default {_VERIFY.scratch_mb})",
         "node_env": "extra environment for the node-side run, KEY=VALUE,... "
         "(e.g. NCCL_DEBUG=INFO,NCCL_SOCKET_IFNAME=ens5); over the cross-node run's "
         "EFA/InfiniBand defaults, which it always beats",
         "s3_endpoint": "S3-compatible endpoint URL for the bucket probe and the report upload",
         "master_addr": "cross-node rendezvous address (default: the head's private IP)",
-        "master_port": "cross-node rendezvous port (default 29512)",
-        "timeout": "seconds before a node's benchmark run is killed (default 600)",
+        "master_port": f"cross-node rendezvous port (default {_VERIFY.master_port})",
+        "timeout": "seconds before a node's benchmark run is killed "
+        f"(default {_VERIFY.timeout_s:g})",
         "reports": "folder for the JSON report (default reports/)",
         "upload": "upload the report to the stack's bucket (default on; --no-upload)",
         "state_dir": "the node's gpufleet state folder, where the health verdict is kept "
-        "(default /var/lib/gpufleet)",
+        f"(default {_HEALTH.state_dir})",
     },
     bounds={
-        "nproc": Bound(1, example="2"),
+        "nproc": Bound(1, example=str(_VERIFY.nproc)),
         "steps": Bound(1, example="30"),
-        "scratch_mb": Bound(1, example="4096"),
-        "master_port": Bound(1, high=65535, example="29512"),
-        "timeout": Bound(0, above=True, example="600"),
+        "scratch_mb": Bound(1, example=str(_VERIFY.scratch_mb)),
+        "master_port": Bound(1, high=65535, example=str(_VERIFY.master_port)),
+        "timeout": Bound(0, above=True, example=f"{_VERIFY.timeout_s:g}"),
     },
 )
 def verify_gpu(
@@ -241,18 +247,18 @@ def verify_gpu(
     cpu: bool = False,
     python: str = "",
     tier: str = "",
-    nproc: int = 2,
+    nproc: int = _VERIFY.nproc,
     steps: int = 0,
     scratch: str = "",
-    scratch_mb: int = 4096,
+    scratch_mb: int = _VERIFY.scratch_mb,
     node_env: str = "",
     s3_endpoint: str = "",
     master_addr: str = "",
-    master_port: int = 29512,
-    timeout: float = 600.0,
+    master_port: int = _VERIFY.master_port,
+    timeout: float = _VERIFY.timeout_s,
     reports: str = "reports",
     upload: bool = True,
-    state_dir: str = "/var/lib/gpufleet",
+    state_dir: str = _HEALTH.state_dir,
 ) -> None:
     """Prove each node trains at the speed it is paid for: health, GEMM, bandwidth, a DDP step."""
     json = fleet_args.json
@@ -274,7 +280,7 @@ def verify_gpu(
     except ValueError as exc:
         raise Exit(f"gpufleet: {exc}", code=2) from None
     opts = VerifyOptions(
-        python=python or f"{DEFAULT_VENV}/bin/python",
+        python=python or _VERIFY.python,
         cpu=cpu,
         quick=quick,
         nproc=nproc,

@@ -32,6 +32,7 @@ from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.runner import FleetReport
 from bootstrap.fleet.system import root_sh, sh
 from gpufleet_node.idle_rules import MAX_LEASE_HOURS
+from gpufleet_node.verify_health import STATE_DIR as NODE_STATE_DIR
 from infra.nodes import NODE_INFO_PATH as NODE_INFO  # the stack's first-boot facts
 
 # The units beside the node package (package data); the package itself goes under PREFIX.
@@ -39,7 +40,7 @@ UNIT_SOURCE = node_package.PACKAGE_DIR
 PREFIX = "/opt/gpufleet"
 ETC = "/etc/gpufleet"
 UNIT_DIR = "/etc/systemd/system"
-STATE_DIR = "/var/lib/gpufleet"
+STATE_DIR = str(NODE_STATE_DIR)  # the node's own default, read from the node package
 TIMER = "gpufleet-watchdog.timer"
 SERVICE = "gpufleet-watchdog.service"
 # What the watchdog runs: the module and, through its imports, the rest it needs.
