@@ -11,11 +11,13 @@ so the test removes what a stop removes. 2 processes, gloo, a 2,048-sample datas
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,6 +49,21 @@ def rank0_log(jobs: Path, job: str) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
+def newest_version(moto: str, prefix: str) -> tuple[int, dict[str, Any]]:
+    """The newest checkpoint version under the job's ``prefix``: (seq, manifest) (docs/train.md,
+    "Contract: a checkpoint": ``P.gpufleet/versions/<seq>.json``, written last), each file
+    it names checked to be in the bucket as ``P.gpufleet/objects/<sha256>`` with its size."""
+    s3 = client("s3", moto)
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}.gpufleet/versions/")
+    keys = sorted(obj["Key"] for obj in listed.get("Contents", []))
+    assert keys, f"no checkpoint version under {prefix}"
+    doc: dict[str, Any] = json.loads(s3.get_object(Bucket=BUCKET, Key=keys[-1])["Body"].read())
+    for rel, item in doc["files"].items():
+        head = s3.head_object(Bucket=BUCKET, Key=f"{prefix}.gpufleet/objects/{item['sha256']}")
+        assert head["ContentLength"] == item["size"], (rel, item, head["ContentLength"])
+    return int(keys[-1].rsplit("/", 1)[1].removesuffix(".json")), doc
+
+
 def fab_ok(*args: str) -> FabResult:
     done = run_fab(*args, timeout=400, env=LAPTOP)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -75,7 +92,7 @@ def test_a_stopped_node_started_again_resumes_the_public_script_from_its_last_ep
         job = re.search(r"job (\S+) running on 1 node", started.stdout)
         assert job, started.stdout[-2000:]
         job_id = job.group(1)
-        manifest = f"checkpoints/local-0/{job_id}/.gpufleet-folder.json"
+        prefix = f"checkpoints/local-0/{job_id}/"
         wait_for(
             "epoch 2's snapshot", lambda: "Epoch 2 | Training snapshot" in rank0_log(jobs, job_id)
         )
@@ -83,7 +100,9 @@ def test_a_stopped_node_started_again_resumes_the_public_script_from_its_last_ep
         fab_ok("cancel", job_id, *inv, "--s3-endpoint", node.moto)
         saved = [int(n) for n in SAVED.findall(rank0_log(jobs, job_id))]
         assert saved and saved[-1] >= 2
-        client("s3", node.moto).head_object(Bucket=BUCKET, Key=manifest)
+        # The cancel's push left the snapshot in the bucket as a whole version.
+        seq, version = newest_version(node.moto, prefix)
+        assert "snapshot.pt" in version["files"], version
 
         stopped = fab_ok("stop", "--inventory", str(node.inventory), "--api-endpoint", node.moto,
                          *node.paths, "--json")  # fmt: skip
@@ -100,6 +119,8 @@ def test_a_stopped_node_started_again_resumes_the_public_script_from_its_last_ep
 
         resumed = fab_ok("train", "--resume", job_id, *inv)
         assert f"job {job_id} resumed on 1 node" in resumed.stdout, resumed.stdout[-2000:]
+        # From the bucket (the local copy is gone): the version the cancel pushed.
+        assert f"from version {seq}" in resumed.stdout, resumed.stdout[-2000:]
         line = wait_for("the script's resume line", lambda: RESUMED.search(rank0_log(jobs, job_id)))
         assert isinstance(line, re.Match)
         # The bucket's snapshot is the last one the script saved (or, when the cancel came
