@@ -35,7 +35,8 @@ by ``cancel`` when the supervisor is gone), always whole: a temp file renamed ov
                  with ``error`` (cause and what to do) and torchrun never starts
     resumed_from {version, step} the attempt restored, or None
     warnings     one-line strings: an attempt that wrote an older checkpoint than it
-                 restored, output that says the script started from scratch
+                 restored, output that says the script started from scratch, a torn
+                 save that a push left out (last_sync/final_sync ``torn``: the file)
 
 Commands (all print one JSON document, except ``follow``)::
 
@@ -430,12 +431,14 @@ class Supervisor:
         )
         return {"at": utcnow(), **out.to_json()}
 
-    def record_sync(self, result: dict[str, Any] | None) -> None:
+    def record_sync(self, result: dict[str, Any] | None, *, final: bool = False) -> None:
         """The last push in the state file; a newer checkpoint step is an event, a version
-        that regressed a warning."""
+        that regressed a warning, and so is a torn file that the ``final`` push found, or
+        two periodic ones in a row (then it is no save still being written)."""
         if result is None:
             return
-        before = (self.state.get("last_sync") or {}).get("newest_step")
+        previous = self.state.get("last_sync") or {}
+        before = previous.get("newest_step")
         self.state["last_sync"] = result
         step = result.get("newest_step")
         if result.get("ok") and step is not None and step != before:
@@ -449,6 +452,9 @@ class Supervisor:
                 "logs outside GPUFLEET_CHECKPOINT_DIR",
                 "never_quiet",
             )
+        torn = result.get("torn")
+        if torn and (final or previous.get("torn") == torn):
+            self.warn(str(result.get("detail")), "torn", file=torn)
         if result.get("regressed"):
             self.warn(
                 f"version {result.get('version')} regressed: {result.get('note')}",
@@ -661,7 +667,7 @@ class Supervisor:
         self.save()
         final = self.sync(final=True)
         self.state["final_sync"] = final
-        self.record_sync(final)
+        self.record_sync(final, final=True)
         add_event(self.dir, "end", state=self.state["state"], exit_code=rc)
         self.state.pop("syncing", None)
         self.save()
@@ -838,6 +844,8 @@ def cancel(job_dir: Path, node_rank: int, wait_s: float, endpoint: str = "") -> 
     if endpoint:
         sup.spec["s3_endpoint"] = endpoint
     final = sup.sync(final=True)
+    if final and final.get("torn"):  # the supervisor would have warned: said here instead
+        now["warnings"] = [*(now.get("warnings") or []), str(final["detail"])]
     now.pop("effective", None)
     now.update(state="cancelled", ended_at=now.get("ended_at") or utcnow(), final_sync=final)
     write_json(path, now)

@@ -28,6 +28,10 @@ folder by (size, mtime_ns), so an unchanged 10 GB file is not read at every sync
 version holds are marked in the watchdog's record of scratch (``bucket.Manifest``), so the
 watchdog does not upload them again.
 
+A torn save never becomes a version (:func:`torn_file`): a changed file that starts as a
+zip (torch.save) must have its whole zip directory, and a ``*.safetensors`` file a header
+that accounts for its size; else the push sends nothing and says which file and why.
+
 What is left of the old contract (docs/train.md): a local ``step-<N>`` folder without its
 ``COMPLETE`` marker, or whose marker disagrees with the files beside it, is a save in
 progress: it is left out of a version and of ``{newest step-*}``.
@@ -49,6 +53,7 @@ import os
 import pickle
 import re
 import shutil
+import struct
 import time
 import xml.etree.ElementTree as ET
 import zipfile
@@ -173,6 +178,107 @@ def checkpoint_files(root: Path) -> tuple[dict[str, LocalFile], set[str]]:
     partial = incomplete_step_dirs(root, files)
     kept = {rel: f for rel, f in files.items() if rel.split("/", 1)[0] not in partial}
     return kept, partial
+
+
+# ---------------------------------------------------------------------------- torn saves
+
+# What a zip starts with (its first member's local file header): torch.save's format since
+# torch 1.6 (PyTorchStreamWriter) and what every checked zip is (PKWARE APPNOTE.TXT 4.3.7).
+ZIP_LOCAL = b"PK\x03\x04"
+# The safetensors reference reader refuses larger headers (huggingface/safetensors README).
+MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
+STOPPED_WHILE_SAVING = "the job was stopped while saving?"
+
+
+def torn_zip(path: Path) -> str:
+    """Why the zip at ``path`` is incomplete, "" when it is whole. A zip's central directory
+    is written last, at its end: it must parse, and every member's local header and data
+    must lie before it. Only the headers are read (no CRC of the data): a save cut short
+    (torch.save writes in place, after truncating the file) loses its end first."""
+    try:
+        with zipfile.ZipFile(path) as z, open(path, "rb") as f:
+            directory = z.start_dir
+            for info in z.infolist():
+                f.seek(info.header_offset)
+                head = f.read(30)
+                if len(head) < 30 or head[:4] != ZIP_LOCAL:
+                    return f"member {info.filename}: no local header at its offset"
+                name_len, extra_len = struct.unpack("<HH", head[26:30])
+                end = info.header_offset + 30 + name_len + extra_len + info.compress_size
+                if end > directory:
+                    return f"member {info.filename}'s data runs past the directory"
+    except (zipfile.BadZipFile, ValueError, EOFError, struct.error) as exc:
+        if str(exc) == "File is not a zip file":  # zipfile found no end of central directory
+            return "no zip directory at its end"
+        return f"its zip directory does not parse: {exc}"
+    return ""
+
+
+def torn_safetensors(path: Path, size: int) -> str:
+    """Why the safetensors file at ``path`` (``size`` bytes) is incomplete, "" when its
+    header agrees with its size. The format (https://github.com/huggingface/safetensors,
+    README "Format"): 8 bytes, N, "an unsigned little-endian 64-bit integer, containing
+    the size of the header"; N bytes of JSON, {name: {"dtype", "shape", "data_offsets":
+    [BEGIN, END]}} with offsets relative to the byte buffer after it and an optional
+    "__metadata__"; then the byte buffer, which "needs to be entirely indexed, and cannot
+    contain holes": the largest END is the buffer's size, ``size - 8 - N``."""
+    with open(path, "rb") as f:
+        first = f.read(8)
+        if len(first) < 8:
+            return f"{size} byte(s), less than its 8-byte header length"
+        n = int.from_bytes(first, "little")
+        if n > MAX_SAFETENSORS_HEADER or 8 + n > size:
+            return f"its header length says {n} bytes, {size - 8} follow it"
+        try:
+            header = json.loads(f.read(n))
+        except ValueError:
+            return "its JSON header does not parse"
+    if not isinstance(header, dict):
+        return "its header is not a JSON object"
+    end = 0
+    for name, item in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = item.get("data_offsets") if isinstance(item, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2):
+            return f"tensor {name} has no data_offsets"
+        if not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets):
+            return f"tensor {name} has no data_offsets"
+        end = max(end, offsets[1])
+    if end != size - 8 - n:
+        return f"its tensors end at byte {end} of a data buffer of {size - 8 - n} bytes"
+    return ""
+
+
+def torn_file(root: Path, rel: str, size: int) -> str:
+    """One line saying why ``root/rel`` is an incomplete save, "" when it is not one that
+    can be told: a file that starts as a zip (torch.save) and every ``*.safetensors``."""
+    path = root / rel
+    if rel.endswith(".safetensors"):
+        why = torn_safetensors(path, size)
+        return (
+            f"{rel} is an incomplete safetensors file ({why}): {STOPPED_WHILE_SAVING}"
+            if why
+            else ""
+        )
+    with open(path, "rb") as f:
+        if f.read(4) != ZIP_LOCAL:
+            return ""
+    why = torn_zip(path)
+    return (
+        f"{rel} is an incomplete torch.save (zip) file ({why}): {STOPPED_WHILE_SAVING}"
+        if why
+        else ""
+    )
+
+
+def first_torn(root: Path, files: Mapping[str, LocalFile], rels: list[str]) -> tuple[str, str]:
+    """(the first of ``rels`` that is an incomplete save, why), or ("", "")."""
+    for rel in sorted(rels):
+        why = torn_file(root, rel, files[rel].size)
+        if why:
+            return rel, why
+    return "", ""
 
 
 # ---------------------------------------------------------------------------- the step
@@ -661,6 +767,7 @@ class SyncOutcome:
     bytes_sent: int = 0
     cause: str = ""
     changing: bool = False  # not pushed: the folder was being written
+    torn: str = ""  # not pushed: this file is an incomplete save (torn_file)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -676,6 +783,7 @@ class SyncOutcome:
             "note": self.note,
             "bytes_sent": self.bytes_sent,
             "changing": self.changing,
+            "torn": self.torn,
         }
 
 
@@ -864,6 +972,13 @@ def _push_locked(p: _Push, cache: DigestCache) -> SyncOutcome:
             seconds=_since(p.started),
             version=newest.seq,
         )
+    # A torn save (a kill or a final push mid torch.save) never becomes a version.
+    changed = [rel for rel in files if newest is None or newest.files.get(rel) != current[rel]]
+    torn, why = first_torn(p.root, files, changed)
+    if torn:
+        kept = f"the bucket keeps version {newest.seq}" if newest else "the bucket has no version"
+        detail = f"{why} No version uploaded; {kept}"
+        return SyncOutcome(False, detail, seconds=_since(p.started), cause="torn", torn=torn)
     trusted = {sha for _, sha in newest.files.values()} if newest else set()
     have = p.present(set(digests.values()), trusted)
     sent, sent_bytes = p.upload(files, digests, have)

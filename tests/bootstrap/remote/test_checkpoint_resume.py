@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -349,3 +351,63 @@ def test_a_checkpoint_folder_that_never_stays_unchanged_is_warned_about_once(
     assert done is not None and done["pushed"] is True, done
     sup.record_sync(done)
     assert sup.state["changing_syncs"] == 0
+
+
+def torn_ckpt(ckpt: Path) -> None:
+    """A zip (torch.save's format) cut before its directory, as a kill mid-save leaves it."""
+    import zipfile
+
+    ckpt.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(ckpt / "ckpt.pt", "w") as z:
+        z.writestr("archive/data.pkl", b"p" * 4000)
+    size = (ckpt / "ckpt.pt").stat().st_size
+    with open(ckpt / "ckpt.pt", "r+b") as f:
+        f.truncate(size // 2)
+    then = time.time() - 60  # quiet since: the kill came a minute ago
+    os.utime(ckpt / "ckpt.pt", (then, then))
+
+
+def test_a_torn_checkpoint_at_the_final_push_is_one_warning_and_no_version(
+    tmp_path: Path, proxy: SlowDownProxy
+) -> None:
+    job_dir = job(tmp_path, proxy.url)
+    sup = job_runner.Supervisor(job_dir, 0)
+    torn_ckpt(tmp_path / "scratch" / "checkpoints" / "j1")
+    final = sup.sync(final=True)
+    assert final is not None and not final["ok"] and final["torn"] == "ckpt.pt", final
+    sup.record_sync(final, final=True)
+    sup.record_sync(final, final=True)  # said once
+    assert sup.state["warnings"] == [
+        "ckpt.pt is an incomplete torch.save (zip) file (no zip directory at its end): the "
+        "job was stopped while saving? No version uploaded; the bucket has no version"
+    ]
+    kinds = [e.get("kind") for e in events(job_dir) if e["event"] == "warning"]
+    assert kinds == ["torn"]
+    assert job_runner.restorable(job_dir)["version"] is None
+
+
+def test_a_torn_checkpoint_seen_by_one_periodic_push_is_no_warning_by_two_it_is(
+    tmp_path: Path, proxy: SlowDownProxy
+) -> None:
+    """Once may be a save that paused longer than the quiet period; the same file torn at
+    the next sync is no save in progress."""
+    job_dir = job(tmp_path, proxy.url)
+    sup = job_runner.Supervisor(job_dir, 0)
+    torn_ckpt(tmp_path / "scratch" / "checkpoints" / "j1")
+    sup.record_sync(sup.sync())
+    assert sup.state["warnings"] == [] and sup.state["last_sync"]["torn"] == "ckpt.pt"
+    sup.record_sync(sup.sync())
+    assert len(sup.state["warnings"]) == 1 and "ckpt.pt" in sup.state["warnings"][0]
+
+
+def test_cancel_with_the_supervisor_gone_warns_of_a_torn_checkpoint(
+    tmp_path: Path, proxy: SlowDownProxy
+) -> None:
+    job_dir = job(tmp_path, proxy.url)
+    torn_ckpt(tmp_path / "scratch" / "checkpoints" / "j1")
+    (job_dir / "node-0" / "state.json").write_text(
+        json.dumps({"state": "running", "pid": 2**22 + 1, "boot_id": job_runner.boot_id()})
+    )
+    out = job_runner.cancel(job_dir, 0, wait_s=0.5)
+    assert out["state"]["final_sync"]["torn"] == "ckpt.pt"
+    assert out["state"]["warnings"] == [out["state"]["final_sync"]["detail"]]
