@@ -30,7 +30,7 @@ from infra.catalog import (
     load_catalog,
     provider_names,
 )
-from infra.pricing.billing import BILLING_MODES, SUBSCRIPTION_MONTHS, billing_problem
+from infra.pricing.billing_modes import BILLING_MODES, SUBSCRIPTION_MONTHS, billing_problem
 from infra.reaper import tags as T
 from infra.suggest import did_you_mean
 

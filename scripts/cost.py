@@ -37,20 +37,18 @@ if str(REPO) not in sys.path:  # run as a file from a checkout without the edita
 from infra.catalog import CatalogError, load_catalog  # noqa: E402
 from infra.clouds.live import LivePriceError  # noqa: E402
 from infra.config import ConfigError, StackConfig, load_stack_file  # noqa: E402
-from infra.pricing.bill import (  # noqa: E402
+from infra.pricing.compare import SORT_KEYS, Comparison, LiveCheck, compare_tier  # noqa: E402
+from infra.pricing.cost import (  # noqa: E402  # noqa: E402
     CostError,
     CostEstimate,
     CostInputs,
     ReservationQuote,
-    term_words,
-)
-from infra.pricing.compare import SORT_KEYS, Comparison, LiveCheck, compare_tier  # noqa: E402
-from infra.pricing.cost import (  # noqa: E402
     catalog_reservation_quote,
     check_cost_inputs,
     estimate_cost,
+    term_words,
 )
-from infra.pricing.prices import RESERVATION_TERM_MONTHS  # noqa: E402
+from infra.pricing.price_sheet import RESERVATION_TERM_MONTHS  # noqa: E402
 from infra.short_lived import one_command  # noqa: E402
 from infra.stackfiles import STACKS_DIR as DEFAULT_STACKS_DIR  # noqa: E402
 from infra.stackfiles import StackNotFound, find_stack  # noqa: E402

@@ -27,7 +27,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from infra.catalog import Catalog, CatalogError, Gpu, InstanceType, load_catalog  # noqa: E402
-from infra.pricing.prices import Pricing, load_pricing  # noqa: E402
+from infra.pricing.price_sheet import Pricing, load_pricing  # noqa: E402
 from infra.short_lived import one_command  # noqa: E402
 from infra.suggest import did_you_mean  # noqa: E402
 from infra.usage import OneLineParser, fit  # noqa: E402

@@ -36,7 +36,7 @@ if str(REPO) not in sys.path:  # run as a file from a checkout without the edita
     sys.path.insert(0, str(REPO))
 
 from infra.catalog import CatalogError, Feature, ProviderInfo, load_catalog  # noqa: E402
-from infra.pricing.billing import BILLING_MODES  # noqa: E402
+from infra.pricing.billing_modes import BILLING_MODES  # noqa: E402
 from infra.pricing.sizing import (  # noqa: E402
     FILTERED,
     NO_FIT,

@@ -25,7 +25,7 @@ if str(REPO) not in sys.path:
 
 from infra import where  # noqa: E402
 from infra.catalog import CatalogError, load_catalog  # noqa: E402
-from infra.pricing.prices import load_pricing  # noqa: E402
+from infra.pricing.price_sheet import load_pricing  # noqa: E402
 from infra.render import output_width  # noqa: E402
 from infra.short_lived import one_command  # noqa: E402
 from infra.suggest import did_you_mean  # noqa: E402

@@ -533,9 +533,9 @@ def _provider(p: dict[str, Any], file: str) -> ProviderInfo:
         if extra:
             raise CatalogError(f"{where}.scratch_classes.{cls}: unknown keys {sorted(extra)}")
         classes[cls] = ScratchClass(name=cls, **{k: int(v) for k, v in raw.items()})
-    # The one list of modes and its words live with the billing rule (infra.pricing.billing,
+    # The one list of modes and its words live with the billing rule (infra.pricing.billing_modes,
     # which reads this catalog): imported here, when a file is read, not when this loads.
-    from infra.pricing.billing import BILLING_MODES, billing_problem
+    from infra.pricing.billing_modes import BILLING_MODES, billing_problem
 
     for mode in p["billing"]:
         if mode not in BILLING_MODES:

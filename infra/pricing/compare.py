@@ -14,9 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from infra.catalog import Catalog, InstanceType, load_catalog
-from infra.pricing.bill import CostError, Range, Warnings, stale_days
-from infra.pricing.cost import subscription_month_price
-from infra.pricing.prices import Pricing, ProviderPricing, Rate, load_pricing
+from infra.pricing.cost import CostError, Range, Warnings, stale_days, subscription_month_price
+from infra.pricing.price_sheet import Pricing, ProviderPricing, Rate, load_pricing
 from infra.suggest import did_you_mean
 
 SORT_KEYS = ("gpu-hour", "tflop-hour")

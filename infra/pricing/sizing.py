@@ -20,11 +20,10 @@ from types import MappingProxyType
 from typing import Any
 
 from infra.catalog import Catalog, Gpu, InstanceType, ProviderInfo, Tier, load_catalog
-from infra.pricing.bill import CostError, CostEstimate, CostInputs
-from infra.pricing.billing import SUBSCRIPTION_MONTHS, billing_problem
-from infra.pricing.cost import estimate_cost
+from infra.pricing.billing_modes import SUBSCRIPTION_MONTHS, billing_problem
+from infra.pricing.cost import CostError, CostEstimate, CostInputs, estimate_cost
 from infra.pricing.memory import Memory, memory_breakdown, usable_gb
-from infra.pricing.prices import Pricing, load_pricing
+from infra.pricing.price_sheet import Pricing, load_pricing
 from infra.pricing.speed import (
     Calibration,
     peak_tflops,

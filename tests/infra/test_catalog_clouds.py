@@ -11,7 +11,7 @@ import pytest
 import infra.catalog as catalog
 from infra import clouds
 from infra.catalog import CatalogError, load_catalog, provider_names
-from infra.pricing import prices
+from infra.pricing import price_sheet
 
 NEW_CLOUD = """
 [provider]
@@ -75,11 +75,11 @@ def catalog_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
         add_cloud(homes, name, (clouds.HOME / name / catalog.CLOUD_FILE).read_text())
     monkeypatch.setattr(catalog, "DATA_DIR", data)
     monkeypatch.setattr(catalog, "CLOUDS_DIR", homes)
-    monkeypatch.setattr(prices, "PRICING_FILE", data / "pricing.toml")
-    for cached in (catalog._cloud_files, catalog.load_catalog, prices._load_default):
+    monkeypatch.setattr(price_sheet, "PRICING_FILE", data / "pricing.toml")
+    for cached in (catalog._cloud_files, catalog.load_catalog, price_sheet._load_default):
         cached.cache_clear()
     yield data
-    for cached in (catalog._cloud_files, catalog.load_catalog, prices._load_default):
+    for cached in (catalog._cloud_files, catalog.load_catalog, price_sheet._load_default):
         cached.cache_clear()
 
 
@@ -96,7 +96,7 @@ def test_a_new_cloud_file_adds_the_cloud_its_types_its_tier_offer_and_its_bill(c
     cat = load_catalog()
     assert cat.resolve("t4x1", "examplecloud").name == "ex.t4"
     assert cat.sources["EXC"].title.startswith("Example cloud")
-    assert prices.load_pricing().providers["examplecloud"].block["ssd"].amount == 0.1
+    assert price_sheet.load_pricing().providers["examplecloud"].block["ssd"].amount == 0.1
     # and the other clouds' offers of the same tier now name it as an alternative
     assert "examplecloud" in {a.provider for a in cat.alternatives("t4x1", "aws", "memory")}
 
@@ -133,7 +133,7 @@ def test_a_cloud_file_without_its_pricing_table_is_named_in_the_error(catalog_co
     with pytest.raises(
         CatalogError, match=r"no \[pricing\] table in clouds/examplecloud/catalog.toml"
     ):
-        prices.load_pricing()
+        price_sheet.load_pricing()
 
 
 def test_a_file_in_clouds_without_a_provider_table_is_a_catalog_error(catalog_copy):

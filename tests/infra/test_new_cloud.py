@@ -17,7 +17,7 @@ import infra.catalog as catalog
 from infra import clouds
 from infra.catalog import load_catalog, provider_names
 from infra.clouds.base import get_provider
-from infra.pricing import prices
+from infra.pricing import price_sheet
 from infra.reaper import handler
 from policy.resources import Resource
 from tests.infra.test_catalog_clouds import NEW_CLOUD
@@ -121,7 +121,7 @@ FACTS = CloudFacts(
 
 
 def _clear() -> None:
-    for cached in (catalog._cloud_files, catalog.load_catalog, prices._load_default):
+    for cached in (catalog._cloud_files, catalog.load_catalog, price_sheet._load_default):
         cached.cache_clear()
 
 
@@ -153,7 +153,7 @@ def new_cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 def test_the_catalog_knows_the_new_cloud_its_tier_offer_and_its_bill(new_cloud: Path) -> None:
     assert NAME in provider_names()
     assert load_catalog().resolve("t4x1", NAME).name == "ex.t4"
-    assert prices.load_pricing().providers[NAME].block["ssd"].amount == 0.1
+    assert price_sheet.load_pricing().providers[NAME].block["ssd"].amount == 0.1
 
 
 def test_cost_compares_the_new_cloud_and_asks_its_own_live_prices(new_cloud: Path) -> None:

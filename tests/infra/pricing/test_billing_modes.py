@@ -7,9 +7,8 @@ import pytest
 
 from infra.catalog import load_catalog
 from infra.config import ConfigError, parse_config
-from infra.pricing.bill import CostError, CostInputs
-from infra.pricing.billing import BILLING_MODES, billing_problem
-from infra.pricing.cost import estimate_cost
+from infra.pricing.billing_modes import BILLING_MODES, billing_problem
+from infra.pricing.cost import CostError, CostInputs, estimate_cost
 from infra.pricing.sizing import Filters, size
 from infra.pricing.workload import SizingError, Workload
 

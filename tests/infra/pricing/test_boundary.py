@@ -45,7 +45,7 @@ assert infra.pricing.__file__.startswith({root!r}), infra.pricing.__file__
 names = sorted(m.name for m in pkgutil.iter_modules(infra.pricing.__path__, "infra.pricing."))
 for name in names:
     importlib.import_module(name)
-from infra.pricing.bill import CostInputs
+from infra.pricing.cost import CostInputs
 from infra.pricing.cost import estimate_cost
 from infra.pricing.sizing import size
 from infra.pricing.workload import load_models, workload_for_model
@@ -70,12 +70,11 @@ def test_pricing_imports_no_pulumi_and_no_provider_sdk(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().split(",") == [
-        "infra.pricing.bill",
-        "infra.pricing.billing",
+        "infra.pricing.billing_modes",
         "infra.pricing.compare",
         "infra.pricing.cost",
         "infra.pricing.memory",
-        "infra.pricing.prices",
+        "infra.pricing.price_sheet",
         "infra.pricing.sizing",
         "infra.pricing.speed",
         "infra.pricing.workload",

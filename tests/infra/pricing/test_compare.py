@@ -9,8 +9,8 @@ import datetime as dt
 
 import pytest
 
-from infra.pricing.bill import CostError
 from infra.pricing.compare import LiveCheck, compare_tier
+from infra.pricing.cost import CostError
 
 TODAY = dt.date(2026, 11, 29)
 

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from infra.catalog import load_catalog
-from infra.pricing.bill import CostError, CostEstimate, CostInputs
-from infra.pricing.cost import estimate_cost, hourly_estimate
+from infra.pricing.cost import CostError, CostEstimate, CostInputs, estimate_cost, hourly_estimate
 
 TODAY = dt.date(2026, 11, 29)
 

@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 
 from infra.catalog import CatalogError, load_catalog
-from infra.pricing.bill import CostError, CostInputs
 from infra.pricing.compare import compare_tier
-from infra.pricing.cost import estimate_cost, hourly_estimate
-from infra.pricing.prices import Pricing, load_pricing, parse_pricing, shipped_pricing_data
+from infra.pricing.cost import CostError, CostInputs, estimate_cost, hourly_estimate
+from infra.pricing.price_sheet import Pricing, load_pricing, parse_pricing, shipped_pricing_data
 
 TODAY = dt.date(2026, 11, 29)
 

@@ -14,9 +14,17 @@ from typing import Any
 import pytest
 
 from infra.catalog import CatalogError, load_catalog
-from infra.pricing.bill import CostError, CostInputs, ReservationCost, ReservationQuote, term_words
-from infra.pricing.cost import catalog_reservation_quote, check_cost_inputs, estimate_cost
-from infra.pricing.prices import Pricing, load_pricing, parse_pricing, shipped_pricing_data
+from infra.pricing.cost import (
+    CostError,
+    CostInputs,
+    ReservationCost,
+    ReservationQuote,
+    catalog_reservation_quote,
+    check_cost_inputs,
+    estimate_cost,
+    term_words,
+)
+from infra.pricing.price_sheet import Pricing, load_pricing, parse_pricing, shipped_pricing_data
 
 TODAY = dt.date(2026, 12, 1)
 SIZE = "Standard_NC24ads_A100_v4"  # catalog: 3.673 USD/h pay-as-you-go (SCAZ 2024-06-01)

@@ -12,7 +12,7 @@ import pytest
 from infra import where
 from infra.catalog import CatalogError, load_catalog
 from infra.clouds import HOME
-from infra.pricing.prices import load_pricing
+from infra.pricing.price_sheet import load_pricing
 
 CAT = load_catalog()
 PRC = load_pricing()
