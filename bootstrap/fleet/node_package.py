@@ -15,47 +15,72 @@ import shlex
 from pathlib import Path
 
 import gpufleet_node
+from gpufleet_node import clouds
 
 PACKAGE = gpufleet_node.__name__
 PACKAGE_DIR = Path(gpufleet_node.__file__).resolve().parent
 
 
-def _module_file(dotted: str) -> Path | None:
-    """The file of ``gpufleet_node.a.b`` (a module or a package's __init__), or None."""
-    base = PACKAGE_DIR.joinpath(*dotted.split(".")[1:])
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
+def files() -> dict[str, Path]:
+    """Every file the package ships (its path under the shipped folder, ``gpufleet_node/...``)
+    and its file here: the package's own modules, and each cloud's node module, written in
+    the cloud's folder (infra/clouds/<name>/node.py) and shipped as ``clouds/<name>.py``
+    (:func:`gpufleet_node.clouds.sources`)."""
+    found = {
+        f"{PACKAGE}/{p.relative_to(PACKAGE_DIR).as_posix()}": p
+        for p in sorted(PACKAGE_DIR.rglob("*.py"))
+        if "__pycache__" not in p.parts
+    }
+    folder = "/".join(clouds.__name__.split("."))
+    for name, path in clouds.sources().items():
+        found.setdefault(f"{folder}/{name}.py", path)
+    return found
+
+
+def source(name: str) -> Path:
+    """The file here of ``name`` (a path under the shipped folder, ``gpufleet_node/...``)."""
+    return files().get(name) or PACKAGE_DIR.parent / name
+
+
+def _module_file(dotted: str, shipped: dict[str, Path]) -> str | None:
+    """The shipped name of ``gpufleet_node.a.b`` (a module or a package's __init__), or None."""
+    base = dotted.replace(".", "/")
+    for candidate in (f"{base}.py", f"{base}/__init__.py"):
+        if candidate in shipped:
             return candidate
     return None
 
 
-def _dotted(path: Path) -> str:
-    rel = path.relative_to(PACKAGE_DIR).with_suffix("")
-    parts = [p for p in rel.parts if p != "__init__"]
-    return ".".join([PACKAGE, *parts])
+def _package_of(name: str) -> str:
+    dotted = name.removesuffix(".py").replace("/", ".")
+    return (
+        dotted.removesuffix(".__init__")
+        if name.endswith("/__init__.py")
+        else (dotted.rpartition(".")[0])
+    )
 
 
-def _package_of(path: Path) -> str:
-    dotted = _dotted(path)
-    return dotted if path.name == "__init__.py" else dotted.rpartition(".")[0]
-
-
-def _imports(path: Path) -> set[Path]:
-    """The package files ``path`` imports (relative imports, anywhere in the file); a
-    subpackage's ``__init__`` every module beside it (clouds/ imports its folder)."""
-    found: set[Path] = set()
-    here = _package_of(path).split(".")
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if not isinstance(node, ast.ImportFrom) or not node.level:
-            continue
-        anchor = ".".join(here[: len(here) - node.level + 1])
-        base = f"{anchor}.{node.module}" if node.module else anchor
-        for target in (base, *(f"{base}.{alias.name}" for alias in node.names)):
-            file = _module_file(target)
-            if file is not None:
-                found.add(file)
-    if path.name == "__init__.py" and path.parent != PACKAGE_DIR:
-        found.update(p for p in path.parent.glob("*.py") if p != path)
+def _imports(name: str, shipped: dict[str, Path]) -> set[str]:
+    """The package files ``name`` imports (relative imports, and the absolute ones of the
+    package a cloud's node module makes, anywhere in the file); a subpackage's ``__init__``
+    every module shipped beside it (clouds/ imports its folder)."""
+    found: set[str] = set()
+    here = _package_of(name).split(".")
+    for node in ast.walk(ast.parse(shipped[name].read_text(encoding="utf-8"))):
+        targets: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.level:
+            anchor = ".".join(here[: len(here) - node.level + 1])
+            base = f"{anchor}.{node.module}" if node.module else anchor
+            targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == PACKAGE:
+            base = str(node.module)
+            targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names if a.name.split(".")[0] == PACKAGE]
+        found.update(f for t in targets if (f := _module_file(t, shipped)) is not None)
+    folder = name.rpartition("/")[0]
+    if name.endswith("/__init__.py") and folder != PACKAGE:
+        found.update(n for n in shipped if n.rpartition("/")[0] == folder and n != name)
     return found
 
 
@@ -64,26 +89,20 @@ def closure(*tools: str) -> list[str]:
     ``python3 -m gpufleet_node.<tool>`` needs for each of ``tools``: the tool, what it
     imports within the package, transitively, and the ``__init__.py`` of every package on
     the way."""
-    todo = [PACKAGE_DIR / f"{tool.replace('.', '/')}.py" for tool in tools]
-    seen: set[Path] = set()
+    shipped = files()
+    todo = [f"{PACKAGE}/{tool.replace('.', '/')}.py" for tool in tools]
+    seen: set[str] = set()
     while todo:
-        path = todo.pop()
-        if path in seen:
+        name = todo.pop()
+        if name in seen:
             continue
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} is not a module of {PACKAGE}")
-        seen.add(path)
-        todo += _imports(path)
-        parent = path.parent
-        while parent != PACKAGE_DIR.parent:
-            todo.append(parent / "__init__.py")
-            parent = parent.parent
-    return sorted(f"{PACKAGE}/{p.relative_to(PACKAGE_DIR).as_posix()}" for p in seen)
-
-
-def source(name: str) -> Path:
-    """The file here of ``name`` (a path under the shipped folder, ``gpufleet_node/...``)."""
-    return PACKAGE_DIR.parent / name
+        if name not in shipped:
+            raise FileNotFoundError(f"{source(name)} is not a module of {PACKAGE}")
+        seen.add(name)
+        todo += _imports(name, shipped)
+        parts = name.split("/")[:-1]
+        todo += ["/".join([*parts[:i], "__init__.py"]) for i in range(1, len(parts) + 1)]
+    return sorted(seen)
 
 
 def module_command(root: str, tool: str, *, keep_pythonpath: bool = False) -> str:

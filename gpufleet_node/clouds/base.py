@@ -3,9 +3,10 @@
 the one SigV4 signer (bucket.py's), the bounded retry of an idempotent API call, the OS
 power-off, and the registration a cloud module makes of its class (``register``).
 
-Standard library only, like every node file. This module imports no cloud: each module
-next to it (one per cloud) imports this one and registers its class; the package
-(``clouds/__init__.py``) finds those modules by listing the folder.
+Standard library only, like every node file. This module imports no cloud: each cloud's
+node module (infra/clouds/<name>/node.py, shipped beside this one as ``<name>.py``) imports
+this one and registers its class; the package (``clouds/__init__.py``) finds those modules
+by listing the files.
 """
 
 from __future__ import annotations
@@ -136,11 +137,13 @@ def system_poweroff() -> None:
 
 
 #
-# Everything this node knows about its cloud lives in one module per cloud in this folder
-# (clouds/<name>.py), whose class registers itself (@register) and is picked from
-# clouds.CLOUDS by the config's "provider"; no node file outside this folder names a cloud
-# (tests/infra/test_provider_knowledge.py fails if one does). Adding a cloud is adding its
-# module here, nothing else. The class must provide (NodeCloud):
+# Everything this node knows about its cloud lives in one module per cloud, written in the
+# cloud's folder (infra/clouds/<name>/node.py) and shipped here as clouds/<name>.py, whose
+# class registers itself (@register) and is picked from clouds.CLOUDS by the config's
+# "provider"; no other node file names a cloud (tests/infra/test_provider_knowledge.py fails
+# if one does). Adding a cloud is adding that module to its folder, nothing else. It imports
+# this package absolutely (from gpufleet_node.clouds.base import ...). The class must provide
+# (NodeCloud):
 #
 #   Cls(region, endpoint_url="", metadata_url="")   endpoint_url overrides the cloud's API
 #       (tags, metrics) and metadata_url its metadata service; both are for tests and

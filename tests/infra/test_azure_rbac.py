@@ -271,7 +271,7 @@ def test_the_reaper_reads_its_package_and_cannot_replace_it(shipped: PlanResult)
     assert not allowed(held, BLOB_WRITE, blob, data=True)
 
 
-# The ARM calls the node's watchdog makes (AzureNode in gpufleet_node/clouds/azure.py) and
+# The ARM calls the node's watchdog makes (AzureNode in infra/clouds/azure/node.py) and
 # the one operation each needs, from Microsoft's REST reference ("Virtual Machines -
 # Deallocate"; "Tags - Update At Scope", whose built-in Tag Contributor role grants
 # Microsoft.Resources/tags/* and no read of the tagged resource). Its identity, tags and

@@ -1,8 +1,9 @@
 """Provider knowledge lives in the cloud's own folder: outside infra/clouds/<name>/ no code
 compares that cloud's name to a literal (a cloud's folder names no other cloud); callers
 read the cloud's catalog facts instead. On the node (gpufleet_node/, files that must run
-alone) a cloud's knowledge lives in its own module, gpufleet_node/clouds/<name>.py, which
-registers its class: outside that module no node file names that cloud at all. And every
+alone) a cloud's knowledge lives in its own module, written in its folder as
+infra/clouds/<name>/node.py and shipped as gpufleet_node/clouds/<name>.py, which registers
+its class: outside that module no node file names that cloud at all. And every
 registry knows every cloud the catalog knows, so adding a cloud is
 new modules, classes and catalog files."""
 
@@ -32,15 +33,16 @@ ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("infra", "bootstrap", "scripts", "policy", "gpufleet_node")
 # Where provider differences are meant to live: infra/clouds/<name>/ may name <name> only.
 CLOUD_HOMES = "infra/clouds/"
-# The node package, run alone on the node: its per-cloud code is one module per cloud in
-# NODE_CLOUDS (gpufleet_node/clouds/<name>.py may name <name> only).
+# The node package, run alone on the node: its per-cloud code is one module per cloud, in
+# the cloud's folder (infra/clouds/<name>/node.py, shipped as gpufleet_node/clouds/<name>.py)
+# and scanned as a node file: it may name <name> only.
 NODE_DIR = "gpufleet_node/"
-NODE_CLOUDS = "gpufleet_node/clouds/"
+NODE_FILE = "node.py"
 
 # What could not be moved yet: path -> (how many comparisons, why). Shrink it; never grow it
 # without a reason a reviewer accepts.
 ALLOWED: dict[str, tuple[int, str]] = {}
-# The same for the node files outside NODE_CLOUDS (a provider's name anywhere in their code).
+# The same for the node files outside the node modules (a provider's name anywhere in code).
 NODE_ALLOWED: dict[str, tuple[int, str]] = {}
 
 
@@ -89,10 +91,8 @@ def node_provider_names(source: str, names: frozenset[str]) -> list[int]:
 
 
 def home_of(rel: str) -> str | None:
-    """The cloud whose folder holds ``rel`` (infra/clouds/<name>/...), or whose node module
-    it is (gpufleet_node/clouds/<name>.py), else None."""
-    if rel.startswith(NODE_CLOUDS):
-        return rel.removeprefix(NODE_CLOUDS).removesuffix(".py")
+    """The cloud whose folder holds ``rel`` (infra/clouds/<name>/..., its node module
+    included), else None."""
     inside = rel.removeprefix(CLOUD_HOMES)
     return inside.split("/")[0] if inside != rel and "/" in inside else None
 
@@ -104,7 +104,8 @@ def _scan() -> Counter[str]:
         for path in sorted((ROOT / folder).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
             others = names - {home_of(rel)}
-            scan = node_provider_names if rel.startswith(NODE_DIR) else None
+            on_node = rel.startswith(NODE_DIR) or bool(home_of(rel) and path.name == NODE_FILE)
+            scan = node_provider_names if on_node else None
             source = path.read_text(encoding="utf-8")
             hits = scan(source, others) if scan else provider_name_branches(source, others)
             if hits:
@@ -209,15 +210,19 @@ def test_outside_their_clouds_folder_the_node_files_name_no_provider() -> None:
     # watchdog_sync.py (now bucket.py) and 1 in job_sync.py; before clouds/: the CLOUDS table.
     found = {p: n for p, n in _scan().items() if p.startswith(NODE_DIR)}
     assert found == {p: n for p, (n, _why) in NODE_ALLOWED.items()}, (
-        "a provider's name in a node file outside gpufleet_node/clouds/: put it in the "
-        f"cloud's own module there instead (or shrink NODE_ALLOWED): {found}"
+        "a provider's name in a node file outside a cloud's node module: put it in "
+        f"infra/clouds/<name>/node.py instead (or shrink NODE_ALLOWED): {found}"
     )
 
 
 def test_every_node_cloud_is_its_own_module_registered_under_its_own_name() -> None:
     clouds = _node_clouds().CLOUDS
-    modules = {p.stem for p in (ROOT / NODE_CLOUDS).glob("*.py")} - {"__init__", "base"}
+    modules = {p.parent.name for p in (ROOT / CLOUD_HOMES).glob(f"*/{NODE_FILE}")}
     assert set(clouds) == modules
+    assert not set(_node_clouds().HERE.glob("*.py")) - {
+        _node_clouds().HERE / "__init__.py",
+        _node_clouds().HERE / "base.py",
+    }, "a cloud's node module in gpufleet_node/clouds/: it belongs in its cloud's folder"
     assert {name: cls.name for name, cls in clouds.items()} == {n: n for n in clouds}
     assert {name: cls.__module__ for name, cls in clouds.items()} == {
         n: f"gpufleet_node.clouds.{n}" for n in clouds

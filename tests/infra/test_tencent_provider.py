@@ -135,7 +135,7 @@ def node_tags(stack: str) -> dict[str, str]:
 def instance_request(action: str, tags: dict[str, str], instance: str = "ins-1") -> Request:
     """A CVM or Tag API call on one instance, with the instance's tags as CAM sees them
     (qcs:resource_tag: one key&value per tag); the resource is the six-segment name the
-    watchdog writes for TagResources (gpufleet_node/clouds/tencent.py)."""
+    watchdog writes for TagResources (infra/clouds/tencent/node.py)."""
     resource = f"qcs::cvm:ap-guangzhou:uin/{OWNER_UIN}:instance/{instance}"
     pairs = [f"{k}&{v}" for k, v in tags.items()]
     return Request(action, resource, {"qcs:resource_tag": pairs})

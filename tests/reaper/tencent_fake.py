@@ -55,7 +55,7 @@ PRODUCTS = {  # action -> (service in the credential scope, API version)
     "StopInstances": ("cvm", "2017-03-12"),
     "StartInstances": ("cvm", "2017-03-12"),
     "GetMonitorData": ("monitor", "2018-07-24"),
-    # What the node watchdog calls beside those (gpufleet_node/clouds/tencent.py).
+    # What the node watchdog calls beside those (infra/clouds/tencent/node.py).
     "GetCallerIdentity": ("sts", "2018-08-13"),
     "TagResources": ("tag", "2018-08-13"),
 }

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .. import bucket
-from .. import fleet_names as names
-from .base import (
+from gpufleet_node import bucket
+from gpufleet_node import fleet_names as names
+from gpufleet_node.clouds.base import (
     LOG,
     UTC,
     Credentials,

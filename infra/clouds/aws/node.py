@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .. import fleet_names as names
-from .base import (
+from gpufleet_node import fleet_names as names
+from gpufleet_node.clouds.base import (
     Credentials,
     MetadataNode,
     Metric,

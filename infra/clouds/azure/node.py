@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .. import bucket
-from .. import fleet_names as names
-from .base import (
+from gpufleet_node import bucket
+from gpufleet_node import fleet_names as names
+from gpufleet_node.clouds.base import (
     UTC,
     Credentials,
     Metric,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .base import (
+from gpufleet_node.clouds.base import (
     UTC,
     Credentials,
     MetadataNode,

@@ -177,7 +177,7 @@ def cos_bucket_api_resources(region: str, appid: str, bucket: str) -> list[str]:
     return [f"{root}/", f"{root}/*"]
 
 
-# What the node watchdog calls besides the bucket (gpufleet_node/clouds/tencent.py TencentNode):
+# What the node watchdog calls besides the bucket (infra/clouds/tencent/node.py TencentNode):
 # its own tags, the account uin for the lease's resource name, the lease, its own power-off.
 NODE_READ_ACTIONS = ("cvm:DescribeInstances", "sts:GetCallerIdentity")
 NODE_STACK_ACTIONS = ("tag:TagResources", "cvm:StopInstances")

@@ -20,20 +20,30 @@ from typing import Any
 import boto3
 import pytest
 
-from bootstrap.tasks.watchdog import node_files
+from bootstrap.fleet import node_package
+from bootstrap.tasks.watchdog import PREFIX, node_files
 from tests.bootstrap.remote.watchdog_fakes import INSTANCE_ID, FakeIMDS, moto_server, serve
 
 REMOTE = Path(__file__).resolve().parents[3] / "gpufleet_node"
-# What `fab install-watchdog` ships to /opt/gpufleet/gpufleet_node: its own list, not a copy.
+# What `fab install-watchdog` ships to /opt/gpufleet/gpufleet_node: its own list, not a copy
+# (each cloud's node module comes from its folder, infra/clouds/<name>/node.py).
 NODE_FILES = tuple(
-    src.relative_to(REMOTE).as_posix() for src, _dest, _mode in node_files() if src.suffix == ".py"
+    dest.removeprefix(f"{PREFIX}/gpufleet_node/")
+    for _src, dest, _mode in node_files()
+    if dest.endswith(".py")
 )
 PYTHON310 = Path("/root/.pyenv/versions/3.10.13/bin/python3.10")
 BUCKET = "gpufleet-alone-test"
 
 
 def remote_modules() -> list[Path]:
-    return sorted(p for p in REMOTE.rglob("*.py") if "__pycache__" not in p.parts)
+    """Every file the node package ships: its own, and each cloud's node module."""
+    return sorted(node_package.files().values())
+
+
+def _id(path: Path) -> str:
+    shipped = {src: name for name, src in node_package.files().items()}
+    return shipped[path].removeprefix("gpufleet_node/")
 
 
 def _optional(node: ast.Try) -> bool:
@@ -66,16 +76,19 @@ def imports_of(tree: ast.Module) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("path", remote_modules(), ids=lambda p: p.relative_to(REMOTE).as_posix())
+@pytest.mark.parametrize("path", remote_modules(), ids=_id)
 def test_every_node_file_parses_as_python_3_10(path: Path) -> None:
     ast.parse(path.read_text(), filename=str(path), feature_version=(3, 10))
 
 
-@pytest.mark.parametrize("path", remote_modules(), ids=lambda p: p.relative_to(REMOTE).as_posix())
+@pytest.mark.parametrize("path", remote_modules(), ids=_id)
 def test_every_node_file_imports_only_the_stdlib_or_its_own_package(path: Path) -> None:
     """Absolute imports: the standard library only (the package's own modules are imported
-    relatively, ``from . import bucket``, which imports_of leaves out)."""
+    relatively, ``from . import bucket``, which imports_of leaves out, or, from a cloud's
+    node module written in its cloud's folder, absolutely: ``from gpufleet_node import``)."""
     allowed = set(sys.stdlib_module_names)
+    if REMOTE not in path.parents:
+        allowed.add("gpufleet_node")
     if path.name == "verify_train.py":
         allowed.add("torch")
     foreign = imports_of(ast.parse(path.read_text())) - allowed - {"__future__"}
@@ -86,7 +99,7 @@ def test_every_node_file_imports_only_the_stdlib_or_its_own_package(path: Path) 
 MAX_FUNCTION_LINES = 90
 
 
-@pytest.mark.parametrize("path", remote_modules(), ids=lambda p: p.relative_to(REMOTE).as_posix())
+@pytest.mark.parametrize("path", remote_modules(), ids=_id)
 def test_every_function_in_a_node_file_is_at_most_90_lines(path: Path) -> None:
     long = {
         f"{node.name} ({(node.end_lineno or node.lineno) - node.lineno + 1} lines)"
@@ -126,7 +139,7 @@ def ship(tmp_path: Path, files: tuple[str, ...] = NODE_FILES) -> Path:
     node_dir.mkdir()
     for name in files:
         (node_dir / "gpufleet_node" / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REMOTE / name, node_dir / "gpufleet_node" / name)
+        shutil.copy(node_package.source(f"gpufleet_node/{name}"), node_dir / "gpufleet_node" / name)
     return node_dir
 
 
@@ -289,6 +302,42 @@ def test_shipped_watchdog_without_one_of_its_files_does_not_run(
     ), done.stderr
 
 
+def test_the_shipped_clouds_are_the_node_modules_shipped_from_the_clouds_folders(
+    tmp_path: Path,
+) -> None:
+    """Each cloud's node module is written in its folder (infra/clouds/<name>/node.py) and
+    shipped as gpufleet_node/clouds/<name>.py; alone, the node finds each there by name."""
+    node_dir = ship(tmp_path)
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "from gpufleet_node import clouds\n"
+        "for name, cls in clouds.CLOUDS.items():\n"
+        "    module = sys.modules[cls.__module__]\n"
+        "    print(name, cls.__module__, module.__file__, clouds.node_cloud(name, 'r').name)\n"
+        "print(clouds.HOMES)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-E", "-I", "-c", code, str(node_dir)],
+        cwd=node_dir.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    *rows, homes = done.stdout.splitlines()
+    shipped = {
+        n.removeprefix("clouds/").removesuffix(".py") for n in NODE_FILES if n.startswith("clouds/")
+    }
+    assert {row.split()[0] for row in rows} == shipped - {"__init__", "base"}
+    assert len(rows) >= 4  # the four clouds at least
+    for name, module, file, made in (row.split() for row in rows):
+        assert module == f"gpufleet_node.clouds.{name}" and made == name
+        assert Path(file) == node_dir / "gpufleet_node" / "clouds" / f"{name}.py"
+    assert homes == "[]"  # no checkout on a node: only what was shipped
+
+
 def test_the_shipped_policy_reads_the_shipped_names_not_the_projects(tmp_path: Path) -> None:
     node_dir = ship(tmp_path)
     code = (
@@ -340,11 +389,12 @@ def test_watchdog_cli_rejects_a_bad_config_with_exit_2_and_one_line(tmp_path: Pa
     "tool", ["watchdog", "job_runner", "data_sync", "verify_node", "verify_health"]
 )
 def test_the_package_alone_answers_help_for_each_tool(tmp_path: Path, tool: str) -> None:
-    """The whole package copied out of the repo, run as ``python -m gpufleet_node.<tool>``
+    """The whole package copied out of the repo (each cloud's node module from its folder,
+    as fab ships it), run as ``python -m gpufleet_node.<tool>``
     by a clean interpreter with only the folder above it on the path."""
-    shutil.copytree(
-        REMOTE, tmp_path / "gpufleet_node", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    for name, src in node_package.files().items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, tmp_path / name)
     done = subprocess.run(
         [sys.executable, "-S", "-E", "-m", f"gpufleet_node.{tool}", "--help"],
         cwd=tmp_path,

@@ -13,13 +13,13 @@ from pathlib import Path
 from bootstrap.fleet import node_package
 from bootstrap.train.steps import REMOTE_FILES, bundle
 
-PACKAGE = node_package.PACKAGE_DIR
-
 
 def test_fab_train_ships_exactly_what_the_job_runner_imports() -> None:
     """No more and no less: the runner's own modules and the data tasks' tool and, following
-    their relative imports, the bucket client, the node clouds and the names (not the
-    watchdog: fab setup installs it), in the package's layout."""
+    their imports within the package, the bucket client, the node clouds (each from its
+    cloud's folder) and the names (not the watchdog: fab setup installs it), in the
+    package's layout."""
+    shipped = {n.removeprefix("gpufleet_node/"): src for n, src in node_package.files().items()}
     wanted: set[str] = set()
     todo = ["job_runner.py", "job_launch.py", "job_sync.py", "data_sync.py", "__init__.py"]
     while todo:
@@ -27,20 +27,26 @@ def test_fab_train_ships_exactly_what_the_job_runner_imports() -> None:
         if name in wanted:
             continue
         wanted.add(name)
-        path = PACKAGE / name
-        if path.name == "__init__.py" and path.parent != PACKAGE:  # clouds/: all its modules
-            todo += [f"{path.parent.name}/{p.name}" for p in path.parent.glob("*.py")]
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level:
-                here = Path(name).parent
+        folder = Path(name).parent
+        if Path(name).name == "__init__.py" and folder != Path("."):  # clouds/: all of it
+            todo += [n for n in shipped if Path(n).parent == folder]
+        for node in ast.walk(ast.parse(shipped[name].read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                here = folder
                 for _ in range(node.level - 1):
                     here = here.parent
                 base = here / node.module.replace(".", "/") if node.module else here
-                for target in [base, *(base / a.name for a in node.names)]:
-                    module = [target.with_suffix(".py")] if target.name else []
-                    for candidate in (*module, target / "__init__.py"):
-                        if (PACKAGE / candidate).is_file():
-                            todo.append(candidate.as_posix())
+            elif (node.module or "").startswith("gpufleet_node"):  # a cloud's node module
+                base = Path(*str(node.module).split(".")[1:])
+            else:
+                continue
+            for target in [base, *(base / a.name for a in node.names)]:
+                module = [target.with_suffix(".py")] if target.name else []
+                for candidate in (*module, target / "__init__.py"):
+                    if candidate.as_posix() in shipped:
+                        todo.append(candidate.as_posix())
     assert set(REMOTE_FILES) == {f"gpufleet_node/{n}" for n in wanted}
     assert "gpufleet_node/watchdog.py" not in REMOTE_FILES
 
