@@ -52,6 +52,7 @@ from bootstrap.train.runs import (
 )
 from bootstrap.train.spec import (
     DEFAULT_MAX_WORKDIR_MB,
+    DEFAULT_SYNC_QUIET_S,
     JOBS_ROOT,
     ResumeOptions,
     TrainError,
@@ -75,7 +76,7 @@ from bootstrap.train.steps import (
     wrote_nothing_lines,
 )
 from bootstrap.train.workdir import build_manifest, kept_back, workdir_files
-from bootstrap.verify.health_run import MAX_AGE_HOURS
+from bootstrap.verify.health.check import MAX_AGE_HOURS
 from gpufleet_node.verify_health import STATE_DIR
 from infra.render import literal_console, output_width, wrap, wrap_prose
 
@@ -113,12 +114,14 @@ TRAIN_HELP = {
     "follow": "stream the job's output until it ends; exit with its status",
     "resume": "JOB (id or name) or 'auto': rerun a recorded job from its newest complete "
     "checkpoint in the bucket; --args, --resume-args, --venv, --node-env, "
-    "--nproc-per-node, --sync-interval, --s3-endpoint, --detach, --stop-when-done given "
-    "with it replace the recorded ones",
+    "--nproc-per-node, --sync-interval, --sync-quiet, --s3-endpoint, --detach, "
+    "--stop-when-done given with it replace the recorded ones",
     "venv": f"the node venv with torch (default {DEFAULT_VENV}, made by fab setup)",
     "jobs_dir": f"job folders on the nodes (default {JOBS_ROOT})",
     "max_workdir_mb": f"refuse a workdir over this size (default {DEFAULT_MAX_WORKDIR_MB:g})",
     "sync_interval": "seconds between checkpoint uploads while the job runs (default 60)",
+    "sync_quiet": "seconds the checkpoint folder must stay unchanged before an upload while "
+    f"the job runs (default {DEFAULT_SYNC_QUIET_S:g})",
     "node_env": "extra environment for the job, KEY=VALUE,...",
     "s3_endpoint": BUCKET_HELP["s3_endpoint"],
     "master_port": "rendezvous port on the head (default: a free one)",
@@ -136,6 +139,7 @@ TRAIN_BOUNDS = {
     "nproc_per_node": Bound(1, example="2"),
     "max_workdir_mb": Bound(0, above=True, example="500"),
     "sync_interval": Bound(0, above=True, example="60"),
+    "sync_quiet": Bound(0, above=True, example="2"),
     "master_port": Bound(0, high=65535, example="29500"),
 }
 
@@ -408,6 +412,7 @@ def train(
     s3_endpoint: str = "",
     master_port: int = 0,
     detach: str = "",
+    sync_quiet: float = 0.0,
     from_scratch: bool = False,
     rerun: bool = False,
     ignore_health: bool = False,
@@ -435,6 +440,7 @@ def train(
         node_env=node_env,
         s3_endpoint=s3_endpoint,
         detach=detach,
+        sync_quiet=sync_quiet,
     )
     if resume:
         # What needs no node is refused before any is contacted; the rest once the
@@ -465,6 +471,7 @@ def train(
             s3_endpoint=s3_endpoint,
             master_port=master_port,
             detach=detach,
+            sync_quiet=sync_quiet,
         )
     fleet = resolve_fleet(c, fleet_args)
     if len({(h.address, h.port) for h in fleet.hosts}) != len(fleet.hosts):
@@ -539,6 +546,7 @@ _OPTION_OF = {
     "nproc_per_node": "--nproc-per-node",
     "python": "--venv",
     "sync_interval_s": "--sync-interval",
+    "sync_quiet_s": "--sync-quiet",
     "env": "--node-env",
     "s3_endpoint": "--s3-endpoint",
     "detach": "--detach",

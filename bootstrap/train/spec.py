@@ -22,6 +22,7 @@ from bootstrap.fleet.interconnect import network_env
 from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.train.placeholders import refusal as placeholder_refusal
 from bootstrap.verify.ship import parse_node_env
+from gpufleet_node.job_sync import QUIET_S as DEFAULT_SYNC_QUIET_S
 
 JOBS_ROOT = "/var/lib/gpufleet/jobs"
 DEFAULT_MAX_WORKDIR_MB = 200.0
@@ -90,6 +91,8 @@ class TrainRequest:
     master_port: int  # 0: a free port on the head
     detach: str
     resume_args: tuple[str, ...] = ()  # added on every attempt that restored something
+    # How long the checkpoint folder must stay unchanged before a periodic push.
+    sync_quiet_s: float = DEFAULT_SYNC_QUIET_S
 
 
 def split_args(option: str, text: str | None) -> tuple[str, ...]:
@@ -132,6 +135,7 @@ def parse_request(
     detach: str,
     cwd: Path,
     resume_args: str | None = None,
+    sync_quiet: float = 0.0,
 ) -> TrainRequest:
     """Every check that needs no node, or a TrainError with one line."""
     if not script:
@@ -154,6 +158,8 @@ def parse_request(
         raise TrainError("--max-workdir-mb must be above 0")
     if sync_interval < 0:  # 0: not given
         raise TrainError("--sync-interval must be above 0 seconds")
+    if sync_quiet < 0:  # 0: not given
+        raise TrainError("--sync-quiet must be above 0 seconds")
     detach = check_detach(detach)
     if not 0 <= master_port <= 65535:
         raise TrainError(f"--master-port {master_port}: outside 0-65535")
@@ -178,6 +184,7 @@ def parse_request(
         master_port=master_port,
         detach=detach,
         resume_args=resume_argv,
+        sync_quiet_s=sync_quiet or DEFAULT_SYNC_QUIET_S,
     )
 
 
@@ -241,6 +248,7 @@ def job_spec(
         "region": str(outputs.get("region") or ""),
         "s3_endpoint": req.s3_endpoint,
         "sync_interval_s": req.sync_interval_s,
+        "sync_quiet_s": req.sync_quiet_s,
         "stop_when_done": req.stop_when_done,
         "detach": req.detach,
         "jobs_dir": req.jobs_dir,
@@ -268,6 +276,7 @@ class ResumeOptions:
     node_env: str = ""
     s3_endpoint: str = ""
     detach: str = ""
+    sync_quiet: float = 0.0
 
 
 def resume_changes(old: Mapping[str, Any], given: ResumeOptions) -> dict[str, Any]:
@@ -290,6 +299,8 @@ def resume_changes(old: Mapping[str, Any], given: ResumeOptions) -> dict[str, An
         raise TrainError(f"--nproc-per-node {given.nproc_per_node}: must be 1 or more")
     if given.sync_interval < 0:
         raise TrainError("--sync-interval must be above 0 seconds")
+    if given.sync_quiet < 0:
+        raise TrainError("--sync-quiet must be above 0 seconds")
     out: dict[str, Any] = {}
     if given.args is not None:
         out["args"] = list(split_args("--args", given.args))
@@ -305,6 +316,8 @@ def resume_changes(old: Mapping[str, Any], given: ResumeOptions) -> dict[str, An
         out["python"] = f"{given.venv.rstrip('/')}/bin/python"
     if given.sync_interval:
         out["sync_interval_s"] = given.sync_interval
+    if given.sync_quiet:
+        out["sync_quiet_s"] = given.sync_quiet
     if given.node_env:
         try:
             extra = parse_node_env(given.node_env)

@@ -411,3 +411,21 @@ def test_cancel_with_the_supervisor_gone_warns_of_a_torn_checkpoint(
     out = job_runner.cancel(job_dir, 0, wait_s=0.5)
     assert out["state"]["final_sync"]["torn"] == "ckpt.pt"
     assert out["state"]["warnings"] == [out["state"]["final_sync"]["detail"]]
+
+
+def test_the_supervisor_waits_for_the_jobs_own_sync_quiet_s(
+    tmp_path: Path, proxy: SlowDownProxy
+) -> None:
+    """job.json's sync_quiet_s (fab train --sync-quiet) is the quiet period of a periodic
+    push; the push after the job ended needs none."""
+    job_dir = job(tmp_path, proxy.url, sync_quiet_s=30.0)
+    sup = job_runner.Supervisor(job_dir, 0)
+    ckpt = tmp_path / "scratch" / "checkpoints" / "j1"
+    (ckpt / "model.pt").write_bytes(b"weights")
+    then = time.time() - 10  # quiet for 10 s: enough for the default 2 s, not for 30
+    os.utime(ckpt / "model.pt", (then, then))
+    out = sup.sync()
+    assert out is not None and out["changing"] is True, out
+    assert "a file changed in the last 30 s" in out["detail"]
+    done = sup.sync(final=True)
+    assert done is not None and done["pushed"] is True, done

@@ -5,7 +5,9 @@ node before any ``start``), what each says of a restore that worked or failed, a
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,6 +19,7 @@ from fabric.testing.fixtures import remote  # noqa: F401  (the pytest fixture)
 from bootstrap.fleet.api import Host, HostContext, Options, StepResult
 from bootstrap.fleet.runner import FleetReport, HostReport, StepRecord, run_step
 from bootstrap.train import steps
+from bootstrap.train.spec import ResumeOptions, resume_changes, resume_spec
 from bootstrap.train.steps import (
     RUNNER,
     cancel_step,
@@ -249,3 +252,29 @@ def test_a_resume_that_changes_the_bucket_endpoint_is_checked_with_it_in_a_folde
     assert result.status.value == "ok" and result.message.endswith(
         "version 3 (1 file(s), step 30) in b/p/"
     )
+
+
+def test_a_resume_given_sync_quiet_writes_it_in_the_job_json_it_restores_with(
+    remote: MockRemote,  # noqa: F811
+) -> None:
+    """``fab train --resume JOB --sync-quiet 0.5``: the new attempt's job.json, written on
+    the node before its restore, holds sync_quiet_s (the supervisor's push reads it)."""
+    old = {**SPEC, "attempt": 2, "sync_quiet_s": 2.0}
+    changes = resume_changes(old, ResumeOptions(sync_quiet=0.5))
+    spec = resume_spec(old, master_addr="node0", master_port=29500, changes=changes)
+    runner = ship_then_command(SPEC["jobs_dir"], RUNNER)[0]
+    restore = (
+        f"{write_job_command(spec)}; {runner_command(runner)} restore --job-dir {FOLDER} "
+        "--node-rank 1"
+    )
+    answer = json.dumps({"ok": True, "restore": RESTORED})
+    result = run(
+        remote, train_restore_step, [Command(ship_only()), Command(restore, out=answer.encode())],
+        spec=spec,
+    )  # fmt: skip
+    assert result.status.value == "changed", result.message
+    sent = re.search(r"printf %s (\S+) \| base64 -d", restore)
+    assert sent is not None
+    written = json.loads(base64.b64decode(sent.group(1)))
+    assert written["sync_quiet_s"] == 0.5 and written["changed"] == ["sync_quiet_s"]
+    assert written["attempt"] == 3

@@ -364,3 +364,29 @@ def test_a_ready_node_passes_the_check() -> None:
         "ckpt_dir": "writable",
     }
     assert judge_check(facts, cpu=False, venv="/v", host="h") is None
+
+
+def test_sync_quiet_is_recorded_with_the_nodes_default_and_applied_on_resume(
+    tmp_path: Path,
+) -> None:
+    """--sync-quiet: how long the checkpoint folder stays unchanged before a periodic push
+    (the node reads job.json's sync_quiet_s); not given, the node's own QUIET_S."""
+    quiet = job_spec(
+        request(tmp_path), fleet(), job="j1", nproc=1, master_addr="a", master_port=1, now=NOW
+    )
+    assert quiet["sync_quiet_s"] == job_runner.job_sync.QUIET_S == 2.0
+    given = job_spec(
+        request(tmp_path, sync_quiet=0.25), fleet(), job="j1", nproc=1, master_addr="a",
+        master_port=1, now=NOW,
+    )  # fmt: skip
+    assert given["sync_quiet_s"] == 0.25
+    changes = resume_changes(given, ResumeOptions(sync_quiet=10.0))
+    again = resume_spec(given, master_addr="a", master_port=1, changes=changes)
+    assert again["sync_quiet_s"] == 10.0 and again["changed"] == ["sync_quiet_s"]
+    assert resume_changes(again, ResumeOptions()) == {}  # not given: the record stays
+    for refused in (
+        lambda: request(tmp_path, sync_quiet=-1.0),
+        lambda: resume_changes(given, ResumeOptions(sync_quiet=-1.0)),
+    ):
+        with pytest.raises(TrainError, match=r"^--sync-quiet must be above 0 seconds$"):
+            refused()
