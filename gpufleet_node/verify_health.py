@@ -1,5 +1,5 @@
 """The node health checks' parsers: what DCGM, nvidia-smi, the kernel log and the InfiniBand
-tools print, turned into plain findings the laptop judges (bootstrap/verify/node_health.py).
+tools print, turned into plain findings the laptop judges (bootstrap/verify/health/verdict.py).
 
 Stdlib only, like verify_smi.py beside it (whose nvidia-smi XML and Xid parsers this file
 reuses rather than repeats): it is copied to the node and run there, and the laptop imports

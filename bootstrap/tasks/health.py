@@ -16,8 +16,8 @@ from bootstrap.fleet.api import HostContext, Options, StepResult, step
 from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.runner import FleetReport, summary_table
-from bootstrap.verify.health_run import HealthOptions, check_node, expect_from
-from bootstrap.verify.node_health import FAILED, NOTE, HealthVerdict
+from bootstrap.verify.health.check import HealthOptions, check_node, expect_from
+from bootstrap.verify.health.verdict import FAILED, NOTE, HealthVerdict
 from bootstrap.verify.replace import instance_urns, replace_command
 from bootstrap.verify.ship import note_cleanup, remove, ship
 from infra.render import output_width, wrap_prose

@@ -22,7 +22,7 @@ from bootstrap.tasks.health import health_step
 from bootstrap.tasks.pytorch import install_pytorch_step
 from bootstrap.tasks.scratch import mount_scratch_step
 from bootstrap.tasks.watchdog import install_watchdog_step
-from bootstrap.verify.health_run import HealthOptions
+from bootstrap.verify.health.check import HealthOptions
 
 
 def setup_steps() -> list[Step]:

@@ -19,8 +19,8 @@ from bootstrap.fleet.runner import FleetReport, summary_table
 from bootstrap.fleet.system import sh, split_sections
 from bootstrap.fleet.ttl import TTL_PY, WATCHDOG_STATE_FILE, ttl_cell, ttl_left, ttl_note
 from bootstrap.tasks.pytorch import DEFAULT_VENV
-from bootstrap.verify.health_run import MAX_AGE_HOURS, age_hours, format_age
-from bootstrap.verify.node_health import HealthVerdict
+from bootstrap.verify.health.check import MAX_AGE_HOURS, age_hours, format_age
+from bootstrap.verify.health.verdict import HealthVerdict
 from gpufleet_node.verify_health import QUARANTINE_FILE, STATE_DIR, VERDICT_FILE
 from infra.render import literal, output_width, wrap
 

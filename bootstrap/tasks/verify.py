@@ -30,9 +30,9 @@ from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.runner import FleetReport, run_fleet
 from bootstrap.fleet.system import probe_step
 from bootstrap.verify.expected import Expected, expected_from
-from bootstrap.verify.health_run import HealthOptions, check_node, expect_from, now_utc
+from bootstrap.verify.health.check import HealthOptions, check_node, expect_from, now_utc
+from bootstrap.verify.health.verdict import from_verify
 from bootstrap.verify.judge import cluster_not_run, judge, judge_cluster
-from bootstrap.verify.node_health import from_verify
 from bootstrap.verify.render import STYLE, overall_line, verdict_text
 from bootstrap.verify.report import VerifyRun, save_report, upload_report
 from bootstrap.verify.ship import VerifyOptions, parse_node_env, run_on_node

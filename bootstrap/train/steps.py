@@ -28,9 +28,10 @@ from bootstrap.fleet import node_package
 from bootstrap.fleet.api import HostContext, StepFailed, StepResult, step
 from bootstrap.fleet.system import sh
 from bootstrap.fleet.ttl import read_ttl
-from bootstrap.train import check_cache, health
+from bootstrap.train import check_cache
 from bootstrap.train.spec import check_command, judge_check, parse_check, rank_of
 from bootstrap.train.workdir import SYNC_MANIFEST, diff_manifest, pack
+from bootstrap.verify.health import gate
 from gpufleet_node.verify_health import STATE_DIR
 from infra.render import wrap
 
@@ -185,19 +186,19 @@ def train_check_step(conn: Connection, ctx: HostContext) -> StepResult:
         want_port,
         (known.venv_id, known.torch) if known else None,
     )
-    done = sh(conn, f"{command}; {health.check_lines(x['jobs_dir'])}", timeout=60)
+    done = sh(conn, f"{command}; {gate.check_lines(x['jobs_dir'])}", timeout=60)
     facts = {**parse_check(str(done.stdout)), "cache_key": key}
     why = judge_check(
         facts, cpu=x["cpu"], venv=x["venv"], host=ctx.host.label, nproc=int(x.get("nproc") or 0)
     )
-    record = health.health_record(facts)
+    record = gate.health_record(facts)
     facts.pop("health", None)  # the record keeps what counts of it
     if why:
         return StepResult.failed(why, facts=facts, health=record)
-    held = health.quarantined(record, ctx.host.label)  # waits for its replacement: no override
+    held = gate.quarantined(record, ctx.host.label)  # waits for its replacement: no override
     if held:
         return StepResult.failed(held, facts=facts, health=record)
-    why = health.refusal(record, ctx.host.label)
+    why = gate.refusal(record, ctx.host.label)
     if why and not x.get("ignore_health"):
         return StepResult.failed(why, facts=facts, health=record)
     if why:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from bootstrap.fleet.interconnect import INFINIBAND
 from bootstrap.verify.checks.base import GPU, Node, Result, Thresholds, check
-from bootstrap.verify.node_health import FAILED, xids_of_class
+from bootstrap.verify.health.verdict import FAILED, xids_of_class
 from bootstrap.verify.verdict import FAIL, NOT_RUN, PASS, SKIP, WARN, Check, gpu_list, join
 
 # Xids whose immediate action in NVIDIA's Xid catalog is a GPU reset, a reboot, a hardware

@@ -122,7 +122,7 @@ def test_no_report_from_the_node_becomes_a_failed_verdict_and_the_folder_still_g
 def test_the_health_verdict_is_taken_and_kept_in_the_shipped_folder_before_it_goes(
     remote: MockRemote,  # noqa: F811
 ) -> None:
-    from bootstrap.verify.health_run import HealthOptions, snapshot_command
+    from bootstrap.verify.health.check import HealthOptions, snapshot_command
 
     health = HealthOptions(python=PY, state_dir="/var/lib/gpufleet")
     snap = {"schema": "gpufleet.health/1", "taken_at": "2026-12-02T01:00:00Z", "errors": []}
@@ -134,7 +134,7 @@ def test_the_health_verdict_is_taken_and_kept_in_the_shipped_folder_before_it_go
             *until_the_report(),
             Command(snapshot_command(DIR, health), out=json.dumps(snap).encode()),
             # The save command carries the verdict itself (base64): any command text will do
-            # for the mock as long as it answers; what it sends is test_health_run's.
+            # for the mock as long as it answers; what it sends is test_health_check's.
             Command(None, out=json.dumps(stored).encode()),
             Command(f"rm -rf {DIR}"),
         ],

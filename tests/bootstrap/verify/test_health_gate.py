@@ -1,4 +1,4 @@
-"""fab train's health gate (bootstrap/train/health.py): which verdicts keep a node out, in
+"""fab train's health gate (bootstrap/verify/health/gate.py): which verdicts keep a node out, in
 one line with the command that re-checks it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from bootstrap.train import health
+from bootstrap.verify.health import gate as health
 
 NOW = dt.datetime(2026, 12, 2, 12, 0, tzinfo=dt.UTC)
 

@@ -11,8 +11,8 @@ import shlex
 import pytest
 
 from bootstrap.fleet.api import TierInfo
-from bootstrap.verify import health_run as hr
-from bootstrap.verify import node_health as nh
+from bootstrap.verify.health import check as hr
+from bootstrap.verify.health import verdict as nh
 from bootstrap.verify.replace import instance_urns, replace_command
 from gpufleet_node import verify_health as vh
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bootstrap.verify import node_health as nh
+from bootstrap.verify.health import verdict as nh
 from bootstrap.verify.verdict import FAIL, PASS, WARN, Check, Verdict
 from gpufleet_node import verify_health as vh
 

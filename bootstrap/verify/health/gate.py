@@ -1,5 +1,5 @@
 """fab train's health gate: a node whose last health verdict is failed, older than
-:data:`~bootstrap.verify.health_run.MAX_AGE_HOURS`, or quarantined is refused with one line
+:data:`~bootstrap.verify.health.check.MAX_AGE_HOURS`, or quarantined is refused with one line
 and the command that re-checks it; ``--ignore-health`` lets a failed or stale node in and
 the job's record says so (a quarantined node stays out: it waits for its replacement).
 
@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
-from bootstrap.verify.health_run import MAX_AGE_HOURS, age_hours, format_age
-from bootstrap.verify.node_health import FAILED, HealthVerdict
+from bootstrap.verify.health.check import MAX_AGE_HOURS, age_hours, format_age
+from bootstrap.verify.health.verdict import FAILED, HealthVerdict
 from gpufleet_node.verify_health import QUARANTINE_FILE, VERDICT_FILE
 
 RECHECK = "fab health"

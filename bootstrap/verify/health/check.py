@@ -1,5 +1,5 @@
 """The node health check over SSH: run ``verify_health.py`` in a shipped folder, judge its
-snapshot on the laptop (:mod:`bootstrap.verify.node_health`) and keep the verdict on the
+snapshot on the laptop (:mod:`bootstrap.verify.health.verdict`) and keep the verdict on the
 node (``<state dir>/health/verdict.json``) and in the stack's bucket, both written on the
 node by the same file with the node's own bucket client. ``fab health``, ``fab setup`` and
 ``fab verify-gpu`` all go through :func:`check_node`, so they write one kind of verdict.
@@ -21,7 +21,7 @@ from bootstrap.fleet import node_package
 from bootstrap.fleet.api import HostContext, TierInfo
 from bootstrap.fleet.system import sh, sudo_prefix
 from bootstrap.verify.expected import Expected
-from bootstrap.verify.node_health import DEGRADED, FAILED, HealthVerdict, Reason, judge_health
+from bootstrap.verify.health.verdict import DEGRADED, FAILED, HealthVerdict, Reason, judge_health
 from gpufleet_node.verify_health import DCGM_TIMEOUT_S, STATE_DIR, VERDICT_FILE
 
 # Past this age a verdict no longer lets a node into fab train (docs/verify.md says why).
