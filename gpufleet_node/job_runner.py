@@ -16,6 +16,7 @@ Job folder on each node (``<jobs root>``, default /var/lib/gpufleet/jobs)::
     <job>/node-<R>/events.jsonl       the job's events on node R (start, resume, checkpoint,
                                       cancel, end), one JSON object a line
     <job>/node-<R>/gpu-samples.jsonl  the watchdog's GPU samples while the job ran here
+    <job>/node-<R>/sync-now    the watchdog asks for a push now (a spot notice; taken)
 
 ``state.json`` (schema ``gpufleet.job-state/1``), written only by this node's supervisor (and
 by ``cancel`` when the supervisor is gone), always whole: a temp file renamed over the old::
@@ -123,6 +124,11 @@ def node_dir(job_dir: Path, node_rank: int) -> Path:
 
 EVENTS_FILE = "events.jsonl"
 SAMPLES_FILE = "gpu-samples.jsonl"  # written by the watchdog (watchdog_state.py)
+# The watchdog's request to push the checkpoint folder now, not at the next interval (on a
+# spot interruption notice: watchdog.py's JOB_SYNC_NOW_FILE): {at, why, budget_s}.
+SYNC_NOW_FILE = "sync-now"
+# A periodic push's budget when nothing else says one.
+SYNC_BUDGET_S = 600.0
 # What history returns at most per file: a chart needs no more points than that.
 HISTORY_POINTS = 4000
 
@@ -405,7 +411,9 @@ class Supervisor:
             str(self.spec.get("metadata_url") or ""),
         )
 
-    def sync(self, budget_s: float = 600.0, *, final: bool = False) -> dict[str, Any] | None:
+    def sync(
+        self, budget_s: float = SYNC_BUDGET_S, *, final: bool = False
+    ) -> dict[str, Any] | None:
         """Push the head's checkpoint folder as a new version (only rank 0 pushes: it is the
         one that saves) into ``bucket_prefix``; ``final``: the job ended, no quiet period."""
         if self.node_rank != 0:
@@ -462,6 +470,40 @@ class Supervisor:
                 version=result.get("version"),
                 step=step,
             )
+
+    def periodic_sync(self, interval: float) -> float:
+        """A push while the job runs: at its interval, or at once when the watchdog asked
+        (SYNC_NOW_FILE, taken before the push, so one written during it is seen after).
+        Returns when the next one is due."""
+        asked = self.take_sync_request()
+        budget = SYNC_BUDGET_S
+        if asked is not None:
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                budget = min(SYNC_BUDGET_S, max(1.0, float(asked["budget_s"])))
+            why = str(asked.get("why") or "no reason given")
+            self.log(f"pushing the checkpoint folder now, as the watchdog asked: {why}")
+            add_event(self.dir, "sync_now", why=why, budget_s=budget)
+        self.scan_output()
+        self.record_sync(self.sync(budget))
+        return time.monotonic() + interval
+
+    def take_sync_request(self) -> dict[str, Any] | None:
+        """The watchdog's request in SYNC_NOW_FILE, removed; None when there is none (an
+        unreadable one is still a request)."""
+        path = self.dir / SYNC_NOW_FILE
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return None
+        except OSError:
+            text = ""
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            doc = None
+        return doc if isinstance(doc, dict) else {}
 
     def warn(self, line: str, event: str, **detail: Any) -> None:
         """A one-line warning in the state (once) and an event."""
@@ -651,10 +693,8 @@ class Supervisor:
                 if time.monotonic() - term_at > grace:
                     self.log(f"ranks still running {grace:g} s after SIGTERM: SIGKILL")
                     self._signal_group(signal.SIGKILL)
-            if time.monotonic() >= next_sync:
-                self.scan_output()
-                self.record_sync(self.sync())
-                next_sync = time.monotonic() + interval
+            if time.monotonic() >= next_sync or (self.dir / SYNC_NOW_FILE).exists():
+                next_sync = self.periodic_sync(interval)
             self.save()
         # Whatever is left of the group (a rank that ignored torchrun's SIGTERM) goes too.
         self._signal_group(signal.SIGKILL)

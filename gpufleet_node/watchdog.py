@@ -43,6 +43,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -81,6 +82,9 @@ LOG = logging.getLogger("gpufleet-watchdog")
 SPOT_SYNC_S = 90.0
 SPOT_MARGIN_S = 10.0
 SPOT_MIN_SYNC_S = 5.0
+# The file in a running job's node folder that asks its supervisor to push the job's
+# checkpoint folder now, not at its next interval (job_runner.py's SYNC_NOW_FILE).
+JOB_SYNC_NOW_FILE = "sync-now"
 
 
 # ---------------------------------------------------------------------------- the run
@@ -185,7 +189,14 @@ class Watchdog:
         if notice is None or notice == state.spot_notice_synced:
             return
         LOG.warning("spot interruption notice %s: saving scratch now", notice)
-        result = self.syncer.sync(self.spot_sync_budget(notice))
+        budget = self.spot_sync_budget(notice)
+        # The running jobs push their checkpoint folders as versions (what a resume
+        # restores) while this saves scratch.
+        why = f"spot interruption notice {notice}"
+        asked = ask_jobs_to_push(self._job_folders(), why, budget, self.probe.now())
+        if asked:
+            LOG.warning("asked %d running job(s) to push their checkpoints now", asked)
+        result = self.syncer.sync(budget)
         LOG.warning("spot sync: %s", result.detail)
         if result.ok:
             state.spot_notice_synced = notice
@@ -373,6 +384,24 @@ def _near(iso: str, when: dt.datetime, seconds: float) -> bool:
         return abs((idle_rules.parse_utc(iso) - when).total_seconds()) <= seconds
     except (ValueError, TypeError):
         return False
+
+
+def ask_jobs_to_push(folders: list[Path], why: str, budget_s: float, now: dt.datetime) -> int:
+    """Ask the supervisor of each running job (``folders``: their node folders) to push its
+    checkpoint folder now, within ``budget_s``: a JOB_SYNC_NOW_FILE ({at, why, budget_s},
+    written whole) that it takes at its next look (within seconds). Returns how many were
+    asked; a write that fails never stops the watchdog's run."""
+    body = json.dumps({"at": idle_rules.format_utc(now), "why": why, "budget_s": budget_s})
+    asked = 0
+    for folder in folders:
+        temp = folder / f".{JOB_SYNC_NOW_FILE}.tmp"
+        try:
+            temp.write_text(body + "\n")
+            os.replace(temp, folder / JOB_SYNC_NOW_FILE)
+            asked += 1
+        except OSError:
+            LOG.warning("could not ask the job in %s to push its checkpoints", folder)
+    return asked
 
 
 def _job_line(now: dt.datetime, message: str) -> str:

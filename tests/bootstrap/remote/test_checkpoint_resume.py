@@ -429,3 +429,50 @@ def test_the_supervisor_waits_for_the_jobs_own_sync_quiet_s(
     assert "a file changed in the last 30 s" in out["detail"]
     done = sup.sync(final=True)
     assert done is not None and done["pushed"] is True, done
+
+
+def test_a_running_supervisor_pushes_at_once_when_the_watchdog_asks_not_at_its_interval(
+    tmp_path: Path, proxy: SlowDownProxy
+) -> None:
+    """A spot interruption notice: the watchdog finds the running job (its supervisor lives)
+    and writes sync-now in its node folder; the supervisor, whose next push is an hour
+    away, pushes a version within seconds, removes the file and records why."""
+    from gpufleet_node import watchdog, watchdog_signals
+
+    job_dir = job(tmp_path, proxy.url, sync_interval_s=3600, sync_quiet_s=0.2)
+    (tmp_path / "work" / "train.py").write_text(
+        "import os, time\n"
+        "d = os.environ['GPUFLEET_CHECKPOINT_DIR']\n"
+        "open(os.path.join(d, 'ckpt.pt'), 'wb').write(b'w' * 100)\n"
+        "print('SAVED', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet_node.job_runner", "supervise", f"--job-dir={job_dir}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        ckpt = tmp_path / "scratch" / "checkpoints" / "j1" / "ckpt.pt"
+        deadline = time.monotonic() + 60
+        while not (ckpt.exists() and state(job_dir).get("state") == "running"):
+            assert time.monotonic() < deadline and proc.poll() is None, "the job never saved"
+            time.sleep(0.2)
+        time.sleep(0.5)  # quiet for the job's sync_quiet_s
+        folders = watchdog_signals.running_job_folders(tmp_path / "jobs")
+        assert folders == [job_dir / "node-0"]
+        notice = "spot interruption notice terminate"
+        asked_at = time.monotonic()
+        assert watchdog.ask_jobs_to_push(folders, notice, 30.0, watchdog.dt.datetime.now()) == 1
+        while not (state(job_dir).get("last_sync") or {}).get("pushed"):
+            assert time.monotonic() - asked_at < 20, state(job_dir).get("last_sync")
+            time.sleep(0.2)
+        took = time.monotonic() - asked_at
+        assert took < 10, took  # the loop looks every 5 s at most; the interval is an hour
+        assert state(job_dir)["last_sync"]["version"] == 1
+        assert not (job_dir / "node-0" / job_runner.SYNC_NOW_FILE).exists()
+        asked = [e for e in events(job_dir) if e["event"] == "sync_now"]
+        assert asked and asked[0]["why"] == notice and asked[0]["budget_s"] == 30.0
+    finally:
+        job_runner.cancel(job_dir, 0, wait_s=20)
+        proc.wait(timeout=30)
