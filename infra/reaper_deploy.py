@@ -1,5 +1,6 @@
-"""The cloud half of the idle guard, as plain data: schedule, function package, environment
-and dashboard layout. The provider modules declare the resources from these.
+"""The cloud half of the idle guard, as plain data: the function's name, environment and
+package. The provider modules declare the resources from these; what belongs to one cloud
+(its handler name and schedule: infra/clouds/<name>/entry.py; a dashboard) is in its folder.
 """
 
 from __future__ import annotations
@@ -11,27 +12,14 @@ import re
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any
 
 import pulumi
 
-# The metric names are the reaper's contract with the watchdog; one definition, there.
-from gpufleet_node.fleet_names import (
-    DIMENSION,
-    METRIC_GPU_MEM,
-    METRIC_GPU_UTIL,
-    METRIC_HEARTBEAT,
-    NAMESPACE,
-)
 from infra.components.args import GuardArgs
 from infra.config import ConfigError
 
 # Where the function zips a cloud's SDK wants as a local file are written (git-ignored).
 BUILD_DIR = Path(__file__).resolve().parents[1] / ".gpufleet-build"
-AWS_SCHEDULE = "rate(5 minutes)"
-ALICLOUD_CRON = "@every 5m"
-LAMBDA_HANDLER = "handler.handler"
-FC_HANDLER = "handler.fc_handler"
 
 
 def function_name(stack: str) -> str:
@@ -56,10 +44,10 @@ ZIP_CACHE = BUILD_DIR / "zip-cache"
 @functools.lru_cache(maxsize=4)
 def function_zip(provider: str) -> bytes:
     """The reaper as a deterministic zip (same bytes for the same sources): its code, the
-    catalog's per-instance-type table, and for Alicloud the SDKs from the wheels built for
-    FC_RUNTIME (Function Compute's Python runtime has none). Built once per content digest
-    of its inputs and kept under ZIP_CACHE (the SDKs make it ~11 MB; building it was most of
-    an Alicloud plan's time), and once per process. A missing or wrong wheelhouse is bad
+    catalog's per-instance-type table, and the SDKs a cloud's runtime lacks (its reaper.py
+    says which, and whether from wheels built for that runtime). Built once per content
+    digest of its inputs and kept under ZIP_CACHE (vendored SDKs make a zip ~11 MB; building
+    it was most of such a plan's time), and once per process. A missing or wrong wheelhouse is bad
     setup, reported as a ConfigError (one line each, naming `make fc-wheels`), before any
     resource exists."""
     from infra.reaper.handler import build_function_zip, function_zip_inputs
@@ -72,7 +60,7 @@ def function_zip(provider: str) -> bytes:
         data = build_function_zip(provider=provider)
     except Exception as exc:
         # The wheelhouse checker (it imports packaging, ~0.1 s) is imported only by a build
-        # from wheels (Alicloud): its error can only come once it is loaded.
+        # from wheels (a reaper.py's WHEELS): its error can only come once it is loaded.
         wheelhouse = sys.modules.get("infra.reaper.wheelhouse")
         if wheelhouse is not None and isinstance(exc, wheelhouse.WheelhouseError):
             raise ConfigError(exc.problems) from None
@@ -128,47 +116,9 @@ def stale_function_zips(folder: Path, provider: str, keep: str) -> list[Path]:
 
 
 def function_archive(provider: str) -> pulumi.AssetArchive:
-    """The same files as a Pulumi archive: inline, so the program writes nothing to disk.
-    Lambda's runtime has boto3: the AWS archive is the code and the table, all text."""
+    """The same files as a Pulumi archive: inline, so the program writes nothing to disk;
+    for a cloud whose runtime has its SDK (nothing vendored: the archive is all text)."""
     with zipfile.ZipFile(io.BytesIO(function_zip(provider))) as zf:
         return pulumi.AssetArchive(
             {n: pulumi.StringAsset(zf.read(n).decode()) for n in sorted(zf.namelist())}
         )
-
-
-def cloudwatch_console_url(region: str, name: str) -> str:
-    """The CloudWatch console's address of a dashboard (the console's own link form,
-    ``#dashboards:name=``; CloudWatch documents no other)."""
-    return (
-        f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}"
-        f"#dashboards:name={name}"
-    )
-
-
-def dashboard_body(region: str, instance_ids: list[str]) -> dict[str, Any]:
-    """A CloudWatch dashboard: GPU utilisation, GPU memory and heartbeat per node."""
-
-    def widget(title: str, metric: str, stat: str, y: int) -> dict[str, Any]:
-        return {
-            "type": "metric",
-            "x": 0,
-            "y": y,
-            "width": 24,
-            "height": 6,
-            "properties": {
-                "title": title,
-                "region": region,
-                "stat": stat,
-                "period": 60,
-                "view": "timeSeries",
-                "metrics": [[NAMESPACE, metric, DIMENSION, i] for i in instance_ids],
-            },
-        }
-
-    return {
-        "widgets": [
-            widget("GPU utilisation (%)", METRIC_GPU_UTIL, "Maximum", 0),
-            widget("GPU memory used (%)", METRIC_GPU_MEM, "Maximum", 6),
-            widget("Watchdog heartbeat", METRIC_HEARTBEAT, "SampleCount", 12),
-        ]
-    }

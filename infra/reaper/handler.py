@@ -1,23 +1,26 @@
-"""Cloud function entry points (AWS Lambda, Alicloud Function Compute, Tencent SCF, Azure
-Functions) and their package.
+"""The reaper as a cloud function: the run every entry point calls, the registry of the
+clouds' reaper modules and the function's package.
 
-The function reads its settings from environment variables that the stack sets:
+Each cloud's entry point lives in its folder (infra/clouds/<name>/entry.py, the platform's
+function signature and its handler name, schedule and region variable) and is shipped at
+the top of that cloud's package as ``handler.py`` (:data:`ENTRY_MODULE`). Every entry reads
+its settings from the environment variables that the stack sets (:func:`platform_env`) and
+calls :func:`run`:
 
-  GPUFLEET_PROVIDER   aws | alicloud | tencent | azure (default: aws for ``handler``,
-                      alicloud for ``fc_handler``, tencent for ``main_handler``, azure for
-                      ``azure_handler``)
+  GPUFLEET_PROVIDER   the cloud whose reaper module makes the client (default: the
+                      entry's own cloud)
   GPUFLEET_STACK      only this stack's instances (required: a function never reaps others)
-  GPUFLEET_REGION     region to scan (default: the function's own region)
+  GPUFLEET_REGION     region to scan (default: the region the platform names, each entry
+                      its own variable)
   GPUFLEET_APPLY      "true" to stop; anything else is a dry run that only logs
-  GPUFLEET_RETRY_MODE standard | adaptive (AWS, default standard)
   GPUFLEET_MAX_ATTEMPTS         attempts per API call, the first included: 1 = no retry
-                                (default 6 on AWS, 5 on Alicloud and Tencent)
-  GPUFLEET_ALICLOUD_ACCOUNT_ID  Alicloud account id (default: the FC context's)
-  GPUFLEET_AZURE_*              Azure subscription, resource group and identity: the
-                                contract at the top of azure.py (REQUIRED_ENV)
+                                (each cloud's reaper.py says its default)
   GPUFLEET_ENDPOINT_URL         an alternative API endpoint (tests); the function logs a
                                 warning line whenever it is set. scripts/teardown.py never
                                 reads it (its --endpoint-url flag is the only way there).
+
+A cloud's own settings (its account, identity or retry mode) are read by its reaper.py's
+``from_env``, which documents them.
 
 A failed stop, a metrics read that failed, or an instance that could not be judged makes
 the invocation fail after logging, so the platform's error metric and any alarm on it see
@@ -40,17 +43,20 @@ from typing import Any
 
 from .core import Cloud, ConfigError, Invocation, Report, reap
 
-LAMBDA_HANDLER = "handler.handler"
-FC_HANDLER = "handler.fc_handler"
-SCF_HANDLER = "handler.main_handler"
 PACKAGE = "gpufleet_reaper"  # the package name inside the function archive
+# The cloud's entry point at the top of its archive: ``<ENTRY_MODULE>.py``, from its folder's
+# ENTRY_PART.py (so a platform's handler setting reads "handler.<function>").
+ENTRY_MODULE = "handler"
+ENTRY_PART = "entry"
 
-_SHIM = '''"""Cloud function entry point: see gpufleet_reaper/handler.py."""
 
-from gpufleet_reaper.handler import fc_handler, handler, main_handler
-
-__all__ = ["fc_handler", "handler", "main_handler"]
-'''
+def platform_env(region_env: str = "") -> dict[str, str]:
+    """The function's environment, GPUFLEET_REGION filled (when unset) from ``region_env``,
+    the variable in which the entry's platform names the function's own region."""
+    env = dict(os.environ)
+    if not env.get("GPUFLEET_REGION") and region_env and env.get(region_env):
+        env["GPUFLEET_REGION"] = env[region_env]
+    return env
 
 
 def _truthy(value: str | None) -> bool:
@@ -145,6 +151,16 @@ class CloudEntry:
         return Path(str(self._declared().__file__))
 
     @property
+    def entry(self) -> Path:
+        """The cloud's function entry point (its folder's ``entry.py``), shipped at the top
+        of its archive as ``handler.py``; FileNotFoundError when the folder has none."""
+        from infra import clouds
+
+        if self.name not in clouds.names(f"{ENTRY_PART}.py"):
+            raise FileNotFoundError(f"cloud {self.name!r} has no {ENTRY_PART}.py: no function")
+        return clouds.folders()[self.name] / f"{ENTRY_PART}.py"
+
+    @property
     def layout(self) -> Callable[[Entries], Entries] | None:
         """The cloud's own zip layout (its folder's package.py ``entries``), given the same
         dependency walk as every vendored zip (:func:`sdk_closure`); None: the common one."""
@@ -201,13 +217,7 @@ def make_cloud(
 ) -> Cloud:
     """The cloud for ``provider``; ``endpoint`` only when the caller passes it explicitly
     (the environment's GPUFLEET_ENDPOINT_URL is read by :func:`run`, which logs it)."""
-    region = (
-        env.get("GPUFLEET_REGION")
-        or env.get("AWS_REGION")
-        or env.get("FC_REGION")
-        or env.get("TENCENTCLOUD_REGION")
-        or ""
-    )
+    region = env.get("GPUFLEET_REGION") or ""
     if not region:
         raise ConfigError("GPUFLEET_REGION is not set (and the platform gave no region)")
     entry = CLOUDS.get(provider)
@@ -262,52 +272,6 @@ def _log_and_check(report: Report) -> dict[str, Any]:
             f"gpufleet reaper: {'; '.join(report.problems)}" + (f": {ids}" if ids else "")
         )
     return out
-
-
-def handler(event: Any, context: Any) -> dict[str, Any]:
-    """AWS Lambda entry (scheduled by EventBridge); the event is ignored."""
-    env = dict(os.environ)
-    return run(env.get("GPUFLEET_PROVIDER", "aws"), env)
-
-
-def fc_handler(event: Any, context: Any) -> str:
-    """Alicloud Function Compute entry (timer trigger): credentials come from the context."""
-    env = dict(os.environ)
-    creds = getattr(context, "credentials", None)
-    credentials: dict[str, str] | None = None
-    if creds is not None:
-        # FC's Python runtimes name these in snake_case; older ones in camelCase.
-        credentials = {
-            key: str(getattr(creds, key, None) or getattr(creds, camel, "") or "")
-            for key, camel in (
-                ("access_key_id", "accessKeyId"),
-                ("access_key_secret", "accessKeySecret"),
-                ("security_token", "securityToken"),
-            )
-        }
-    if not env.get("GPUFLEET_REGION") and getattr(context, "region", None):
-        env["GPUFLEET_REGION"] = str(context.region)
-    out = run(
-        env.get("GPUFLEET_PROVIDER", "alicloud"),
-        env,
-        credentials=credentials,
-        account_id=getattr(context, "account_id", None),
-    )
-    return json.dumps(out, sort_keys=True)
-
-
-def main_handler(event: Any, context: Any) -> str:
-    """Tencent SCF entry (timer trigger): the execution role's keys are in the environment."""
-    env = dict(os.environ)
-    out = run(env.get("GPUFLEET_PROVIDER", "tencent"), env)
-    return json.dumps(out, sort_keys=True)
-
-
-def azure_handler(timer: Any, context: Any) -> dict[str, Any]:
-    """Azure Functions entry (timer trigger, function_app.py): the identity is the Function
-    App's managed identity, read by the reaper's own credential (azure.py)."""
-    env = dict(os.environ)
-    return run(env.get("GPUFLEET_PROVIDER", "azure"), env)
 
 
 # A fixed date: zip entries carry timestamps, and the same sources must give the same bytes
@@ -415,6 +379,21 @@ def function_module(source: str) -> bytes:
     return shipped.encode()
 
 
+def entry_module(source: str) -> bytes:
+    """A cloud's entry.py as the top of its archive carries it: ``from infra.reaper.handler
+    import`` becomes ``from gpufleet_reaper.handler import`` (the entry is not inside the
+    package, so absolutely). Any other import of the repository refuses the build."""
+
+    def absolute(m: re.Match[str]) -> str:
+        return f"{m.group(1)}from {PACKAGE}{'.' + m.group(2) if m.group(2) else ''} import "
+
+    shipped = _REPO_IMPORT.sub(absolute, source)
+    left = re.findall(r"^\s*(?:from|import) (?:infra|bootstrap|policy|scripts)\b.*$", shipped, re.M)
+    if left:
+        raise ValueError(f"a cloud's entry imports beyond the reaper package: {left[0].strip()}")
+    return shipped.encode()
+
+
 def function_zip_inputs(provider: str, *, wheelhouse: Path | None = None) -> str:
     """The sha256 of everything build_function_zip(provider=...) reads, so a zip built once
     can be reused until one of them changes (reaper_deploy caches by it): this builder and
@@ -491,11 +470,12 @@ def installed_distributions() -> list[tuple[str, str]]:
 def build_function_zip(
     source_dir: Path | None = None,
     *,
-    provider: str = "alicloud",
+    provider: str,
     catalog: Any = None,
     wheelhouse: Path | None = None,
 ) -> bytes:
-    """The function archive: ``handler.py`` at the top, this package as ``gpufleet_reaper/``
+    """The function archive: the cloud's entry point at the top as ``handler.py``
+    (:func:`entry_module`), this package as ``gpufleet_reaper/``
     with the catalog's per-instance-type table (``instance_types.json``), the node package's
     shared modules as ``gpufleet_node/`` (:data:`NODE_MODULES`), and the SDKs'
     closure beside it where the runtime lacks them: for a cloud built from wheels (WHEELS)
@@ -517,7 +497,8 @@ def build_function_zip(
         from infra.catalog import load_catalog
 
         catalog = load_catalog()
-    entries = [("handler.py", _SHIM.encode())]
+    entry_source = CLOUDS[provider].entry.read_text(encoding="utf-8")
+    entries = [(f"{ENTRY_MODULE}.py", entry_module(entry_source))]
     entries += [(f"{PACKAGE}/{n}", (src / n).read_bytes()) for n in NEUTRAL_MODULES]
     entries += node_module_files()
     entries += [

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from infra.clouds.aws.dashboard import dashboard_body
 from infra.clouds.azure.program import workbook_body
 from infra.config import read_stack_file
-from infra.reaper_deploy import dashboard_body
 from tests.infra.conftest import STACK_FILES, planned, stack_id
 from tests.infra.dashboards import cloudwatch_problems, workbook_problems
 

@@ -383,11 +383,11 @@ def test_every_stack_declares_its_idle_guard(stack):
         ids = {n["instance_id"] for n in result.outputs["nodes"]}
         assert {m[3] for m in body["widgets"][0]["properties"]["metrics"]} == ids
     elif cfg.provider == "tencent":
+        from infra.clouds.tencent.entry import HANDLER as SCF_HANDLER
         from infra.clouds.tencent.reaper import (
             BUCKET_ENV,
             CAM_ACTIONS,
             FUNCTION_ENV,
-            SCF_HANDLER,
             SCF_RUNTIME,
         )
 

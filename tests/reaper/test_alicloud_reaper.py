@@ -8,10 +8,10 @@ from datetime import datetime, timedelta
 import pytest
 
 from gpufleet_node.idle_rules import UTC
+from infra.clouds.alicloud.entry import fc_handler
 from infra.clouds.alicloud.reaper import AlicloudCloud
 from infra.reaper import tags as T
 from infra.reaper.core import Report, reap
-from infra.reaper.handler import fc_handler
 from scripts import teardown
 from tests.reaper.alicloud_fake import FakeAlicloud, FakeInstance
 

@@ -16,7 +16,8 @@ import pytest
 
 from gpufleet_node.fleet_names import HEARTBEAT_OBJECT_PREFIX
 from gpufleet_node.idle_rules import UTC
-from infra.clouds.tencent.reaper import BUCKET_ENV, COS_ENDPOINT_ENV, SCF_HANDLER, SCF_RUNTIME
+from infra.clouds.tencent.entry import HANDLER as SCF_HANDLER
+from infra.clouds.tencent.reaper import BUCKET_ENV, COS_ENDPOINT_ENV, SCF_RUNTIME
 from infra.reaper import tags as T
 from infra.reaper.handler import build_function_zip
 from tests.reaper.tencent_fake import SECRET_ID, SECRET_KEY, FakeCvm, FakeTencent

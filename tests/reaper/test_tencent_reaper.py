@@ -11,10 +11,11 @@ import pytest
 
 from gpufleet_node.fleet_names import HEARTBEAT_OBJECT_PREFIX
 from gpufleet_node.idle_rules import UTC
+from infra.clouds.tencent.entry import main_handler
 from infra.clouds.tencent.reaper import BUCKET_ENV, COS_ENDPOINT_ENV, TencentCloud, parse_instance
 from infra.reaper import tags as T
 from infra.reaper.core import Report, reap
-from infra.reaper.handler import CLOUDS, main_handler
+from infra.reaper.handler import CLOUDS
 from scripts import teardown
 from tests.reaper.fleet import cases
 from tests.reaper.tencent_fake import SECRET_ID, SECRET_KEY, FakeCvm, FakeTencent, tc3_signature

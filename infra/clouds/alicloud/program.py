@@ -13,6 +13,7 @@ import pulumi_random as random
 
 from infra import reaper_deploy as guard_logic
 from infra.clouds import common
+from infra.clouds.alicloud import entry
 from infra.clouds.base import (
     AccessParts,
     GuardParts,
@@ -589,7 +590,7 @@ class AlicloudProvider:
             f"{name}-reaper",
             function_name=fn_name,
             runtime=FC_RUNTIME,
-            handler=guard_logic.FC_HANDLER,
+            handler=entry.HANDLER,
             code=ali.fc.V3FunctionCodeArgs(
                 zip_file=base64.b64encode(guard_logic.function_zip(self.name)).decode()
             ),
@@ -609,7 +610,7 @@ class AlicloudProvider:
             trigger_name="every-5-minutes",
             trigger_type="timer",
             trigger_config=json.dumps(
-                {"cronExpression": guard_logic.ALICLOUD_CRON, "enable": True, "payload": "{}"}
+                {"cronExpression": entry.SCHEDULE, "enable": True, "payload": "{}"}
             ),
             qualifier="LATEST",
             opts=child_opts(parent),
@@ -617,7 +618,7 @@ class AlicloudProvider:
         group = self._monitor_group(parent, name, args, nodes)
         return GuardParts(
             fn.function_name,
-            guard_logic.ALICLOUD_CRON,
+            entry.SCHEDULE,
             group.monitor_group_name,
             # The console's home: a group's own page address is not documented, so the
             # note names where it is (Application Groups, by its name).

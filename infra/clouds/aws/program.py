@@ -10,8 +10,10 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from gpufleet_node.fleet_names import NAMESPACE
 from infra import reaper_deploy as guard_logic
 from infra.clouds import common
+from infra.clouds.aws import dashboard, entry
 from infra.clouds.base import (
     AccessParts,
     GuardParts,
@@ -157,7 +159,7 @@ def node_policy(bucket_arn: str) -> str:
                 "Effect": "Allow",
                 "Action": "cloudwatch:PutMetricData",
                 "Resource": "*",
-                "Condition": {"StringEquals": {"cloudwatch:namespace": guard_logic.NAMESPACE}},
+                "Condition": {"StringEquals": {"cloudwatch:namespace": NAMESPACE}},
             },
         ],
     )
@@ -686,7 +688,7 @@ class AwsProvider:
             f"{name}-reaper",
             name=fn_name,
             runtime="python3.12",
-            handler=guard_logic.LAMBDA_HANDLER,
+            handler=entry.HANDLER,
             role=role.arn,
             code=guard_logic.function_archive(self.name),
             timeout=300,
@@ -700,7 +702,7 @@ class AwsProvider:
         rule = aws.cloudwatch.EventRule(
             f"{name}-schedule",
             description=f"gpufleet {args.stack}: look for idle GPU nodes",
-            schedule_expression=guard_logic.AWS_SCHEDULE,
+            schedule_expression=entry.SCHEDULE,
             tags=tags,
             opts=child_opts(parent),
         )
@@ -723,16 +725,16 @@ class AwsProvider:
             f"{name}-dashboard",
             dashboard_name=f"gpufleet-{args.stack}",
             dashboard_body=ids.apply(
-                lambda xs: json.dumps(guard_logic.dashboard_body(args.region, list(xs)))
+                lambda xs: json.dumps(dashboard.dashboard_body(args.region, list(xs)))
             ),
             opts=child_opts(parent),
         )
         return GuardParts(
             fn.name,
-            guard_logic.AWS_SCHEDULE,
+            entry.SCHEDULE,
             dash.dashboard_name,
             console_url=dash.dashboard_name.apply(
-                lambda n: guard_logic.cloudwatch_console_url(args.region, n)
+                lambda n: dashboard.cloudwatch_console_url(args.region, n)
             ),
         )
 

@@ -622,7 +622,8 @@ class TencentProvider:
         nodes: list[tuple[NodeSpec, NodeParts]],
         storage: StorageParts,
     ) -> GuardParts:
-        from infra.clouds.tencent.reaper import BUCKET_ENV, SCF_HANDLER, SCF_RUNTIME
+        from infra.clouds.tencent.entry import HANDLER as SCF_HANDLER
+        from infra.clouds.tencent.reaper import BUCKET_ENV, SCF_RUNTIME
 
         tags = args.tags
         role, _ = _role_with_policy(

@@ -2,8 +2,9 @@
 
 Contract with the SCF function the stack declares (``tencent-infra`` reads it from here):
 
-- Handler ``handler.main_handler`` (SCF's Python convention: ``main_handler(event, context)``),
-  runtime :data:`SCF_RUNTIME`, a timer trigger every 5 minutes, and the environment
+- Handler ``handler.main_handler`` (entry.py ``HANDLER``; SCF's Python convention:
+  ``main_handler(event, context)``), runtime :data:`SCF_RUNTIME`, a timer trigger every 5
+  minutes, and the environment
   variables in :data:`FUNCTION_ENV` (the same four as every cloud's function; see
   infra/reaper/handler.py ``run``), plus :data:`BUCKET_ENV`, the stack's bucket where the
   nodes beat (the stack sets it; without it no heartbeat is read). GPUFLEET_MAX_ATTEMPTS
@@ -88,7 +89,6 @@ from infra.reaper.core import (
 # The SCF function's settings (tencent-infra declares exactly these) and its runtime.
 FUNCTION_ENV = ("GPUFLEET_PROVIDER", "GPUFLEET_STACK", "GPUFLEET_REGION", "GPUFLEET_APPLY")
 SCF_RUNTIME = "Python3.10"
-SCF_HANDLER = "handler.main_handler"
 # The execution role's temporary keys as SCF sets them; then the SDK's own variable names.
 CREDENTIAL_ENV = (
     ("TENCENTCLOUD_SECRETID", "TENCENTCLOUD_SECRETKEY", "TENCENTCLOUD_SESSIONTOKEN"),
