@@ -1,153 +1,76 @@
-"""A cloud is a folder: a throwaway one, written into a temporary tree that is put on
-infra.clouds' package path, is picked up by the catalog (cost, size, gpus), the program's
-lookup, live prices, the offline plan's mocks, the policy pack and the reaper with no edit
-anywhere else; and the files outside its folder that a new cloud must still touch are
-counted (none now)."""
+"""A cloud is a folder: a throwaway fifth cloud (tests/infra/examplecloud/, as its author
+writes it) copied into a temporary folder that is put on the clouds'
+paths, with no file of the repository changed. It declares a node, a bucket and a guard
+(scripts/plan.py's offline plan, its own resource types under Pulumi's mocks, the policy
+pack judging them by its rules.py), is priced from its catalog (cost, size, gpus), reaps
+(its function zip, built with its entry.py on top, run by a clean interpreter stops its idle
+node) and ships a node module (its node.py, found by the node package's cloud lookup and
+shipped with the watchdog). The last test counts the files outside a cloud's folder that
+name a cloud: each is one a fifth cloud would have to edit, and there must be none."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import infra.catalog as catalog
-from infra import clouds
+from bootstrap.fleet import node_package
+from infra import clouds, reaper_deploy
 from infra.catalog import load_catalog, provider_names
 from infra.clouds.base import get_provider
 from infra.pricing import price_sheet
 from infra.reaper import handler
 from policy.resources import Resource
-from tests.infra.test_catalog_clouds import NEW_CLOUD
+from tests.infra.test_provider_knowledge import ROOT, SCANNED, home_of, node_provider_names
 
 NAME = "examplecloud"
-
-# The throwaway cloud's own files: only what each part asks of a cloud.
-PROGRAM = '''"""The throwaway cloud's program: a CloudProvider that declares nothing."""
-
-NAME = "examplecloud"
-
-
-class ExampleProvider:
-    name = NAME
-
-
-PROVIDER = ExampleProvider()
-'''
-REAPER = '''"""The throwaway cloud's reaper: from_env hands back what it was given."""
-
-VENDOR_SDK = False
-SDKS: tuple[str, ...] = ()
-WHEELS = False
-
-
-def from_env(region, env, given):
-    return ("examplecloud client", region, given.endpoint)
-'''
-PRICES = '''"""The throwaway cloud's live prices: it has no price API, and says so."""
-
-from infra.clouds.live import LivePriceError
-
-
-def live_price(instance_type, region):
-    raise LivePriceError("examplecloud has no price API")
-
-
-def live_reservations(instance_type, region):
-    raise LivePriceError("examplecloud sells no reservations")
-'''
-
-MOCKS = '''"""The throwaway cloud's answers under Pulumi's mocks (infra.offline)."""
-
-PACKAGE = "examplecloud"
-
-
-def resource(typ, name, inputs, out, rid, engine):
-    out["address"], _ = engine.ips_for(name)
-    return "ex-" + engine.digest(typ, name)
-
-
-def invoke(token, inputs, engine):
-    if token == "examplecloud:index/getRegion:getRegion":
-        return {"region": engine.region}
-    return None
-'''
-
-RULES = '''"""The throwaway cloud's policy facts: an instance sized by its `size` input, a
-reaper function scheduled by its own `schedule` input, and a firewall's SSH sources."""
-
-from policy.resources import SSH_FIX, Bill, CloudFacts, as_list, world
-
-NAME = "examplecloud"
-INSTANCE = "examplecloud:compute:Instance"
-FUNCTION = "examplecloud:compute:Function"
-FIREWALL = "examplecloud:network:Firewall"
-
-
-def bill(r, itype):
-    return Bill(NAME, itype, "on-demand")
-
-
-def guard_env(fn):
-    env = fn.get("env")
-    return env if isinstance(env, dict) else {}
-
-
-def guard_scheduled(resources, fn):
-    return bool(fn.get("schedule"))
-
-
-def ssh(r):
-    if r.type != FIREWALL:
-        return []
-    cidrs = [c for c in as_list(r.get("sshFrom")) if world(c)]
-    return [f"{r.label} lets {c} reach SSH (port 22): {SSH_FIX}" for c in cidrs]
-
-
-FACTS = CloudFacts(
-    name=NAME,
-    package=NAME,
-    instances={INSTANCE: ("size",)},
-    bill=bill,
-    guard_fix="declare an examplecloud Function with a schedule",
-    guard_functions=(FUNCTION,),
-    guard_env=guard_env,
-    guard_scheduled=guard_scheduled,
-    ssh=ssh,
-)
-'''
+SOURCE = Path(__file__).resolve().parent / NAME  # the new cloud's folder, as written
 
 
 def _clear() -> None:
     for cached in (catalog._cloud_files, catalog.load_catalog, price_sheet._load_default):
         cached.cache_clear()
+    reaper_deploy.function_zip.cache_clear()
+
+
+def _forget() -> None:
+    """Nothing of the throwaway cloud stays imported or registered after its test."""
+    import gpufleet_node.clouds as node_clouds
+    from gpufleet_node.clouds import base
+
+    for module in [m for m in sys.modules if m.startswith(f"infra.clouds.{NAME}")]:
+        del sys.modules[module]
+    sys.modules.pop(f"{node_clouds.__name__}.{NAME}", None)
+    base._REGISTERED.pop(NAME, None)
+    node_clouds.CLOUDS.pop(NAME, None)
 
 
 @pytest.fixture
 def new_cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """The folder tmp/examplecloud/ on infra.clouds' path, as a new cloud's author writes it."""
-    folder = tmp_path / NAME
-    folder.mkdir()
-    for name, text in {
-        "__init__.py": '"""A throwaway cloud."""\n',
-        "catalog.toml": NEW_CLOUD,
-        "program.py": PROGRAM,
-        "reaper.py": REAPER,
-        "prices.py": PRICES,
-        "mocks.py": MOCKS,
-        "rules.py": RULES,
-    }.items():
-        (folder / name).write_text(text)
-    monkeypatch.setattr(clouds, "__path__", [*clouds.__path__, str(tmp_path)])
+    """tmp/examplecloud/: the new cloud's folder, on infra.clouds' path (the program, the
+    catalog, the reaper, the mocks, the policy pack) and on the node package's (its node
+    module). The function zips it builds are cached in a folder of the test's own."""
+    import gpufleet_node.clouds as node_clouds
+
+    folder = tmp_path / "clouds" / NAME
+    shutil.copytree(SOURCE, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(clouds, "__path__", [*clouds.__path__, str(folder.parent)])
+    monkeypatch.setattr(node_clouds, "HOMES", [*node_clouds.HOMES, folder.parent])
+    monkeypatch.setattr(reaper_deploy, "ZIP_CACHE", tmp_path / "zip-cache")
     _clear()
     yield folder
     _clear()
-    import sys
-
-    for module in [m for m in sys.modules if m.startswith(f"infra.clouds.{NAME}")]:
-        del sys.modules[module]
+    _forget()
 
 
 def test_the_catalog_knows_the_new_cloud_its_tier_offer_and_its_bill(new_cloud: Path) -> None:
@@ -176,11 +99,158 @@ def test_gpus_and_size_offer_the_new_clouds_instance(new_cloud: Path) -> None:
     assert NAME in out.getvalue()
 
 
-def test_the_program_and_the_reaper_find_the_new_cloud_by_its_folder(new_cloud: Path) -> None:
+def test_the_program_and_the_reaper_find_the_new_cloud_by_its_folder(
+    new_cloud: Path, tmp_path: Path
+) -> None:
     assert get_provider(NAME).name == NAME
     assert NAME in handler.CLOUDS
-    client = handler.make_cloud(NAME, {"GPUFLEET_REGION": "r1"}, endpoint="http://127.0.0.1:1")
-    assert client == ("examplecloud client", "r1", "http://127.0.0.1:1")  # type: ignore[comparison-overlap]
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"instances": []}))
+    env = {"GPUFLEET_REGION": "r1", "EXAMPLECLOUD_FLEET": str(fleet)}
+    client = handler.make_cloud(NAME, env)
+    assert (type(client).__module__, client.region) == (f"infra.clouds.{NAME}.reaper", "r1")
+
+
+STACK = """
+config:
+  gpufleet:provider: examplecloud
+  gpufleet:tier: t4x1
+  gpufleet:region: ex-west-1
+  gpufleet:sshCidrs:
+    - 203.0.113.0/24
+"""
+
+
+def test_the_plan_declares_its_firewall_bucket_key_node_and_scheduled_reaper(
+    new_cloud: Path, tmp_path: Path
+) -> None:
+    """scripts/plan.py's offline plan of a stack on the new cloud: the real program and
+    components, the cloud's own resource types, its mocks, its bill and its policy facts."""
+    from scripts import plan
+
+    stack = tmp_path / "Pulumi.ex-t4x1.yaml"
+    stack.write_text(STACK)
+    doc, _notes = plan.plan(stack)
+    types = sorted(r["type"] for r in doc["resources"] if r["type"].startswith(f"{NAME}:"))
+    assert types == [
+        "examplecloud:access:Key",
+        "examplecloud:compute:Function",
+        "examplecloud:compute:Instance",
+        "examplecloud:network:Firewall",
+        "examplecloud:storage:Bucket",
+    ]
+    (node,) = [r for r in doc["resources"] if r["type"] == "examplecloud:compute:Instance"]
+    assert node["inputs"]["size"] == "ex.t4"
+    assert node["inputs"]["tags"]["gpufleet:stack"] == "ex-t4x1"
+    (fn,) = [r for r in doc["resources"] if r["type"] == "examplecloud:compute:Function"]
+    assert fn["inputs"]["handler"] == "handler.example_handler"
+    assert fn["inputs"]["env"]["GPUFLEET_PROVIDER"] == NAME
+    zipped = reaper_deploy.function_zip(NAME)
+    assert fn["inputs"]["codeSha256"] == hashlib.sha256(zipped).hexdigest()
+    out = doc["outputs"]
+    assert out["provider"] == NAME and out["bucket"] == "gpufleet-ex-t4x1"
+    assert out["guard"] == {"function": "gpufleet-ex-t4x1-reaper", "schedule": "every 5 minutes"}
+    assert out["nodes"][0]["public_ip"].startswith("198.51.100.")
+    assert out["zone"] == "ex-west-1-a"
+    assert (doc["cost"]["amount"], doc["cost"]["currency"]) == (0.5, "USD")
+    assert doc["policies"]["passed"], doc["policies"]
+
+
+def _fleet(path: Path) -> Path:
+    tags = {
+        "managed-by": "gpufleet",
+        "gpufleet:stack": "ex",
+        "gpufleet:tier": "t4x1",
+        "gpufleet:role": "head",
+        "gpufleet:idle-minutes": "30",
+    }
+    instances = [
+        {"id": "busy", "beat_minutes_ago": 1, "util": 97.0},
+        {"id": "idle", "beat_minutes_ago": 45, "util": 0.0},
+    ]
+    rows = [
+        {"state": "running", "type": "ex.t4", "up_hours": 3, "tags": tags, **i} for i in instances
+    ]
+    path.write_text(json.dumps({"instances": rows}))
+    return path
+
+
+def test_its_function_zip_reaps_its_idle_node_run_by_a_clean_interpreter(
+    new_cloud: Path, tmp_path: Path
+) -> None:
+    """The zip the plan would upload, unzipped and run as its platform would: its entry.py
+    on top as handler.py, the reaper package and its reaper module beside it, nothing of the
+    repository importable."""
+    from infra.reaper import tags as T
+
+    assert {T.MANAGED_BY, T.STACK, T.ROLE, T.IDLE_MINUTES} <= set(
+        json.loads(_fleet(tmp_path / "probe.json").read_text())["instances"][0]["tags"]
+    )
+    folder = tmp_path / "function"
+    zipfile.ZipFile(io.BytesIO(reaper_deploy.function_zip(NAME))).extractall(folder)
+    assert (folder / "gpufleet_reaper" / f"{NAME}.py").is_file()
+    fleet = _fleet(tmp_path / "fleet.json")
+    code = (
+        "import json, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "import handler\n"
+        "assert 'infra' not in sys.modules\n"
+        "print('RESULT ' + json.dumps(handler.example_handler({}, None)))\n"
+    )
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "GPUFLEET_STACK": "ex",
+        "GPUFLEET_APPLY": "true",
+        "EXAMPLECLOUD_REGION": "r1",  # the platform's own variable (entry.py REGION_ENV)
+        "EXAMPLECLOUD_FLEET": str(fleet),
+    }
+    done = subprocess.run(
+        [sys.executable, "-S", "-E", "-I", "-c", code, str(folder)],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert [s["instance_id"] for s in result["stops"]] == ["idle"]
+    states = {i["id"]: i["state"] for i in json.loads(fleet.read_text())["instances"]}
+    assert states == {"busy": "running", "idle": "stopped"}
+
+
+def test_its_node_module_is_found_by_name_and_shipped_with_the_watchdog(
+    new_cloud: Path, tmp_path: Path
+) -> None:
+    from gpufleet_node import clouds as node_clouds
+
+    node = node_clouds.node_cloud(NAME, "r1")
+    assert (node.name, type(node).__module__) == (NAME, f"gpufleet_node.clouds.{NAME}")
+    assert node.bucket_endpoint() == "https://storage.r1.example.invalid"
+    shipped = f"gpufleet_node/clouds/{NAME}.py"
+    assert shipped in node_package.closure("watchdog")
+    assert node_package.source(shipped) == new_cloud / "node.py"
+    # the shipped watchdog files alone: the node finds the new cloud among what was shipped
+    for name in node_package.closure("watchdog"):
+        (tmp_path / "opt" / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(node_package.source(name), tmp_path / "opt" / name)
+    code = (
+        "from gpufleet_node import clouds\n"
+        "print(sorted(clouds.CLOUDS), clouds.node_cloud('examplecloud', 'r1').name)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-E", "-c", code],
+        cwd=tmp_path / "opt",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == NAME
+    assert f"'{NAME}'" in done.stdout
 
 
 def test_the_offline_plan_answers_with_the_new_clouds_own_mocks(new_cloud: Path) -> None:
@@ -244,13 +314,85 @@ def test_the_new_clouds_scheduled_reaper_guards_its_gpu_node(new_cloud: Path) ->
     assert "reaper (examplecloud:compute:Function) has no enabled schedule" in found.message
 
 
-def test_the_files_outside_its_folder_a_new_cloud_must_still_touch(new_cloud: Path) -> None:
-    # Each registry still keyed by a cloud's name is a file a new cloud must edit. The
-    # policy pack's facts now live in each cloud's rules.py; the node side
-    # (gpufleet_node/) is its own folder of modules. The set was {"policy/rules.py"}.
-    from policy import rules
+# Files outside the clouds' folders (and their stacks, tests and docs) that may name a
+# cloud, and why that is no edit a new cloud must make: the Python packages its SDK comes in
+# are installed, not code (a cloud with an SDK adds its pin; this one has none). Shrink it.
+NAMING_ALLOWED = {
+    "requirements.txt": "the provider SDKs' pins",
+    "pyproject.toml": "the provider SDKs' dependency ranges",
+    "infra/catalog/sources.toml": "citations: the titles and addresses of the sources the "
+    "shared tables (GPU specs) cite; a new cloud's sources go in its own catalog.toml",
+}
+NAMED = ("aws", "azure", "alicloud", "tencent")  # before any catalog lookup: the four clouds
 
-    still = set()
-    if NAME not in {facts.name for facts in rules.cloud_facts().values()}:
-        still.add("policy/rules.py")
-    assert still == set()
+
+def _outside_a_clouds_folder(rel: str) -> bool:
+    return home_of(rel) is None and not rel.startswith(("tests/", "docs/", "stacks/"))
+
+
+def files_naming_a_cloud() -> dict[str, list[int]]:
+    """Each tracked file outside a cloud's folder whose code names a cloud: in Python, a
+    string that is exactly a cloud's name (docstrings aside); elsewhere, a line (comments
+    aside) holding a cloud's name as a word."""
+    import re
+
+    names = frozenset(provider_names())
+    word = re.compile(r"(?<![\w])(" + "|".join(sorted(names)) + r")(?![\w])", re.IGNORECASE)
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    found: dict[str, list[int]] = {}
+    for rel in listed:
+        path = ROOT / rel
+        if not _outside_a_clouds_folder(rel) or not path.is_file() or rel.endswith(".md"):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        if rel.endswith(".py"):
+            hits = node_provider_names(text, names - {home_of(rel)})
+        else:
+            hits = [
+                n
+                for n, line in enumerate(text.splitlines(), 1)
+                if word.search(line.split("#", 1)[0])
+            ]
+        if hits:
+            found[rel] = hits
+    return found
+
+
+def test_the_scan_sees_a_cloud_named_outside_its_folder() -> None:
+    assert node_provider_names('x = {"aws": 1}', frozenset(NAMED)) == [1]
+    assert _outside_a_clouds_folder("infra/config.py")
+    assert not _outside_a_clouds_folder("infra/clouds/aws/entry.py")
+    assert set(NAMED) <= set(provider_names())
+    assert {p.split("/")[0] for p in SCANNED} <= {
+        "infra",
+        "bootstrap",
+        "scripts",
+        "policy",
+        "gpufleet_node",
+    }
+
+
+def test_no_file_outside_a_clouds_folder_must_change_for_a_new_cloud(new_cloud: Path) -> None:
+    """Every file that names one of the four clouds outside its folder is one a fifth cloud
+    would have to edit too (a table, a default, a branch, a build step): there is none but
+    the SDK pins. The throwaway cloud above needed none of them (it lives in a temporary
+    folder; no file for it appears in the scanned folders). Before issue 40's move: the node
+    modules (gpufleet_node/clouds/), infra/reaper/handler.py's entries and region variables,
+    reaper_deploy.py's schedules, handler names and CloudWatch dashboard."""
+    found = files_naming_a_cloud()
+    assert set(found) == set(NAMING_ALLOWED), {
+        p: lines for p, lines in found.items() if p not in NAMING_ALLOWED
+    }
+    changed = subprocess.run(
+        ["git", "status", "--porcelain", "--", *SCANNED],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert NAME not in changed
