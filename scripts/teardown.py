@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         print(fit(f"teardown: scan failed, nothing stopped: {why}"), file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(report.as_json(), indent=2, sort_keys=True))
+        print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
         print(render_text(report))
     if report.problems:

@@ -237,7 +237,7 @@ class InstanceDecision:
     unknown: bool = False  # kept because something could not be read: reported, not idle
     error: str | None = None  # the reaper could not judge this instance (a bug: exit 1)
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "instance_id": self.instance_id,
             "stack": self.stack,
@@ -303,14 +303,14 @@ class Report:
         could not be judged. A bad tag is reported, never a failure."""
         return 1 if self.problems else 0
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "provider": self.provider,
             "region": self.region,
             "stack": self.stack,
             "apply": self.apply,
             "now": self.now.astimezone(UTC).isoformat(),
-            "decisions": [d.as_json() for d in self.decisions],
+            "decisions": [d.to_json() for d in self.decisions],
             "summary": self.summary,
         }
 

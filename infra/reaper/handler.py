@@ -256,9 +256,9 @@ def run(
 
 
 def _log_and_check(report: Report) -> dict[str, Any]:
-    stops = [d.as_json() for d in report.decisions if d.action == "stop"]
+    stops = [d.to_json() for d in report.decisions if d.action == "stop"]
     noted = [
-        d.as_json() for d in report.decisions if d.action != "stop" and (d.warning or d.unknown)
+        d.to_json() for d in report.decisions if d.action != "stop" and (d.warning or d.unknown)
     ]
     for line in stops + noted:
         print(json.dumps(line, sort_keys=True))
