@@ -24,7 +24,7 @@ import enum
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from fabric import Connection
 
@@ -125,9 +125,17 @@ DEFAULT_APT_LOCK_TIMEOUT_S = 300
 DEFAULT_FSTAB = "/etc/fstab"
 
 
+_T = TypeVar("_T")
+
+
 @dataclass(frozen=True)
 class Options:
-    """Task options shared by all steps (each task fills in what it exposes)."""
+    """Task options shared by all steps (each task fills in what it exposes).
+
+    What only one task family reads is that family's own frozen dataclass in ``tasks``
+    (``WatchdogOptions``, ``HealthOptions``, ``DataMove`` ...), read back by its type with
+    :meth:`of` or :meth:`need`: a misspelt option is a type error, not a key nobody reads.
+    """
 
     allow_no_gpu: bool = False
     force: bool = False
@@ -139,7 +147,19 @@ class Options:
     scratch_devices: tuple[str, ...] = ()  # explicit devices instead of discovery
     fstab: str = DEFAULT_FSTAB
     scratch_path: str | None = None  # overrides the stack's scratch.path
+    tasks: tuple[object, ...] = ()  # each task family's own options, one object per type
     extra: Mapping[str, Any] = field(default_factory=dict)  # options of tasks added later
+
+    def of(self, kind: type[_T]) -> _T | None:
+        """This run's options of one task family (an instance of ``kind``), None if not given."""
+        return next((o for o in self.tasks if isinstance(o, kind)), None)
+
+    def need(self, kind: type[_T]) -> _T:
+        """As :meth:`of`, for a step that cannot run without them (a programming error)."""
+        found = self.of(kind)
+        if found is None:
+            raise TypeError(f"this step needs {kind.__name__} in Options.tasks")
+        return found
 
 
 ProgressFn = Callable[[str], None]

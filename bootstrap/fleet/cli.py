@@ -11,7 +11,8 @@ A new task is a few lines::
     @fleet_task(help={"hours": "how long to lease the nodes"})
     def keep_alive(c, fleet_args, hours=2):
         \"\"\"Extend the idle lease on every node.\"\"\"
-        fleet_run(c, "keep-alive", [my_step], fleet_args, options=Options(extra={"hours": hours}))
+        options = Options(tasks=(KeepAlive(hours),))  # the task's own frozen dataclass
+        fleet_run(c, "keep-alive", [my_step], fleet_args, options=options)
 
 :func:`fleet_task` declares the options every fleet task shares once (``--stack``,
 ``--inventory``, ``--json``, ``--connect-timeout``: :class:`FleetArgs`, handed to the body as

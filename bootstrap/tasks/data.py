@@ -31,7 +31,7 @@ import shlex
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +103,18 @@ class DataPlan:
 
     def past(self) -> bool:
         return time.monotonic() >= self.started + self.deadline_s
+
+
+@dataclass(frozen=True)
+class DataMove:
+    """What the data steps read (in ``Options.tasks``): the plan; for a push this machine's
+    files (relative path -> [size, sha256]) and their folder; for a pull where they go."""
+
+    plan: DataPlan
+    local: Mapping[str, list[Any]] = field(default_factory=dict)
+    source: str = ""
+    dest: str = ""
+    for_pull: bool = False
 
 
 def plan_for(fleet: Fleet, name: str, *, jobs_dir: str, s3_endpoint: str, node_env: str,
@@ -236,7 +248,7 @@ def node_tool(
     """Run ``data_sync.py COMMAND --root <the dataset> ARGS`` with ``doc`` on its stdin,
     within what is left of --deadline (the tool's own, and the SSH command's a little
     later); its JSON answer (a StepFailed when it has none, or says it failed)."""
-    plan: DataPlan = ctx.options.extra["plan"]
+    plan = ctx.options.need(DataMove).plan
     if plan.past():
         raise StepFailed(f"{command}: " + _past(plan, "before it began"))
     root, _ = ship_then_command(plan.jobs_dir, "")  # the folder the tools are shipped into
@@ -295,9 +307,8 @@ def _bucket_args(plan: DataPlan, *, delete: bool = False) -> str:
 @step("data-push")
 def data_push_step(conn: Connection, ctx: HostContext) -> StepResult:
     """This machine's folder -> the node's scratch, only what the node lacks."""
-    x = ctx.options.extra
-    plan: DataPlan = x["plan"]
-    local: dict[str, list[Any]] = x["local"]
+    move = ctx.options.need(DataMove)
+    plan, local = move.plan, move.local
     dirs = sorted({str(Path(rel).parent) for rel in local} - {"."})
     there = node_tool(conn, ctx, "prepare", {"dirs": dirs})["files"]
     send = to_send(local, there)
@@ -310,7 +321,7 @@ def data_push_step(conn: Connection, ctx: HostContext) -> StepResult:
             node_tool(conn, ctx, "place", {"files": {r: local[r] for r in batch}, "token": token})
             raise StepFailed(_past(plan, f"{send.index(rel)} of {len(send)} file(s) sent"))
         ctx.tick(f"push: {size_text(done)} of {size_text(total)} ({short(rel)})", done / total)
-        put_bytes(conn, Path(x["source"]) / rel, f"{plan.node_root}/{rel}.{token}{PART}")
+        put_bytes(conn, Path(move.source) / rel, f"{plan.node_root}/{rel}.{token}{PART}")
         done += local[rel][0]
         batch.append(rel)
         if time.monotonic() - placed_at >= PLACE_EVERY_S:
@@ -329,7 +340,7 @@ def data_push_step(conn: Connection, ctx: HostContext) -> StepResult:
 @step("data-upload")
 def data_upload_step(conn: Connection, ctx: HostContext) -> StepResult:
     """The node's copy -> the bucket, with the node's own identity."""
-    plan: DataPlan = ctx.options.extra["plan"]
+    plan = ctx.options.need(DataMove).plan
     out = node_tool(conn, ctx, "upload", {}, args=_bucket_args(plan), what="upload")
     return _moved(out)
 
@@ -337,9 +348,9 @@ def data_upload_step(conn: Connection, ctx: HostContext) -> StepResult:
 @step("data-fetch")
 def data_fetch_step(conn: Connection, ctx: HostContext) -> StepResult:
     """The bucket -> the node's scratch, with the node's own identity."""
-    x = ctx.options.extra
-    plan: DataPlan = x["plan"]
-    delete = plan.delete and not x.get("for_pull")
+    move = ctx.options.need(DataMove)
+    plan = move.plan
+    delete = plan.delete and not move.for_pull
     out = node_tool(conn, ctx, "fetch", {}, args=_bucket_args(plan, delete=delete),
                     what="fetch")  # fmt: skip
     return _moved(out)
@@ -358,9 +369,9 @@ def _moved(out: Mapping[str, Any]) -> StepResult:
 @step("data-get")
 def data_get_step(conn: Connection, ctx: HostContext) -> StepResult:
     """The node's copy -> this machine, only what is missing here."""
-    x = ctx.options.extra
-    plan: DataPlan = x["plan"]
-    dest = Path(x["dest"])
+    move = ctx.options.need(DataMove)
+    plan = move.plan
+    dest = Path(move.dest)
     there = node_tool(conn, ctx, "prepare", {"create": False})["files"]
     if not there:
         raise StepFailed(f"{plan.node_root} on the node is empty: nothing to pull")
@@ -412,7 +423,7 @@ def _move(
     fleet_args: FleetArgs,
     task: str,
     steps: list[Any],
-    extra: Mapping[str, Any],
+    move: DataMove,
     route: str,
 ) -> FleetReport:
     """Run ``steps`` on ``fleet``'s hosts at once, one progress line per host and step,
@@ -426,7 +437,8 @@ def _move(
         fleet,
         task,
         steps,
-        extra,
+        {},
+        tasks=(move,),
         console=None if quiet else console,
         connect_timeout=fleet_args.connect_timeout,
     )
@@ -495,8 +507,8 @@ def data_push(
             raise _fail(str(exc)) from None
         fleet, steps = _head(fleet), [data_push_step, data_upload_step]
     route = f"{root} -> {plan.node_root}" + (f" -> {bucket_url(plan)}" if to == "bucket" else "")
-    extra = {"plan": plan, "local": local_files(root), "source": str(root)}
-    _move(c, fleet, fleet_args, "data-push", steps, extra, route)
+    move = DataMove(plan, local=local_files(root), source=str(root))
+    _move(c, fleet, fleet_args, "data-push", steps, move, route)
 
 
 @fleet_task(
@@ -524,7 +536,7 @@ def data_fetch(
     except TrainError as exc:
         raise _fail(str(exc)) from None
     route = f"{bucket_url(plan)} -> {plan.node_root}"
-    _move(c, fleet, fleet_args, "data-fetch", [data_fetch_step], {"plan": plan}, route)
+    _move(c, fleet, fleet_args, "data-fetch", [data_fetch_step], DataMove(plan), route)
 
 
 @fleet_task(
@@ -569,5 +581,5 @@ def data_pull(
         steps = [data_fetch_step, data_get_step]
     one = _head(fleet, node)
     route = ("" if node else f"{bucket_url(plan)} -> ") + f"{plan.node_root} -> {target}"
-    extra = {"plan": plan, "dest": str(target), "for_pull": True}
-    _move(c, one, fleet_args, "data-pull", steps, extra, route)
+    move = DataMove(plan, dest=str(target), for_pull=True)
+    _move(c, one, fleet_args, "data-pull", steps, move, route)

@@ -55,10 +55,17 @@ def plan_dcgm(
     return DcgmPlan("install", f"installing {package} for CUDA {cuda[0]}", package)
 
 
+@dataclass(frozen=True)
+class DcgmOptions:
+    """fab setup's --dcgm / --no-dcgm, read by the install-dcgm step."""
+
+    install: bool = True
+
+
 @step("install-dcgm", needs_gpu=True)
 def install_dcgm_step(conn: Connection, ctx: HostContext) -> StepResult:
     """NVIDIA DCGM and its host engine, for dcgmi diag."""
-    if not ctx.options.extra.get("dcgm", True):
+    if not (ctx.options.of(DcgmOptions) or DcgmOptions()).install:
         return StepResult.skipped("--no-dcgm")
     cuda = ctx.facts.get("cuda_driver_version")
     if cuda is None and ctx.facts.get("driver_version"):

@@ -36,7 +36,7 @@ def verdict_message(v: HealthVerdict, seconds: float) -> str:
 @step("health")
 def health_step(conn: Connection, ctx: HostContext) -> StepResult:
     """The node's health snapshot, judged and stored."""
-    opts: HealthOptions = ctx.options.extra.get("health") or HealthOptions()
+    opts = ctx.options.of(HealthOptions) or HealthOptions()
     hexp = expect_from(None, ctx.tier, ctx.outputs)
     remote = ship(conn)
     try:
@@ -174,7 +174,7 @@ def health(
         "health",
         [health_step],
         fleet_args,
-        options=Options(extra={"health": opts}),
+        options=Options(tasks=(opts,)),
         readonly=True,
         render=render_health,
     )

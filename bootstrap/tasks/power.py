@@ -45,7 +45,12 @@ from bootstrap.fleet.runner import (
 )
 from bootstrap.fleet.system import preflight_step
 from bootstrap.tasks.scratch import mount_scratch_step
-from bootstrap.tasks.watchdog import PREFIX, save_scratch_step, watchdog_running_step
+from bootstrap.tasks.watchdog import (
+    PREFIX,
+    WatchdogOptions,
+    save_scratch_step,
+    watchdog_running_step,
+)
 from infra import clouds
 from infra.clouds.power import NodePower
 from infra.reaper import tags as T
@@ -138,14 +143,6 @@ def begin(c: Context, fleet_args: FleetArgs, endpoint: str) -> Begun:
     found = targets(fleet)
     power = connect_cloud(fleet, endpoint)
     return Begun(fleet, found, power, describe(power, [t.instance_id for t in found]))
-
-
-def watchdog_paths(prefix: str, etc: str) -> dict[str, str]:
-    """Where the watchdog is on the node, as install-watchdog's options put it."""
-    return {
-        **({"watchdog_prefix": prefix} if prefix else {}),
-        **({"watchdog_etc": etc} if etc else {}),
-    }
 
 
 def unsettled(iid: str, state: str) -> str | None:
@@ -405,7 +402,7 @@ def start(
             else StepResult.ok("; ".join(notes)),
         )
         ready.append(host)
-    options = Options(extra={"enable_timer": watchdog_timer, **watchdog_paths(prefix, etc)})
+    options = WatchdogOptions(enable_timer=watchdog_timer, prefix=prefix, etc=etc).as_options()
     ran = _run_on_nodes(
         c, "start", fleet, ready, [mount_scratch_step, watchdog_running_step], options, fleet_args
     )
@@ -454,7 +451,7 @@ def stop(
             running.append(t)
     options = Options(
         force=force,
-        extra={"sync_timeout_s": sync_timeout, **watchdog_paths(prefix, etc)},
+        tasks=(WatchdogOptions(sync_timeout_s=sync_timeout, prefix=prefix, etc=etc),),
     )
     ran = _run_on_nodes(
         c, "stop", fleet, [t.host for t in running], [save_scratch_step], options, fleet_args

@@ -16,12 +16,12 @@ from bootstrap.fleet.api import (
 from bootstrap.fleet.cli import FleetArgs, fleet_run, fleet_task
 from bootstrap.fleet.numbers import Bound
 from bootstrap.tasks.agent import monitoring_agent_step
-from bootstrap.tasks.dcgm import install_dcgm_step
+from bootstrap.tasks.dcgm import DcgmOptions, install_dcgm_step
 from bootstrap.tasks.driver import install_driver_step
 from bootstrap.tasks.health import health_step
 from bootstrap.tasks.pytorch import install_pytorch_step
 from bootstrap.tasks.scratch import mount_scratch_step
-from bootstrap.tasks.watchdog import install_watchdog_step
+from bootstrap.tasks.watchdog import WatchdogOptions, install_watchdog_step
 from bootstrap.verify.health.check import HealthOptions
 
 
@@ -91,11 +91,11 @@ def setup(
         scratch_devices=tuple(d.strip() for d in scratch_devices.split(",") if d.strip()),
         scratch_path=scratch_path or None,
         fstab=fstab,
-        extra={
-            "enable_timer": watchdog_timer,
-            "dcgm": dcgm,
-            "health": HealthOptions(state_dir=state_dir),
-        },
+        tasks=(
+            WatchdogOptions(enable_timer=watchdog_timer),
+            DcgmOptions(install=dcgm),
+            HealthOptions(state_dir=state_dir),
+        ),
     )
     fleet_run(
         c,

@@ -19,6 +19,7 @@ from bootstrap.fleet.runner import FleetReport, summary_table
 from bootstrap.fleet.system import sh, split_sections
 from bootstrap.fleet.ttl import TTL_PY, WATCHDOG_STATE_FILE, ttl_cell, ttl_left, ttl_note
 from bootstrap.tasks.pytorch import DEFAULT_VENV
+from bootstrap.tasks.watchdog import WatchdogOptions
 from bootstrap.verify.health.check import MAX_AGE_HOURS, age_hours, format_age
 from bootstrap.verify.health.verdict import HealthVerdict
 from gpufleet_node.verify_health import QUARANTINE_FILE, STATE_DIR, VERDICT_FILE
@@ -113,7 +114,7 @@ def status_details(facts: Mapping[str, Any], sections: Mapping[str, str]) -> dic
 @step("status")
 def status_step(conn: Connection, ctx: HostContext) -> StepResult:
     py = shlex.quote(f"{ctx.options.venv.rstrip('/')}/bin/python")
-    state = str(ctx.options.extra.get("state_dir") or STATE_DIR)
+    state = (ctx.options.of(WatchdogOptions) or WatchdogOptions()).state_dir or str(STATE_DIR)
     script = _STATUS_SCRIPT.format(
         ttl_py=shlex.quote(TTL_PY),
         py=py,
@@ -268,7 +269,7 @@ def status(
         "status",
         [status_step],
         fleet_args,
-        options=Options(venv=venv, extra={"state_dir": state_dir or STATE_DIR}),
+        options=Options(venv=venv, tasks=(WatchdogOptions(state_dir=state_dir),)),
         readonly=True,
         render=render_status,
     )

@@ -35,14 +35,14 @@ from bootstrap.verify.health.verdict import from_verify
 from bootstrap.verify.judge import cluster_not_run, judge, judge_cluster
 from bootstrap.verify.render import STYLE, overall_line, verdict_text
 from bootstrap.verify.report import VerifyRun, save_report, upload_report
-from bootstrap.verify.ship import VerifyOptions, parse_node_env, run_on_node
+from bootstrap.verify.ship import VerifyInputs, VerifyOptions, parse_node_env, run_on_node
 from bootstrap.verify.verdict import FAIL, Check, Verdict
 from infra.catalog import load_catalog
 from infra.render import output_width
 
 
 def _result(measurements: dict[str, Any], ctx: HostContext, cluster: bool = False) -> StepResult:
-    exp: Expected = ctx.options.extra["expected"]
+    exp = ctx.options.need(VerifyInputs).expected
     if cluster:
         return StepResult.ok("cross-node run done", measurements=measurements)
     verdict = judge(measurements, exp, host=ctx.host.label)
@@ -59,12 +59,12 @@ def _result(measurements: dict[str, Any], ctx: HostContext, cluster: bool = Fals
 def verify_node_step(conn: Connection, ctx: HostContext) -> StepResult:
     """Inventory, health and the benchmarks on one node; the node's health verdict (the
     health snapshot with verify's findings) is kept as fab health keeps it."""
-    opts: HealthOptions | None = ctx.options.extra.get("health")  # verify_fleet sets it
+    opts = ctx.options.of(HealthOptions)  # verify_fleet sets it
     kept: dict[str, Any] = {}
 
     def keep_verdict(remote: str, measurements: dict[str, Any]) -> None:
         assert opts is not None
-        exp: Expected = ctx.options.extra["expected"]
+        exp = ctx.options.need(VerifyInputs).expected
         found = from_verify(judge(measurements, exp, host=ctx.host.label), now_utc())
         load = (measurements.get("load") or {}).get("gpus") or []
         verdict, stored = check_node(
@@ -130,14 +130,13 @@ def verify_fleet(
     ranks = {h: i for i, h in enumerate(fleet.hosts)}
     if len(ranks) != len(fleet.hosts):
         raise ValueError("the same host is listed twice")
-    extra = {
-        "verify": opts,
-        "health": health or HealthOptions(python=opts.python),
-        "expected": exp,
-        "ranks": ranks,
-        "master_addr": master_address(outputs, fleet, opts.master_addr),
-    }
-    options = Options(venv=str(Path(opts.python).parent.parent), extra=extra)
+    given = VerifyInputs(
+        opts, exp, ranks=ranks, master_addr=master_address(outputs, fleet, opts.master_addr)
+    )
+    options = Options(
+        venv=str(Path(opts.python).parent.parent),
+        tasks=(given, health or HealthOptions(python=opts.python)),
+    )
 
     def make_context(host: Host) -> HostContext:
         return HostContext(

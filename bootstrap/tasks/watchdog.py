@@ -18,6 +18,7 @@ import json
 import shlex
 import urllib.parse
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,34 @@ TIMER = "gpufleet-watchdog.timer"
 SERVICE = "gpufleet-watchdog.service"
 # What the watchdog runs: the module and, through its imports, the rest it needs.
 TOOL = "watchdog"
+
+
+@dataclass(frozen=True)
+class WatchdogOptions:
+    """The watchdog tasks' options (install-watchdog, keep-alive, idle-status, and fab stop /
+    start's watchdog steps); an empty string is the default (the constants above) or the
+    stack's value."""
+
+    enable_timer: bool = True  # --no-watchdog-timer: files only, the timer not armed
+    prefix: str = ""
+    etc: str = ""
+    unit_dir: str = ""
+    state_dir: str = ""
+    hours: float = 2.0  # keep-alive's lease
+    sync_timeout_s: float = 0.0  # save-scratch's bound (0: the watchdog's own)
+    bucket: str = ""  # over the stack's bucket
+    dry_run: bool = False
+    # Endpoint overrides: tests (moto and fakes on 127.0.0.1) and private endpoints.
+    storage_endpoint_url: str = ""
+    metadata_url: str = ""
+    endpoint_url: str = ""
+
+    def as_options(self) -> Options:
+        return Options(tasks=(self,))
+
+
+def _watchdog_options(ctx: HostContext) -> WatchdogOptions:
+    return ctx.options.of(WatchdogOptions) or WatchdogOptions()
 
 
 def node_files(prefix: str = PREFIX, unit_dir: str = UNIT_DIR) -> list[tuple[Path, str, str]]:
@@ -131,7 +160,7 @@ def watchdog_command(prefix: str, etc: str, command: str) -> str:
     return f"{node_package.module_command(prefix, TOOL)} {command} --config {config}"
 
 
-def watchdog_config(ctx: HostContext, extra: Mapping[str, Any]) -> dict[str, Any]:
+def watchdog_config(ctx: HostContext, opts: WatchdogOptions) -> dict[str, Any]:
     """What /etc/gpufleet/watchdog.json adds to the first-boot node.json (stack facts)."""
     # The kind decides whether unsynced checkpoints may be left behind by a stop: an
     # instance store ("nvme") is erased, a data disk ("disk") survives.
@@ -153,16 +182,20 @@ def watchdog_config(ctx: HostContext, extra: Mapping[str, Any]) -> dict[str, Any
         "idle_minutes": idle.get("idle_minutes"),
         "ttl_hours": idle.get("ttl_hours"),
     }
+    given = {"bucket": opts.bucket, "dry_run": opts.dry_run or None}
     for key in ("bucket", "provider", "region", "idle_minutes", "ttl_hours", "dry_run"):
-        value = extra.get(key)
+        value = given.get(key)
         if value in (None, ""):
             value = from_stack.get(key)
         if value not in (None, ""):
             cfg[key] = value
-    # Endpoint overrides: tests (moto and fakes on 127.0.0.1) and private endpoints.
-    for key in ("state_dir", "storage_endpoint_url", "metadata_url", "endpoint_url"):
-        if extra.get(key):
-            cfg[key] = extra[key]
+    overrides = {
+        "state_dir": opts.state_dir,
+        "storage_endpoint_url": opts.storage_endpoint_url,
+        "metadata_url": opts.metadata_url,
+        "endpoint_url": opts.endpoint_url,
+    }
+    cfg.update({key: value for key, value in overrides.items() if value})
     return cfg
 
 
@@ -182,12 +215,12 @@ def enable_commands(unit_dir: str = UNIT_DIR) -> list[str]:
 
 
 def _paths(ctx: HostContext) -> tuple[str, str, str, str]:
-    extra = ctx.options.extra
+    opts = _watchdog_options(ctx)
     return (
-        str(extra.get("watchdog_prefix") or PREFIX),
-        str(extra.get("watchdog_etc") or ETC),
-        str(extra.get("unit_dir") or UNIT_DIR),
-        str(extra.get("state_dir") or STATE_DIR),
+        opts.prefix or PREFIX,
+        opts.etc or ETC,
+        opts.unit_dir or UNIT_DIR,
+        opts.state_dir or STATE_DIR,
     )
 
 
@@ -195,12 +228,12 @@ def _paths(ctx: HostContext) -> tuple[str, str, str, str]:
 def install_watchdog_step(conn: Connection, ctx: HostContext) -> StepResult:
     """Copy the watchdog and its units, write its config, enable the timer (idempotent)."""
     prefix, etc, unit_dir, _state = _paths(ctx)
-    extra = ctx.options.extra
+    opts = _watchdog_options(ctx)
     py = sh(conn, "python3 -c 'import sys; print(sys.version_info >= (3, 10))'")
     if not py.ok or py.stdout.strip() != "True":
         return StepResult.failed("the watchdog needs python3 >= 3.10 on the node")
 
-    config = watchdog_config(ctx, extra)
+    config = watchdog_config(ctx, opts)
     unknown = [k for k in ("provider", "region", "stack", "node") if k not in config]
     if unknown and not sh(conn, f"test -f {NODE_INFO}").ok:
         # A plain `-H` host with no stack behind it (a workstation, a foreign VM): the watchdog
@@ -225,7 +258,7 @@ def install_watchdog_step(conn: Connection, ctx: HostContext) -> StepResult:
     if f"{etc}/watchdog.json" in stale:
         _put(conn, ctx, config_text.encode(), f"{etc}/watchdog.json", "0644")
 
-    enable = extra.get("enable_timer", True)
+    enable = opts.enable_timer
     if enable:
         refused = arm_timer(conn, ctx, unit_dir)
         if refused is not None:
@@ -296,7 +329,7 @@ def _put(conn: Connection, ctx: HostContext, data: bytes, dest: str, mode: str) 
 def keep_alive_step(conn: Connection, ctx: HostContext) -> StepResult:
     """Write the lease (file + instance tag) through the watchdog on the node."""
     prefix, etc, _unit, _state = _paths(ctx)
-    hours = float(ctx.options.extra.get("hours", 2))
+    hours = _watchdog_options(ctx).hours
     done = root_sh(conn, ctx, watchdog_command(prefix, etc, f"lease --hours {hours:g} --json"))
     if not done.ok:
         return StepResult.failed(
@@ -367,7 +400,7 @@ def watchdog_running_step(conn: Connection, ctx: HostContext) -> StepResult:
             f"no watchdog on this node ({etc}/watchdog.json missing): fab install-watchdog"
         )
     armed = "timer not checked (--no-watchdog-timer)"
-    if ctx.options.extra.get("enable_timer", True):
+    if _watchdog_options(ctx).enable_timer:
         refused = arm_timer(conn, ctx, unit_dir)
         if refused is not None:
             return StepResult.failed(refused)
@@ -393,7 +426,7 @@ def save_scratch_step(conn: Connection, ctx: HostContext) -> StepResult:
             f"{jobs} job(s) running (fab jobs): fab cancel saves their last checkpoint; "
             "not stopped (--force stops it anyway)"
         )
-    timeout = float(ctx.options.extra.get("sync_timeout_s") or 0)
+    timeout = _watchdog_options(ctx).sync_timeout_s
     command = "sync" + (f" --timeout {timeout:g}" if timeout else "")
     synced = _watchdog_json(conn, ctx, command)
     if isinstance(synced, str):
@@ -411,10 +444,6 @@ def _unsaved(message: str, force: bool) -> StepResult:
     if force:
         return StepResult.skipped(f"{message}; stopping anyway (--force)", saved=False)
     return StepResult.failed(f"{message}; not stopped (--force stops it anyway)", saved=False)
-
-
-def _extra(**values: Any) -> Options:
-    return Options(extra={k: v for k, v in values.items() if v not in (None, "")})
 
 
 @fleet_task(
@@ -448,18 +477,18 @@ def install_watchdog(
 ) -> None:
     """Install (or update) the idle watchdog, prove it can save scratch to the bucket, and
     arm its systemd timer on every node."""
-    options = _extra(
-        bucket=bucket or None,
-        dry_run=dry_run or None,
+    options = WatchdogOptions(
+        bucket=bucket,
+        dry_run=dry_run,
         enable_timer=watchdog_timer,
-        watchdog_prefix=prefix,
-        watchdog_etc=etc,
+        prefix=prefix,
+        etc=etc,
         unit_dir=unit_dir,
         state_dir=state_dir,
         storage_endpoint_url=storage_endpoint,
         metadata_url=metadata_url,
         endpoint_url=api_endpoint,
-    )
+    ).as_options()
     fleet_run(
         c,
         "install-watchdog",
@@ -491,7 +520,7 @@ def keep_alive(
         "keep-alive",
         [keep_alive_step],
         fleet_args,
-        options=_extra(hours=float(hours), watchdog_prefix=prefix, watchdog_etc=etc),
+        options=WatchdogOptions(hours=float(hours), prefix=prefix, etc=etc).as_options(),
     )
 
 
@@ -536,7 +565,7 @@ def idle_status(
         "idle-status",
         [idle_status_step],
         fleet_args,
-        options=_extra(watchdog_prefix=prefix, watchdog_etc=etc),
+        options=WatchdogOptions(prefix=prefix, etc=etc).as_options(),
         readonly=True,
         render=idle_table,
     )

@@ -24,8 +24,10 @@ from bootstrap.train.spec import rank_of
 from bootstrap.train.steps import chart_step, history_step, jobs_step, logs_step
 
 
-def _context_factory(fleet: Fleet, extra: Mapping[str, Any]) -> Callable[[Host], HostContext]:
-    options = Options(extra=dict(extra))
+def _context_factory(
+    fleet: Fleet, extra: Mapping[str, Any], tasks: tuple[object, ...] = ()
+) -> Callable[[Host], HostContext]:
+    options = Options(extra=dict(extra), tasks=tasks)
 
     def make(host: Host) -> HostContext:
         return HostContext(
@@ -47,6 +49,7 @@ def run_steps(
     steps: Sequence[Any],
     extra: Mapping[str, Any],
     *,
+    tasks: tuple[object, ...] = (),
     console: Console | None,
     connect_timeout: float,
 ) -> FleetReport:
@@ -56,7 +59,7 @@ def run_steps(
         name,
         fleet.hosts,
         list(steps),
-        _context_factory(fleet, extra),
+        _context_factory(fleet, extra, tasks),
         config=c.config,
         console=console,
         connect_timeout_s=connect_timeout,

@@ -14,7 +14,7 @@ from fabric import Connection
 from bootstrap.fleet.api import Host, HostContext, Options, StepResult, step
 from bootstrap.fleet.runner import run_fleet
 from bootstrap.verify.expected import Expected
-from bootstrap.verify.ship import VerifyOptions, upload_on_node
+from bootstrap.verify.ship import VerifyInputs, VerifyOptions, upload_on_node
 from bootstrap.verify.verdict import Verdict, overall
 
 REPORT_SCHEMA = "gpufleet.verify-report/1"
@@ -64,7 +64,10 @@ def save_report(run: VerifyRun, reports_dir: Path) -> Path:
 @step("verify-upload")
 def upload_step(conn: Connection, ctx: HostContext) -> StepResult:
     """Copy the saved report into the stack's bucket from this node."""
-    result = upload_on_node(conn, ctx, ctx.options.extra["report"])
+    report = ctx.options.need(VerifyInputs).report
+    if report is None:
+        raise TypeError("verify-upload needs VerifyInputs.report")
+    result = upload_on_node(conn, ctx, report)
     return StepResult.ok(str(result.get("status")), upload=result)
 
 
@@ -83,7 +86,7 @@ def upload_report(
     no bucket credentials of any cloud. Returns what happened; never raises."""
     if not exp.bucket:
         return {"status": "skip", "reason": "the stack has no bucket"}
-    options = Options(extra={"verify": opts, "expected": exp, "report": path})
+    options = Options(tasks=(VerifyInputs(opts, exp, report=path),))
     done = run_fleet(
         "verify-gpu (report upload)",
         [head],

@@ -56,6 +56,19 @@ class VerifyOptions:
         return self.fabric.merged(self.node_env) if stage == "cross" else dict(self.node_env)
 
 
+@dataclass(frozen=True)
+class VerifyInputs:
+    """What verify-gpu's steps read (in ``Options.tasks``): its options, what a healthy node
+    of the tier does, each host's rank for the cross-node stage and its rendezvous address,
+    and the saved report for the upload step."""
+
+    verify: VerifyOptions
+    expected: Expected
+    ranks: Mapping[Host, int] = field(default_factory=dict)
+    master_addr: str = "127.0.0.1"
+    report: Path | None = None
+
+
 def parse_node_env(text: str) -> dict[str, str]:
     """``KEY=VALUE,KEY=VALUE`` (``--node-env``) -> a dict; ValueError names a bad item."""
     env: dict[str, str] = {}
@@ -148,7 +161,8 @@ def write_file_commands(path: str, data: bytes) -> list[str]:
 def upload_on_node(conn: Connection, ctx: HostContext, report: Path) -> dict[str, Any]:
     """Ship the node files and the saved ``report``, upload it from the node, clean up.
     Returns what verify_node.py --upload-report said; StepFailed when it said nothing."""
-    opts: VerifyOptions = ctx.options.extra["verify"]
+    given = ctx.options.need(VerifyInputs)
+    opts = given.verify
     remote = ship(conn)
     target = f"{remote}/{report.name}"
     try:
@@ -157,7 +171,7 @@ def upload_on_node(conn: Connection, ctx: HostContext, report: Path) -> dict[str
             if not wrote.ok:
                 why = (str(wrote.stderr) or str(wrote.stdout)).strip()[-300:]
                 raise StepFailed(f"could not copy the report to the node: {why}")
-        cmd = upload_command(remote, opts, ctx.options.extra["expected"], target)
+        cmd = upload_command(remote, opts, given.expected, target)
         done = sh(conn, cmd, timeout=420)
     finally:
         sh(conn, f"rm -rf {shlex.quote(remote)}", timeout=60)
@@ -218,7 +232,7 @@ def run_on_node(
     with ``report_error`` so the verdict shows them instead of a traceback. ``after`` runs
     with the shipped folder and the measurements before the folder is removed (the health
     verdict uses the files already there)."""
-    opts: VerifyOptions = ctx.options.extra["verify"]
+    opts = ctx.options.need(VerifyInputs).verify
     py = shlex.quote(opts.python)
     if not sh(conn, f"test -x {py}", timeout=30).ok:
         raise StepFailed(
@@ -255,16 +269,16 @@ def remove(conn: Connection, remote: str) -> str:
 
 
 def _run_stage(conn: Connection, ctx: HostContext, remote: str, stage: str) -> dict[str, Any]:
-    opts: VerifyOptions = ctx.options.extra["verify"]
-    ranks: Mapping[Host, int] = ctx.options.extra.get("ranks", {})
+    given = ctx.options.need(VerifyInputs)
+    opts = given.verify
     cmd = node_command(
         remote,
         opts,
-        ctx.options.extra["expected"],
+        given.expected,
         stage=stage,
-        node_rank=ranks.get(ctx.host, 0),
-        nnodes=len(ranks) or 1,
-        master_addr=ctx.options.extra.get("master_addr", "127.0.0.1"),
+        node_rank=given.ranks.get(ctx.host, 0),
+        nnodes=len(given.ranks) or 1,
+        master_addr=given.master_addr,
     )
     ctx.progress(f"running verify_node.py ({stage})")
     # verify_node.py reports its own failures in the JSON it writes; its exit status only

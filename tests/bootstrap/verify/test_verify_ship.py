@@ -16,7 +16,13 @@ from bootstrap.fleet.api import Host, HostContext, Options, StepResult
 from bootstrap.fleet.runner import run_step
 from bootstrap.tasks.verify import verify_node_step
 from bootstrap.verify.judge import NODE_SCHEMA, expected_from
-from bootstrap.verify.ship import VerifyOptions, node_command, remote_bundle, ship_command
+from bootstrap.verify.ship import (
+    VerifyInputs,
+    VerifyOptions,
+    node_command,
+    remote_bundle,
+    ship_command,
+)
 from infra.catalog import load_catalog
 
 PY = "/opt/gpufleet/venv/bin/python"
@@ -36,7 +42,7 @@ def run_verify_node(mock: MockRemote, commands: Sequence[Command]) -> StepResult
     mock.expect(host="node", user="ubuntu", commands=list(commands))
     ctx = HostContext(
         host=Host("node", user="ubuntu"),
-        options=Options(extra={"verify": OPTS, "expected": EXP}),
+        options=Options(tasks=(VerifyInputs(OPTS, EXP),)),
     )
     conn = Connection("node", user="ubuntu")
     try:
@@ -141,7 +147,7 @@ def test_the_health_verdict_is_taken_and_kept_in_the_shipped_folder_before_it_go
     )
     ctx = HostContext(
         host=Host("node", user="ubuntu"),
-        options=Options(extra={"verify": OPTS, "expected": EXP, "health": health}),
+        options=Options(tasks=(VerifyInputs(OPTS, EXP), health)),
     )
     conn = Connection("node", user="ubuntu")
     try:
