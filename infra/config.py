@@ -57,10 +57,12 @@ SSH_MIN_PREFIX = {4: 8, 6: 32}
 SSH_MAX_SHARE_BITS = 6
 # Where scratch may be mounted: a fresh directory under one of these (or one of them).
 SCRATCH_ROOTS = ("/scratch", "/mnt", "/data", "/nvme", "/local", "/workspace")
-# Tag keys the clouds or gpufleet reserve (compared in lower case). Value prefixes a cloud
-# refuses are its catalog fact (reserved_tag_value_prefixes).
-RESERVED_TAG_PREFIXES = ("gpufleet:", "aws:", "acs:", "aliyun", "http://", "https://")
-MAX_TAG_VALUE = 128  # Alicloud's limit (AWS allows 256)
+# Tag keys gpufleet reserves (compared in lower case). Each cloud's own reserved key
+# prefixes and its longest tag value are its limits.toml facts ([tags]); a stack's tags are
+# judged against all clouds' (reserved_tag_prefixes, max_tag_value), so they stay valid on
+# any of them. Value prefixes a cloud refuses are its catalog fact
+# (reserved_tag_value_prefixes), judged for its own stacks only.
+OWN_TAG_PREFIXES = ("gpufleet:",)
 
 # Every key a stack may set, with a one-line meaning (docs/configuration.md mirrors it).
 KEYS: Mapping[str, str] = MappingProxyType(
@@ -352,6 +354,19 @@ def scratch_path_problem(path: str) -> str | None:
     return None
 
 
+def reserved_tag_prefixes() -> tuple[str, ...]:
+    """The tag key prefixes no stack may use: gpufleet's, then each cloud's (in the catalog's
+    order), each once, in lower case."""
+    return tuple(
+        dict.fromkeys(OWN_TAG_PREFIXES + limits.reserved_tag_key_prefixes(provider_names()))
+    )
+
+
+def max_tag_value() -> int | None:
+    """The longest tag value every cloud takes (None: no cloud declares a limit)."""
+    return limits.tag_value_max(provider_names())
+
+
 def tag_text(value: Any) -> str:
     """A tag value as the clouds store it: booleans in lower case, numbers as written."""
     if isinstance(value, bool):
@@ -365,9 +380,10 @@ def tag_problem(
     """Why `key: value` may not be an extra tag, or None."""
     text_key = str(key)
     lowered = text_key.strip().lower()
-    if lowered.startswith(RESERVED_TAG_PREFIXES) or lowered == T.MANAGED_BY:
+    reserved = reserved_tag_prefixes()
+    if lowered.startswith(reserved) or lowered == T.MANAGED_BY:
         return (
-            f"the key {text_key!r} is reserved (prefixes {', '.join(RESERVED_TAG_PREFIXES)} in "
+            f"the key {text_key!r} is reserved (prefixes {', '.join(reserved)} in "
             "any letter case, and managed-by, are set by gpufleet or the cloud): rename it"
         )
     if not isinstance(key, str) or not _TAG_KEY.fullmatch(text_key):
@@ -392,8 +408,9 @@ def tag_problem(
     if not isinstance(value, str | int | float):
         return f"the value must be text, got {type(value).__name__}"
     text = tag_text(value)
-    if len(text) > MAX_TAG_VALUE:
-        return f"the value is {len(text)} characters long; at most {MAX_TAG_VALUE}"
+    longest = max_tag_value()
+    if longest is not None and len(text) > longest:
+        return f"the value is {len(text)} characters long; at most {longest}"
     if not text.isprintable():
         return "the value holds a newline or control character: one printable line only"
     refused = info.reserved_tag_value_prefixes if info else ()

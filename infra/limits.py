@@ -64,11 +64,16 @@ class RuleLimit:
 
 @dataclass(frozen=True)
 class TagLimit:
+    """How many tags a resource takes and how long each may be; ``reserved_key_prefixes``:
+    the key prefixes the cloud keeps for itself (compared in lower case), which infra.config
+    refuses on every cloud so a stack's tags stay valid wherever it moves."""
+
     source: str
     max: int
     key_max: int
     value_max: int
     value_min: int = 0
+    reserved_key_prefixes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,9 @@ def parse(name: str, data: Mapping[str, Any], where: str = FILE) -> CloudLimits:
         else None
     )
     tags = _take(data["tags"], f"{where} [tags]", TagLimit) if "tags" in data else None
+    if tags is not None:
+        prefixes = tuple(str(p).lower() for p in tags.reserved_key_prefixes)
+        tags = dataclasses.replace(tags, reserved_key_prefixes=prefixes)
     names = tuple(
         _take(n, f"{where} [[names]] {i}", NameLimit) for i, n in enumerate(data.get("names", ()))
     )
@@ -159,6 +167,24 @@ def load(name: str) -> CloudLimits | None:
     with path.open("rb") as f:
         data = tomllib.load(f)
     return parse(name, data, f"infra/clouds/{name}/{FILE}")
+
+
+def reserved_tag_key_prefixes(names: Iterable[str]) -> tuple[str, ...]:
+    """The tag key prefixes any of ``names`` reserves ([tags] reserved_key_prefixes), in the
+    clouds' order, each once."""
+    found: dict[str, None] = {}
+    for name in names:
+        cloud = load(name)
+        if cloud and cloud.tags:
+            found.update(dict.fromkeys(cloud.tags.reserved_key_prefixes))
+    return tuple(found)
+
+
+def tag_value_max(names: Iterable[str]) -> int | None:
+    """The longest tag value all of ``names`` take (the strictest [tags] value_max), or None
+    when none of them declares one."""
+    found = [c.tags.value_max for c in map(load, names) if c and c.tags]
+    return min(found, default=None)
 
 
 def longest_stack_name(provider: str, nodes: int = 1) -> int | None:

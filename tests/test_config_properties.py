@@ -215,7 +215,7 @@ def test_every_valid_mutated_config_plans_and_passes_the_mandatory_policies(
     """A config the parser accepts is one the program can declare: no late traceback."""
     from infra.offline import evaluate
     from policy import rules as R
-    from policy.offline import check_plan
+    from policy.plan_check import check_plan
 
     outcome = parse({**raw, "sshPublicKey": PLACEHOLDER_SSH_KEY})
     assume(isinstance(outcome, StackConfig))
@@ -439,12 +439,12 @@ tag_keys = st.one_of(
 def test_accepted_tags_are_flat_printable_text_under_unreserved_keys(
     base: dict[str, Any], tags: dict[str, Any]
 ) -> None:
-    from infra.config import RESERVED_TAG_PREFIXES
+    from infra.config import reserved_tag_prefixes
 
     outcome = parse({**base, "tags": tags})
     assert_clean(outcome)
     if isinstance(outcome, StackConfig):
         for key, value in outcome.tags.items():
-            assert not key.strip().lower().startswith(RESERVED_TAG_PREFIXES), key
+            assert not key.strip().lower().startswith(reserved_tag_prefixes()), key
             assert key.strip().lower() != "managed-by"
             assert isinstance(value, str) and value.isprintable() and len(value) <= 128

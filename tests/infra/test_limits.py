@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 
 from infra import clouds, limits
-from infra.config import MAX_TAG_VALUE, ConfigError, load_stack_file, parse_config
+from infra.catalog import provider_names
+from infra.config import (
+    ConfigError,
+    load_stack_file,
+    max_tag_value,
+    parse_config,
+    reserved_tag_prefixes,
+)
 from infra.offline import PLACEHOLDER_SSH_KEY, PlanResult, evaluate
 from infra.reaper import tags as T
 
@@ -142,8 +149,48 @@ def test_a_user_tag_named_like_one_of_gpufleets_own_adds_nothing() -> None:
 
 
 def test_no_cloud_takes_a_shorter_tag_value_than_the_config_allows_everywhere() -> None:
+    longest = max_tag_value()
+    assert longest is not None
     for cloud in CLOUDS:
-        assert limits.load(cloud).tags.value_max >= MAX_TAG_VALUE  # type: ignore[union-attr]
+        assert limits.load(cloud).tags.value_max >= longest  # type: ignore[union-attr]
+
+
+def test_the_config_takes_the_strictest_tag_value_any_cloud_declares() -> None:
+    # Alibaba Cloud's Function Compute takes 128 (FC_TAGS); the others 255 or 256
+    assert max_tag_value() == 128 == limits.load("alicloud").tags.value_max  # type: ignore[union-attr]
+    assert limits.tag_value_max(["aws", "azure"]) == 256
+    assert limits.tag_value_max([]) is None
+
+
+def test_reserved_tag_key_prefixes_are_gpufleets_then_each_clouds_own() -> None:
+    # the same list, in the same order, the config held before the clouds declared them
+    assert reserved_tag_prefixes() == ("gpufleet:", "aws:", "acs:", "aliyun", "http://", "https://")
+    for cloud in provider_names():
+        cloud_limits = limits.load(cloud)
+        if cloud_limits and cloud_limits.tags:
+            assert set(cloud_limits.tags.reserved_key_prefixes) <= set(reserved_tag_prefixes())
+    assert limits.reserved_tag_key_prefixes(["aws"]) == ("aws:",)
+    assert limits.reserved_tag_key_prefixes(["azure", "tencent"]) == ()
+
+
+def test_a_key_another_cloud_reserves_is_refused_on_every_cloud() -> None:
+    # a stack's tags stay valid wherever it moves: aliyun... is refused on AWS too
+    for cloud in CLOUDS:
+        for key in ("aws:team", "ALIYUN-x", "acs:y", "https://z"):
+            line = refusal(cloud, tags={key: "v"})
+            assert line.startswith(f"gpufleet:tags.{key}: ") and "is reserved" in line
+
+
+def test_a_clouds_reserved_key_prefixes_are_read_in_lower_case() -> None:
+    tags = {"source": "T", "max": 5, "key_max": 9, "value_max": 9}
+    parsed = limits.parse(
+        "x",
+        {
+            "sources": {"T": {"url": "u", "says": "s", "retrieved": "r"}},
+            "tags": {**tags, "reserved_key_prefixes": ["Qcs:", "project:"]},
+        },
+    )
+    assert parsed.tags is not None and parsed.tags.reserved_key_prefixes == ("qcs:", "project:")
 
 
 def test_alicloud_refuses_a_tag_key_longer_than_function_compute_takes() -> None:
