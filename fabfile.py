@@ -13,7 +13,7 @@ from infra.short_lived import no_collection, skip_exit_collection
 # on: `fab top` and `--follow` may run for hours.
 with no_collection():
     from bootstrap import ns
-    from bootstrap.fleet.usage import exit_2_on_parse_errors
+    from bootstrap.fleet.parse_errors import exit_2_on_parse_errors
 skip_exit_collection()
 
 # invoke's own parse errors (a flag that needs a value, an unknown flag or task) exit 2,

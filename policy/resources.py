@@ -2,7 +2,7 @@
 
 A :class:`Resource` is one declared resource as plain data (type token, logical name,
 inputs in the engine's camelCase), the same whether the engine handed it over
-(``policy/pack.py``) or Pulumi's mocks recorded it (``policy/offline.py``). This module
+(``policy/pack.py``) or Pulumi's mocks recorded it (``policy/plan_check.py``). This module
 knows no cloud: policy/rules.py and every infra/clouds/<name>/rules.py import it, and
 it imports neither, so the cloud folders can hold their policy facts without a circle.
 :class:`CloudFacts` is what such a rules.py declares.

@@ -6,7 +6,7 @@ logical name, inputs in the engine's camelCase). The same functions run in two p
 * inside ``pulumi preview/up --policy-pack policy/`` (``policy/pack.py`` turns the engine's
   ``PolicyResource`` objects into resources), and
 * offline, in ``scripts/plan.py``, on the resources Pulumi's mocks recorded
-  (``policy/offline.py``).
+  (``policy/plan_check.py``).
 
 What a rule needs to know about one cloud's resource types (its type tokens, where an
 instance keeps its size, how it is billed, how its reaper is scheduled, its own SSH,

@@ -55,10 +55,10 @@ def plan(
 ) -> tuple[dict[str, Any], list[str]]:
     """(the plan as a JSON-able dict, notes for people). Raises ConfigError on bad config.
 
-    `doc["policies"]` holds the guardrails' verdict (policy/offline.py `summary`)."""
+    `doc["policies"]` holds the guardrails' verdict (policy/plan_check.py `summary`)."""
     from infra.offline import PLACEHOLDER_SSH_KEY, evaluate
     from infra.program import OUTPUT_DOCS
-    from policy.offline import check_plan, summary
+    from policy.plan_check import check_plan, summary
 
     notes = []
     cfg = load_stack_file(path)
@@ -152,7 +152,7 @@ def print_human(doc: dict[str, Any], notes: list[str]) -> None:
     or unwrapped when piped. Plain text: nothing in it is read as markup."""
     from infra.plan_view import render_plan
     from infra.render import output_width
-    from policy.offline import format_preview
+    from policy.plan_check import format_preview
     from policy.rules import Violation
 
     violations = [Violation(**v) for v in doc["policies"]["violations"]]
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         help="policy pack config, as for `pulumi preview --policy-pack-config` (JSON)",
     )
     args = parser.parse_args(argv)
-    from policy.offline import EXIT_MANDATORY, load_pack_config
+    from policy.plan_check import EXIT_MANDATORY, load_pack_config
 
     try:
         if args.policy_config is not None and not args.policy_config.strip():

@@ -26,8 +26,8 @@ from bootstrap.fleet.runner import (
     verdict_line,
 )
 from bootstrap.tasks.status import render_status
-from bootstrap.verify.render import DETAIL_INDENT, verdict_text
 from bootstrap.verify.verdict import Check, Verdict
+from bootstrap.verify.verdict_text import DETAIL_INDENT, verdict_text
 from infra.plan_view import render_plan
 from infra.pricing.compare import compare_tier
 from infra.render import literal_console, number, output_width, value_text, wrap

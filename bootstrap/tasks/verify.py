@@ -33,10 +33,10 @@ from bootstrap.verify.expected import Expected, expected_from
 from bootstrap.verify.health.check import HealthOptions, check_node, expect_from, now_utc
 from bootstrap.verify.health.verdict import from_verify
 from bootstrap.verify.judge import cluster_not_run, judge, judge_cluster
-from bootstrap.verify.render import STYLE, overall_line, verdict_text
 from bootstrap.verify.report import VerifyRun, save_report, upload_report
 from bootstrap.verify.ship import VerifyInputs, VerifyOptions, parse_node_env, run_on_node
 from bootstrap.verify.verdict import FAIL, Check, Verdict
+from bootstrap.verify.verdict_text import STYLE, overall_line, verdict_text
 from infra.catalog import load_catalog
 from infra.render import output_width
 

@@ -8,7 +8,7 @@ for both on the laptop (the node side is ``gpufleet_node/verify_*.py``).
 - :mod:`~bootstrap.verify.expected`: what a healthy node of the tier looks like;
 - :mod:`~bootstrap.verify.judge` and :mod:`~bootstrap.verify.checks`: the pure judgement, one
   registered function per check; :mod:`~bootstrap.verify.verdict`: statuses and verdicts;
-- :mod:`~bootstrap.verify.render` and :mod:`~bootstrap.verify.report`: tables, the saved
+- :mod:`~bootstrap.verify.verdict_text` and :mod:`~bootstrap.verify.report`: tables, the saved
   JSON report and its upload;
 - :mod:`~bootstrap.verify.health`: the node health check (its verdict, the check over SSH,
   fab train's gate on it); :mod:`~bootstrap.tasks.health` is its task.

@@ -13,7 +13,7 @@ import pytest
 
 from infra.config import StackConfig, load_stack_file
 from infra.offline import PLACEHOLDER_SSH_KEY, PlanResult, evaluate
-from policy.offline import resources_from_plan
+from policy.plan_check import resources_from_plan
 from policy.resources import Resource
 
 STACKS = Path(__file__).resolve().parents[2] / "stacks"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from policy import rules as R
-from policy.offline import EXIT_MANDATORY
+from policy.plan_check import EXIT_MANDATORY
 from tests.support.stderr import problems
 
 ROOT = Path(__file__).resolve().parents[2]

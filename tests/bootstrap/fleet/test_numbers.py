@@ -152,7 +152,7 @@ def test_a_good_number_is_parsed_as_its_kind(
 
 def test_a_missing_value_names_the_flag_as_typed() -> None:
     # invoke's own "needed value" error used to say <Argument: wait [float]>; it exits 2 now
-    # (bootstrap/fleet/usage.py, docs/exit-status.md)
+    # (bootstrap/fleet/parse_errors.py, docs/exit-status.md)
     proc = _fab("cancel", "--wait")
     assert proc.returncode == 2
     assert proc.stderr.strip() == (

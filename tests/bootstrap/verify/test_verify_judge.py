@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from bootstrap.verify import judge as j
-from bootstrap.verify.render import overall_line, verdict_text
 from bootstrap.verify.ship import VerifyOptions, node_command, parse_node_env
+from bootstrap.verify.verdict_text import overall_line, verdict_text
 from gpufleet_node import verify_node
 from infra.catalog import load_catalog
 from tests.bootstrap.verify.verify_reports import (

@@ -18,7 +18,7 @@ from invoke.exceptions import ParseError
 from invoke.parser import ParseMachine, Parser, ParserContext
 
 from bootstrap import ns
-from bootstrap.fleet.usage import _dash_aware_parsing, exit_2_on_parse_errors
+from bootstrap.fleet.parse_errors import _dash_aware_parsing, exit_2_on_parse_errors
 from tests.bootstrap.conftest import REPO, fab_in_process
 
 
