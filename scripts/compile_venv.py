@@ -6,10 +6,12 @@ nothing here imports.
 installed file, and the three provider SDKs (pulumi_aws, pulumi_azure_native,
 pulumi_alicloud) are 11,600 generated modules, nearly all in services the programs never
 import: on a 2-core machine pip spent about 150 of its 194 CPU s compiling, measured on one
-install. The services the code does use are those pyproject.toml's mypy section follows
-(tests/test_lint_config.py checks every one the code uses is there), and for Tencent's SDK
-(tencentcloud_iac_pulumi, 2,400 modules, which mypy skips) those listed below; they, the
-SDKs' own top-level modules and every other package are compiled, on every core.
+install. Each cloud's folder names its SDK (infra/clouds/<cloud>/catalog.toml [sdk] package).
+The services the code does use are those pyproject.toml's mypy section follows
+(tests/test_lint_config.py checks every one the code uses is there), or, for an SDK mypy
+skips (one with 2,400 generated modules that are not valid Python to mypy), those its cloud
+lists ([sdk] services); they, the SDKs' own top-level modules and every other package are
+compiled, on every core.
 
 A module left uncompiled still imports: Python compiles it then, and writes its bytecode
 unless PYTHONDONTWRITEBYTECODE is set. Files that do not compile (a package's Python 2 test
@@ -34,44 +36,39 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip install -e .`
     sys.path.insert(0, str(ROOT))
 
+from infra import clouds  # noqa: E402
 from infra.usage import OneLineParser  # noqa: E402
 
-MYPY_SDKS = ("pulumi_aws", "pulumi_azure_native", "pulumi_alicloud")
-# mypy skips Tencent's SDK (pyproject.toml: its generated code is not valid Python to mypy),
-# so the services its program reads are listed here; the tests check the list against the
-# program's source and check that planning two Tencent stacks imports nothing outside it.
-# 63 MB of its 146 are other services: a fifth of this script's work.
-TENCENT = "tencentcloud_iac_pulumi"
-TENCENT_SERVICES = frozenset(
-    {
-        "cam",
-        "config",
-        "cos",
-        "images",
-        "instance",
-        "key",
-        "scf",
-        "security",
-        "subnet",
-        "user",
-        "vpc",
-    }
-)
-SDKS = (*MYPY_SDKS, TENCENT)
+CATALOG = "catalog.toml"
 
 
-def used_services(pyproject: Path = ROOT / "pyproject.toml") -> dict[str, set[str]]:
-    """{SDK package: its services that mypy follows (Tencent's: those listed above)}, from
-    pyproject.toml's overrides."""
+def sdks(homes: Sequence[Path] | None = None) -> dict[str, frozenset[str] | None]:
+    """{SDK package: the services its cloud lists, or None where mypy's section says} from
+    each cloud folder's catalog.toml [sdk] table (a cloud without one adds no SDK)."""
+    found: dict[str, frozenset[str] | None] = {}
+    for folder in clouds.folders(CATALOG, homes).values():
+        data = tomllib.loads((folder / CATALOG).read_text(encoding="utf-8"))
+        sdk = data.get("sdk")
+        if sdk:
+            services = sdk.get("services")
+            found[sdk["package"]] = None if services is None else frozenset(services)
+    return found
+
+
+def used_services(
+    pyproject: Path = ROOT / "pyproject.toml", homes: Sequence[Path] | None = None
+) -> dict[str, set[str]]:
+    """{SDK package: its services that mypy follows (or those its cloud lists)}, from
+    pyproject.toml's overrides and the clouds' [sdk] tables."""
     config = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    used: dict[str, set[str]] = {sdk: set() for sdk in MYPY_SDKS}
-    used[TENCENT] = set(TENCENT_SERVICES)
+    declared = sdks(homes)
+    used: dict[str, set[str]] = {sdk: set(listed or ()) for sdk, listed in declared.items()}
     for override in config["tool"]["mypy"]["overrides"]:
         if override.get("follow_imports") != "normal":
             continue
         for module in override["module"]:
             sdk, _, rest = module.partition(".")
-            if sdk in used and rest:
+            if sdk in used and declared[sdk] is None and rest:
                 used[sdk].add(rest.split(".")[0])
     return used
 
@@ -104,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     skip = skipped_pattern(used_services())
     if args.list_skipped:
-        for sdk in SDKS:
+        for sdk in sdks():
             for folder in sorted((root / sdk).glob("*/")):
                 if folder.name == "__pycache__":
                     continue
