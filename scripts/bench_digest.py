@@ -45,11 +45,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout even before `pip install -e .`
     sys.path.insert(0, str(ROOT))
-if str(ROOT / "bootstrap" / "remote") not in sys.path:
-    sys.path.append(str(ROOT / "bootstrap" / "remote"))
 
-import bucket  # noqa: E402
-
+from gpufleet_node import bucket  # noqa: E402
 from infra.usage import OneLineParser, fit, whole_number  # noqa: E402
 
 MIB = 1024 * 1024
