@@ -71,7 +71,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import job_sync, modules
+from . import job_policy, job_sync, modules
 
 SPEC_SCHEMA = "gpufleet.job/1"
 STATE_SCHEMA = "gpufleet.job-state/1"
@@ -314,6 +314,9 @@ def torchrun_argv(
         f"--nproc-per-node={int(spec['nproc_per_node'])}",
         f"--master-addr={spec['master_addr']}",
         f"--master-port={int(spec['master_port'])}",
+        # The supervisor restarts torchrun itself (--max-restarts in job.json): torchrun's
+        # own restart reuses the argv and the folder as the crash left them, with no restore
+        # and no resume arguments (job_policy.py says more).
         "--max-restarts=0",
         f"--log-dir={node_dir(job_dir, node_rank) / 'torchelastic'}",
         # each rank runs `python -m gpufleet_node.job_launch` (the package on PYTHONPATH)
@@ -383,6 +386,9 @@ class Supervisor:
             "restore": None,
             "resumed_from": None,
             "warnings": [],
+            # One record per attempt of the run (job_policy.attempt_line), earlier
+            # supervisors' (a --resume's) too.
+            "attempts": list(previous.get("attempts") or []),
         }
         if previous.get("attempt") == spec.get("attempt"):
             # The same attempt seen again (sync, cancel, a supervisor started once more): what
@@ -391,6 +397,8 @@ class Supervisor:
                 if previous.get(key) is not None:
                     self.state[key] = previous[key]
         self.scan_offsets: dict[str, int] = {}
+        self.torchrun_offset = 0
+        self.t0 = time.monotonic()
 
     def use_job_env(self) -> None:
         """The job's own environment (--node-env) applies to the supervisor too: its uploads
@@ -633,6 +641,10 @@ class Supervisor:
             kill_node(self.dir, self.proc.pid if self.proc.poll() is None else 0, sig)
 
     def run(self) -> int:
+        """The job on this node: attempts until one ends the run (job_policy.after_attempt:
+        success, a cancel, the budget, a crash or hang with no restart left); between
+        them a push, a backoff, and a restore of the newest version with the resume
+        arguments."""
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -642,10 +654,49 @@ class Supervisor:
         self.save()
         Path(self.spec["checkpoint_dir"]).mkdir(parents=True, exist_ok=True)
         (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
-        args = self.prepare()
-        if args is None:
-            return 1
+        policy = job_policy.Policy.from_spec(self.spec)
+        restarts = 0
+        while True:
+            args = self.prepare()
+            if args is None:
+                return 1
+            began = time.monotonic()
+            rc, why = self.attempt(args, policy)
+            self.state.update(exit_code=rc, ended_at=utcnow())
+            final = self.end_attempt(rc, why, time.monotonic() - began)
+            decision = job_policy.after_attempt(
+                policy, why=why, rc=rc, restarts_done=restarts, spent=self.spent(policy)
+            )
+            if decision.action != "restart":
+                break
+            restarts += 1
+            if not self.wait_to_restart(decision, restarts, policy):
+                decision = job_policy.Decision("end", "cancelled", "cancelled")
+                if policy.over_budget(self.spent(policy)):
+                    decision = job_policy.Decision("end", "cancelled", "budget")
+                break
+            self.next_attempt()
+        self.state.update(state=decision.state, end_reason=decision.reason)
+        if decision.reason == "budget":
+            self.state.setdefault("budget", self.budget_line(policy))
+        add_event(
+            self.dir,
+            "end",
+            state=decision.state,
+            reason=decision.reason,
+            exit_code=rc,
+            detail=decision.detail,
+        )
+        self.state.pop("syncing", None)
+        self.save()
+        self.log(f"done: {self.state['state']} ({decision.reason}, exit {rc}); final sync: {final}")
+        return 0
+
+    def attempt(self, args: list[str], policy: job_policy.Policy) -> tuple[int, str]:
+        """One torchrun, watched until it exits: (its exit status, why it ended: exit,
+        cancel, hang or budget)."""
         env = modules.env_with({**os.environ, **rank_env(self.spec, self.node_rank)})
+        env.update(job_policy.nccl_env(env, policy.hang_after_s))
         venv_bin = str(Path(self.spec["python"]).parent)
         env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
         argv = torchrun_argv(self.spec, self.node_rank, self.job_dir, args)
@@ -656,6 +707,7 @@ class Supervisor:
             for r in ranks_of(None, self.spec, self.node_rank)
         }
         self.state["log_offsets"] = log_offsets
+        self.torchrun_offset = _size(self.dir / "torchrun.log")
         self.log("start: " + " ".join(argv))
         attempt = int(self.spec.get("attempt") or 1)
         add_event(self.dir, "resume" if self.spec.get("resume") else "start", attempt=attempt)
@@ -673,17 +725,27 @@ class Supervisor:
             state="running",
             torchrun_pid=self.proc.pid,
             pgid=self.proc.pid,
-            log_offsets=log_offsets,
+            exit_code=None,
+            ended_at=None,
         )
         self.save()
+        return self.watch(policy)
+
+    def watch(self, policy: job_policy.Policy) -> tuple[int, str]:
+        """Wait for torchrun, pushing at the sync interval, acting on a cancel, stopping
+        the ranks when no progress came for ``hang_after_s`` or the budget is spent."""
+        assert self.proc is not None
         interval = max(0.5, float(self.spec.get("sync_interval_s") or 60.0))
         grace = float(self.spec.get("cancel_grace_s") or 30.0)
+        poll = min(interval, 5.0)
+        if policy.hang_after_s:
+            poll = min(poll, max(0.2, policy.hang_after_s / 10))
         next_sync = time.monotonic() + interval
+        progress = Progress(self)
         term_at: float | None = None
         while True:
             try:
-                rc = self.proc.wait(timeout=min(interval, 5.0))
-                break
+                return self.proc.wait(timeout=poll), "cancel" if self.cancel_requested else "exit"
             except subprocess.TimeoutExpired:
                 pass
             if (self.dir / "cancel").exists() and not self.cancel_requested:
@@ -695,24 +757,176 @@ class Supervisor:
                     self._signal_group(signal.SIGKILL)
             if time.monotonic() >= next_sync or (self.dir / SYNC_NOW_FILE).exists():
                 next_sync = self.periodic_sync(interval)
+            progress.look()
+            hung = policy.hang_after_s and progress.silent_s() >= policy.hang_after_s
+            if hung and not self.cancel_requested:
+                self.record_hang(progress)
+                return self.stop_ranks(grace), "hang"
+            if policy.over_budget(self.spent(policy)) and not self.cancel_requested:
+                self.state["budget"] = self.budget_line(policy)  # as it was when reached
+                self.log(f"budget reached: {self.state['budget']}; stopping the ranks")
+                add_event(self.dir, "budget", spent=self.spent(policy), max_cost=policy.max_cost)
+                return self.stop_ranks(grace), "budget"
             self.save()
-        # Whatever is left of the group (a rank that ignored torchrun's SIGTERM) goes too.
-        self._signal_group(signal.SIGKILL)
-        self.state.update(exit_code=rc, ended_at=utcnow())
-        self.state["state"] = (
-            "cancelled" if self.cancel_requested else ("succeeded" if rc == 0 else "failed")
-        )
+
+    def stop_ranks(self, grace: float) -> int:
+        """SIGTERM to torchrun and every rank, SIGKILL after ``grace``; torchrun's status."""
+        assert self.proc is not None
+        self._signal_group(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.log(f"ranks still running {grace:g} s after SIGTERM: SIGKILL")
+            self._signal_group(signal.SIGKILL)
+            return self.proc.wait(timeout=60)
+
+    def end_attempt(self, rc: int, why: str, seconds: float) -> dict[str, Any] | None:
+        """After torchrun: no rank left (never two copies of one), the checkpoint pushed,
+        the attempt in the record (why it ended, its steps and time)."""
+        self._signal_group(signal.SIGKILL)  # a rank that ignored torchrun's SIGTERM goes too
+        deadline = time.monotonic() + 30
+        while rank_pids(self.dir) and time.monotonic() < deadline:
+            time.sleep(0.1)
         self.state["syncing"] = True
         self.scan_output()
         self.save()
         final = self.sync(final=True)
         self.state["final_sync"] = final
         self.record_sync(final, final=True)
-        add_event(self.dir, "end", state=self.state["state"], exit_code=rc)
+        rec: dict[str, Any] = {
+            "attempt": int(self.spec.get("attempt") or 1),
+            "reason": why if why != "exit" else ("succeeded" if rc == 0 else "crash"),
+            "torchrun_exit": rc,
+            "seconds": round(seconds, 1),
+            "ended_at": utcnow(),
+            "resumed_from": self.state.get("resumed_from"),
+            "newest_step": (self.state.get("last_sync") or {}).get("newest_step"),
+            "version": (self.state.get("last_sync") or {}).get("version"),
+        }
+        if rec["reason"] == "crash":
+            rec.update(job_policy.failure_of(self.torchrun_output()))
+        if why == "hang":
+            rec.update(self.state.get("hang") or {})
+        self.state["attempts"] = [*(self.state.get("attempts") or []), rec]
+        add_event(self.dir, "attempt_end", **rec)
+        self.log(job_policy.attempt_line(rec))
+        return final
+
+    def torchrun_output(self) -> str:
+        """What torchrun wrote during this attempt (its summary names the failed rank)."""
+        try:
+            path = self.dir / "torchrun.log"
+            with open(path, "rb") as f:
+                f.seek(max(self.torchrun_offset, _size(path) - 65536))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def wait_to_restart(
+        self, decision: job_policy.Decision, restarts: int, policy: job_policy.Policy
+    ) -> bool:
+        """The backoff before restart number ``restarts``; False when a cancel or the
+        budget ended it."""
+        left = policy.max_restarts - restarts
+        self.log(
+            f"{decision.reason}: restart {restarts} of {policy.max_restarts} in "
+            f"{decision.wait_s:g} s"
+        )
+        add_event(
+            self.dir,
+            "restart",
+            attempt=int(self.spec.get("attempt") or 1) + 1,
+            after=decision.reason,
+            wait_s=decision.wait_s,
+            restarts_left=left,
+        )
+        self.state.update(state="running", restarting_at=utcnow(), restarts=restarts)
         self.state.pop("syncing", None)
         self.save()
-        self.log(f"done: {self.state['state']} (exit {rc}); final sync: {final}")
-        return 0
+        until = time.monotonic() + decision.wait_s
+        while time.monotonic() < until:
+            if (self.dir / "cancel").exists() or self.cancel_requested:
+                return False
+            if policy.over_budget(self.spent(policy)):
+                return False
+            time.sleep(min(0.2, max(0.0, until - time.monotonic())))
+            self.save()
+        return not self.cancel_requested
+
+    def next_attempt(self) -> None:
+        """The next attempt restores (prepare): a new attempt number, this one's fields
+        cleared."""
+        self.spec["attempt"] = int(self.spec.get("attempt") or 1) + 1
+        self.spec["resume"] = True
+        self.state["attempt"] = self.spec["attempt"]
+        for key in ("restore", "resumed_from", "hang", "restarting_at", "exit_code"):
+            self.state.pop(key, None)
+        self.scan_offsets = {}
+
+    def spent(self, policy: job_policy.Policy) -> float | None:
+        """The run's spend so far: every node-hour of every attempt (earlier supervisors'
+        too: runtime_s_before)."""
+        seconds = float(self.state.get("runtime_s_before") or 0.0) + time.monotonic() - self.t0
+        return job_policy.spend(policy.price_per_node_hour, int(self.spec["nnodes"]), seconds)
+
+    def budget_line(self, policy: job_policy.Policy) -> str:
+        spent = self.spent(policy) or 0.0
+        return f"spent {spent:.4f} of {policy.max_cost:g} {policy.currency}".rstrip()
+
+    def record_hang(self, progress: Progress) -> None:
+        """The hang in the state and the events: when the last progress came and the last
+        lines of each of this node's ranks."""
+        hang = {
+            "last_progress_at": progress.last_at,
+            "silent_s": round(progress.silent_s(), 1),
+            "tails": progress.tails(),
+        }
+        self.state["hang"] = hang
+        add_event(self.dir, "hang", **hang)
+        self.log(f"no progress for {hang['silent_s']} s (last at {progress.last_at}): stopping")
+
+
+class Progress:
+    """Any new output on one of this node's rank logs, or a new checkpoint version, is
+    progress; ``silent_s`` is the time since the last."""
+
+    def __init__(self, sup: Supervisor) -> None:
+        self.sup = sup
+        self.paths = [
+            sup.job_dir / "logs" / f"rank-{r}.log" for r in ranks_of(None, sup.spec, sup.node_rank)
+        ]
+        self.seen = self.snapshot()
+        self.last = time.monotonic()
+        self.last_at = utcnow()
+
+    def snapshot(self) -> tuple[Any, ...]:
+        version = (self.sup.state.get("last_sync") or {}).get("version")
+        return (version, *(_size(p) for p in self.paths))
+
+    def look(self) -> None:
+        now = self.snapshot()
+        if now != self.seen:
+            self.seen, self.last, self.last_at = now, time.monotonic(), utcnow()
+
+    def silent_s(self) -> float:
+        return time.monotonic() - self.last
+
+    def tails(self) -> dict[str, list[str]]:
+        out = {}
+        for path in self.paths:
+            rank = path.stem.rpartition("-")[2]
+            out[rank] = tail_lines(path, job_policy.HANG_TAIL_LINES)
+        return out
+
+
+def tail_lines(path: Path, count: int, limit: int = 16384) -> list[str]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, _size(path) - limit))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [line.rstrip() for line in text.splitlines() if line.strip()][-count:]
 
 
 # ---------------------------------------------------------------------------- detaching
