@@ -58,9 +58,12 @@ from bootstrap.train.spec import (
     TrainError,
     TrainRequest,
     check_bucket_home,
+    check_recovery,
+    hourly_price,
     job_spec,
     new_job_id,
     parse_request,
+    recovery_options,
     resume_changes,
     resume_spec,
     split_args,
@@ -115,7 +118,8 @@ TRAIN_HELP = {
     "resume": "JOB (id or name) or 'auto': rerun a recorded job from its newest complete "
     "checkpoint in the bucket; --args, --resume-args, --venv, --node-env, "
     "--nproc-per-node, --sync-interval, --sync-quiet, --s3-endpoint, --detach, "
-    "--stop-when-done given with it replace the recorded ones",
+    "--stop-when-done, --max-restarts, --hang-after, --max-cost given with it replace the "
+    "recorded ones",
     "venv": f"the node venv with torch (default {DEFAULT_VENV}, made by fab setup)",
     "jobs_dir": f"job folders on the nodes (default {JOBS_ROOT})",
     "max_workdir_mb": f"refuse a workdir over this size (default {DEFAULT_MAX_WORKDIR_MB:g})",
@@ -123,6 +127,12 @@ TRAIN_HELP = {
     "sync_quiet": "seconds the checkpoint folder must stay unchanged before an upload while "
     f"the job runs (default {DEFAULT_SYNC_QUIET_S:g})",
     "node_env": "extra environment for the job, KEY=VALUE,...",
+    "max_restarts": "restart the run this many times after a crash or a hang, each from its "
+    "newest checkpoint with --resume-args (default 0; one node for now)",
+    "hang_after": "no new output on any rank and no new checkpoint for this long (90, 30s, "
+    "10m, 2h) is a hang: the ranks are stopped and, with restarts left, restarted",
+    "max_cost": "stop the run (its checkpoint pushed) once it cost this much: every "
+    "node-hour of every attempt at the stack's hourly price, in its currency",
     "s3_endpoint": BUCKET_HELP["s3_endpoint"],
     "master_port": "rendezvous port on the head (default: a free one)",
     "detach": "auto (systemd where it runs, else a supervised process; the default), "
@@ -140,6 +150,8 @@ TRAIN_BOUNDS = {
     "max_workdir_mb": Bound(0, above=True, example="500"),
     "sync_interval": Bound(0, above=True, example="60"),
     "sync_quiet": Bound(0, above=True, example="2"),
+    "max_restarts": Bound(0, example="3"),
+    "max_cost": Bound(0, above=True, example="50"),
     "master_port": Bound(0, high=65535, example="29500"),
 }
 
@@ -413,6 +425,9 @@ def train(
     master_port: int = 0,
     detach: str = "",
     sync_quiet: float = 0.0,
+    max_restarts: int = 0,
+    hang_after: str = "",
+    max_cost: float = 0.0,
     from_scratch: bool = False,
     rerun: bool = False,
     ignore_health: bool = False,
@@ -441,6 +456,9 @@ def train(
         s3_endpoint=s3_endpoint,
         detach=detach,
         sync_quiet=sync_quiet,
+        max_restarts=max_restarts,
+        hang_after=hang_after,
+        max_cost=max_cost,
     )
     if resume:
         # What needs no node is refused before any is contacted; the rest once the
@@ -448,6 +466,7 @@ def train(
         with _refusals():
             split_args("--args", args)
             split_args("--resume-args", resume_args)
+            recovery_options(max_restarts, hang_after, max_cost)
         if workdir:
             raise _fail(
                 "--workdir: a resume runs from the job's recorded workdir; start a new job "
@@ -472,6 +491,9 @@ def train(
             master_port=master_port,
             detach=detach,
             sync_quiet=sync_quiet,
+            max_restarts=max_restarts,
+            hang_after=hang_after,
+            max_cost=max_cost,
         )
     fleet = resolve_fleet(c, fleet_args)
     if len({(h.address, h.port) for h in fleet.hosts}) != len(fleet.hosts):
@@ -490,6 +512,12 @@ def train(
             return
         old, fleet, manifest, attempt = found
     elif req is not None:
+        with _refusals():
+            check_recovery(
+                {"max_restarts": max_restarts, "hang_after_s": hang_after, "max_cost": max_cost},
+                nnodes=len(fleet.hosts),
+                price=(hourly_price(fleet.outputs) or (None,))[0],
+            )
         _say_kept_back(req.workdir, console)
     spec, restorable = _job_spec_for(
         c,
@@ -551,6 +579,9 @@ _OPTION_OF = {
     "s3_endpoint": "--s3-endpoint",
     "detach": "--detach",
     "stop_when_done": "--stop-when-done",
+    "max_restarts": "--max-restarts",
+    "hang_after_s": "--hang-after",
+    "max_cost": "--max-cost",
 }
 
 

@@ -15,7 +15,8 @@ from typing import Any
 from rich.text import Text
 
 from bootstrap.fleet.ttl import ttl_cell, ttl_note
-from bootstrap.train.spec import TrainError
+from bootstrap.train.spec import TrainError, hourly_price
+from gpufleet_node.job_policy import attempt_line
 from infra.render import output_width, wrap
 
 # Which state wins when the nodes of one job disagree: the worst news first.
@@ -56,7 +57,21 @@ class JobRow:
             "nodes": {str(k): v.get("effective") for k, v in sorted(self.nodes.items())},
             "resumed_from": self.resumed_from,
             "warnings": self.warnings,
+            "attempts": self.attempts,
+            "end_reason": self.head.get("end_reason"),
+            "max_cost": self.spec.get("max_cost"),
+            "budget": self.head.get("budget"),
         }
+
+    @property
+    def head(self) -> Mapping[str, Any]:
+        return self.nodes.get(0) or next(iter(self.nodes.values()), {})
+
+    @property
+    def attempts(self) -> list[dict[str, Any]]:
+        """Each attempt of the run as its head recorded it (state.json ``attempts``: why
+        it ended, its steps and time), the earliest first."""
+        return [dict(a) for a in self.head.get("attempts") or [] if isinstance(a, Mapping)]
 
     @property
     def resumed_from(self) -> dict[str, Any] | None:
@@ -92,17 +107,6 @@ def _parse_time(text: Any) -> dt.datetime | None:
     return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 
-def hourly_per_node(outputs: Mapping[str, Any]) -> tuple[float, str] | None:
-    """The stack's hourly price for one node (its ``hourly_cost`` covers every node)."""
-    cost = outputs.get("hourly_cost") or {}
-    nodes = outputs.get("nodes") or []
-    try:
-        amount = float(cost["amount"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    return amount / max(1, len(nodes)), str(cost.get("currency") or "")
-
-
 def merge_jobs(
     records: Iterable[Mapping[str, Any]], *, now: dt.datetime, outputs: Mapping[str, Any]
 ) -> list[JobRow]:
@@ -115,7 +119,7 @@ def merge_jobs(
         by_job.setdefault(job, {})[int(rec.get("node_rank") or 0)] = dict(rec)
         if rec.get("spec"):
             specs[job] = rec["spec"]
-    price = hourly_per_node(outputs)
+    price = hourly_price(outputs)
     rows = []
     for job, nodes in by_job.items():
         states = {str(n.get("effective") or n.get("state")) for n in nodes.values()}
@@ -205,9 +209,13 @@ def jobs_lines(rows: Sequence[JobRow], width: int) -> list[str]:
     table = []
     for r in rows:
         cost = "-" if r.cost is None else f"{r.cost:.2f} {r.currency}".strip()
+        if r.cost is not None and r.spec.get("max_cost"):
+            cost = f"{r.cost:.2f}/{float(r.spec['max_cost']):g} {r.currency}".strip()
         started = (r.started_at or "-")[5:16].replace("T", " ") or "-"
         label = r.job if r.name in r.job else f"{r.job} ({r.name})"
         state = r.state if r.attempt == 1 else f"{r.state} (attempt {r.attempt})"
+        if r.head.get("end_reason") == "budget":
+            state = "budget reached" + ("" if r.attempt == 1 else f" (attempt {r.attempt})")
         ttl = ttl_cell(r.ttl) if r.ttl is not None else "-"
         table.append((r, [label, state, started, fmt_duration(r.runtime_s), cost, ttl]))
     widths = [max([len(h), *(len(c[i]) for _, c in table)]) for i, h in enumerate(_HEADINGS)]
@@ -235,6 +243,10 @@ def jobs_lines(rows: Sequence[JobRow], width: int) -> list[str]:
             out.extend(wrap(resumed_text(r.resumed_from), width, "  ", "    "))
         for warning in r.warnings:
             out.extend(wrap(warning, width, "  warning: ", "    "))
+        records = r.attempts
+        if len(records) > 1 or any(a.get("reason") != "succeeded" for a in records):
+            for rec in records:  # each attempt and why it ended
+                out.extend(wrap(attempt_line(rec), width, "  ", "    "))
     return out
 
 

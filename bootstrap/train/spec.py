@@ -22,6 +22,7 @@ from bootstrap.fleet.interconnect import network_env
 from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.train.placeholders import refusal as placeholder_refusal
 from bootstrap.verify.ship import parse_node_env
+from gpufleet_node.job_policy import parse_duration
 from gpufleet_node.job_sync import QUIET_S as DEFAULT_SYNC_QUIET_S
 
 JOBS_ROOT = "/var/lib/gpufleet/jobs"
@@ -93,6 +94,11 @@ class TrainRequest:
     resume_args: tuple[str, ...] = ()  # added on every attempt that restored something
     # How long the checkpoint folder must stay unchanged before a periodic push.
     sync_quiet_s: float = DEFAULT_SYNC_QUIET_S
+    # Walk-away runs (gpufleet_node/job_policy.py): restarts after a crash or a hang, the
+    # silence that is a hang (None: never), the run's spend that stops it (None: none).
+    max_restarts: int = 0
+    hang_after_s: float | None = None
+    max_cost: float | None = None
 
 
 def split_args(option: str, text: str | None) -> tuple[str, ...]:
@@ -108,6 +114,43 @@ def split_args(option: str, text: str | None) -> tuple[str, ...]:
     if why:
         raise TrainError(why)
     return argv
+
+
+def recovery_options(max_restarts: int, hang_after: str, max_cost: float) -> dict[str, Any]:
+    """``--max-restarts``, ``--hang-after``, ``--max-cost`` as job.json fields (those not
+    given left out), or a TrainError with one line."""
+    out: dict[str, Any] = {}
+    if max_restarts < 0:
+        raise TrainError(f"--max-restarts {max_restarts}: must be 0 or more")
+    if max_restarts:
+        out["max_restarts"] = max_restarts
+    if hang_after:
+        try:
+            out["hang_after_s"] = parse_duration(hang_after)
+        except ValueError as exc:
+            raise TrainError(f"--hang-after {exc}") from None
+    if max_cost < 0:
+        raise TrainError(f"--max-cost {max_cost:g}: must be above 0")
+    if max_cost:
+        out["max_cost"] = max_cost
+    return out
+
+
+def check_recovery(fields: Mapping[str, Any], *, nnodes: int, price: float | None) -> None:
+    """Refuse what the supervisor cannot do yet, in one line: restarts and hang detection
+    are single-node (a node's supervisor sees only its own ranks' output and would restart
+    alone), and a budget needs the stack's hourly price."""
+    if nnodes > 1:
+        for key, option in (("max_restarts", "--max-restarts"), ("hang_after_s", "--hang-after")):
+            if fields.get(key):
+                raise TrainError(
+                    f"{option}: single-node for now ({nnodes} nodes here); run without it "
+                    "and resume with fab train --resume"
+                )
+    if fields.get("max_cost") and price is None:
+        raise TrainError(
+            "--max-cost: the stack's outputs give no hourly_cost to count the spend with"
+        )
 
 
 def check_detach(detach: str) -> str:
@@ -136,6 +179,9 @@ def parse_request(
     cwd: Path,
     resume_args: str | None = None,
     sync_quiet: float = 0.0,
+    max_restarts: int = 0,
+    hang_after: str = "",
+    max_cost: float = 0.0,
 ) -> TrainRequest:
     """Every check that needs no node, or a TrainError with one line."""
     if not script:
@@ -161,6 +207,7 @@ def parse_request(
     if sync_quiet < 0:  # 0: not given
         raise TrainError("--sync-quiet must be above 0 seconds")
     detach = check_detach(detach)
+    recovery = recovery_options(max_restarts, hang_after, max_cost)
     if not 0 <= master_port <= 65535:
         raise TrainError(f"--master-port {master_port}: outside 0-65535")
     try:
@@ -185,6 +232,9 @@ def parse_request(
         detach=detach,
         resume_args=resume_argv,
         sync_quiet_s=sync_quiet or DEFAULT_SYNC_QUIET_S,
+        max_restarts=int(recovery.get("max_restarts") or 0),
+        hang_after_s=recovery.get("hang_after_s"),
+        max_cost=recovery.get("max_cost"),
     )
 
 
@@ -221,6 +271,7 @@ def job_spec(
     env.update(req.node_env)
     scratch = fleet.scratch.path.rstrip("/") or "/"
     bucket = str(outputs.get("bucket") or "")
+    price = hourly_price(outputs)
     return {
         "schema": SPEC_SCHEMA,
         "job": job,
@@ -252,11 +303,30 @@ def job_spec(
         "stop_when_done": req.stop_when_done,
         "detach": req.detach,
         "jobs_dir": req.jobs_dir,
+        "max_restarts": req.max_restarts,
+        "hang_after_s": req.hang_after_s,
+        "max_cost": req.max_cost,
+        # One node's hourly price (the stack's hourly_cost over its nodes): the node's
+        # supervisor counts the run's spend with it.
+        "hourly_price": price[0] if price else None,
+        "currency": price[1] if price else "",
         "nodes": [
             {"name": node_name(h), "address": h.address, "port": h.port, "label": h.label}
             for h in fleet.hosts
         ],
     }
+
+
+def hourly_price(outputs: Mapping[str, Any]) -> tuple[float, str] | None:
+    """The stack's hourly price for one node (its ``hourly_cost`` covers every node), with
+    its currency; None when the outputs give none. (``fab jobs`` prices runtime with it.)"""
+    cost = outputs.get("hourly_cost") or {}
+    nodes = outputs.get("nodes") or []
+    try:
+        amount = float(cost["amount"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return amount / max(1, len(nodes)), str(cost.get("currency") or "")
 
 
 @dataclass(frozen=True)
@@ -277,6 +347,9 @@ class ResumeOptions:
     s3_endpoint: str = ""
     detach: str = ""
     sync_quiet: float = 0.0
+    max_restarts: int = 0
+    hang_after: str = ""
+    max_cost: float = 0.0
 
 
 def resume_changes(old: Mapping[str, Any], given: ResumeOptions) -> dict[str, Any]:
@@ -330,6 +403,12 @@ def resume_changes(old: Mapping[str, Any], given: ResumeOptions) -> dict[str, An
         out["detach"] = check_detach(given.detach)
     if given.stop_when_done:
         out["stop_when_done"] = True
+    recovery = recovery_options(given.max_restarts, given.hang_after, given.max_cost)
+    price = old.get("hourly_price")
+    check_recovery(
+        recovery, nnodes=int(old.get("nnodes") or 1), price=None if price is None else float(price)
+    )
+    out.update(recovery)
     return {k: v for k, v in out.items() if old.get(k) != v}
 
 

@@ -1,0 +1,129 @@
+"""``fab train --max-restarts / --hang-after / --max-cost`` on the laptop (issue 41): the
+job.json fields the node's supervisor reads, the one-line refusals, the resume rules, and
+what ``fab jobs`` shows of a run's attempts and spend."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from bootstrap.train.jobs import jobs_table, merge_jobs
+from bootstrap.train.spec import (
+    ResumeOptions,
+    TrainError,
+    check_recovery,
+    job_spec,
+    recovery_options,
+    resume_changes,
+)
+from tests.bootstrap.train.samples import NOW, fleet
+from tests.bootstrap.train.test_spec import request
+
+
+def test_the_options_become_the_nodes_fields(tmp_path: Path) -> None:
+    req = request(tmp_path, max_restarts=3, hang_after="10m", max_cost=50.0)
+    spec = job_spec(
+        req, fleet(nodes=1), job="j", nproc=8, master_addr="10.0.0.1", master_port=29500, now=NOW
+    )
+    assert (spec["max_restarts"], spec["hang_after_s"], spec["max_cost"]) == (3, 600.0, 50.0)
+    assert (spec["hourly_price"], spec["currency"]) == (40.0, "USD")  # one node's price
+    plain = job_spec(
+        request(tmp_path / "b"), fleet(), job="j", nproc=8, master_addr="a", master_port=1, now=NOW
+    )
+    assert (plain["max_restarts"], plain["hang_after_s"], plain["max_cost"]) == (0, None, None)
+    assert plain["hourly_price"] == 20.0  # 40 USD/h over 2 nodes
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"max_restarts": -1}, "--max-restarts -1: must be 0 or more"),
+        ({"hang_after": "ten"}, "--hang-after 'ten': give seconds or a number with s, m or h"),
+        ({"hang_after": "0s"}, "--hang-after '0s': must be above 0"),
+        ({"max_cost": -5.0}, "--max-cost -5: must be above 0"),
+    ],
+)
+def test_bad_values_are_one_line(given: dict[str, object], says: str) -> None:
+    options = {"max_restarts": 0, "hang_after": "", "max_cost": 0.0, **given}
+    with pytest.raises(TrainError) as caught:
+        recovery_options(**options)  # type: ignore[arg-type]
+    assert str(caught.value).startswith(says) and "\n" not in str(caught.value)
+
+
+def test_restarts_and_hangs_are_single_node_for_now_and_a_budget_needs_a_price() -> None:
+    with pytest.raises(TrainError, match=r"^--max-restarts: single-node for now \(2 nodes"):
+        check_recovery({"max_restarts": 2}, nnodes=2, price=1.0)
+    with pytest.raises(TrainError, match=r"^--hang-after: single-node"):
+        check_recovery({"hang_after_s": 60.0}, nnodes=4, price=1.0)
+    check_recovery({"max_cost": 9.0}, nnodes=4, price=1.0)  # a budget works on any nodes
+    check_recovery({"max_restarts": 2, "hang_after_s": 60.0}, nnodes=1, price=None)
+    with pytest.raises(TrainError, match=r"^--max-cost: the stack's outputs give no hourly_cost"):
+        check_recovery({"max_cost": 9.0}, nnodes=1, price=None)
+
+
+def test_a_resume_applies_them_and_refuses_what_the_job_cannot_do() -> None:
+    old = {"job": "j", "name": "j", "args": [], "nnodes": 1, "hourly_price": 2.0}
+    given = ResumeOptions(max_restarts=2, hang_after="30s", max_cost=10.0)
+    assert resume_changes(old, given) == {"max_restarts": 2, "hang_after_s": 30.0, "max_cost": 10.0}
+    assert resume_changes({**old, "max_restarts": 2}, ResumeOptions(max_restarts=2)) == {}
+    with pytest.raises(TrainError, match=r"^--max-restarts: single-node"):
+        resume_changes({**old, "nnodes": 2}, ResumeOptions(max_restarts=1))
+    with pytest.raises(TrainError, match=r"^--max-cost: the stack's outputs"):
+        resume_changes({**old, "hourly_price": None}, ResumeOptions(max_cost=3.0))
+
+
+def test_fab_jobs_shows_each_attempt_why_it_ended_and_the_spend_against_the_budget() -> None:
+    spec = {"nnodes": 1, "nproc_per_node": 2, "created_at": "2026-12-01T09:00:00Z", "max_cost": 30}
+    attempts = [
+        {
+            "attempt": 1,
+            "reason": "crash",
+            "rank": 1,
+            "exit_code": 3,
+            "seconds": 600,
+            "resumed_from": None,
+            "newest_step": 200,
+        },
+        {
+            "attempt": 2,
+            "reason": "hang",
+            "silent_s": 600.2,
+            "seconds": 1200,
+            "resumed_from": {"version": 3, "step": 200},
+            "newest_step": 400,
+        },
+        {
+            "attempt": 3,
+            "reason": "budget",
+            "seconds": 300,
+            "resumed_from": {"version": 5, "step": 400},
+            "newest_step": 450,
+        },
+    ]
+    rec = {
+        "job": "lm-1",
+        "name": "lm",
+        "node_rank": 0,
+        "attempt": 3,
+        "state": "cancelled",
+        "effective": "cancelled",
+        "end_reason": "budget",
+        "attempts": attempts,
+        "started_at": "2026-12-01T09:00:00Z",
+        "ended_at": "2026-12-01T09:30:00Z",
+        "budget": "spent 30.0100 of 30 USD",
+        "spec": spec,
+    }
+    rows = merge_jobs([rec], now=NOW, outputs=fleet(nodes=1).outputs)
+    out = io.StringIO()
+    Console(file=out, width=100).print(jobs_table(rows, 100))
+    text = out.getvalue()
+    assert "budget reached (attempt 3)" in text and "20.00/30 USD" in text
+    assert "attempt 1: crash (rank 1, exit 3) after 600s, steps 0 -> 200" in text
+    assert "attempt 2: hang (no progress for 600s) after 1200s, steps 200 -> 400" in text
+    assert "attempt 3: budget after 300s, steps 400 -> 450" in text
+    doc = rows[0].to_json()
+    assert doc["end_reason"] == "budget" and len(doc["attempts"]) == 3 and doc["max_cost"] == 30
