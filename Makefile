@@ -9,14 +9,15 @@ WHERE_ARGS ?= $(TIER)
 
 .PHONY: setup fc-wheels help system-packages test test-fast plan preflight up reserve cost compare size gpus where lint format bench device-verify clean
 
-# The Alicloud reaper function's wheels, built for its runtime (CPython 3.10, manylinux
-# x86_64), not for this venv: the function zip is built from them.
-FC_WHEELS = build/fc-wheels
-FC_LOCK   = infra/reaper/function-requirements.txt
+# The wheels of each cloud function built from wheels (a cloud folder's reaper.py WHEELS,
+# pinned by its function-requirements.txt), for that function's runtime, not for this venv:
+# its zip is built from them (build/wheels/<cloud>).
+FC_WHEELS = build/wheels
+FC_LOCK   = $(wildcard infra/clouds/*/function-requirements.txt)
 
 setup: .venv/.installed fc-wheels  ## .venv (pinned, this repo editable) and fc-wheels
 
-fc-wheels: $(FC_WHEELS)/.complete  ## Alicloud function wheels for FC python3.10, from PyPI
+fc-wheels: $(FC_WHEELS)/.complete  ## cloud function wheels for their runtimes, from PyPI
 
 help:  ## this list
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | \
@@ -112,5 +113,5 @@ bench: setup  ## benchmarks against a same-run baseline; fails on a miss
 device-verify:  ## verify-gpu's node checks on this machine's GPU
 	bash scripts/device_verify.sh
 
-clean:  ## remove .venv, build/fc-wheels and the caches
+clean:  ## remove .venv, build/wheels and the caches
 	rm -rf .venv $(FC_WHEELS) reports .pytest_cache .mypy_cache .ruff_cache

@@ -28,7 +28,7 @@ def make(*args: str) -> subprocess.CompletedProcess[str]:
             "-o",
             ".venv/.installed",
             "-o",
-            "build/fc-wheels/.complete",
+            "build/wheels/.complete",
             f"PY={sys.executable}",
             *args,
         ],
@@ -78,8 +78,9 @@ def test_a_pytest_usage_error_still_fails_make() -> None:
     assert done.returncode not in (0, 5)
 
 
-def test_setup_fetches_the_alicloud_function_wheels_and_fc_wheels_never_rebuilds_the_venv() -> None:
-    lock = "infra/reaper/function-requirements.txt"
+def test_setup_fetches_the_function_wheels_and_fc_wheels_never_rebuilds_the_venv() -> None:
+    # the one cloud that builds its function from wheels pins them in its own folder
+    lock = "infra/clouds/alicloud/function-requirements.txt"
     # setup: the venv held as built; fc-wheels: a newer requirements.txt must not reinstall
     for target, extra in (
         ("setup", ["-o", ".venv/.installed"]),
@@ -88,7 +89,7 @@ def test_setup_fetches_the_alicloud_function_wheels_and_fc_wheels_never_rebuilds
         cmd = ["make", "-s", "-n", "-W", lock, *extra]
         done = subprocess.run([*cmd, target], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
-        assert "scripts/fc_wheels.py --into build/fc-wheels" in done.stdout, target
+        assert "scripts/fc_wheels.py --into build/wheels" in done.stdout, target
         assert "pip install" not in done.stdout, target
 
 

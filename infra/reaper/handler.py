@@ -281,7 +281,7 @@ _ZIP_DATE = (2020, 1, 1, 0, 0, 0)
 # The function's files in this package: the neutral reaper and every cloud's module.
 FUNCTION_MODULES = NEUTRAL_MODULES + tuple(f"{name}.py" for name in CLOUDS)
 # What a cloud's function imports beyond the standard library is its reaper module's SDKS:
-# for a cloud built from wheels (WHEELS) the whole closure is pinned in
+# for a cloud built from wheels (WHEELS) the whole closure is pinned in its folder's
 # function-requirements.txt and vendored from wheels built for the function's runtime
 # (infra/reaper/wheelhouse.py; `make fc-wheels` fetches them); otherwise from this venv's
 # closure (below). A runtime that ships the SDK (VENDOR_SDK false) gets only the code and
@@ -433,8 +433,9 @@ def function_zip_inputs(provider: str, *, wheelhouse: Path | None = None) -> str
     if entry.wheels and entry.layout is None:
         from . import wheelhouse as wh  # packaging, for a cloud built from wheels only
 
-        add("lock", wh.LOCK.read_bytes())
-        for whl in sorted((wheelhouse or wh.WHEELHOUSE).glob("*.whl")):
+        to = wh.target(provider)
+        add("lock", to.lock.read_bytes())
+        for whl in sorted((wheelhouse or to.wheelhouse).glob("*.whl")):
             st = whl.stat()
             add(f"wheel:{whl.name}", f"{st.st_size}:{st.st_mtime_ns}".encode())
         return digest.hexdigest()
@@ -479,7 +480,7 @@ def build_function_zip(
     with the catalog's per-instance-type table (``instance_types.json``), the node package's
     shared modules as ``gpufleet_node/`` (:data:`NODE_MODULES`), and the SDKs'
     closure beside it where the runtime lacks them: for a cloud built from wheels (WHEELS)
-    unpacked from the wheelhouse (default ``build/fc-wheels``), whose wheels are checked
+    unpacked from the wheelhouse (default ``build/wheels/<cloud>``), whose wheels are checked
     against the lock and the runtime first (WheelhouseError); otherwise copied from the
     installed distributions.
 
@@ -514,7 +515,7 @@ def build_function_zip(
         if entry.wheels:
             from . import wheelhouse as wh
 
-            vendored = wh.unpack(wh.check(wheelhouse or wh.WHEELHOUSE, entry.sdks))
+            vendored = wh.unpack(wh.check(wh.target(provider), wheelhouse))
             clash = sorted({n for n, _ in entries} & {n for n, _ in vendored})
             if clash:
                 raise wh.WheelhouseError(

@@ -1,19 +1,25 @@
-"""The Alicloud function's third-party code, built for the runtime the stack declares.
+"""A cloud function's third-party code, built for the runtime its stack declares.
 
-Function Compute's ``python3.10`` runtime is CPython 3.10 on Debian 10, x86_64 (Alibaba
-Cloud, Function Compute > Python > Overview, runtime table), so glibc 2.28. The zip carries
-the wheels that ``make fc-wheels`` fetched for exactly that target into ``build/fc-wheels``,
-pinned by ``function-requirements.txt``; never this venv's site-packages, whose compiled
-parts are CPython 3.11 builds that the runtime cannot import.
+A cloud whose reaper module sets ``WHEELS`` (its platform's runtime lacks the SDK, and the
+SDK's closure has compiled parts) declares beside it the runtime the wheels are for
+(``WHEELS_RUNTIME``: the platform's runtime name, its CPython, the glibc it loads against and
+its architecture, with the source that says so) and the pure-Python releases that PyPI has
+as an sdist only (``WHEELS_SDIST_ONLY``); its folder holds the pinned closure,
+``function-requirements.txt``. ``make fc-wheels`` (scripts/fc_wheels.py) fetches the wheels
+of every such cloud for exactly that target into ``build/wheels/<cloud>``; the zip carries
+those, never this venv's site-packages, whose compiled parts are builds for this
+interpreter that the runtime may not import.
 
 Only the zip build imports this module (it is not in the function: not in FUNCTION_MODULES).
 """
 
 from __future__ import annotations
 
+import importlib
 import io
 import zipfile
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path, PurePosixPath
 
@@ -26,15 +32,71 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-# The runtime infra/clouds/alicloud/program.py declares, and what it is (see the module docstring).
-FC_RUNTIME = "python3.10"
-PYTHON = (3, 10)
-GLIBC = (2, 28)  # Debian 10 "buster"
-ARCH = "x86_64"
-
-LOCK = Path(__file__).with_name("function-requirements.txt")
-WHEELHOUSE = Path(__file__).resolve().parents[2] / "build" / "fc-wheels"
+LOCK_FILE = "function-requirements.txt"  # in the cloud's folder
+WHEELHOUSES = Path(__file__).resolve().parents[2] / "build" / "wheels"  # one folder per cloud
 MAKE_TARGET = "make fc-wheels"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one cloud's function wheels are built for, as its reaper module declares it."""
+
+    cloud: str
+    runtime: str  # the platform's name for it (the stack declares this runtime)
+    python: tuple[int, int]
+    glibc: tuple[int, int]
+    arch: str
+    sdist_only: tuple[str, ...]
+    sdks: tuple[str, ...]  # what the function imports: the closure's roots
+    lock: Path
+
+    @property
+    def wheelhouse(self) -> Path:
+        """Where ``make fc-wheels`` puts its wheels (read on each use, so a test may move
+        WHEELHOUSES)."""
+        return WHEELHOUSES / self.cloud
+
+    @property
+    def described(self) -> str:
+        return (
+            f"CPython {self.python[0]}.{self.python[1]}, manylinux {self.arch}, "
+            f"glibc <= {self.glibc[0]}.{self.glibc[1]}"
+        )
+
+
+def target(cloud: str) -> Target:
+    """The wheel target ``cloud``'s reaper module declares; LookupError when it builds its
+    function from no wheels."""
+    from infra import clouds
+
+    module = importlib.import_module(f"infra.clouds.{cloud}.reaper")
+    if not getattr(module, "WHEELS", False):
+        raise LookupError(f"cloud {cloud!r} builds its function from no wheels (WHEELS)")
+    runtime = module.WHEELS_RUNTIME
+    return Target(
+        cloud=cloud,
+        runtime=str(runtime["name"]),
+        python=tuple(runtime["python"]),
+        glibc=tuple(runtime["glibc"]),
+        arch=str(runtime["arch"]),
+        sdist_only=tuple(getattr(module, "WHEELS_SDIST_ONLY", ())),
+        sdks=tuple(module.SDKS),
+        lock=clouds.folders()[cloud] / LOCK_FILE,
+    )
+
+
+def targets() -> list[Target]:
+    """Every cloud whose function is built from wheels, by name."""
+    from infra import clouds
+
+    found = []
+    for name in clouds.names("reaper.py"):
+        try:
+            found.append(target(name))
+        except LookupError:
+            continue
+    return found
+
 
 # dist-info files that describe one installation, not the package: left out of the zip.
 _INSTALL_RECORDS = frozenset({"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
@@ -48,27 +110,29 @@ class WheelhouseError(Exception):
         super().__init__("\n".join(problems))
 
 
-def runtime_tags() -> frozenset[Tag]:
-    """Every wheel tag CPython 3.10 on manylinux x86_64 (glibc <= 2.28) can import."""
-    platforms = [f"manylinux_{GLIBC[0]}_{minor}_{ARCH}" for minor in range(GLIBC[1], 4, -1)]
-    platforms += [f"manylinux2014_{ARCH}", f"manylinux2010_{ARCH}", f"manylinux1_{ARCH}"]
-    interpreter = f"cp{PYTHON[0]}{PYTHON[1]}"
-    return frozenset(cpython_tags(PYTHON, [interpreter], platforms)) | frozenset(
-        compatible_tags(PYTHON, interpreter, platforms)
+def runtime_tags(to: Target) -> frozenset[Tag]:
+    """Every wheel tag the target's CPython on manylinux (its glibc or older) can import."""
+    glibc, arch, python = to.glibc, to.arch, to.python
+    platforms = [f"manylinux_{glibc[0]}_{minor}_{arch}" for minor in range(glibc[1], 4, -1)]
+    platforms += [f"manylinux2014_{arch}", f"manylinux2010_{arch}", f"manylinux1_{arch}"]
+    interpreter = f"cp{python[0]}{python[1]}"
+    return frozenset(cpython_tags(python, [interpreter], platforms)) | frozenset(
+        compatible_tags(python, interpreter, platforms)
     )
 
 
-def runtime_environment() -> dict[str, str]:
+def runtime_environment(to: Target) -> dict[str, str]:
     """PEP 508 marker values of the runtime (not of the interpreter building the zip)."""
+    version = f"{to.python[0]}.{to.python[1]}"
     return dict(
         implementation_name="cpython",
-        implementation_version="3.10.0",
+        implementation_version=f"{version}.0",
         os_name="posix",
-        platform_machine=ARCH,
+        platform_machine=to.arch,
         platform_python_implementation="CPython",
         platform_system="Linux",
-        python_full_version="3.10.0",
-        python_version="3.10",
+        python_full_version=f"{version}.0",
+        python_version=version,
         sys_platform="linux",
         platform_release="",
         platform_version="",
@@ -76,7 +140,7 @@ def runtime_environment() -> dict[str, str]:
     )
 
 
-def read_lock(path: Path = LOCK) -> dict[str, Version]:
+def read_lock(path: Path) -> dict[str, Version]:
     """``name==version`` per line (comments and blank lines aside), canonical names."""
     pins: dict[str, Version] = {}
     problems = []
@@ -108,10 +172,10 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def missing_message(wheelhouse: Path) -> str:
+def missing_message(to: Target, wheelhouse: Path) -> str:
     return (
-        f"{_shown(wheelhouse)}: no wheels for the Alicloud reaper function (FC runtime "
-        f"{FC_RUNTIME}): run `{MAKE_TARGET}` (fetches them from PyPI), then retry"
+        f"{_shown(wheelhouse)}: no wheels for the {to.cloud} reaper function (runtime "
+        f"{to.runtime}): run `{MAKE_TARGET}` (fetches them from PyPI), then retry"
     )
 
 
@@ -128,9 +192,9 @@ def _metadata(wheel: Path) -> list[str]:
 
 
 def _closure_problems(
-    wheels: Mapping[str, tuple[Path, Version]], roots: Iterable[str]
+    wheels: Mapping[str, tuple[Path, Version]], roots: Iterable[str], to: Target
 ) -> list[str]:
-    env = runtime_environment()
+    env = runtime_environment(to)
     problems = []
     needed: set[str] = set()
     todo = [canonicalize_name(r) for r in roots]
@@ -151,7 +215,7 @@ def _closure_problems(
                 problems.append(f"{path.name}: unreadable requirement {line!r}")
                 continue
             if req.marker is not None and not req.marker.evaluate(env):
-                continue  # not for CPython 3.10 on Linux, or behind an extra
+                continue  # not for the runtime's CPython on Linux, or behind an extra
             dep = canonicalize_name(req.name)
             if dep not in wheels:
                 problems.append(f"{path.name} needs {req}, which the lock does not pin")
@@ -164,15 +228,23 @@ def _closure_problems(
     return problems
 
 
-def check(wheelhouse: Path, roots: Iterable[str], lock: Path = LOCK) -> list[Path]:
-    """The wheelhouse's wheels, sorted by name, after proving that they are exactly the
-    lock's pins, each built for the runtime, and that together they satisfy every
-    requirement of the roots (markers evaluated for the runtime). WheelhouseError if not."""
+def check(
+    to: Target,
+    wheelhouse: Path | None = None,
+    roots: Iterable[str] | None = None,
+    lock: Path | None = None,
+) -> list[Path]:
+    """The wheelhouse's wheels (default: the target's), sorted by name, after proving that
+    they are exactly the lock's pins, each built for the runtime, and that together they
+    satisfy every requirement of the roots (default: the cloud's SDKS; markers evaluated
+    for the runtime). WheelhouseError if not."""
+    wheelhouse = wheelhouse or to.wheelhouse
+    lock = lock or to.lock
     wheels_found = sorted(wheelhouse.glob("*.whl")) if wheelhouse.is_dir() else []
     if not wheels_found:
-        raise WheelhouseError([missing_message(wheelhouse)])
+        raise WheelhouseError([missing_message(to, wheelhouse)])
     pins = read_lock(lock)
-    accepted = runtime_tags()
+    accepted = runtime_tags(to)
     rerun = f"rerun `{MAKE_TARGET}`"
     problems = []
     for other in sorted(wheelhouse.iterdir()):
@@ -192,8 +264,8 @@ def check(wheelhouse: Path, roots: Iterable[str], lock: Path = LOCK) -> list[Pat
         if not tags & accepted:
             shown = ", ".join(sorted(str(t) for t in tags))
             problems.append(
-                f"{path.name}: built for {shown}, which FC's {FC_RUNTIME} (CPython 3.10, "
-                f"manylinux x86_64, glibc <= {GLIBC[0]}.{GLIBC[1]}) cannot load: {rerun}"
+                f"{path.name}: built for {shown}, which {to.runtime} ({to.described}) "
+                f"cannot load: {rerun}"
             )
         if name not in pins:
             problems.append(f"{path.name}: {lock.name} does not pin {name}: {rerun}")
@@ -202,7 +274,7 @@ def check(wheelhouse: Path, roots: Iterable[str], lock: Path = LOCK) -> list[Pat
     for absent in sorted(set(pins) - set(wheels)):
         problems.append(f"{absent}=={pins[absent]}: pinned, but no wheel of it is here: {rerun}")
     if not problems:
-        problems = _closure_problems(wheels, roots)
+        problems = _closure_problems(wheels, to.sdks if roots is None else roots, to)
     if problems:
         raise WheelhouseError(problems)
     return [wheels[k][0] for k in sorted(wheels)]

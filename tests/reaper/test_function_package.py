@@ -125,7 +125,7 @@ def test_alicloud_zip_vendors_exactly_the_locks_pins(alicloud_zip: bytes) -> Non
     for folder in dist_infos:
         name, version = folder[: -len(".dist-info")].rsplit("-", 1)
         shipped[canonicalize_name(name)] = version
-    assert shipped == {k: str(v) for k, v in wh.read_lock().items()}
+    assert shipped == {k: str(v) for k, v in wh.read_lock(wh.target("alicloud").lock).items()}
 
 
 def test_alicloud_zip_binaries_are_all_built_for_cpython_3_10_on_linux_x86_64(
@@ -149,8 +149,9 @@ def test_alicloud_stack_declares_the_runtime_its_wheels_are_built_for() -> None:
         REPO / "stacks" / "Pulumi.a100x4.yaml", {"sshPublicKey": PLACEHOLDER_SSH_KEY}
     )
     (fn,) = evaluate(cfg).of_type("alicloud:fc/v3Function:V3Function")
-    assert fn.inputs["runtime"] == wh.FC_RUNTIME == "python3.10"
-    assert wh.PYTHON == (3, 10)
+    target = wh.target("alicloud")
+    assert fn.inputs["runtime"] == target.runtime == "python3.10"
+    assert target.python == (3, 10)
 
 
 def test_function_code_parses_as_python_3_10(aws_zip: bytes) -> None:

@@ -1,6 +1,8 @@
-"""The Alicloud function's wheels: exactly the lock, each built for FC's python3.10 runtime,
-their requirements closed under the runtime's markers; and how `make fc-wheels` fetches them.
-Synthetic wheels in a temporary folder: no network."""
+"""A cloud function's wheels (the one cloud that builds from them, Alicloud, declares its
+target in its reaper.py and its lock in its folder): exactly the lock, each built for FC's
+python3.10 runtime, their requirements closed under the runtime's markers; and how `make
+fc-wheels` fetches them for every cloud that declares wheels. Synthetic wheels in a
+temporary folder: no network."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from infra.reaper.handler import build_function_zip
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "fc_wheels.py"
+FC = wh.target("alicloud")
 
 
 def make_wheel(
@@ -57,12 +60,12 @@ def lock(tmp_path: Path, *pins: str) -> Path:
 
 def problems(wheels: Path, roots: tuple[str, ...], lock_path: Path) -> list[str]:
     with pytest.raises(wh.WheelhouseError) as caught:
-        wh.check(wheels, roots, lock_path)
+        wh.check(FC, wheels, roots, lock_path)
     return caught.value.problems
 
 
 def accepted(tag: str) -> bool:
-    return bool(parse_tag(tag) & wh.runtime_tags())
+    return bool(parse_tag(tag) & wh.runtime_tags(FC))
 
 
 @pytest.mark.parametrize(
@@ -112,7 +115,7 @@ def test_a_missing_or_empty_wheelhouse_is_one_line_naming_make_fc_wheels(tmp_pat
 def test_the_zip_build_without_a_wheelhouse_raises_that_one_line(tmp_path: Path) -> None:
     with pytest.raises(wh.WheelhouseError) as caught:
         build_function_zip(provider="alicloud", wheelhouse=tmp_path / "absent")
-    assert caught.value.problems == [wh.missing_message(tmp_path / "absent")]
+    assert caught.value.problems == [wh.missing_message(FC, tmp_path / "absent")]
     # AWS needs no wheels: Lambda's runtime has boto3.
     assert build_function_zip(provider="aws", wheelhouse=tmp_path / "absent")
 
@@ -179,7 +182,7 @@ def test_a_closed_lock_for_the_runtime_passes_and_lists_its_wheels(tmp_path: Pat
     make_wheel(wheels, "sdk", "1.0", requires=("Fast_Lib>=1",))
     make_wheel(wheels, "fast-lib", "1.5", tag="cp310-cp310-manylinux_2_17_x86_64")
     (wheels / ".complete").touch()  # make's stamp is not a stray file
-    got = wh.check(wheels, ("sdk",), lock(tmp_path, "sdk==1.0", "fast_lib==1.5"))
+    got = wh.check(FC, wheels, ("sdk",), lock(tmp_path, "sdk==1.0", "fast_lib==1.5"))
     assert [p.name.split("-")[0] for p in got] == ["fast_lib", "sdk"]
 
 
@@ -248,22 +251,30 @@ def _requirements_txt() -> dict[str, str]:
 
 def test_the_lock_ships_the_sdk_versions_that_requirements_txt_tests_here() -> None:
     here = _requirements_txt()
-    shipped = wh.read_lock()
+    shipped = wh.read_lock(FC.lock)
     for name in (*ALICLOUD_SDKS, "alibabacloud-tea-openapi"):
         assert str(shipped[canonicalize_name(name)]) == here[canonicalize_name(name)], name
 
 
 def test_the_lock_pins_every_sdk_the_function_imports_and_every_sdist_only_package() -> None:
-    fc_wheels = _load_script()
-    shipped = wh.read_lock()
-    for name in (*ALICLOUD_SDKS, *fc_wheels.SDIST_ONLY):
+    shipped = wh.read_lock(FC.lock)
+    for name in (*ALICLOUD_SDKS, *FC.sdist_only):
         assert canonicalize_name(name) in shipped, name
 
 
-def test_fc_wheels_takes_the_sdks_from_the_reapers_that_build_from_wheels() -> None:
-    fc_wheels = _load_script()
-    assert fc_wheels.wheel_sdks() == ALICLOUD_SDKS  # the one cloud with WHEELS = True
-    assert "infra.clouds.alicloud" not in SCRIPT.read_text()  # found by folder, not by name
+def test_the_wheel_targets_are_the_reapers_that_build_from_wheels() -> None:
+    """Alicloud's folder declares its target (reaper.py WHEELS, WHEELS_RUNTIME,
+    WHEELS_SDIST_ONLY) and its lock; neither the checker nor the script names it."""
+    assert [t.cloud for t in wh.targets()] == ["alicloud"]  # the one cloud with WHEELS = True
+    assert FC.sdks == ALICLOUD_SDKS
+    assert (FC.runtime, FC.python, FC.glibc, FC.arch) == ("python3.10", (3, 10), (2, 28), "x86_64")
+    assert FC.sdist_only == ("alibabacloud-tea",)
+    assert FC.lock == ROOT / "infra" / "clouds" / "alicloud" / "function-requirements.txt"
+    assert FC.wheelhouse == ROOT / "build" / "wheels" / "alicloud"
+    for path in (SCRIPT, ROOT / "infra" / "reaper" / "wheelhouse.py"):
+        assert not re.search(r"alicloud|python3\.10|alibabacloud", path.read_text(), re.I), path
+    with pytest.raises(LookupError, match="no wheels"):
+        wh.target("aws")
 
 
 def _load_script():  # type: ignore[no-untyped-def]
@@ -279,7 +290,7 @@ def _load_script():  # type: ignore[no-untyped-def]
 def test_fc_wheels_downloads_every_pin_as_a_wheel_for_cpython_3_10_manylinux(
     tmp_path: Path,
 ) -> None:
-    cmd = _load_script().download_command("py", Path("lock.txt"), tmp_path)
+    cmd = _load_script().download_command("py", FC, Path("lock.txt"), tmp_path)
     assert cmd[:4] == ["py", "-m", "pip", "download"]
     joined = " ".join(cmd)
     for part in (
@@ -317,4 +328,15 @@ def test_fc_wheels_refuses_a_malformed_lock_with_exit_2_before_pip_runs(tmp_path
     )
     assert done.returncode == 2
     assert done.stderr == "lock.txt:1: 'alibabacloud-tea>=0.4' is not name==version\n"
-    assert not into.exists() and not (tmp_path / "wheels.partial").exists()
+    assert not into.exists() and not (into / "alicloud.partial").exists()
+
+
+def test_fc_wheels_refuses_a_cloud_that_builds_no_wheels_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--cloud", "aws", "--into", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr == "--cloud: 'aws' builds no wheels; those that do: alicloud\n"

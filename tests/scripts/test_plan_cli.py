@@ -113,7 +113,7 @@ def run_without_wheels(wheelhouse, *args):
         "import runpy, sys\n"
         "from pathlib import Path\n"
         "import infra.reaper.wheelhouse as wh\n"
-        f"wh.WHEELHOUSE = Path({str(wheelhouse)!r})\n"
+        f"wh.WHEELHOUSES = Path({str(wheelhouse)!r})\n"
         f"sys.argv = [{str(PLAN)!r}, *{list(args)!r}]\n"
         f"runpy.run_path({str(PLAN)!r}, run_name='__main__')\n"
     )
@@ -130,7 +130,7 @@ def test_alicloud_plan_without_the_function_wheels_exits_2_with_one_line_naming_
     assert proc.returncode == 2
     assert proc.stdout == ""
     (line,) = problems(proc.stderr)
-    assert "fc-wheels: no wheels for the Alicloud reaper function" in line
+    assert "fc-wheels/alicloud: no wheels for the alicloud reaper function" in line
     assert "run `make fc-wheels`" in line and "Traceback" not in proc.stderr
 
 

@@ -14,6 +14,7 @@ import pulumi_random as random
 from infra import reaper_deploy as guard_logic
 from infra.clouds import common
 from infra.clouds.alicloud import entry
+from infra.clouds.alicloud.reaper import WHEELS_RUNTIME  # the runtime its wheels are built for
 from infra.clouds.base import (
     AccessParts,
     GuardParts,
@@ -36,7 +37,6 @@ from infra.components.args import (
 from infra.config import StackConfig
 from infra.nodes import NodeSpec
 from infra.reaper import tags as T
-from infra.reaper.wheelhouse import FC_RUNTIME  # the runtime its vendored wheels are built for
 
 # ali.ecs.Instance imports ecs's instance module, not the ~90 of pulumi_alicloud.ecs
 narrow(ali)
@@ -589,7 +589,7 @@ class AlicloudProvider:
         fn = ali.fc.V3Function(
             f"{name}-reaper",
             function_name=fn_name,
-            runtime=FC_RUNTIME,
+            runtime=str(WHEELS_RUNTIME["name"]),
             handler=entry.HANDLER,
             code=ali.fc.V3FunctionCodeArgs(
                 zip_file=base64.b64encode(guard_logic.function_zip(self.name)).decode()

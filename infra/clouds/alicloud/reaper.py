@@ -61,10 +61,19 @@ DEFAULT_MAX_ATTEMPTS = 5
 
 # What the function package carries (infra/reaper/handler.py CloudEntry): Function Compute's
 # runtime ships none of the Alibaba Cloud SDKs used here; their closure has compiled modules
-# (cryptography, cffi, aiohttp...), so it comes from wheels built for the runtime.
+# (cryptography, cffi, aiohttp...), so it comes from wheels built for the runtime
+# (infra/reaper/wheelhouse.py; `make fc-wheels` fetches them), pinned whole in
+# function-requirements.txt beside this file.
 VENDOR_SDK = True
 SDKS: tuple[str, ...] = ("alibabacloud-ecs20140526", "alibabacloud-cms20190101")
 WHEELS = True
+# The runtime program.py declares for the function: Function Compute's python3.10 is CPython
+# 3.10 on Debian 10 "buster" (so glibc 2.28), x86_64 (Alibaba Cloud, Function Compute >
+# Python > Overview, runtime table).
+WHEELS_RUNTIME = {"name": "python3.10", "python": (3, 10), "glibc": (2, 28), "arch": "x86_64"}
+# Pinned releases that PyPI has as an sdist only, each pure Python (no extension module):
+# built into a py3-none-any wheel by the venv's setuptools (scripts/fc_wheels.py).
+WHEELS_SDIST_ONLY = ("alibabacloud-tea",)
 
 
 def from_env(region: str, env: Mapping[str, str], given: Invocation) -> AlicloudCloud:
