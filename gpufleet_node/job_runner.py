@@ -35,6 +35,13 @@ by ``cancel`` when the supervisor is gone), always whole: a temp file renamed ov
                  fetched, kept, bytes, seconds}); a failed one ends the state as failed
                  with ``error`` (cause and what to do) and torchrun never starts
     resumed_from {version, step} the attempt restored, or None
+    attempts     one record per attempt of the run (job_policy.attempt_line): attempt,
+                 reason (succeeded, crash, hang, budget, cancel), torchrun_exit, rank,
+                 exit_code, signal, seconds, resumed_from, newest_step, version; a hang's
+                 last_progress_at, silent_s and tails (each rank's last lines)
+    end_reason   why the run ended (the last attempt's reason); budget: ``budget`` says
+                 what was spent of max_cost (job.json max_restarts, hang_after_s,
+                 max_cost, hourly_price: job_policy.py)
     warnings     one-line strings: an attempt that wrote an older checkpoint than it
                  restored, output that says the script started from scratch, a torn
                  save that a push left out (last_sync/final_sync ``torn``: the file)
