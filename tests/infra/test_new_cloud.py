@@ -318,8 +318,8 @@ def test_the_new_clouds_scheduled_reaper_guards_its_gpu_node(new_cloud: Path) ->
 # cloud, and why that is no edit a new cloud must make: the Python packages its SDK comes in
 # are installed, not code (a cloud with an SDK adds its pin; this one has none). Shrink it.
 NAMING_ALLOWED = {
-    "requirements.txt": "the provider SDKs' pins",
-    "pyproject.toml": "the provider SDKs' dependency ranges",
+    "requirements.txt": "the provider SDKs' pins (and the reaper SDKs' the tests run)",
+    "pyproject.toml": "the provider SDKs' dependency ranges and mypy's per-SDK overrides",
     "infra/catalog/sources.toml": "citations: the titles and addresses of the sources the "
     "shared tables (GPU specs) cite; a new cloud's sources go in its own catalog.toml",
 }
@@ -330,14 +330,25 @@ def _outside_a_clouds_folder(rel: str) -> bool:
     return home_of(rel) is None and not rel.startswith(("tests/", "docs/", "stacks/"))
 
 
+def sdk_names() -> frozenset[str]:
+    """What the clouds' folders declare of their SDKs: the Pulumi provider package
+    (catalog.toml [sdk] package) and the distributions the reaper function imports (its
+    reaper.py SDKS). Code outside the folders that names one knows that cloud as surely as
+    code naming the cloud (compile_venv.py's SDK lists did, unseen by a name-only scan)."""
+    found = {catalog.cloud_file(n).get("sdk", {}).get("package") for n in provider_names()}
+    found |= {sdk for entry in handler.CLOUDS.values() for sdk in entry.sdks}
+    return frozenset(n for n in found if n)
+
+
 def files_naming_a_cloud() -> dict[str, list[int]]:
-    """Each tracked file outside a cloud's folder whose code names a cloud: in Python, a
-    string that is exactly a cloud's name (docstrings aside); elsewhere, a line (comments
-    aside) holding a cloud's name as a word."""
+    """Each tracked file outside a cloud's folder whose code names a cloud or one of its
+    SDKs: in Python, a string that is exactly a cloud's or an SDK's name (docstrings aside);
+    elsewhere, a line (comments aside) holding one as a word."""
     import re
 
-    names = frozenset(provider_names())
-    word = re.compile(r"(?<![\w])(" + "|".join(sorted(names)) + r")(?![\w])", re.IGNORECASE)
+    names = frozenset(provider_names()) | sdk_names()
+    alternatives = "|".join(re.escape(n) for n in sorted(names))
+    word = re.compile(r"(?<![\w])(" + alternatives + r")(?![\w])", re.IGNORECASE)
     listed = subprocess.run(
         ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
@@ -365,6 +376,10 @@ def files_naming_a_cloud() -> dict[str, list[int]]:
 
 def test_the_scan_sees_a_cloud_named_outside_its_folder() -> None:
     assert node_provider_names('x = {"aws": 1}', frozenset(NAMED)) == [1]
+    # an SDK list, as scripts/compile_venv.py held before the folders declared them
+    sdks = sdk_names()
+    assert {"pulumi_aws", "tencentcloud_iac_pulumi", "alibabacloud-ecs20140526"} <= sdks
+    assert node_provider_names('MYPY_SDKS = ("pulumi_aws",)', sdks) == [1]
     assert _outside_a_clouds_folder("infra/config.py")
     assert not _outside_a_clouds_folder("infra/clouds/aws/entry.py")
     assert set(NAMED) <= set(provider_names())
