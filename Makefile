@@ -7,7 +7,7 @@ ARGS    ?= --model gpt2 --tokens 1e9
 GPUS_ARGS ?=
 WHERE_ARGS ?= $(TIER)
 
-.PHONY: setup fc-wheels help system-packages test test-fast plan preflight up reserve cost compare size gpus where lint format bench device-verify clean
+.PHONY: setup fc-wheels help system-packages test test-fast plan preflight up reserve cost refresh-prices compare size gpus where lint format bench device-verify clean
 
 # The wheels of each cloud function built from wheels (a cloud folder's reaper.py WHEELS,
 # pinned by its function-requirements.txt), for that function's runtime, not for this venv:
@@ -73,6 +73,9 @@ up: setup  ## STACK=a100x8: deploy, failing over when a zone is full
 
 cost: setup  ## STACK=a100x4: the bill before deploying
 	$(PY) scripts/cost.py --stack $(STACK)
+
+refresh-prices: setup  ## [CLOUD=azure]: catalog prices from the price APIs
+	$(PY) scripts/refresh_prices.py $(if $(CLOUD),--cloud $(CLOUD)) $(REFRESH_ARGS)
 
 compare: setup  ## TIER=a100x8 across clouds and billing: table + chart
 	$(PY) scripts/cost.py --compare $(TIER) --plot $(TIER)-cost.png

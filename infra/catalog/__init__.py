@@ -396,6 +396,16 @@ def _cloud_files() -> Mapping[str, dict[str, Any]]:
     return MappingProxyType({n: files[n] for n in ranked})
 
 
+def cloud_file_path(name: str) -> Path:
+    """The file itself (``CLOUDS_DIR``'s when a test sets one), for the one writer of it:
+    scripts/refresh_prices.py. LookupError when no cloud of that name has one."""
+    homes = None if CLOUDS_DIR is None else [CLOUDS_DIR]
+    found = clouds.folders(CLOUD_FILE, homes)
+    if name not in found:
+        raise LookupError(f"no cloud {name!r} with a {CLOUD_FILE}")
+    return found[name] / CLOUD_FILE
+
+
 def cloud_path(name: str) -> str:
     """Where a cloud's catalog file is, as error messages name it."""
     return f"clouds/{name}/{CLOUD_FILE}"

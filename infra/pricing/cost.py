@@ -403,13 +403,21 @@ class Warnings:
         if line not in self.lines:
             self.lines.append(line)
 
-    def check(self, what: str, date: dt.date, source: str, estimate: bool = False) -> None:
+    def check(
+        self,
+        what: str,
+        date: dt.date,
+        source: str,
+        estimate: bool = False,
+        refresh: str = "refresh the catalog",
+    ) -> None:
+        """``refresh`` says how: the instance prices name the command that refreshes them."""
         age = (self.today - date).days
         limit = self.pricing.stale_after_days
         if age > limit:
             self.add(
                 f"{what}: figure from {source} dated {date.isoformat()} is {age} days old "
-                f"(> {limit}): refresh the catalog or check with --live"
+                f"(> {limit}): {refresh} or check with --live"
             )
         if estimate:
             self.add(f"{what}: an estimate ({source}), not a quoted price: verify before relying")
@@ -853,7 +861,13 @@ def estimate_cost(
     price, pp, nodes = c.price, c.pp, inputs.nodes
     month = prc.hours_per_month  # hours in the month subscriptions are priced over
     label = f"{inputs.provider} {c.it.name}"
-    warn.check(f"{label} on-demand", price.date, price.source, price.estimate)
+    warn.check(
+        f"{label} on-demand",
+        price.date,
+        price.source,
+        price.estimate,
+        refresh=f"refresh with `make refresh-prices CLOUD={inputs.provider}`",
+    )
     if inputs.region and inputs.region != price.region:
         warn.add(
             f"prices are the catalog's for {price.region}; {inputs.region} may differ: "

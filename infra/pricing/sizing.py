@@ -406,7 +406,7 @@ def _closing_warnings(
     """What the ranked options rest on that the user should know: old prices, unmeasured MFU."""
     warnings = [
         f"{provider} prices are dated {d.isoformat()} ({(today - d).days} days old): "
-        "refresh the catalog or check with scripts/cost.py --live"
+        f"refresh with `make refresh-prices CLOUD={provider}` or check with scripts/cost.py --live"
         for provider, d in sorted(stale.items())
     ]
     if options and not any(o.mfu_measured for o in options if o.status == OK):

@@ -11,7 +11,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from infra.clouds.live import LivePriceError, Terms
+from infra.clouds.live import LivePriceError, NoCredentials, PriceNotFound, Terms
+
+# The catalog's [sources] key for this API: a price refreshed from it carries it.
+SOURCE = "ALI-DESCRIBEPRICE"
 
 
 def parse_alicloud_price(body: Mapping[str, Any]) -> tuple[float, str]:
@@ -38,7 +41,7 @@ def live_price(instance_type: str, region: str) -> tuple[float, str]:
         "ALICLOUD_SECRET_KEY"
     )
     if not key or not secret:
-        raise LivePriceError(
+        raise NoCredentials(
             "no Alibaba Cloud credentials: set ALIBABA_CLOUD_ACCESS_KEY_ID and "
             "ALIBABA_CLOUD_ACCESS_KEY_SECRET to compare with DescribePrice"
         )
@@ -76,7 +79,7 @@ def live_price(instance_type: str, region: str) -> tuple[float, str]:
     try:
         return parse_alicloud_price(body)
     except LookupError as exc:
-        raise LivePriceError(f"Alibaba Cloud DescribePrice: {exc}") from None
+        raise PriceNotFound(f"Alibaba Cloud DescribePrice: {exc}") from None
 
 
 def live_reservations(instance_type: str, region: str) -> tuple[Terms, str]:

@@ -11,7 +11,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from infra.clouds.live import LivePriceError, Terms
+from infra.clouds.live import LivePriceError, NoCredentials, PriceNotFound, Terms
+
+# The catalog's [sources] key for this API: a price refreshed from it carries it.
+SOURCE = "AWS-PRICELIST"
+MAX_PAGES = 20  # one type in one region is a few products: more pages means a bad filter
 
 
 def aws_pricing_filters(instance_type: str, location: str) -> list[dict[str, str]]:
@@ -61,7 +65,7 @@ def live_aws_price(instance_type: str, region: str) -> float:
 
     session = boto3.session.Session()
     if session.get_credentials() is None:
-        raise LivePriceError(
+        raise NoCredentials(
             "no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
             "to compare with the Price List API"
         )
@@ -75,18 +79,20 @@ def live_aws_price(instance_type: str, region: str) -> float:
     }
     items: list[str] = []
     try:
-        while True:
+        for _ in range(MAX_PAGES):
             page = client.get_products(**kwargs)
             items.extend(page.get("PriceList", []))
             if not page.get("NextToken"):
                 break
             kwargs["NextToken"] = page["NextToken"]
+        else:
+            raise LivePriceError(f"AWS Price List API: still more pages after {MAX_PAGES}")
     except (BotoCoreError, ClientError) as exc:
         raise LivePriceError(f"AWS Price List API: {exc}") from None
     try:
         return parse_aws_price_list(items)
     except LookupError as exc:
-        raise LivePriceError(f"AWS Price List API: {exc} for {instance_type} in {region}") from None
+        raise PriceNotFound(f"AWS Price List API: {exc} for {instance_type} in {region}") from None
 
 
 def live_price(instance_type: str, region: str) -> tuple[float, str]:

@@ -22,16 +22,22 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from infra.clouds.live import LivePriceError, Terms
+from infra.clouds.live import LivePriceError, PriceNotFound, Terms
 
 DEFAULT_URL = "https://prices.azure.com/api/retail/prices"
 URL_ENV = "GPUFLEET_AZURE_PRICES_URL"
+# The catalog's [sources] key for this API: a price refreshed from it carries it.
+SOURCE = "AZ-RETAIL"
 MAX_PAGES = 10  # one size in one region is a handful of rows: more means a bad filter
 TIMEOUT_S = 15.0
 
 
 class RetailPricesError(LookupError):
     """The API could not answer (transport, format) or had no matching price."""
+
+
+class NoRetailPrice(RetailPricesError):
+    """The API answered, without a matching price."""
 
 
 def retail_filter(size: str, region: str) -> str:
@@ -77,7 +83,7 @@ def pick_linux_on_demand(items: Sequence[Mapping[str, Any]]) -> tuple[float, str
         price = item.get("retailPrice", item.get("unitPrice"))
         if isinstance(price, int | float) and price > 0:
             return float(price), str(item.get("currencyCode") or "USD")
-    raise RetailPricesError("no pay-as-you-go Linux hourly price in the answer")
+    raise NoRetailPrice("no pay-as-you-go Linux hourly price in the answer")
 
 
 def pick_linux_reservations(
@@ -150,6 +156,8 @@ def live_azure_reservations(size: str, region: str) -> dict[str, tuple[float, st
 def live_price(size: str, region: str) -> tuple[float, str]:
     try:
         return live_azure_price(size, region)
+    except NoRetailPrice as exc:
+        raise PriceNotFound(f"{exc} for {size} in {region}") from None
     except RetailPricesError as exc:
         raise LivePriceError(f"{exc} for {size} in {region}") from None
 

@@ -19,7 +19,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from infra.clouds.live import LivePriceError, Terms
+from infra.clouds.live import LivePriceError, NoCredentials, PriceNotFound, Terms
+
+# The catalog's [sources] key for this API: a price refreshed from it carries it.
+SOURCE = "TC-INQUIRYPRICE"
 
 
 def parse_tencent_price(body: Mapping[str, Any]) -> float:
@@ -53,7 +56,7 @@ def _credentials() -> tuple[str, str]:
     key = os.environ.get("TENCENTCLOUD_SECRET_ID", "")
     secret = os.environ.get("TENCENTCLOUD_SECRET_KEY", "")
     if not key or not secret:
-        raise LivePriceError(
+        raise NoCredentials(
             "no Tencent Cloud credentials: set TENCENTCLOUD_SECRET_ID and "
             "TENCENTCLOUD_SECRET_KEY to compare with InquiryPriceRunInstances"
         )
@@ -98,7 +101,7 @@ def live_price(instance_type: str, region: str) -> tuple[float, str]:
     try:
         zone = first_selling_zone(call("DescribeZoneInstanceConfigInfos", zones), instance_type)
     except LookupError as exc:
-        raise LivePriceError(f"Tencent Cloud DescribeZoneInstanceConfigInfos: {exc}") from None
+        raise PriceNotFound(f"Tencent Cloud DescribeZoneInstanceConfigInfos: {exc}") from None
 
     images = models.DescribeImagesRequest()
     images.Filters = [
@@ -121,7 +124,7 @@ def live_price(instance_type: str, region: str) -> tuple[float, str]:
     try:
         return parse_tencent_price(call("InquiryPriceRunInstances", inquiry)), "CNY"
     except LookupError as exc:
-        raise LivePriceError(f"Tencent Cloud InquiryPriceRunInstances: {exc}") from None
+        raise PriceNotFound(f"Tencent Cloud InquiryPriceRunInstances: {exc}") from None
 
 
 def _filter(models: Any, name: str, value: str) -> Any:

@@ -1,0 +1,329 @@
+#!/usr/bin/env python3
+"""Refresh the catalog's instance prices from each cloud's own price API.
+
+    python scripts/refresh_prices.py                 # every cloud that can be asked
+    python scripts/refresh_prices.py --cloud azure   # one cloud (repeatable)
+    python scripts/refresh_prices.py --dry-run       # show what would change, write nothing
+
+For each cloud, each instance type its catalog.toml prices (in the file's price region),
+the cloud's prices.py asks its API for the pay-as-you-go price per hour (the same client as
+``cost.py --live``: Azure's Retail Prices API needs no account; AWS's Price List, Alibaba's
+DescribePrice and Tencent's InquiryPriceRunInstances are signed, so they need the account's
+credentials from the environment). A cloud that cannot be asked (no credentials, no
+prices.py) says so in one line and is skipped. Then the price lines of that cloud's
+catalog.toml are rewritten in place: only ``on_demand``, ``date`` (today) and ``source``
+(the API's [sources] key) change, and ``estimate = true`` goes; spot ranges, comments and
+everything else stay byte for byte. A cloud whose API fails part way is not written at all.
+
+Prints a table of what changes (type, region, billing, old -> new, change). Exit status
+(docs/exit-status.md): 0 every price asked was had; 1 a cloud's API failed, a type had no
+price in the answer, or no cloud could be asked; 2 bad input.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from infra import catalog, clouds  # noqa: E402
+from infra.catalog import CatalogError, load_catalog  # noqa: E402
+from infra.clouds.live import LivePriceError, NoCredentials, PriceNotFound  # noqa: E402
+from infra.short_lived import one_command  # noqa: E402
+from infra.suggest import did_you_mean  # noqa: E402
+from infra.usage import USAGE_EXIT, OneLineParser, fit  # noqa: E402
+
+PROG = "refresh_prices.py"
+BILLING = "on-demand"  # what the price APIs answer here: the pay-as-you-go hour
+
+
+@dataclass(frozen=True)
+class Change:
+    type: str
+    region: str
+    old: float
+    new: float
+
+    @property
+    def percent(self) -> float:
+        return (self.new - self.old) / self.old * 100 if self.old else 0.0
+
+
+@dataclass
+class Outcome:
+    """One cloud's answer: its prices, or why there are none (skipped / failed)."""
+
+    cloud: str
+    source: str = ""
+    currency: str = ""
+    changes: list[Change] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # one line per type without a price
+    skipped: str = ""  # nothing asked (no credentials, no price API)
+    failed: str = ""  # asked, and the API failed: nothing written
+    path: Path | None = None
+
+
+def ask(cloud: str) -> Outcome:
+    """Every catalog price of ``cloud`` asked of its API; never raises for the API's sake."""
+    out = Outcome(cloud)
+    try:
+        module = clouds.module(cloud, "prices")
+    except LookupError:
+        out.skipped = "no price API in its folder (no prices.py)"
+        return out
+    cat = load_catalog()
+    out.source = str(getattr(module, "SOURCE", ""))
+    if out.source not in cat.sources:
+        out.skipped = "its prices.py names no SOURCE of the catalog's [sources]"
+        return out
+    priced = [it for (p, _), it in cat.instances.items() if p == cloud and it.price is not None]
+    for it in priced:  # one call per type: bounded by the catalog, each call by its client
+        assert it.price is not None
+        out.currency = it.price.currency
+        try:
+            value, currency = module.live_price(it.name, it.price.region)
+        except NoCredentials as exc:
+            out.skipped = str(exc)
+            return out
+        except PriceNotFound as exc:
+            out.missing.append(f"{it.name}: {exc}")
+            continue
+        except LivePriceError as exc:
+            out.failed = brief(str(exc))
+            return out
+        except Exception as exc:  # an SDK's own error we did not foresee: one line, not a trace
+            out.failed = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            return out
+        if currency != it.price.currency:
+            out.missing.append(f"{it.name}: the API answered in {currency}, not {out.currency}")
+            continue
+        out.changes.append(Change(it.name, it.price.region, it.price.on_demand, float(value)))
+    return out
+
+
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^\"'>)]+)")
+
+
+def brief(message: str) -> str:
+    """A transport failure as its API and its reason ('... DescribePrice: Connection
+    refused'), not the SDK's nested retry text; any other message as it is."""
+    m = _ERRNO.search(message)
+    return f"{message.split(':')[0]}: {m[1].strip()}" if m else message
+
+
+# ----------------------------------------------------------------------------------------------
+# the rewrite: price lines only, everything else byte for byte
+
+_SECTION = re.compile(r'^\[\s*instances\.(?:"(?P<quoted>[^"]+)"|(?P<bare>[A-Za-z0-9_-]+))\s*\]')
+_PRICE_LINE = re.compile(r"^price\s*=\s*\{")
+_ON_DEMAND = re.compile(r"(?<![\w-])(on_demand\s*=\s*)[0-9][0-9_.eE+-]*")
+_DATE = re.compile(r'(?<![\w-])(date\s*=\s*)"[^"]*"')
+_SOURCE = re.compile(r'(?<![\w-])(source\s*=\s*)"[^"]*"')
+_ESTIMATE = re.compile(r",\s*estimate\s*=\s*(?:true|false)(?=\s*[,}])")
+
+
+def toml_float(value: float) -> str:
+    """The shortest text that reads back as the same float (TOML wants a digit after '.')."""
+    text = repr(float(value))
+    return text if ("." in text or "e" in text or "n" in text) else f"{text}.0"
+
+
+def rewrite(text: str, prices: Mapping[str, float], date: dt.date, source: str) -> str:
+    """``text`` with each named type's price line given the new on_demand, date and source
+    (and no estimate flag). Raises ValueError when a type's price line is not found or the
+    result parses to anything but exactly those changes."""
+    lines = text.splitlines(keepends=True)
+    section: str | None = None
+    done: set[str] = set()
+    for i, line in enumerate(lines):
+        if line.startswith("["):
+            m = _SECTION.match(line)
+            section = (m["quoted"] or m["bare"]) if m else None
+            continue
+        if (
+            section is not None
+            and section in prices
+            and section not in done
+            and (_PRICE_LINE.match(line))
+        ):
+            value = toml_float(prices[section])
+            new = _ON_DEMAND.sub(lambda m: m[1] + value, line, count=1)  # noqa: B023 (used now)
+            new = _DATE.sub(lambda m: f'{m[1]}"{date.isoformat()}"', new, count=1)
+            new = _SOURCE.sub(lambda m: f'{m[1]}"{source}"', new, count=1)
+            lines[i] = _ESTIMATE.sub("", new, count=1)
+            done.add(section)
+    if set(prices) - done:
+        raise ValueError(f"no one-line price = {{...}} for {', '.join(sorted(set(prices) - done))}")
+    result = "".join(lines)
+    _check(text, result, prices, date, source)
+    return result
+
+
+def _check(
+    before: str, after: str, prices: Mapping[str, float], date: dt.date, source: str
+) -> None:
+    """The rewritten file means the old one plus exactly these price changes."""
+    want: dict[str, Any] = tomllib.loads(before)
+    for name, value in prices.items():
+        price = want["instances"][name]["price"]
+        price.update(on_demand=value, date=date.isoformat(), source=source)
+        price.pop("estimate", None)
+    if tomllib.loads(after) != want:
+        raise ValueError("the rewritten file would change more than the prices: not written")
+
+
+# ----------------------------------------------------------------------------------------------
+# what is shown
+
+
+def money(value: float) -> str:
+    """At least two decimals, up to four, no trailing zeros past two."""
+    text = f"{value:,.4f}"
+    while text.endswith("0") and len(text.split(".")[1]) > 2:
+        text = text[:-1]
+    return text
+
+
+def table(outcome: Outcome) -> list[str]:
+    """What changes, one row a type: type, region, billing, old -> new, change."""
+    moved = [c for c in outcome.changes if c.new != c.old]
+    head = ("type", "region", "billing", "old", "new", "change")
+    rows = [
+        (c.type, c.region, BILLING, money(c.old), money(c.new), f"{c.percent:+.1f}%") for c in moved
+    ]
+    w = [max(len(r[k]) for r in [head, *rows]) for k in range(6)]
+    out = []
+    for r in [head, *rows]:
+        arrow = "    " if r is head else " -> "
+        out.append(
+            f"  {r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  "
+            f"{r[3]:>{w[3]}}{arrow}{r[4]:>{w[4]}}  {r[5]:>{w[5]}}".rstrip()
+        )
+    return out if rows else []
+
+
+def report(outcome: Outcome, today: dt.date, dry_run: bool, out: TextIO) -> None:
+    moved = sum(1 for c in outcome.changes if c.new != c.old)
+    same = len(outcome.changes) - moved
+    verb = "would change" if dry_run else "changed"
+    lines = [
+        fit(
+            f"{outcome.cloud}: {len(outcome.changes)} prices from {outcome.source} "
+            f"({outcome.currency}/h), {moved} {verb}, {same} the same"
+        )
+    ]
+    lines += table(outcome)
+    if outcome.changes:
+        where = display_path(outcome.path) if outcome.path else f"{outcome.cloud}'s catalog"
+        did = "would date" if dry_run else "dated"
+        lines.append(fit(f"  {where}: each {did} {today.isoformat()}, source {outcome.source}"))
+    print("\n".join(lines), file=out)
+
+
+def display_path(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def parse(argv: Sequence[str] | None, known: Sequence[str]) -> Any:
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--cloud",
+        action="append",
+        metavar="NAME",
+        help=f"only this cloud (repeatable; one of {', '.join(known)})",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="show what would change, write nothing"
+    )
+    return parser.parse_args(argv)
+
+
+def main(
+    argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    try:
+        known = catalog.provider_names()
+        load_catalog()
+    except CatalogError as exc:
+        print(fit(f"{PROG}: the catalog is broken: {exc}"), file=err)
+        return 1
+    try:
+        args = parse(argv, known)
+    except SystemExit as exc:  # argparse said it in one line (or printed --help)
+        return exc.code if isinstance(exc.code, int) else USAGE_EXIT
+    unknown = [name for name in args.cloud or [] if name not in known]
+    for name in unknown:
+        problem = f"--cloud {name!r}: not a cloud{did_you_mean(name, known)} (see --help)"
+        print(fit(f"{PROG}: {problem}"), file=err)
+    if unknown:
+        return USAGE_EXIT
+    today = dt.date.today()
+    status, asked = 0, 0
+    try:
+        for cloud in args.cloud or known:
+            outcome = ask(cloud)
+            if outcome.skipped:
+                print(fit(f"{cloud}: skipped: {outcome.skipped}"), file=err)
+                continue
+            asked += 1
+            if outcome.failed:
+                print(fit(f"{cloud}: {outcome.failed}; nothing rewritten"), file=err)
+                status = 1
+                continue
+            for line in outcome.missing:
+                print(fit(f"{cloud}: kept {line}"), file=err)
+                status = 1
+            outcome.path = catalog.cloud_file_path(cloud)
+            if outcome.changes and not write(outcome, today, args.dry_run, err):
+                status = 1
+                continue
+            report(outcome, today, args.dry_run, out)
+        if args.dry_run and asked:
+            print("--dry-run: nothing written", file=out)
+        out.flush()
+    except BrokenPipeError:  # `refresh_prices.py | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if not asked:
+        print(fit(f"{PROG}: no cloud could be asked; nothing rewritten"), file=err)
+        return 1
+    return status
+
+
+def write(outcome: Outcome, today: dt.date, dry_run: bool, err: TextIO) -> bool:
+    """Rewrite the cloud's file (a temporary file renamed over it), or only check that it
+    can be, with ``dry_run``. False (said in one line) when it cannot."""
+    assert outcome.path is not None
+    prices = {c.type: c.new for c in outcome.changes}
+    try:
+        text = outcome.path.read_bytes().decode("utf-8")
+        new = rewrite(text, prices, today, outcome.source)
+        if not dry_run and new != text:
+            tmp = outcome.path.with_name(f".{outcome.path.name}.refresh")
+            tmp.write_bytes(new.encode("utf-8"))
+            os.replace(tmp, outcome.path)
+    except (OSError, ValueError) as exc:
+        print(fit(f"{outcome.cloud}: {display_path(outcome.path)}: {exc}"), file=err)
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    one_command()
+    sys.exit(main())
