@@ -78,7 +78,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import job_policy, job_sync, modules
+from . import job_notify, job_policy, job_sync, modules
 
 SPEC_SCHEMA = "gpufleet.job/1"
 STATE_SCHEMA = "gpufleet.job-state/1"
@@ -406,6 +406,9 @@ class Supervisor:
         self.scan_offsets: dict[str, int] = {}
         self.torchrun_offset = 0
         self.t0 = time.monotonic()
+        # The run's webhook (--notify), on the head only: made by run(), never by the
+        # other commands that read the job (cancel, sync, restore).
+        self.notifier: job_notify.Notifier | None = None
 
     def use_job_env(self) -> None:
         """The job's own environment (--node-env) applies to the supervisor too: its uploads
@@ -662,10 +665,13 @@ class Supervisor:
         Path(self.spec["checkpoint_dir"]).mkdir(parents=True, exist_ok=True)
         (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
         policy = job_policy.Policy.from_spec(self.spec)
+        self.notifier = self.make_notifier()
         restarts = 0
         while True:
             args = self.prepare()
             if args is None:
+                self.notify("run_end", f"failed before torchrun: {self.state.get('error')}")
+                self.close_notifier()
                 return 1
             began = time.monotonic()
             rc, why = self.attempt(args, policy)
@@ -697,6 +703,8 @@ class Supervisor:
         self.state.pop("syncing", None)
         self.save()
         self.log(f"done: {self.state['state']} ({decision.reason}, exit {rc}); final sync: {final}")
+        self.notify("run_end", self.end_said(decision, final), policy)
+        self.close_notifier()
         return 0
 
     def attempt(self, args: list[str], policy: job_policy.Policy) -> tuple[int, str]:
@@ -847,6 +855,9 @@ class Supervisor:
             wait_s=decision.wait_s,
             restarts_left=left,
         )
+        said = f"{decision.reason}, restart {restarts} of {policy.max_restarts}"
+        said += f" in {decision.wait_s:g} s"
+        self.notify("attempt_end", said, policy)
         self.state.update(state="running", restarting_at=utcnow(), restarts=restarts)
         self.state.pop("syncing", None)
         self.save()
@@ -879,6 +890,65 @@ class Supervisor:
     def budget_line(self, policy: job_policy.Policy) -> str:
         spent = self.spent(policy) or 0.0
         return f"spent {spent:.4f} of {policy.max_cost:g} {policy.currency}".rstrip()
+
+    def make_notifier(self) -> job_notify.Notifier | None:
+        """The job's webhook on the head node (one message per event for the whole run);
+        a URL it cannot use is an event and a log line, never a failed job."""
+        url = str(self.spec.get("notify_url") or "")
+        if self.node_rank != 0 or not url:
+            return None
+        problem = job_notify.check_url(url)
+        if problem:
+            add_event(self.dir, "notify", ok=False, host=job_notify.host_of(url), error=problem)
+            self.log(f"notify: not used: {problem}")
+            return None
+        return job_notify.Notifier(
+            url,
+            record=lambda event, **detail: add_event(self.dir, event, **detail),
+            log=self.log,
+            tries=int(self.spec.get("notify_tries") or job_notify.TRIES),
+            timeout=float(self.spec.get("notify_timeout_s") or job_notify.TIMEOUT_S),
+        )
+
+    def notify(self, kind: str, what: str, policy: job_policy.Policy | None = None) -> None:
+        """One message (queued: the job never waits for it) with the last attempt's line
+        and the spend so far."""
+        if self.notifier is None:
+            return
+        attempts = [a for a in self.state.get("attempts") or [] if isinstance(a, dict)]
+        last = attempts[-1] if attempts else {}
+        self.notifier.send(
+            kind,
+            job=str(self.spec["job"]),
+            name=str(self.spec.get("name") or ""),
+            what=what,
+            state=self.state.get("state"),
+            reason=self.state.get("end_reason") or last.get("reason"),
+            attempt=int(self.spec.get("attempt") or 1),
+            attempt_line=job_policy.attempt_line(last) if last else "",
+            newest_step=last.get("newest_step"),
+            spent=self.spent(policy) if policy else None,
+            max_cost=policy.max_cost if policy else None,
+            currency=policy.currency if policy else "",
+        )
+
+    def end_said(self, decision: job_policy.Decision, final: Mapping[str, Any] | None) -> str:
+        """What the run's end message says happened, and why."""
+        if decision.reason == "budget":
+            pushed = "checkpoint pushed" if (final or {}).get("ok") else "checkpoint NOT pushed"
+            return f"budget reached: ranks stopped, {pushed}"
+        if decision.state == "succeeded":
+            n = len(self.state.get("attempts") or []) or 1
+            return f"succeeded after {n} attempt(s)"
+        if decision.state == "failed":
+            return f"failed: {decision.reason}" + (
+                f" ({decision.detail})" if decision.detail else ""
+            )
+        return decision.state
+
+    def close_notifier(self) -> None:
+        if self.notifier is not None:
+            self.notifier.close()
 
     def record_hang(self, progress: Progress) -> None:
         """The hang in the state and the events: when the last progress came and the last
