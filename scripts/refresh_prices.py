@@ -225,8 +225,10 @@ def report(outcome: Outcome, today: dt.date, dry_run: bool, out: TextIO) -> None
     lines += table(outcome)
     if outcome.changes:
         where = display_path(outcome.path) if outcome.path else f"{outcome.cloud}'s catalog"
-        did = "would date" if dry_run else "dated"
-        lines.append(fit(f"  {where}: each {did} {today.isoformat()}, source {outcome.source}"))
+        did = "would be" if dry_run else "are now"
+        lines.append(
+            fit(f"{where}: its prices {did} dated {today.isoformat()}, source {outcome.source}")
+        )
     print("\n".join(lines), file=out)
 
 

@@ -188,7 +188,9 @@ def test_azure_refresh_rewrites_only_each_price_its_date_and_source(
         line = next(ln for ln in out.splitlines() if ln.split()[:1] == [name])
         assert "eastus" in line and "on-demand" in line and "->" in line
         assert line.rstrip().endswith(("-10.0%", "-9.9%", "-10.1%")), line
-    assert f"dated {TODAY}, source AZ-RETAIL" in out
+    assert f"catalog.toml: its prices are now dated {TODAY}, source AZ-RETAIL" in out.replace(
+        "\n  ", " "
+    )
     assert fits(out) and fits(err)
     # a second refresh (a new process: the catalog read again) finds nothing to change
     catalog._cloud_files.cache_clear()
