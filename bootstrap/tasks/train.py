@@ -62,6 +62,7 @@ from bootstrap.train.spec import (
     hourly_price,
     job_spec,
     new_job_id,
+    notify_option,
     parse_request,
     recovery_options,
     resume_changes,
@@ -118,8 +119,8 @@ TRAIN_HELP = {
     "resume": "JOB (id or name) or 'auto': rerun a recorded job from its newest complete "
     "checkpoint in the bucket; --args, --resume-args, --venv, --node-env, "
     "--nproc-per-node, --sync-interval, --sync-quiet, --s3-endpoint, --detach, "
-    "--stop-when-done, --max-restarts, --hang-after, --max-cost given with it replace the "
-    "recorded ones",
+    "--stop-when-done, --max-restarts, --hang-after, --max-cost, --notify given with it "
+    "replace the recorded ones",
     "venv": f"the node venv with torch (default {DEFAULT_VENV}, made by fab setup)",
     "jobs_dir": f"job folders on the nodes (default {JOBS_ROOT})",
     "max_workdir_mb": f"refuse a workdir over this size (default {DEFAULT_MAX_WORKDIR_MB:g})",
@@ -133,6 +134,9 @@ TRAIN_HELP = {
     "10m, 2h) is a hang: the ranks are stopped and, with restarts left, restarted",
     "max_cost": "stop the run (its checkpoint pushed) once it cost this much: every "
     "node-hour of every attempt at the stack's hourly price, in its currency",
+    "notify": "a webhook URL (Slack, Teams, Feishu/Lark, DingTalk, or any JSON endpoint; "
+    "https) told when an attempt ends and a restart waits, and when the run ends; a "
+    "secret: fab shows its host only",
     "s3_endpoint": BUCKET_HELP["s3_endpoint"],
     "master_port": "rendezvous port on the head (default: a free one)",
     "detach": "auto (systemd where it runs, else a supervised process; the default), "
@@ -428,6 +432,7 @@ def train(
     max_restarts: int = 0,
     hang_after: str = "",
     max_cost: float = 0.0,
+    notify: str = "",
     from_scratch: bool = False,
     rerun: bool = False,
     ignore_health: bool = False,
@@ -459,6 +464,7 @@ def train(
         max_restarts=max_restarts,
         hang_after=hang_after,
         max_cost=max_cost,
+        notify=notify,
     )
     if resume:
         # What needs no node is refused before any is contacted; the rest once the
@@ -467,6 +473,8 @@ def train(
             split_args("--args", args)
             split_args("--resume-args", resume_args)
             recovery_options(max_restarts, hang_after, max_cost)
+            if notify:
+                notify_option(notify)
         if workdir:
             raise _fail(
                 "--workdir: a resume runs from the job's recorded workdir; start a new job "
@@ -494,6 +502,7 @@ def train(
             max_restarts=max_restarts,
             hang_after=hang_after,
             max_cost=max_cost,
+            notify=notify,
         )
     fleet = resolve_fleet(c, fleet_args)
     if len({(h.address, h.port) for h in fleet.hosts}) != len(fleet.hosts):
@@ -582,6 +591,7 @@ _OPTION_OF = {
     "max_restarts": "--max-restarts",
     "hang_after_s": "--hang-after",
     "max_cost": "--max-cost",
+    "notify_url": "--notify",
 }
 
 

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from bootstrap.fleet.ttl import ttl_cell, ttl_note
 from bootstrap.train.spec import TrainError, hourly_price
+from gpufleet_node.job_notify import host_of
 from gpufleet_node.job_policy import attempt_line
 from infra.render import output_width, wrap
 
@@ -61,6 +62,8 @@ class JobRow:
             "end_reason": self.head.get("end_reason"),
             "max_cost": self.spec.get("max_cost"),
             "budget": self.head.get("budget"),
+            # The webhook URL is a secret (its token): its host only.
+            "notify": host_of(self.spec["notify_url"]) if self.spec.get("notify_url") else None,
         }
 
     @property

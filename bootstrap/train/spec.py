@@ -22,6 +22,7 @@ from bootstrap.fleet.interconnect import network_env
 from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.train.placeholders import refusal as placeholder_refusal
 from bootstrap.verify.ship import parse_node_env
+from gpufleet_node.job_notify import check_url as check_notify_url
 from gpufleet_node.job_policy import parse_duration
 from gpufleet_node.job_sync import QUIET_S as DEFAULT_SYNC_QUIET_S
 
@@ -99,6 +100,8 @@ class TrainRequest:
     max_restarts: int = 0
     hang_after_s: float | None = None
     max_cost: float | None = None
+    # The run's webhook (gpufleet_node/job_notify.py): a secret, shown by its host only.
+    notify_url: str = ""
 
 
 def split_args(option: str, text: str | None) -> tuple[str, ...]:
@@ -134,6 +137,15 @@ def recovery_options(max_restarts: int, hang_after: str, max_cost: float) -> dic
     if max_cost:
         out["max_cost"] = max_cost
     return out
+
+
+def notify_option(url: str) -> str:
+    """``--notify URL`` checked before anything starts, or a TrainError with one line that
+    names the host only (the URL's path or query is the webhook's token)."""
+    problem = check_notify_url(url)
+    if problem:
+        raise TrainError(f"--notify: {problem}")
+    return url
 
 
 def check_recovery(fields: Mapping[str, Any], *, nnodes: int, price: float | None) -> None:
@@ -182,6 +194,7 @@ def parse_request(
     max_restarts: int = 0,
     hang_after: str = "",
     max_cost: float = 0.0,
+    notify: str = "",
 ) -> TrainRequest:
     """Every check that needs no node, or a TrainError with one line."""
     if not script:
@@ -208,6 +221,7 @@ def parse_request(
         raise TrainError("--sync-quiet must be above 0 seconds")
     detach = check_detach(detach)
     recovery = recovery_options(max_restarts, hang_after, max_cost)
+    notify_url = notify_option(notify) if notify else ""
     if not 0 <= master_port <= 65535:
         raise TrainError(f"--master-port {master_port}: outside 0-65535")
     try:
@@ -235,6 +249,7 @@ def parse_request(
         max_restarts=int(recovery.get("max_restarts") or 0),
         hang_after_s=recovery.get("hang_after_s"),
         max_cost=recovery.get("max_cost"),
+        notify_url=notify_url,
     )
 
 
@@ -310,6 +325,9 @@ def job_spec(
         # supervisor counts the run's spend with it.
         "hourly_price": price[0] if price else None,
         "currency": price[1] if price else "",
+        # The head's supervisor posts each attempt's end and the run's end here; a secret
+        # (a webhook token): fab shows its host only, the node's state and events never it.
+        "notify_url": req.notify_url or None,
         "nodes": [
             {"name": node_name(h), "address": h.address, "port": h.port, "label": h.label}
             for h in fleet.hosts
@@ -350,6 +368,7 @@ class ResumeOptions:
     max_restarts: int = 0
     hang_after: str = ""
     max_cost: float = 0.0
+    notify: str = ""
 
 
 def resume_changes(old: Mapping[str, Any], given: ResumeOptions) -> dict[str, Any]:
@@ -409,6 +428,8 @@ def resume_changes(old: Mapping[str, Any], given: ResumeOptions) -> dict[str, An
         recovery, nnodes=int(old.get("nnodes") or 1), price=None if price is None else float(price)
     )
     out.update(recovery)
+    if given.notify:
+        out["notify_url"] = notify_option(given.notify)
     return {k: v for k, v in out.items() if old.get(k) != v}
 
 
