@@ -184,8 +184,9 @@ def post(
     return out
 
 
-def _amount(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def _amount(value: float, cap: float | None) -> str:
+    """Cents, or four decimals where the budget is below one (a test's 0.004)."""
+    return f"{value:.4f}" if cap is not None and float(cap) < 1 else f"{value:.2f}"
 
 
 def message(event: Mapping[str, Any]) -> str:
@@ -199,7 +200,7 @@ def message(event: Mapping[str, Any]) -> str:
     more = [str(event["attempt_line"])] if event.get("attempt_line") else []
     spent, cap = event.get("spent"), event.get("max_cost")
     if spent is not None:
-        money = _amount(spent) + (f" of {float(cap):g}" if cap else "")
+        money = _amount(float(spent), cap) + (f" of {float(cap):g}" if cap else "")
         more.append(f"spent {money} {event.get('currency') or ''}".rstrip())
     more.append(f"look closer: fab logs {job}, fab jobs")
     return first + "\n" + "; ".join(more)
