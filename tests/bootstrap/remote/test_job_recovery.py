@@ -126,6 +126,7 @@ def test_an_attempt_in_one_line() -> None:
 # at step 25) or hang (rank 1 sleeps at step 25, rank 0 waits in all_reduce, silent).
 SCRIPT = """
 import json, os, sys, time
+print("LOADING", flush=True)  # torch's import is the longest silence before the first step
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -250,6 +251,9 @@ def kinds(job_dir: Path) -> list[str]:
     return [e["event"] for e in job_runner.history(job_dir, 0)["events"]]
 
 
+HANG_S = 6.0
+
+
 def steps_printed(log: str) -> list[int]:
     return [int(line.split()[1]) for line in log.splitlines() if line.startswith("STEP ")]
 
@@ -290,7 +294,8 @@ def test_a_crash_is_restarted_from_the_newest_version_with_the_resume_args(
 def test_a_hang_is_stopped_and_restarted_and_its_last_lines_recorded(
     tmp_path: Path, endpoint: str
 ) -> None:
-    job_dir = job(tmp_path, endpoint, {"FAULT": "hang"}, max_restarts=1, hang_after_s=3)
+    # 6 s: well above torch's import under a loaded CI (no output then), well below the test's.
+    job_dir = job(tmp_path, endpoint, {"FAULT": "hang"}, max_restarts=1, hang_after_s=HANG_S)
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpufleet_node.job_runner", "supervise", f"--job-dir={job_dir}"],
         stdout=subprocess.DEVNULL,
@@ -318,15 +323,16 @@ def test_a_hang_is_stopped_and_restarted_and_its_last_lines_recorded(
     now = state(job_dir)
     assert now["state"] == "succeeded", now
     hung = now["attempts"][0]
-    assert hung["reason"] == "hang" and 3.0 <= hung["silent_s"] < 4.5, hung
+    # Checked every HANG_S / 10; a loaded machine may look a few seconds late.
+    assert hung["reason"] == "hang" and HANG_S <= hung["silent_s"] < HANG_S + 4, hung
     assert hung["tails"]["0"][-1] == "STEP 24" and hung["tails"]["1"][-1] == "STEP 24"
     assert hung["last_progress_at"] and hung["newest_step"] == 20
     assert now["attempts"][1]["resumed_from"]["step"] == 20
     printed = steps_printed(log.read_text())
     assert printed[-1] == 40 and "hang" in kinds(job_dir)
     lost = first_attempt(printed)[-1] - 20
-    # hang_after 3 s + stop (SIGTERM) + push + 0.5 s backoff + restore + new torchrun
-    assert to_restart < 15, to_restart
+    # hang_after + stop (SIGTERM) + push + 0.5 s backoff + restore + new torchrun
+    assert to_restart < HANG_S + 20, to_restart
     print(
         f"\nhang: last progress to the new attempt's first line {to_restart:.1f} s, "
         f"steps lost {lost}"
@@ -334,13 +340,14 @@ def test_a_hang_is_stopped_and_restarted_and_its_last_lines_recorded(
 
 
 def test_the_budget_pushes_the_checkpoint_and_stops_the_run(tmp_path: Path, endpoint: str) -> None:
-    # 3.6 per node-hour: 0.001 a second; the budget is 4 s of one node (torch starts in 2).
+    # 3.6 per node-hour: 0.001 a second; the budget is 10 s of one node: room for torch to
+    # start and save a few checkpoints even on a loaded machine.
     job_dir = job(
         tmp_path,
         endpoint,
         {"STEPS": "100000"},
         max_restarts=3,
-        max_cost=0.004,
+        max_cost=0.010,
         hourly_price=3.6,
         currency="USD",
         nproc_per_node=2,
@@ -351,10 +358,11 @@ def test_the_budget_pushes_the_checkpoint_and_stops_the_run(tmp_path: Path, endp
     assert done.returncode == 0, done.stdout + done.stderr
     now = state(job_dir)
     assert now["state"] == "cancelled" and now["end_reason"] == "budget", now
-    # The supervisor looks every 5 s at most: reached at 0.004 to 0.009 (5 s more).
+    # The supervisor looks every 5 s at most (a loaded machine later): reached at 0.010 and
+    # stopped within seconds of it, not at a restart's or a whole interval's cost.
     spent = float(now["budget"].split()[1])
-    assert 0.004 <= spent < 0.0095 and now["budget"].endswith("of 0.004 USD"), now["budget"]
+    assert 0.010 <= spent < 0.022 and now["budget"].endswith("of 0.01 USD"), now["budget"]
     assert now["final_sync"]["pushed"] and now["final_sync"]["newest_step"] >= 10
     assert [a["reason"] for a in now["attempts"]] == ["budget"]  # no restart after it
-    assert "budget" in kinds(job_dir) and 4 <= took < 15, took
+    assert "budget" in kinds(job_dir) and 10 <= took < 60, took
     print(f"\nbudget: {now['budget']}, stopped {took:.1f} s after the start")
