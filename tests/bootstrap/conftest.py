@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -121,7 +122,61 @@ def node_venv(sshd_server: SshServer) -> tuple[Path, FabResult]:
         recorded = base / "install-pytorch.json"
         if first:
             result = run_fab(*install_pytorch_args(sshd_server, venv, "--json"))
+            if result.returncode == 0:
+                # The public scripts' packages (tests/examples) go in now, before any test
+                # runs in this venv: pip swapping a package torch imports while another
+                # worker's job imports torch there made that import fail.
+                (base / EXTRAS_RECORD).write_text(json.dumps(install_extras(venv)))
             recorded.write_text(json.dumps(asdict(result)))
         elif not recorded.exists():  # the first worker died mid-install
             pytest.fail(f"{venv}: the install of another worker did not finish")
     return venv, FabResult(**json.loads(recorded.read_text()))
+
+
+# What examples/hf_trainer/run_clm.py imports, by the names requirements-dev.txt pins them
+# under, and numpy (examples/nanogpt's train.py reads its tokens with it; torch does not
+# bring it).
+EXTRA_PACKAGES = (
+    "numpy",
+    "transformers",
+    "accelerate",
+    "tokenizers",
+    "safetensors",
+    "datasets",
+    "evaluate",
+    "huggingface-hub",
+)
+EXTRAS_RECORD = "pip-extras.json"
+
+
+def extra_pins(requirements: Path = REPO / "requirements-dev.txt") -> list[str]:
+    """``name==version`` of each of EXTRA_PACKAGES as requirements-dev.txt pins it."""
+    pins: dict[str, str] = {}
+    for line in requirements.read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", line.strip())
+        if m and m.group(1).lower() in EXTRA_PACKAGES:
+            pins[m.group(1).lower()] = f"{m.group(1)}=={m.group(2)}"
+    missing = [p for p in EXTRA_PACKAGES if p not in pins]
+    assert not missing, f"requirements-dev.txt pins none of {missing}"
+    return [pins[p] for p in EXTRA_PACKAGES]
+
+
+def torch_pin(venv: Path) -> str:
+    """``torch==<the version in venv>``, read from its dist-info (no torch import)."""
+    found = sorted(venv.glob("lib/python3*/site-packages/torch-*.dist-info"))
+    assert found, f"{venv}: no torch installed"
+    return "torch==" + found[-1].name.removeprefix("torch-").removesuffix(".dist-info")
+
+
+def install_extras(venv: Path) -> dict[str, Any]:
+    """pip install of extra_pins() into ``venv`` with its torch held where it is (a
+    constraint, so pip never swaps torch): {"rc", "out"}."""
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as constraints:
+        constraints.write(torch_pin(venv) + "\n")
+        constraints.flush()
+        proc = subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+             "--disable-pip-version-check", "-c", constraints.name, *extra_pins()],
+            capture_output=True, text=True, timeout=900, check=False,
+        )  # fmt: skip
+    return {"rc": proc.returncode, "out": proc.stderr[-3000:]}
