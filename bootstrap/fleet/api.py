@@ -148,7 +148,6 @@ class Options:
     fstab: str = DEFAULT_FSTAB
     scratch_path: str | None = None  # overrides the stack's scratch.path
     tasks: tuple[object, ...] = ()  # each task family's own options, one object per type
-    extra: Mapping[str, Any] = field(default_factory=dict)  # options of tasks added later
 
     def of(self, kind: type[_T]) -> _T | None:
         """This run's options of one task family (an instance of ``kind``), None if not given."""

@@ -437,7 +437,6 @@ def _move(
         fleet,
         task,
         steps,
-        {},
         tasks=(move,),
         console=None if quiet else console,
         connect_timeout=fleet_args.connect_timeout,

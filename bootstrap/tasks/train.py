@@ -39,6 +39,14 @@ from bootstrap.tasks.pytorch import DEFAULT_VENV
 from bootstrap.tasks.verify import master_address
 from bootstrap.train import check_cache
 from bootstrap.train.jobs import NARROW_COLUMNS, JobRow, find_job, jobs_table, resumed_text
+from bootstrap.train.options import (
+    CancelOptions,
+    JobRef,
+    ResumeCheck,
+    TrainCheck,
+    TrainSend,
+    WorkdirSync,
+)
 from bootstrap.train.resume import check_restorable, job_to_resume
 from bootstrap.train.runs import (
     chart_path,
@@ -163,23 +171,24 @@ TRAIN_BOUNDS = {
 def _checked_node_facts(
     c: Context,
     fleet: Fleet,
-    extra: Mapping[str, Any],
+    check: TrainCheck,
+    resume: tuple[JobRef, ResumeCheck] | None,
     console: Console,
     quiet: bool,
     timeout: float,
 ) -> tuple[dict[Host, dict[str, Any]], Mapping[str, Any] | None]:
-    """Every node's train-check facts, and for a resume (``extra["spec"]``: the job) what
-    the head can restore, asked on the same connection; refuses the whole job when one node
-    is not ready."""
+    """Every node's train-check facts, and for a resume (``resume``: the job and what its
+    check reads) what the head can restore, asked on the same connection; refuses the whole
+    job when one node is not ready."""
     steps: list[Any] = [train_check_step]
-    if extra.get("spec") is not None:
+    if resume is not None:
         steps.append(resume_check_step)
     checked = run_steps(
         c,
         fleet,
         "train",
         steps,
-        dict(extra),
+        tasks=(check, *(resume or ())),
         console=None if quiet else console,
         connect_timeout=timeout,
     )
@@ -308,22 +317,23 @@ def _job_spec_for(
         python = str(changes.get("python") or old["python"])
     head = fleet.hosts[0]
     nproc = req.nproc_per_node if req else int(changes.get("nproc_per_node") or 0)
-    check_extra = {
-        "head": head,
-        "python": python,
-        "venv": str(Path(python).parent.parent),
-        "jobs_dir": req.jobs_dir if req else str(old["jobs_dir"]) if old else JOBS_ROOT,
-        "ckpt_parent": f"{fleet.scratch.path.rstrip('/')}/checkpoints",
-        "cpu": req.cpu if req else bool(old and old.get("cpu")),
-        "master_port": req.master_port if req else 0,
-        "nproc": nproc or (int(old["nproc_per_node"]) if old else 0),
-        "ignore_health": ignore_health,
-        "spec": old,
-        # A resume's check reads the bucket as the new attempt will (its --s3-endpoint,
-        # its --node-env credentials).
-        "check_spec": {**old, **changes} if old is not None and changes else None,
-    }
-    facts, found = _checked_node_facts(c, fleet, check_extra, console, quiet, timeout)
+    check = TrainCheck(
+        head=head,
+        python=python,
+        venv=str(Path(python).parent.parent),
+        jobs_dir=req.jobs_dir if req else str(old["jobs_dir"]) if old else JOBS_ROOT,
+        ckpt_parent=f"{fleet.scratch.path.rstrip('/')}/checkpoints",
+        cpu=req.cpu if req else bool(old and old.get("cpu")),
+        master_port=req.master_port if req else 0,
+        nproc=nproc or (int(old["nproc_per_node"]) if old else 0),
+        ignore_health=ignore_health,
+    )
+    # A resume's check reads the bucket as the new attempt will (its --s3-endpoint, its
+    # --node-env credentials).
+    resume = (
+        None if old is None else (JobRef(old), ResumeCheck({**old, **changes} if changes else None))
+    )
+    facts, found = _checked_node_facts(c, fleet, check, resume, console, quiet, timeout)
     port = (req.master_port if req else 0) or int(facts[head].get("port") or 29500)
     addr = master_address(fleet.outputs, fleet, None)
     # Each node's health verdict as this attempt found it (and any --ignore-health override).
@@ -354,14 +364,15 @@ def _restore_everywhere(
     """A resume's restore on every node before any node starts (the workdir sent and
     job.json written on the way): the head's restore answer, or Exit 1 with one line per
     node that did not restore and nothing started."""
-    extra = {
-        "spec": spec,
-        "manifest": manifest,
-        "local_workdir": Path(str(spec.get("local_workdir"))),
-        "remote_workdir": spec["workdir"],
-    }
+    send = TrainSend(workdir=_workdir(spec, manifest))
     report = run_steps(
-        c, fleet, "train", [train_restore_step], extra, console=console, connect_timeout=timeout
+        c,
+        fleet,
+        "train",
+        [train_restore_step],
+        tasks=(JobRef(spec), send),
+        console=console,
+        connect_timeout=timeout,
     )
     problems = host_problems(report)
     if problems:
@@ -394,16 +405,23 @@ def _start(
 ) -> FleetReport:
     """Send the workdir (when ``manifest``), write job.json, start every node's supervisor;
     after a restore (``restored``) the nodes have both: start only."""
-    extra = {
-        "spec": spec,
-        "manifest": None if restored else manifest,
-        "local_workdir": Path(str(spec.get("local_workdir"))),
-        "remote_workdir": spec["workdir"],
-        "restored": restored,
-    }
+    send = TrainSend(workdir=None if restored else _workdir(spec, manifest), restored=restored)
     return run_steps(
-        c, fleet, "train", [train_start_step], extra, console=console, connect_timeout=timeout
+        c,
+        fleet,
+        "train",
+        [train_start_step],
+        tasks=(JobRef(spec), send),
+        console=console,
+        connect_timeout=timeout,
     )
+
+
+def _workdir(spec: Mapping[str, Any], manifest: dict[str, list[Any]] | None) -> WorkdirSync | None:
+    """The workdir to send with the job (None without a manifest: nothing to send)."""
+    if manifest is None:
+        return None
+    return WorkdirSync(manifest, Path(str(spec.get("local_workdir"))), spec["workdir"])
 
 
 @fleet_task(help=TRAIN_HELP, bounds=TRAIN_BOUNDS)
@@ -741,7 +759,7 @@ def cancel(
         fleet,
         "cancel",
         [cancel_step],
-        {"spec": row.spec, "wait": wait, "s3_endpoint": s3_endpoint},
+        tasks=(JobRef(row.spec), CancelOptions(wait=wait, s3_endpoint=s3_endpoint)),
         console=None if (json or _quiet()) else console,
         connect_timeout=fleet_args.connect_timeout,
     )

@@ -20,14 +20,13 @@ from bootstrap.fleet.hosts import Fleet
 from bootstrap.fleet.runner import FleetReport, run_fleet
 from bootstrap.train.chart import CHART_NAME, history_of, job_figure, save_chart
 from bootstrap.train.jobs import JobRow, merge_jobs
+from bootstrap.train.options import ChartKeep, JobRef, JobsList, LogsOptions
 from bootstrap.train.spec import rank_of
 from bootstrap.train.steps import chart_step, history_step, jobs_step, logs_step
 
 
-def _context_factory(
-    fleet: Fleet, extra: Mapping[str, Any], tasks: tuple[object, ...] = ()
-) -> Callable[[Host], HostContext]:
-    options = Options(extra=dict(extra), tasks=tasks)
+def _context_factory(fleet: Fleet, tasks: tuple[object, ...]) -> Callable[[Host], HostContext]:
+    options = Options(tasks=tasks)
 
     def make(host: Host) -> HostContext:
         return HostContext(
@@ -47,9 +46,8 @@ def run_steps(
     fleet: Fleet,
     name: str,
     steps: Sequence[Any],
-    extra: Mapping[str, Any],
     *,
-    tasks: tuple[object, ...] = (),
+    tasks: tuple[object, ...],
     console: Console | None,
     connect_timeout: float,
 ) -> FleetReport:
@@ -59,7 +57,7 @@ def run_steps(
         name,
         fleet.hosts,
         list(steps),
-        _context_factory(fleet, extra, tasks),
+        _context_factory(fleet, tasks),
         config=c.config,
         console=console,
         connect_timeout_s=connect_timeout,
@@ -83,9 +81,14 @@ def host_problems(report: FleetReport) -> list[str]:
 def collect_jobs(
     c: Context, fleet: Fleet, jobs_dir: str, connect_timeout: float, state_dir: str = ""
 ) -> tuple[list[JobRow], FleetReport]:
-    extra = {"jobs_dir": jobs_dir} | ({"state_dir": state_dir} if state_dir else {})
     report = run_steps(
-        c, fleet, "jobs", [jobs_step], extra, console=None, connect_timeout=connect_timeout
+        c,
+        fleet,
+        "jobs",
+        [jobs_step],
+        tasks=(JobsList(jobs_dir, state_dir),),
+        console=None,
+        connect_timeout=connect_timeout,
     )
     records: list[Mapping[str, Any]] = []
     for h in report.hosts:
@@ -114,16 +117,21 @@ def follow_logs(
     connect_timeout: float,
     this_attempt: bool = False,
 ) -> FleetReport:
-    extra = {
-        "spec": spec,
-        "rank": rank,
-        "follow": follow,
-        "this_attempt": this_attempt,
-        "out": sys.stdout,
-        "lock": threading.Lock(),
-    }
+    given = LogsOptions(
+        out=sys.stdout,
+        lock=threading.Lock(),
+        rank=rank,
+        follow=follow,
+        this_attempt=this_attempt,
+    )
     return run_steps(
-        c, fleet, "logs", [logs_step], extra, console=None, connect_timeout=connect_timeout
+        c,
+        fleet,
+        "logs",
+        [logs_step],
+        tasks=(JobRef(spec), given),
+        console=None,
+        connect_timeout=connect_timeout,
     )
 
 
@@ -162,7 +170,7 @@ def write_chart(
         fleet,
         "history",
         [history_step],
-        {"spec": row.spec},
+        tasks=(JobRef(row.spec),),
         console=None,
         connect_timeout=connect_timeout,
     )
@@ -190,7 +198,7 @@ def write_chart(
         fleet,
         "chart",
         [chart_step],
-        {"spec": row.spec, "chart_png": path.read_bytes(), "chart_name": CHART_NAME},
+        tasks=(JobRef(row.spec), ChartKeep(path.read_bytes(), CHART_NAME)),
         console=None,
         connect_timeout=connect_timeout,
     )

@@ -29,6 +29,17 @@ from bootstrap.fleet.api import HostContext, StepFailed, StepResult, step
 from bootstrap.fleet.system import sh
 from bootstrap.fleet.ttl import read_ttl
 from bootstrap.train import check_cache
+from bootstrap.train.options import (
+    CancelOptions,
+    ChartKeep,
+    JobRef,
+    JobsList,
+    LogsOptions,
+    ResumeCheck,
+    TrainCheck,
+    TrainSend,
+    WorkdirSync,
+)
 from bootstrap.train.spec import check_command, judge_check, parse_check, rank_of
 from bootstrap.train.workdir import SYNC_MANIFEST, diff_manifest, pack
 from bootstrap.verify.health import gate
@@ -144,10 +155,10 @@ class NodeJob:
 
 
 def node_job(conn: Connection, ctx: HostContext) -> NodeJob | None:
-    """The job of ``ctx.options.extra["spec"]`` on this node; None when this host is not a
-    node of the job. Its commands ship the runner as they run (NodeJob.command)."""
+    """The job of ``ctx.options``' JobRef on this node; None when this host is not a node of
+    the job. Its commands ship the runner as they run (NodeJob.command)."""
     del conn  # nothing to ask the node yet
-    spec = ctx.options.extra["spec"]
+    spec = ctx.options.need(JobRef).spec
     rank = rank_of(spec, ctx.host)
     if rank is None:
         return None
@@ -175,22 +186,20 @@ def _json_out(done: Any, what: str) -> dict[str, Any]:
 def train_check_step(conn: Connection, ctx: HostContext) -> StepResult:
     """Can this node run the job? (reads only; torch is imported only for a venv this
     machine has not seen as it is now: check_cache)"""
-    x = ctx.options.extra
-    want_port = ctx.host == x["head"] and not x.get("master_port")
-    key = check_cache.entry_key(host_key(conn), ctx.host.address, ctx.host.port, x["python"])
-    known = check_cache.lookup(key, x.get("check_cache"))
+    x = ctx.options.need(TrainCheck)
+    want_port = ctx.host == x.head and not x.master_port
+    key = check_cache.entry_key(host_key(conn), ctx.host.address, ctx.host.port, x.python)
+    known = check_cache.lookup(key)
     command = check_command(
-        x["python"],
-        x["jobs_dir"],
-        x["ckpt_parent"],
+        x.python,
+        x.jobs_dir,
+        x.ckpt_parent,
         want_port,
         (known.venv_id, known.torch) if known else None,
     )
-    done = sh(conn, f"{command}; {gate.check_lines(x['jobs_dir'])}", timeout=60)
+    done = sh(conn, f"{command}; {gate.check_lines(x.jobs_dir)}", timeout=60)
     facts = {**parse_check(str(done.stdout)), "cache_key": key}
-    why = judge_check(
-        facts, cpu=x["cpu"], venv=x["venv"], host=ctx.host.label, nproc=int(x.get("nproc") or 0)
-    )
+    why = judge_check(facts, cpu=x.cpu, venv=x.venv, host=ctx.host.label, nproc=x.nproc)
     record = gate.health_record(facts)
     facts.pop("health", None)  # the record keeps what counts of it
     if why:
@@ -199,7 +208,7 @@ def train_check_step(conn: Connection, ctx: HostContext) -> StepResult:
     if held:
         return StepResult.failed(held, facts=facts, health=record)
     why = gate.refusal(record, ctx.host.label)
-    if why and not x.get("ignore_health"):
+    if why and not x.ignore_health:
         return StepResult.failed(why, facts=facts, health=record)
     if why:
         record["override"] = why  # --ignore-health: the job's record says what was ignored
@@ -222,13 +231,10 @@ def host_key(conn: Connection) -> str:
     return f"{key.get_name()} {key.fingerprint}"
 
 
-def sync_workdir(conn: Connection, ctx: HostContext, runner: str, remote_text: str) -> str:
+def sync_workdir(conn: Connection, workdir: WorkdirSync, runner: str, remote_text: str) -> str:
     """Send what changed in the workdir; ``remote_text``: the node's sync manifest, read in
     the round trip that shipped the runner (:func:`read_manifest_command`)."""
-    x = ctx.options.extra
-    remote_dir: str = x["remote_workdir"]
-    manifest: dict[str, list[Any]] = x["manifest"]
-    root: Path = x["local_workdir"]
+    remote_dir, manifest, root = workdir.remote, workdir.manifest, workdir.local
     try:
         remote = dict(jsonlib.loads(remote_text or "{}").get("files") or {})
     except (ValueError, AttributeError):
@@ -280,18 +286,17 @@ def put_bytes(conn: Connection, data: bytes | Path, path: str) -> None:
 def _send_workdir(
     conn: Connection, ctx: HostContext, spec: Mapping[str, Any]
 ) -> tuple[str, list[str]]:
-    """Ship the runner and, when the extra holds a manifest, send what changed in the
-    workdir: (the runner's path, what was done). One round trip when nothing changed."""
-    x = ctx.options.extra
-    syncing = x.get("manifest") is not None
-    then = read_manifest_command(x["remote_workdir"]) if syncing else "true"
+    """Ship the runner and, when TrainSend holds a workdir, send what changed in it: (the
+    runner's path, what was done). One round trip when nothing changed."""
+    workdir = ctx.options.need(TrainSend).workdir
+    then = read_manifest_command(workdir.remote) if workdir is not None else "true"
     runner, read = ship_and_run(conn, spec["jobs_dir"], then)
     notes = []
-    if syncing:
+    if workdir is not None:
         if not read.ok:
             why = str(read.stderr).strip()[-300:]
-            raise StepFailed(f"could not make the workdir {x['remote_workdir']}: {why}")
-        notes.append(sync_workdir(conn, ctx, runner, str(read.stdout)))
+            raise StepFailed(f"could not make the workdir {workdir.remote}: {why}")
+        notes.append(sync_workdir(conn, workdir, runner, str(read.stdout)))
     return runner, notes
 
 
@@ -319,7 +324,7 @@ def train_restore_step(conn: Connection, ctx: HostContext) -> StepResult:
     """A resume, before any node starts: the workdir sent, job.json written and the newest
     checkpoint version restored into this node's checkpoint folder (job_runner.py restore).
     Nothing is started: the supervisors start only once every node restored."""
-    spec: dict[str, Any] = ctx.options.extra["spec"]
+    spec = ctx.options.need(JobRef).spec
     rank = rank_of(spec, ctx.host)
     if rank is None:
         return StepResult.failed(f"{ctx.host.label} is not a node of job {spec['job']}")
@@ -328,7 +333,7 @@ def train_restore_step(conn: Connection, ctx: HostContext) -> StepResult:
         conn,
         f"{write_job_command(spec)}; {runner_command(runner)} restore --job-dir "
         f"{shlex.quote(job_dir(spec))} --node-rank {rank}",
-        timeout=float(ctx.options.extra.get("restore_timeout") or 3600),
+        timeout=ctx.options.need(TrainSend).restore_timeout,
     )
     _prep_failed(done)
     out = _json_out(done, "restore")
@@ -364,9 +369,8 @@ def resumed_from(restore: Mapping[str, Any]) -> str:
 def train_start_step(conn: Connection, ctx: HostContext) -> StepResult:
     """Copy the runner and the workdir, write job.json, start the detached supervisor: two
     round trips when the workdir is unchanged (ship + read its manifest; write + start).
-    After train-restore (extra ``restored``) the folder is ready: start only, one trip."""
-    x = ctx.options.extra
-    spec: dict[str, Any] = x["spec"]
+    After train-restore (TrainSend ``restored``) the folder is ready: start only, one trip."""
+    spec = ctx.options.need(JobRef).spec
     rank = rank_of(spec, ctx.host)
     if rank is None:
         return StepResult.failed(f"{ctx.host.label} is not a node of job {spec['job']}")
@@ -375,7 +379,7 @@ def train_start_step(conn: Connection, ctx: HostContext) -> StepResult:
         f"start --job-dir {shlex.quote(job_dir(spec))} --node-rank {rank} "
         f"--detach {spec.get('detach', 'auto')} --wait 120"
     )
-    if x.get("restored"):
+    if ctx.options.need(TrainSend).restored:
         command = ship_then_command(spec["jobs_dir"], f"{RUNNER} {start}")[1]
     else:
         runner, notes = _send_workdir(conn, ctx, spec)
@@ -396,7 +400,8 @@ def train_start_step(conn: Connection, ctx: HostContext) -> StepResult:
 def jobs_step(conn: Connection, ctx: HostContext) -> StepResult:
     """Every job state this node holds (reads only, apart from shipping the runner): one
     round trip."""
-    jobs_dir = ctx.options.extra["jobs_dir"]
+    listing_of = ctx.options.need(JobsList)
+    jobs_dir = listing_of.jobs_dir
     q = shlex.quote(jobs_dir)
     # No jobs folder: nothing to list, and nothing shipped (fab jobs creates nothing).
     _, listing = ship_then_command(jobs_dir, f"{RUNNER} list --root {q}")
@@ -410,7 +415,7 @@ def jobs_step(conn: Connection, ctx: HostContext) -> StepResult:
     jobs = list(out.get("jobs") or [])
     # The time before the hard TTL stops this node, as fab status reads it: only a node
     # with jobs is asked (one more round trip).
-    ttl = read_ttl(conn, str(ctx.options.extra.get("state_dir") or STATE_DIR)) if jobs else None
+    ttl = read_ttl(conn, str(listing_of.state_dir or STATE_DIR)) if jobs else None
     return StepResult.ok(f"{len(jobs)} job record(s)", jobs=jobs, now=out.get("now"), ttl=ttl)
 
 
@@ -437,18 +442,18 @@ class LineWriter:
 @step("logs")
 def logs_step(conn: Connection, ctx: HostContext) -> StepResult:
     """Print (or follow) this node's rank logs of one job."""
-    x = ctx.options.extra
+    x = ctx.options.need(LogsOptions)
     job = node_job(conn, ctx)
     if job is None:
         return StepResult.skipped("not a node of this job")
     args = f"follow --job-dir {shlex.quote(job.job_dir)} --node-rank {job.rank}"
-    if x.get("rank") is not None:
-        args += f" --rank {int(x['rank'])}"
-    if x.get("follow"):
+    if x.rank is not None:
+        args += f" --rank {int(x.rank)}"
+    if x.follow:
         args += " --follow"
-    if x.get("this_attempt"):
+    if x.this_attempt:
         args += " --this-attempt"
-    writer = LineWriter(x["out"], x["lock"])
+    writer = LineWriter(x.out, x.lock)
     try:
         done = conn.run(
             job.command(args),
@@ -477,8 +482,8 @@ def cancel_step(conn: Connection, ctx: HostContext) -> StepResult:
     job = node_job(conn, ctx)
     if job is None:
         return StepResult.skipped("not a node of this job")
-    wait = float(ctx.options.extra.get("wait", 120.0))
-    endpoint = str(ctx.options.extra.get("s3_endpoint") or "")
+    given = ctx.options.need(CancelOptions)
+    wait, endpoint = float(given.wait), given.s3_endpoint
     out = _json_out(
         sh(
             conn,
@@ -547,9 +552,9 @@ def chart_step(conn: Connection, ctx: HostContext) -> StepResult:
     job = node_job(conn, ctx)
     if job is None or job.rank != 0:
         return StepResult.skipped("the chart is kept on the job's head node")
-    x = ctx.options.extra
-    path = f"{job.job_dir}/{x['chart_name']}"
-    put_bytes(conn, x["chart_png"], path)
+    chart = ctx.options.need(ChartKeep)
+    path = f"{job.job_dir}/{chart.name}"
+    put_bytes(conn, chart.png, path)
     cmd = job.command(f"put --job-dir {shlex.quote(job.job_dir)} --file {shlex.quote(path)}")
     out = _json_out(sh(conn, cmd, timeout=180), "put")
     if not out.get("ok"):
@@ -572,19 +577,19 @@ def resume_check_step(conn: Connection, ctx: HostContext) -> StepResult:
     if job.rank != 0:  # the head answers for the job (it saves the checkpoints)
         return StepResult.skipped("not the job's head")
     out = _json_out(
-        sh(conn, restorable_command(job, ctx.options.extra), timeout=300), "resume check"
+        sh(conn, restorable_command(job, ctx.options.need(ResumeCheck).proposed), timeout=300),
+        "resume check",
     )
     if not out.get("ok"):
         return StepResult.failed(f"cannot tell what to resume from: {out.get('error')}")
     return StepResult.ok(restorable_line(out), restorable=out)
 
 
-def restorable_command(job: NodeJob, extra: Mapping[str, Any]) -> str:
-    """``job_runner.py restorable`` of the recorded job; with ``extra["check_spec"]`` (the
+def restorable_command(job: NodeJob, proposed: Mapping[str, Any] | None) -> str:
+    """``job_runner.py restorable`` of the recorded job; with ``proposed`` (ResumeCheck: the
     recorded spec with what this resume changes: its endpoint, its credentials in
     --node-env) the check reads that spec, from a folder of its own removed after it: the
     recorded job.json is not changed before the check passed."""
-    proposed = extra.get("check_spec")
     if not proposed:
         return job.command(f"restorable --job-dir {shlex.quote(job.job_dir)}")
     folder = f"{job.job_dir}.check-{secrets.token_hex(4)}"

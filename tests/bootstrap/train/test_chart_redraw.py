@@ -26,7 +26,7 @@ class Nodes:
         self.keep = StepResult.ok("/jobs/j1/gpufleet-chart.png, bucket/key")
         self.kept = 0
 
-    def run_steps(self, c: Any, fleet: Any, name: str, steps: Any, extra: Any, **_: Any) -> Any:
+    def run_steps(self, c: Any, fleet: Any, name: str, steps: Any, **_: Any) -> Any:
         host = SimpleNamespace(label="node-0 (127.0.0.1:22)")
         if name == "history":
             result = StepResult.ok("read", node_rank=0, history=self.history)

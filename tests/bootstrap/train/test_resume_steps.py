@@ -19,6 +19,7 @@ from fabric.testing.fixtures import remote  # noqa: F401  (the pytest fixture)
 from bootstrap.fleet.api import Host, HostContext, Options, StepResult
 from bootstrap.fleet.runner import FleetReport, HostReport, StepRecord, run_step
 from bootstrap.train import steps
+from bootstrap.train.options import CancelOptions, JobRef, ResumeCheck, TrainSend
 from bootstrap.train.spec import ResumeOptions, resume_changes, resume_spec
 from bootstrap.train.steps import (
     RUNNER,
@@ -77,12 +78,13 @@ def run(
     step: Any,
     commands: Sequence[Command],
     host: str = "node1",
-    **extra: Any,
+    spec: Mapping[str, Any] = SPEC,
+    tasks: tuple[object, ...] = (TrainSend(),),
 ) -> StepResult:
     mock.expect(host=host, user="u", commands=list(commands))
     ctx = HostContext(
         host=Host(host, user="u"),
-        options=Options(extra={"spec": SPEC, "manifest": None, **extra}),
+        options=Options(tasks=(JobRef(spec), *tasks)),
     )
     conn = Connection(host, user="u")
     try:
@@ -155,7 +157,12 @@ def test_after_every_node_restored_train_start_only_starts(
         f"{RUNNER} start --job-dir {FOLDER} --node-rank 1 --detach fork --wait 120",
     )[1]
     answer = json.dumps({"ok": True, "mode": "fork", "state": {"effective": "running", "pid": 42}})
-    result = run(remote, train_start_step, [Command(start, out=answer.encode())], restored=True)
+    result = run(
+        remote,
+        train_start_step,
+        [Command(start, out=answer.encode())],
+        tasks=(TrainSend(restored=True),),
+    )
     assert result.status.value == "changed"
     assert result.message == "node rank 1: running under fork (pid 42)"
 
@@ -208,7 +215,13 @@ def test_cancel_says_when_the_job_wrote_nothing_to_its_checkpoint_folder(
     cancel = ship_then_command(
         SPEC["jobs_dir"], f"{RUNNER} cancel --job-dir {FOLDER} --node-rank 0 --wait 5"
     )[1]
-    result = run(remote, cancel_step, [Command(cancel, out=answer.encode())], host="node0", wait=5)
+    result = run(
+        remote,
+        cancel_step,
+        [Command(cancel, out=answer.encode())],
+        host="node0",
+        tasks=(CancelOptions(wait=5),),
+    )
     assert result.details["wrote_nothing"] == detail
     report = FleetReport(
         task="cancel",
@@ -227,7 +240,13 @@ def test_cancel_says_when_the_job_wrote_nothing_to_its_checkpoint_folder(
     # A job that saved something: no such line.
     saved = {**final, "wrote_nothing": False, "detail": "1 file uploaded"}
     done = json.dumps({"ok": True, "state": {"effective": "cancelled", "final_sync": saved}})
-    other = run(remote, cancel_step, [Command(cancel, out=done.encode())], host="node0", wait=5)
+    other = run(
+        remote,
+        cancel_step,
+        [Command(cancel, out=done.encode())],
+        host="node0",
+        tasks=(CancelOptions(wait=5),),
+    )
     assert "wrote_nothing" not in other.details
 
 
@@ -247,7 +266,7 @@ def test_a_resume_that_changes_the_bucket_endpoint_is_checked_with_it_in_a_folde
               "version": {"seq": 3, "step": 30, "files": 1}}  # fmt: skip
     result = run(
         remote, steps.resume_check_step, [Command(check, out=json.dumps(answer).encode())],
-        host="node0", check_spec=proposed,
+        host="node0", tasks=(ResumeCheck(proposed),),
     )  # fmt: skip
     assert result.status.value == "ok" and result.message.endswith(
         "version 3 (1 file(s), step 30) in b/p/"
