@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from gpufleet_node import job_runner
+from tests.bootstrap.remote.watchdog_fakes import moto_server
 
 BUCKET = "gpufleet-resume-test"
 PREFIX = "checkpoints/n0/j1/"
@@ -79,15 +80,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def moto_url() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with moto_server(warm=("s3",)) as url:
+        yield url
 
 
 @pytest.fixture

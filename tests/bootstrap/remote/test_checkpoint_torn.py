@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from gpufleet_node import job_sync
+from tests.bootstrap.remote.watchdog_fakes import moto_server
 
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -129,15 +130,8 @@ def test_safetensors_reasons_name_what_disagrees(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def moto_url() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with moto_server(warm=("s3",)) as url:
+        yield url
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from gpufleet_node import job_sync
+from tests.bootstrap.remote.watchdog_fakes import moto_server
 
 # The node files import each other as top-level modules: job_sync's own bucket module (its
 # StoreError is the one job_sync catches).
@@ -25,15 +26,8 @@ PREFIX = "checkpoints/n0/j1/"
 
 @pytest.fixture(scope="module")
 def moto_url() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with moto_server(warm=("s3",)) as url:
+        yield url
 
 
 _count = iter(range(10_000))

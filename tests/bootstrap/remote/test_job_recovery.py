@@ -17,6 +17,7 @@ import pytest
 
 from gpufleet_node import job_policy, job_runner
 from gpufleet_node.job_policy import Decision, Policy
+from tests.bootstrap.remote.watchdog_fakes import moto_server
 
 BUCKET = "gpufleet-recovery-test"
 PREFIX = "checkpoints/n0/r1/"
@@ -161,15 +162,8 @@ dist.destroy_process_group()
 
 @pytest.fixture(scope="module")
 def moto_url() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with moto_server(warm=("s3",)) as url:
+        yield url
 
 
 @pytest.fixture
