@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import fcntl
 import hashlib
 import json
 import math
@@ -702,25 +701,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 @contextlib.contextmanager
-def folder_lock(
-    root: Path, deadline: float | None = None, sleep: Callable[[float], None] = time.sleep
-) -> Iterator[None]:
+def folder_lock(root: Path, deadline: float | None = None) -> Iterator[None]:
     """One command at a time per folder: nodes that share a disk (and two runs at once)
     take turns, and the later one finds the bytes there already. The wait ends at
     ``deadline`` (a run left behind by a killed fab may still hold the folder)."""
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with (root.parent / f".gpufleet-lock-{root.name}").open("a") as handle:
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise bucket.StoreError(
-                        f"another data-* run still holds {root} on this node at --deadline",
-                        "Deadline",
-                    ) from None
-                sleep(0.2)
+    wait = math.inf if deadline is None else deadline - time.monotonic()
+    with contextlib.ExitStack() as held:
+        try:
+            lock = root.parent / f".gpufleet-lock-{root.name}"
+            held.enter_context(job_sync.flock(lock, wait, "another data-* run"))
+        except job_sync.LockBusy:
+            raise bucket.StoreError(
+                f"another data-* run still holds {root} on this node at --deadline", "Deadline"
+            ) from None
         yield
 
 

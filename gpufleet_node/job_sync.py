@@ -479,10 +479,14 @@ def workspace(root: Path) -> Path:
     raise OSError(f"no writable place for gpufleet's files beside {root}")
 
 
+class LockBusy(TimeoutError):
+    """:func:`flock` waited its whole time for a lock someone else holds."""
+
+
 @contextlib.contextmanager
 def flock(path: Path, wait_s: float, what: str) -> Iterator[None]:
-    """An exclusive flock on ``path``, waited for at most ``wait_s``; TimeoutError says
-    who holds it (``what``)."""
+    """An exclusive flock on ``path``, waited for at most ``wait_s``; LockBusy (a
+    TimeoutError) says who holds it (``what``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -493,7 +497,7 @@ def flock(path: Path, wait_s: float, what: str) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise TimeoutError(f"{what} still running after {wait_s:g} s") from None
+                    raise LockBusy(f"{what} still running after {wait_s:g} s") from None
                 time.sleep(0.1)
         yield
     finally:
