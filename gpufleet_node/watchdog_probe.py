@@ -2,7 +2,7 @@
 nvidia-smi, SSH sessions and connections from ss/who, the boot time from /proc/uptime.
 
 Standard library only, beside watchdog.py in the node package (/opt/gpufleet/gpufleet_node/).
-The parsers read the tools' recorded outputs in tests/bootstrap/remote/test_watchdog.py.
+The parsers read the tools' recorded outputs in tests/gpufleet_node/test_watchdog.py.
 """
 
 from __future__ import annotations

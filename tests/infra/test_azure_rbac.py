@@ -285,7 +285,7 @@ NODE_CALLS = {
 def test_the_nodes_own_role_holds_exactly_what_its_arm_calls_need():
     import inspect
 
-    from tests.bootstrap.remote.test_watchdog import azure_node
+    from tests.gpufleet_node.test_watchdog import azure_node
 
     source = inspect.getsource(azure_node.AzureNode)
     for (method, path), _ in NODE_CALLS.items():

@@ -14,7 +14,7 @@ REST reference (learn.microsoft.com/en-us/rest/api/storageservices/, read 2026-1
   ConditionNotMet (get-blob, specifying-conditional-headers-for-blob-service-operations);
 * errors carry their code in x-ms-error-code and an XML body.
 
-tests/bootstrap/remote/test_watchdog_azure.py keeps its own fake of the node's whole Azure
+tests/gpufleet_node/test_watchdog_azure.py keeps its own fake of the node's whole Azure
 surface (IMDS, ARM, metrics and Blob); this one is only the Blob data path.
 """
 

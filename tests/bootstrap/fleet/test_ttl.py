@@ -80,7 +80,7 @@ def test_an_unreadable_node_clock_is_unknown() -> None:
 
 
 def test_the_state_file_name_is_the_watchdogs() -> None:
-    from tests.bootstrap.remote.test_watchdog import wstate
+    from tests.gpufleet_node.test_watchdog import wstate
 
     assert st.WATCHDOG_STATE_FILE == wstate.STATE_FILE
 

@@ -118,7 +118,7 @@ def test_status_reports_gpu_torch_scratch_and_uptime(
 def watchdog_state_on_the_node(ttl_hours: float, lease_hours: float | None = None) -> Path:
     """A state folder as the node's watchdog leaves it: one real watchdog run (its code, on
     this machine's clock and boot time), busy, with the given TTL and lease."""
-    from tests.bootstrap.remote.test_watchdog import FakeProbe, Timeline, make_dog, wsignals
+    from tests.gpufleet_node.test_watchdog import FakeProbe, Timeline, make_dog, wsignals
 
     base = node_dir("gpufleet-state-")
     uptime = float(Path("/proc/uptime").read_text().split()[0])

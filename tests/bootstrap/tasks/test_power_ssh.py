@@ -21,7 +21,7 @@ import pytest
 
 from infra.reaper import tags as T
 from tests.bootstrap.conftest import FabResult, node_dir, run_fab
-from tests.bootstrap.remote.watchdog_fakes import FakeIMDS, moto_server, serve
+from tests.gpufleet_node.watchdog_fakes import FakeIMDS, moto_server, serve
 from tests.support.sshd import SshServer
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ import pytest
 
 from bootstrap.tasks import watchdog as fabdog
 from tests.bootstrap.conftest import node_dir, run_fab
-from tests.bootstrap.remote.watchdog_fakes import FakeIMDS, moto_server, serve
+from tests.gpufleet_node.watchdog_fakes import FakeIMDS, moto_server, serve
 from tests.support.sshd import SshServer
 
 BUCKET = "gpufleet-local-test"

@@ -12,8 +12,8 @@ import boto3
 import pytest
 
 from gpufleet_node import verify_health as vh
-from tests.bootstrap.remote.test_verify_node import moto_s3  # noqa: F401  (the fixture)
-from tests.bootstrap.remote.watchdog_fakes import closed_port
+from tests.gpufleet_node.test_verify_node import moto_s3  # noqa: F401  (the fixture)
+from tests.gpufleet_node.watchdog_fakes import closed_port
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "health"
 

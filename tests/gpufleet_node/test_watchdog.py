@@ -5,7 +5,7 @@ checked against botocore and the official Alibaba Cloud SDK.
 
 The node files are imported as the node runs them: as the ``gpufleet_node`` package
 (``gpufleet_node.watchdog``, ``.idle_rules``, ``.bucket``), whose modules import each other
-relatively; tests/bootstrap/remote/test_watchdog_alone.py runs it with nothing else."""
+relatively; tests/gpufleet_node/test_watchdog_alone.py runs it with nothing else."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import pytest
 
 from gpufleet_node import fleet_names
 from infra.reaper import tags as reaper_tags
-from tests.bootstrap.remote.watchdog_fakes import (
+from tests.gpufleet_node.watchdog_fakes import (
     INSTANCE_ID,
     FakeEcs,
     FakeIMDS,

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.bootstrap.remote.test_watchdog import azure_node
+from tests.gpufleet_node.test_watchdog import azure_node
 
 VM = "azure-t4x1-0"
 SUB = "00000000-0000-4000-8000-00000000bbbb"

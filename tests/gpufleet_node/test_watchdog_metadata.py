@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.bootstrap.remote.watchdog_fakes import serve
+from tests.gpufleet_node.watchdog_fakes import serve
 
 aws_node: Any = importlib.import_module("gpufleet_node.clouds.aws")
 alicloud_node: Any = importlib.import_module("gpufleet_node.clouds.alicloud")

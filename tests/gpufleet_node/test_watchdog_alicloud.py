@@ -14,8 +14,8 @@ import pytest
 
 from infra.clouds.alicloud.program import lease_policy, node_policy
 from infra.reaper import tags as T
-from tests.bootstrap.remote.test_watchdog import Timeline, alicloud_node, make_dog, nodebase, wd
-from tests.bootstrap.remote.watchdog_fakes import INSTANCE_ID, FakeEcs, FakeIMDS, serve
+from tests.gpufleet_node.test_watchdog import Timeline, alicloud_node, make_dog, nodebase, wd
+from tests.gpufleet_node.watchdog_fakes import INSTANCE_ID, FakeEcs, FakeIMDS, serve
 from tests.infra.alicloud_ram import Request, allowed
 
 STACK = "a100x4"
@@ -174,7 +174,7 @@ def test_the_fakes_refuse_a_field_the_sdks_list_item_model_does_not_define() -> 
 def test_a_lease_tag_answered_by_something_other_than_the_api_is_not_written(
     tmp_path: Path,
 ) -> None:
-    from tests.bootstrap.remote.watchdog_fakes import _Quiet
+    from tests.gpufleet_node.watchdog_fakes import _Quiet
 
     class Portal(_Quiet):
         def do_POST(self) -> None:

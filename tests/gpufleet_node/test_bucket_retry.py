@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.bootstrap.remote.watchdog_fakes import closed_port, serve
+from tests.gpufleet_node.watchdog_fakes import closed_port, serve
 
 wsync: Any = importlib.import_module("gpufleet_node.bucket")
 

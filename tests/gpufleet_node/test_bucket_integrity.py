@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.bootstrap.remote.watchdog_fakes import moto_server
+from tests.gpufleet_node.watchdog_fakes import moto_server
 from tests.support.blob_fake import ACCOUNT, CONTAINER, CREDS, FakeBlob, blob_fake
 from tests.support.fault_proxy import Fault, FaultProxy, fault_proxy
 from tests.support.strict_s3 import strict_s3

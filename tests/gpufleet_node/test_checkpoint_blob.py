@@ -1,5 +1,5 @@
 """Checkpoint versions on Azure Blob: the same push and restore through the watchdog's
-BlobStore, against the watchdog tests' Blob fake (tests/bootstrap/remote/test_watchdog_azure.py)."""
+BlobStore, against the watchdog tests' Blob fake (tests/gpufleet_node/test_watchdog_azure.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpufleet_node import job_sync
-from tests.bootstrap.remote.test_watchdog_azure import ACCOUNT, CONTAINER, REGION, FakeAzureNode
-from tests.bootstrap.remote.test_watchdog_azure import azure as azure  # the fixture
+from tests.gpufleet_node.test_watchdog_azure import ACCOUNT, CONTAINER, REGION, FakeAzureNode
+from tests.gpufleet_node.test_watchdog_azure import azure as azure  # the fixture
 
 PREFIX = "checkpoints/n0/j1/"
 

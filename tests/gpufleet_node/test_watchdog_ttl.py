@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from tests.bootstrap.remote.test_watchdog import (
+from tests.gpufleet_node.test_watchdog import (
     BOOT,
     FakeProbe,
     Recorder,

@@ -17,7 +17,7 @@ import pytest
 from botocore.serialize import create_serializer
 from botocore.validate import ParamValidator
 
-from tests.bootstrap.remote.test_watchdog import (
+from tests.gpufleet_node.test_watchdog import (
     aws_node,
     wmetrics,
 )

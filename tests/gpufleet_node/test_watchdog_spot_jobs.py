@@ -1,7 +1,7 @@
 """A spot interruption notice reaches the running jobs too: besides saving scratch, the
 watchdog asks each running job's supervisor to push its checkpoint folder now (a
 ``sync-now`` file in the job's node folder, which the supervisor takes within seconds;
-tests/bootstrap/remote/test_checkpoint_resume.py has its side), with the spot sync's
+tests/gpufleet_node/test_checkpoint_resume.py has its side), with the spot sync's
 budget, before its own sync starts; once per run that sees the notice, as its scratch save."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 from gpufleet_node import job_runner
-from tests.bootstrap.remote.test_watchdog import Timeline, make_dog, wd
-from tests.bootstrap.remote.test_watchdog_ttl import job_folder
+from tests.gpufleet_node.test_watchdog import Timeline, make_dog, wd
+from tests.gpufleet_node.test_watchdog_ttl import job_folder
 
 BUSY = Timeline(util=lambda m: 95.0, procs=lambda m: 1)
 NOTICE = json.dumps({"action": "terminate", "time": "2026-12-05T08:40:00Z"})

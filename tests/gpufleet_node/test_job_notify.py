@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from gpufleet_node import job_notify
-from tests.bootstrap.remote import test_job_recovery as recovery
-from tests.bootstrap.remote.test_job_recovery import job, state, supervise
+from tests.gpufleet_node import test_job_recovery as recovery
+from tests.gpufleet_node.test_job_recovery import job, state, supervise
 
 # The recovery tests' moto S3 on 127.0.0.1 and its bucket, as fixtures here too.
 moto_url = recovery.moto_url

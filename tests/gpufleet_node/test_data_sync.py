@@ -22,8 +22,8 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from gpufleet_node import data_sync, job_sync
-from tests.bootstrap.remote.test_verify_node import S3_CLOUDS
-from tests.bootstrap.remote.test_watchdog_azure import (  # noqa: F401 (the fixture)
+from tests.gpufleet_node.test_verify_node import S3_CLOUDS
+from tests.gpufleet_node.test_watchdog_azure import (  # noqa: F401 (the fixture)
     ACCOUNT,
     CONTAINER,
     REGION,
@@ -496,7 +496,7 @@ def test_a_bucket_without_its_cloud_is_one_line_from_the_node_not_a_default_clou
     # Issue 23: --provider used to default to aws (no default cloud is guessed).
     import io
 
-    from tests.bootstrap.remote.watchdog_fakes import closed_port
+    from tests.gpufleet_node.watchdog_fakes import closed_port
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("{}"))
     argv = ["fetch", "--root", str(tmp_path / "d"), "--prefix", "data/x/", "--bucket", "b"]

@@ -26,7 +26,7 @@ from bootstrap.verify.report import REPORT_SCHEMA, VerifyRun, save_report
 from bootstrap.verify.ship import REMOTE_FILES
 from gpufleet_node import verify_node, verify_smi
 from infra.catalog import load_catalog
-from tests.bootstrap.remote.watchdog_fakes import closed_port
+from tests.gpufleet_node.watchdog_fakes import closed_port
 
 NODE_MODULE = "gpufleet_node.verify_node"  # run as the node runs it: python -m
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.bootstrap.remote.test_watchdog import (
+from tests.gpufleet_node.test_watchdog import (
     RecordingSyncer,
     Timeline,
     make_dog,
@@ -33,7 +33,7 @@ from tests.bootstrap.remote.test_watchdog import (
     wscratch,
     wsignals,
 )
-from tests.bootstrap.remote.watchdog_fakes import closed_port, moto_server
+from tests.gpufleet_node.watchdog_fakes import closed_port, moto_server
 from tests.reaper.tencent_fake import ACCOUNT_UIN, SECRET_ID, SECRET_KEY, FakeCvm, FakeTencent
 
 REGION = "ap-guangzhou"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from gpufleet_node import idle_rules as policy
-from tests.bootstrap.remote.test_watchdog import (
+from tests.gpufleet_node.test_watchdog import (
     BOOT,
     Timeline,
     make_dog,

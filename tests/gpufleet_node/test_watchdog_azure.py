@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.bootstrap.remote.test_watchdog import (
+from tests.gpufleet_node.test_watchdog import (
     RecordingSyncer,
     Timeline,
     azure_node,
@@ -30,7 +30,7 @@ from tests.bootstrap.remote.test_watchdog import (
     wscratch,
     wsync,
 )
-from tests.bootstrap.remote.watchdog_fakes import closed_port
+from tests.gpufleet_node.watchdog_fakes import closed_port
 
 REGION = "eastus"
 VM = "azt-a100x1-0"

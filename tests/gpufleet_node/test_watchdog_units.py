@@ -1,6 +1,6 @@
 """The watchdog's systemd units, checked by systemd itself (`systemd-analyze verify`).
 
-This check ran in tests/bootstrap/remote/test_watchdog.py until that file was reorganised; it is the
+This check ran in tests/gpufleet_node/test_watchdog.py until that file was reorganised; it is the
 only test of the units against systemd's own parser, so it lives here now.
 """
 
