@@ -551,9 +551,9 @@ def _read_location(r: _Reader, info: ProviderInfo | None) -> tuple[str, str | No
 def _snapshot_zone_problem(info: ProviderInfo, zone: str, region: str) -> str | None:
     """Why ``zone`` is not one of ``region``'s zones in the cloud's shipped zones.toml, or
     None (also where the snapshot does not list the region: nothing to judge by)."""
-    from infra import where  # local: only a stack that pins a zone reads the snapshot
+    from infra.zones import region_zones  # local: only a stack that pins a zone reads it
 
-    known = where.region_zones(info.name, region)
+    known = region_zones(info.name, region)
     if known is None or zone in known[0]:
         return None
     zones, source = known

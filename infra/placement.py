@@ -2,7 +2,7 @@
 
 A stack with ``zone: auto`` (and, optionally, ordered ``allowedClouds``, ``allowedRegions``
 and ``allowedTypes``) is resolved here at plan time from the catalog and each cloud's
-zones.toml (infra/where.py). The candidates are ordered as `make up` fails over
+zones.toml (infra/zones.py). The candidates are ordered as `make up` fails over
 (scripts/up.py): within a cloud and region, every zone of the first type, then the zones of
 a sibling type with the same GPUs (the tier's other profiles), then the next region, then the
 next allowed cloud. A multi-node stack puts all its nodes in one candidate's zone, so a
@@ -47,7 +47,7 @@ class Candidate:
     zone: str | None  # None: the region lists no zones; the program takes the first offering
     instance_type: str
     profile: str
-    basis: str  # where.OFFERED (the source lists the zone for the type), REGION or UNKNOWN
+    basis: str  # zones.OFFERED (the source lists the zone for the type), REGION or UNKNOWN
     source: str  # the zones' source key ("" when unknown)
     hourly: float | None = None  # the whole stack per hour in the stack cloud's currency
     currency: str = ""
@@ -148,7 +148,7 @@ def _list(raw: Mapping[str, Any], key: str) -> tuple[list[str], list[tuple[str, 
 
 def _region_owners(cat: Catalog) -> dict[str, list[str]]:
     """region -> the clouds that have it (catalog regions and zones.toml regions)."""
-    from infra.where import load_zone_data
+    from infra.zones import load_zone_data
 
     owners: dict[str, list[str]] = {}
     for provider, info in cat.providers.items():
@@ -235,17 +235,17 @@ def _types_for(cat: Catalog, tier: str, provider: str, profile: str, allowed: Se
 
 
 def _zones_for(provider: str, itype: str, region: str) -> tuple[list[str | None], str, str]:
-    """(the zones to try, their basis, their source) for a type in a region, from where.py."""
-    from infra import where
+    """(the zones to try, their basis, their source) for a type in a region, from zones.toml."""
+    from infra.zones import OFFERED, REGION, UNKNOWN, ZoneData, load_zone_data
 
-    data = where.load_zone_data().get(provider, where.ZoneData())
+    data = load_zone_data().get(provider, ZoneData())
     if data.offerings is not None:
         zones = data.offerings.get(itype, {}).get(region, ())
-        return list(zones), where.OFFERED, data.offerings_source
+        return list(zones), OFFERED, data.offerings_source
     if region in data.regions:
         zones = data.regions[region]
-        return (list(zones) or [None]), where.REGION, data.regions_source
-    return [None], where.UNKNOWN, ""
+        return (list(zones) or [None]), REGION, data.regions_source
+    return [None], UNKNOWN, ""
 
 
 @functools.lru_cache(maxsize=256)
@@ -348,10 +348,10 @@ def resolve(raw: Mapping[str, Any], base: StackConfig, cat: Catalog) -> StackCon
 
 
 def _why_first(c: Candidate) -> str:
-    from infra import where
+    from infra.zones import OFFERED, REGION, UNKNOWN
 
     return {
-        where.OFFERED: f"your order, offered there ({c.source})",
-        where.REGION: f"your order, a zone of the region ({c.source})",
-        where.UNKNOWN: "your order, zones not known offline",
+        OFFERED: f"your order, offered there ({c.source})",
+        REGION: f"your order, a zone of the region ({c.source})",
+        UNKNOWN: "your order, zones not known offline",
     }[c.basis]

@@ -30,6 +30,7 @@ from infra.render import output_width  # noqa: E402
 from infra.short_lived import one_command  # noqa: E402
 from infra.suggest import did_you_mean  # noqa: E402
 from infra.usage import OneLineParser, fit  # noqa: E402
+from infra.zones import load_zone_data  # noqa: E402
 
 PROG = "where.py"
 
@@ -59,7 +60,7 @@ def main(
         catalog = load_catalog()
         pricing = load_pricing()
         kind, found = where.targets(catalog, args.query)
-        zone_data = where.load_zone_data()
+        zone_data = load_zone_data()
     except where.UsageError as exc:
         print(fit(f"{PROG}: {exc}"), file=err)
         return 2

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from infra import where
+from infra import zones
 from infra.catalog import load_catalog
 from infra.config import ConfigError, parse_config
 
@@ -32,10 +32,10 @@ def refused(**extra: Any) -> list[str]:
 
 def test_zone_auto_takes_the_first_zone_the_source_lists_for_the_type() -> None:
     cfg = auto()
-    offered = where.load_zone_data()["aws"].offerings
+    offered = zones.load_zone_data()["aws"].offerings
     assert offered is not None
     assert cfg.zone == offered["p4d.24xlarge"]["us-east-1"][0]
-    assert cfg.placement.choice.basis == where.OFFERED
+    assert cfg.placement.choice.basis == zones.OFFERED
     assert cfg.placement.choice.source == "MOTO-OFFER"
 
 

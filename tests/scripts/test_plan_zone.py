@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from infra import where
+from infra.zones import load_zone_data, region_zones
 from tests.support.stderr import problems
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,14 +73,14 @@ def test_an_alicloud_zone_outside_the_snapshot_is_refused(tmp_path):
 
 
 def test_a_sold_out_zone_is_a_real_zone_a_stack_may_pin_but_never_a_place_to_try():
-    zones, source = where.region_zones("tencent", "ap-guangzhou") or ((), "")
+    zones, source = region_zones("tencent", "ap-guangzhou") or ((), "")
     assert "ap-guangzhou-4" in zones and source == "TCAZ"
-    data = where.load_zone_data()["tencent"]
+    data = load_zone_data()["tencent"]
     assert "ap-guangzhou-4" not in data.regions["ap-guangzhou"]
 
 
 def test_a_region_the_snapshot_does_not_list_is_not_judged():
-    assert where.region_zones("tencent", "ap-singapore") is None
+    assert region_zones("tencent", "ap-singapore") is None
 
 
 @pytest.mark.parametrize("provider", ["aws", "azure", "alicloud", "tencent"])
@@ -97,6 +97,6 @@ def test_every_offered_zone_is_one_of_its_regions_zones(provider):
 def test_the_aws_regions_zones_are_moto_s():
     from moto.ec2.models.availability_zones_and_regions import RegionsAndZonesBackend
 
-    data = where.load_zone_data()["aws"]
+    data = load_zone_data()["aws"]
     for region, zones in data.regions.items():
         assert zones == tuple(z.name for z in RegionsAndZonesBackend.zones[region])

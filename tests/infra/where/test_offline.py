@@ -1,4 +1,4 @@
-"""infra/where.py offline: every tier's rows from the catalog and the clouds' zones.toml."""
+"""infra/where.py offline: every tier's rows from the catalog and infra/zones.py's snapshot."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infra import where
+from infra import where, zones
 from infra.catalog import CatalogError, load_catalog
 from infra.clouds import HOME
 from infra.pricing.price_sheet import load_pricing
@@ -24,14 +24,14 @@ def usd(currency: str) -> float | None:
 
 def rows_for(query: str) -> list[where.Offer]:
     _, found = where.targets(CAT, query)
-    return where.offers(CAT, where.load_zone_data(), found, usd)
+    return where.offers(CAT, zones.load_zone_data(), found, usd)
 
 
 @pytest.mark.parametrize("tier", list(CAT.tiers))
 def test_every_tier_gets_a_row_or_a_reason_on_each_cloud_that_offers_it(tier: str) -> None:
     _, found = where.targets(CAT, tier)
-    rows = where.offers(CAT, where.load_zone_data(), found, usd)
-    gone = where.missing(where.load_zone_data(), found, rows)
+    rows = where.offers(CAT, zones.load_zone_data(), found, usd)
+    gone = where.missing(zones.load_zone_data(), found, rows)
     for provider, by_profile in CAT.tiers[tier].offers.items():
         for name in by_profile.values():
             answered = any(r.provider == provider and r.instance_type == name for r in rows)
@@ -68,9 +68,9 @@ def test_an_unknown_query_says_the_nearest_tier() -> None:
 
 def test_an_aws_type_the_snapshot_lists_nowhere_gets_no_row_and_a_reason() -> None:
     _, found = where.targets(CAT, "p3.2xlarge")
-    rows = where.offers(CAT, where.load_zone_data(), found, usd)
+    rows = where.offers(CAT, zones.load_zone_data(), found, usd)
     assert rows == []
-    (line,) = where.missing(where.load_zone_data(), found, rows)
+    (line,) = where.missing(zones.load_zone_data(), found, rows)
     assert line.startswith("aws p3.2xlarge: no zone offers it in MOTO-OFFER")
 
 
@@ -93,7 +93,7 @@ def test_aws_zones_are_motos_describe_instance_type_offerings_zone_for_zone() ->
 
 
 def test_azure_eastus_prices_are_the_catalogs_own_eastus_prices() -> None:
-    prices = where.load_zone_data()["azure"].prices
+    prices = zones.load_zone_data()["azure"].prices
     for (provider, name), it in CAT.instances.items():
         if provider == "azure" and name in prices and it.price is not None:
             od, _ = prices[name]["eastus"]
@@ -105,7 +105,7 @@ def test_a_price_region_row_carries_the_catalog_price_and_its_source() -> None:
     it = CAT.instance("aws", "p4d.24xlarge")
     assert it.price is not None
     assert (row.on_demand, row.spot) == (it.price.on_demand, it.price.spot)
-    assert row.price_source == "KP; spot SC8" and row.zones_basis == where.OFFERED
+    assert row.price_source == "KP; spot SC8" and row.zones_basis == zones.OFFERED
 
 
 def test_every_cloud_names_a_sourced_zone_list_for_its_price_region() -> None:
@@ -119,7 +119,7 @@ def test_alicloud_lists_shanghais_zones_from_alibabas_own_table() -> None:
     row = next(r for r in rows_for("a100x8") if r.provider == "alicloud")
     assert (row.region, row.zones_basis, row.zones_source) == (
         "cn-shanghai",
-        where.REGION,
+        zones.REGION,
         "ALI-AZ",
     )
     assert "cn-shanghai-l" in row.zones
@@ -127,9 +127,9 @@ def test_alicloud_lists_shanghais_zones_from_alibabas_own_table() -> None:
 
 def test_a_region_with_no_source_zone_list_says_its_zones_are_unknown() -> None:
     _, found = where.targets(CAT, "a100x8")
-    data = {**where.load_zone_data(), "alicloud": where.ZoneData()}
+    data = {**zones.load_zone_data(), "alicloud": zones.ZoneData()}
     row = next(r for r in where.offers(CAT, data, found, usd) if r.provider == "alicloud")
-    assert (row.region, row.zones, row.zones_basis) == ("cn-shanghai", (), where.UNKNOWN)
+    assert (row.region, row.zones, row.zones_basis) == ("cn-shanghai", (), zones.UNKNOWN)
 
 
 def _raw(**tables: object) -> dict[str, object]:
@@ -138,23 +138,23 @@ def _raw(**tables: object) -> dict[str, object]:
 
 def test_zone_data_refuses_a_source_it_does_not_know() -> None:
     with pytest.raises(CatalogError, match=r"\[regions\]: source 'NOPE'"):
-        where.parse_zone_data(_raw(regions={"source": "NOPE", "eastus": ["1"]}), "azure", CAT)
+        zones.parse_zone_data(_raw(regions={"source": "NOPE", "eastus": ["1"]}), "azure", CAT)
 
 
 def test_zone_data_refuses_a_region_the_cloud_does_not_have_with_the_nearest() -> None:
     raw = _raw(regions={"source": "X", "eastus9": ["1"]})
     with pytest.raises(CatalogError, match=r"'eastus9' is not a region of azure \(did you mean"):
-        where.parse_zone_data(raw, "azure", CAT)
+        zones.parse_zone_data(raw, "azure", CAT)
 
 
 def test_zone_data_refuses_a_type_the_cloud_does_not_sell() -> None:
     raw = _raw(prices={"source": "X", "date": "2024-06-01", "Standard_X": {"eastus": {}}})
     with pytest.raises(CatalogError, match=r"'Standard_X' is not a azure type"):
-        where.parse_zone_data(raw, "azure", CAT)
+        zones.parse_zone_data(raw, "azure", CAT)
 
 
 def test_every_shipped_zone_file_parses_against_the_catalog() -> None:
-    data = where.load_zone_data()
+    data = zones.load_zone_data()
     assert set(data) == set(CAT.providers)
     assert data["aws"].offerings and data["azure"].prices and data["tencent"].regions
 
