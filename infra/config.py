@@ -57,11 +57,11 @@ SSH_MIN_PREFIX = {4: 8, 6: 32}
 SSH_MAX_SHARE_BITS = 6
 # Where scratch may be mounted: a fresh directory under one of these (or one of them).
 SCRATCH_ROOTS = ("/scratch", "/mnt", "/data", "/nvme", "/local", "/workspace")
-# Tag keys gpufleet reserves (compared in lower case). Each cloud's own reserved key
-# prefixes and its longest tag value are its limits.toml facts ([tags]); a stack's tags are
-# judged against all clouds' (reserved_tag_prefixes, max_tag_value), so they stay valid on
-# any of them. Value prefixes a cloud refuses are its catalog fact
-# (reserved_tag_value_prefixes), judged for its own stacks only.
+# Tag keys gpufleet keeps for itself (compared in lower case), refused in a stack's tags.
+# Each cloud's own refused key prefixes and its longest tag value are its limits.toml facts
+# ([tags]); a stack's tags are judged against all clouds' (refused_tag_prefixes,
+# max_tag_value), so they stay valid on any of them. Value prefixes a cloud refuses are its
+# catalog fact (refused_tag_value_prefixes), judged for its own stacks only.
 OWN_TAG_PREFIXES = ("gpufleet:",)
 
 # Every key a stack may set, with a one-line meaning (docs/configuration.md mirrors it).
@@ -354,11 +354,11 @@ def scratch_path_problem(path: str) -> str | None:
     return None
 
 
-def reserved_tag_prefixes() -> tuple[str, ...]:
+def refused_tag_prefixes() -> tuple[str, ...]:
     """The tag key prefixes no stack may use: gpufleet's, then each cloud's (in the catalog's
     order), each once, in lower case."""
     return tuple(
-        dict.fromkeys(OWN_TAG_PREFIXES + limits.reserved_tag_key_prefixes(provider_names()))
+        dict.fromkeys(OWN_TAG_PREFIXES + limits.refused_tag_key_prefixes(provider_names()))
     )
 
 
@@ -380,10 +380,10 @@ def tag_problem(
     """Why `key: value` may not be an extra tag, or None."""
     text_key = str(key)
     lowered = text_key.strip().lower()
-    reserved = reserved_tag_prefixes()
-    if lowered.startswith(reserved) or lowered == T.MANAGED_BY:
+    refused_keys = refused_tag_prefixes()
+    if lowered.startswith(refused_keys) or lowered == T.MANAGED_BY:
         return (
-            f"the key {text_key!r} is reserved (prefixes {', '.join(reserved)} in "
+            f"the key {text_key!r} is reserved (prefixes {', '.join(refused_keys)} in "
             "any letter case, and managed-by, are set by gpufleet or the cloud): rename it"
         )
     if not isinstance(key, str) or not _TAG_KEY.fullmatch(text_key):
@@ -413,7 +413,7 @@ def tag_problem(
         return f"the value is {len(text)} characters long; at most {longest}"
     if not text.isprintable():
         return "the value holds a newline or control character: one printable line only"
-    refused = info.reserved_tag_value_prefixes if info else ()
+    refused = info.refused_tag_value_prefixes if info else ()
     if refused and text.strip().lower().startswith(refused):
         return (
             f"{info.title if info else provider} refuses tag values starting with "

@@ -64,7 +64,7 @@ class RuleLimit:
 
 @dataclass(frozen=True)
 class TagLimit:
-    """How many tags a resource takes and how long each may be; ``reserved_key_prefixes``:
+    """How many tags a resource takes and how long each may be; ``refused_key_prefixes``:
     the key prefixes the cloud keeps for itself (compared in lower case), which infra.config
     refuses on every cloud so a stack's tags stay valid wherever it moves."""
 
@@ -73,7 +73,7 @@ class TagLimit:
     key_max: int
     value_max: int
     value_min: int = 0
-    reserved_key_prefixes: tuple[str, ...] = ()
+    refused_key_prefixes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,8 +134,8 @@ def parse(name: str, data: Mapping[str, Any], where: str = FILE) -> CloudLimits:
     )
     tags = _take(data["tags"], f"{where} [tags]", TagLimit) if "tags" in data else None
     if tags is not None:
-        prefixes = tuple(str(p).lower() for p in tags.reserved_key_prefixes)
-        tags = dataclasses.replace(tags, reserved_key_prefixes=prefixes)
+        prefixes = tuple(str(p).lower() for p in tags.refused_key_prefixes)
+        tags = dataclasses.replace(tags, refused_key_prefixes=prefixes)
     names = tuple(
         _take(n, f"{where} [[names]] {i}", NameLimit) for i, n in enumerate(data.get("names", ()))
     )
@@ -169,14 +169,14 @@ def load(name: str) -> CloudLimits | None:
     return parse(name, data, f"infra/clouds/{name}/{FILE}")
 
 
-def reserved_tag_key_prefixes(names: Iterable[str]) -> tuple[str, ...]:
-    """The tag key prefixes any of ``names`` reserves ([tags] reserved_key_prefixes), in the
+def refused_tag_key_prefixes(names: Iterable[str]) -> tuple[str, ...]:
+    """The tag key prefixes any of ``names`` keeps for itself ([tags] refused_key_prefixes), in the
     clouds' order, each once."""
     found: dict[str, None] = {}
     for name in names:
         cloud = load(name)
         if cloud and cloud.tags:
-            found.update(dict.fromkeys(cloud.tags.reserved_key_prefixes))
+            found.update(dict.fromkeys(cloud.tags.refused_key_prefixes))
     return tuple(found)
 
 

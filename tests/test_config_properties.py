@@ -439,12 +439,12 @@ tag_keys = st.one_of(
 def test_accepted_tags_are_flat_printable_text_under_unreserved_keys(
     base: dict[str, Any], tags: dict[str, Any]
 ) -> None:
-    from infra.config import reserved_tag_prefixes
+    from infra.config import refused_tag_prefixes
 
     outcome = parse({**base, "tags": tags})
     assert_clean(outcome)
     if isinstance(outcome, StackConfig):
         for key, value in outcome.tags.items():
-            assert not key.strip().lower().startswith(reserved_tag_prefixes()), key
+            assert not key.strip().lower().startswith(refused_tag_prefixes()), key
             assert key.strip().lower() != "managed-by"
             assert isinstance(value, str) and value.isprintable() and len(value) <= 128

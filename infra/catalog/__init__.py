@@ -219,7 +219,7 @@ class ProviderInfo:
     # in the order they are offered; the default is one of them
     scratch_classes: Mapping[str, ScratchClass] = field(default_factory=dict)
     default_scratch_class: str = ""
-    reserved_tag_value_prefixes: tuple[str, ...] = ()
+    refused_tag_value_prefixes: tuple[str, ...] = ()
     # the characters an instance tag key may hold on this cloud (a regex character class's
     # body; "" when any is fine), and the keys it refuses whole
     tag_key_chars: str = ""
@@ -514,7 +514,7 @@ _PROVIDER_KEYS = frozenset(
     {"name", "order", "title", "currency", "price_region", "default_region", "ssh_user"}
     | {"billing"}
     | {"max_root_disk_gb", "scratch_disk", "default_scratch_class"}
-    | {"reserved_tag_value_prefixes", "unsupported", "scratch_classes", "stopped_mode"}
+    | {"refused_tag_value_prefixes", "unsupported", "scratch_classes", "stopped_mode"}
     | {"tag_key_chars", "refused_tag_keys"}
     | {"billing_notes"}
     | {"regions", "regions_source", "zone_names", "zone_suffix", "monitoring_agent"}
@@ -589,7 +589,7 @@ def _provider(p: dict[str, Any], file: str) -> ProviderInfo:
         scratch_disk=p.get("scratch_disk", "disk"),
         scratch_classes=MappingProxyType(classes),
         default_scratch_class=default_class,
-        reserved_tag_value_prefixes=tuple(p.get("reserved_tag_value_prefixes", ())),
+        refused_tag_value_prefixes=tuple(p.get("refused_tag_value_prefixes", ())),
         tag_key_chars=str(p.get("tag_key_chars", "")),
         refused_tag_keys=tuple(str(k) for k in p.get("refused_tag_keys", ())),
         unsupported=MappingProxyType(unsupported),

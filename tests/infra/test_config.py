@@ -295,7 +295,7 @@ def test_plain_scratch_paths_under_the_allowed_roots_parse(path):
         "HTTPS://x",
     ],
 )
-def test_reserved_tag_prefixes_are_refused_in_any_letter_case(key):
+def test_refused_tag_prefixes_hold_in_any_letter_case(key):
     line = one(tags={key: "x"})
     assert line.startswith(f"gpufleet:tags.{key}: ") and "reserved" in line, line
 

@@ -18,7 +18,7 @@ from infra.config import (
     load_stack_file,
     max_tag_value,
     parse_config,
-    reserved_tag_prefixes,
+    refused_tag_prefixes,
 )
 from infra.offline import PLACEHOLDER_SSH_KEY, PlanResult, evaluate
 from infra.reaper import tags as T
@@ -162,15 +162,15 @@ def test_the_config_takes_the_strictest_tag_value_any_cloud_declares() -> None:
     assert limits.tag_value_max([]) is None
 
 
-def test_reserved_tag_key_prefixes_are_gpufleets_then_each_clouds_own() -> None:
+def test_refused_tag_key_prefixes_are_gpufleets_then_each_clouds_own() -> None:
     # the same list, in the same order, the config held before the clouds declared them
-    assert reserved_tag_prefixes() == ("gpufleet:", "aws:", "acs:", "aliyun", "http://", "https://")
+    assert refused_tag_prefixes() == ("gpufleet:", "aws:", "acs:", "aliyun", "http://", "https://")
     for cloud in provider_names():
         cloud_limits = limits.load(cloud)
         if cloud_limits and cloud_limits.tags:
-            assert set(cloud_limits.tags.reserved_key_prefixes) <= set(reserved_tag_prefixes())
-    assert limits.reserved_tag_key_prefixes(["aws"]) == ("aws:",)
-    assert limits.reserved_tag_key_prefixes(["azure", "tencent"]) == ()
+            assert set(cloud_limits.tags.refused_key_prefixes) <= set(refused_tag_prefixes())
+    assert limits.refused_tag_key_prefixes(["aws"]) == ("aws:",)
+    assert limits.refused_tag_key_prefixes(["azure", "tencent"]) == ()
 
 
 def test_a_key_another_cloud_reserves_is_refused_on_every_cloud() -> None:
@@ -181,16 +181,16 @@ def test_a_key_another_cloud_reserves_is_refused_on_every_cloud() -> None:
             assert line.startswith(f"gpufleet:tags.{key}: ") and "is reserved" in line
 
 
-def test_a_clouds_reserved_key_prefixes_are_read_in_lower_case() -> None:
+def test_a_clouds_refused_key_prefixes_are_read_in_lower_case() -> None:
     tags = {"source": "T", "max": 5, "key_max": 9, "value_max": 9}
     parsed = limits.parse(
         "x",
         {
             "sources": {"T": {"url": "u", "says": "s", "retrieved": "r"}},
-            "tags": {**tags, "reserved_key_prefixes": ["Qcs:", "project:"]},
+            "tags": {**tags, "refused_key_prefixes": ["Qcs:", "project:"]},
         },
     )
-    assert parsed.tags is not None and parsed.tags.reserved_key_prefixes == ("qcs:", "project:")
+    assert parsed.tags is not None and parsed.tags.refused_key_prefixes == ("qcs:", "project:")
 
 
 def test_alicloud_refuses_a_tag_key_longer_than_function_compute_takes() -> None:
