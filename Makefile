@@ -65,8 +65,8 @@ test-fast: setup  ## no integration, no slow tests (day to day)
 plan: setup  ## STACK=a100x4: offline plan under Pulumi's mocks
 	$(PY) scripts/plan.py --stack $(STACK)
 
-preflight: setup  ## STACK=a100x4: your account: quota, permissions, zone
-	$(PY) scripts/preflight.py --stack $(STACK)
+preflight: setup  ## STACK=a100x4 [PREFLIGHT_ARGS=--request-quota]: your account
+	$(PY) scripts/preflight.py --stack $(STACK) $(PREFLIGHT_ARGS)
 
 up: setup  ## STACK=a100x8: deploy, failing over when a zone is full
 	$(PY) scripts/up.py --stack $(STACK) $(UP_ARGS)

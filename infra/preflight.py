@@ -33,14 +33,44 @@ STATES = (OK, FAIL, NOT_CHECKED, UNKNOWN, INFO)
 
 
 @dataclass(frozen=True)
+class QuotaAsk:
+    """A short quota as the cloud would take a request to raise it (``--request-quota``).
+
+    ``what`` names it for a person ("vCPUs of Running On-Demand G and VT instances"),
+    ``value`` is the new limit to ask for, ``where`` the region (or zone) it counts in, and
+    ``key`` the cloud's own identifiers for its request call (a quota code and service).
+    ``step`` is the documented step where the cloud has no request API gpufleet can call.
+    """
+
+    what: str
+    value: int
+    where: str
+    key: tuple[tuple[str, str], ...] = ()
+    step: str = ""
+
+    def get(self, name: str) -> str:
+        return dict(self.key).get(name, "")
+
+
+@dataclass(frozen=True)
 class Check:
     name: str  # short: identity, region, quota on-demand, permissions, image, ...
     state: str  # one of STATES
     detail: str  # what the cloud said, in one sentence
     fix: str = ""  # what to do (a command where there is one), "" when nothing is to do
+    ask: QuotaAsk | None = None  # a short quota that --request-quota can file
 
     def to_json(self) -> dict[str, str]:
         return {"check": self.name, "state": self.state, "detail": self.detail, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class Filed:
+    """What a cloud answered to a quota request: its id and status, as it said them."""
+
+    request_id: str
+    status: str
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -281,3 +311,43 @@ def render(report: Report, width: int = 80) -> list[str]:
         f"{verdict} ({len(report.calls)} calls, {report.seconds:.2f} s)", width, "", "  "
     )
     return lines
+
+
+def file_requests(
+    report: Report, confirm: Callable[[str], bool], say: Callable[[str], None]
+) -> int:
+    """``--request-quota``: for each short quota of the stack (a FAIL check carrying a
+    :class:`QuotaAsk`), ask the person, then file it through the cloud's
+    ``request_quota(ask, calls)`` where its preflight.py has one; where the cloud takes
+    such requests only by hand (or gpufleet cannot call its API), print the documented
+    step instead. Nothing is filed without ``confirm`` answering True. 0 when every
+    request asked for was filed (or none was needed), 1 when one failed."""
+    n = report.need
+    asks = [(c, c.ask) for c in report.checks if c.state == FAIL and c.ask is not None]
+    if not asks:
+        say("--request-quota: no short quota to request")
+        return 0
+    try:
+        filer = getattr(clouds.module(n.provider, "preflight"), "request_quota", None)
+    except LookupError:
+        filer = None
+    status = 0
+    for check, ask in asks:
+        assert ask is not None
+        if ask.step or filer is None:
+            say(f"{check.name}: {n.provider} takes this request by hand: {ask.step or check.fix}")
+            continue
+        if not confirm(f"file a request for {ask.value} {ask.what} in {ask.where}? [y/N] "):
+            say(f"{check.name}: not filed")
+            continue
+        calls = Calls()
+        try:
+            filed = filer(ask, calls)
+        except Exception as exc:  # the cloud refused or could not be reached: one line
+            first = (str(exc).splitlines() or [""])[0]
+            say(f"{check.name}: not filed: {first}")
+            status = 1
+            continue
+        more = f", {filed.detail}" if filed.detail else ""
+        say(f"{check.name}: filed: request {filed.request_id}, status {filed.status}{more}")
+    return status

@@ -3,11 +3,17 @@
 
     python scripts/preflight.py --stack a100x4 [--json]
     python scripts/preflight.py --stack-file FILE
+    python scripts/preflight.py --stack a100x4 --request-quota [--yes]
 
 One line per check with its fix (docs/preflight.md). Exit status (docs/exit-status.md):
 0 every check passed (or cannot be proven without creating things: "not checked"); 1 a
 check failed, or could not be asked (no credentials, no network); 2 bad input (no such
-stack, an invalid stack file).
+stack, an invalid stack file, --request-quota with neither a terminal nor --yes).
+
+--request-quota asks, for each short quota, "file a request for N vCPUs of <family> in
+<region>? [y/N]" and files it where the cloud has a request API (AWS Service Quotas);
+elsewhere it prints the documented step. --yes answers yes for scripts; without a
+terminal and without --yes it refuses before asking the cloud anything.
 """
 
 from __future__ import annotations
@@ -40,15 +46,50 @@ def parser() -> OneLineParser:
     which.add_argument("--stack", metavar="NAME", help="stacks/Pulumi.NAME.yaml")
     which.add_argument("--stack-file", metavar="FILE", type=Path, help="a Pulumi.<stack>.yaml")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument(
+        "--request-quota",
+        action="store_true",
+        help="file a request for each short quota (asks first; see --yes)",
+    )
+    p.add_argument("--yes", action="store_true", help="with --request-quota: file without asking")
     return p
 
 
+def tty_confirm(question: str, out: TextIO, answer: TextIO) -> bool:
+    """y or yes (any case) from the terminal; anything else, or no line at all, is no."""
+    out.write(question)
+    out.flush()
+    try:
+        line = answer.readline()
+    except (OSError, KeyboardInterrupt):
+        line = ""
+    if not line:
+        out.write("\n")
+    return line.strip().lower() in ("y", "yes")
+
+
 def main(
-    argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
+    argv: Sequence[str] | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    answer: TextIO | None = None,
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
+    answer = answer or sys.stdin
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.yes and not args.request_quota:
+        err.write("preflight.py: --yes goes with --request-quota (it answers its question)\n")
+        return 2
+    if args.request_quota and args.json:
+        err.write("preflight.py: --request-quota asks questions: leave out --json\n")
+        return 2
+    if args.request_quota and not args.yes and not answer.isatty():
+        err.write(
+            fit("preflight.py: --request-quota asks first: run it in a terminal, or add --yes")
+            + "\n"
+        )
+        return 2
     try:
         path = args.stack_file or find_stack(args.stack)
         cfg = load_stack_file(path)
@@ -68,6 +109,20 @@ def main(
         out.write(json.dumps(report.to_json(), indent=1) + "\n")
     else:
         out.write("\n".join(preflight.render(report)) + "\n")
+    if args.request_quota:
+
+        def confirm(question: str) -> bool:
+            if args.yes:
+                out.write(question + "yes (--yes)\n")
+                return True
+            return tty_confirm(question, out, answer)
+
+        def say(line: str) -> None:
+            out.write(fit(line) + "\n")
+
+        out.flush()
+        filed = preflight.file_requests(report, confirm, say)
+        return max(report.status, filed)
     return report.status
 
 

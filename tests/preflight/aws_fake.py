@@ -1,4 +1,4 @@
-"""A local fake of the two AWS calls moto 5.2.5 cannot answer for a preflight, on 127.0.0.1.
+"""A local fake of the AWS calls moto 5.2.5 cannot answer for a preflight, on 127.0.0.1.
 
 - Service Quotas GetServiceQuota for service code ec2: moto implements Service Quotas for
   ``vpc`` only (moto/servicequotas/models.py: any other service code raises
@@ -7,7 +7,15 @@
   Deep Learning AMI parameters and refuses to create a name under /aws/ (AccessDenied:
   "No access to reserved parameter name"), as AWS does.
 
-Both speak JSON 1.1 (POST /, ``X-Amz-Target: <targetPrefix>.<Operation>``), the shapes
+- Service Quotas RequestServiceQuotaIncrease (``--request-quota``): moto 5.2.5 has no such
+  operation (moto/servicequotas/responses.py answers ListAWSDefaultServiceQuotas and
+  GetServiceQuota only). The answer is RequestServiceQuotaIncreaseResponse.RequestedQuota
+  of RequestedServiceQuotaChange (Id, CaseId, ServiceCode, QuotaCode, QuotaName,
+  DesiredValue, Status PENDING, Created, QuotaArn, Unit, ...; Status from its RequestStatus
+  enum); a second request for the same quota while one is open is
+  ResourceAlreadyExistsException, one of the operation's errors in the same model.
+
+All speak JSON 1.1 (POST /, ``X-Amz-Target: <targetPrefix>.<Operation>``), the shapes
 botocore's own service models define (botocore/data/service-quotas/2019-06-24/service-2.json:
 GetServiceQuotaResponse.Quota of ServiceQuota; botocore/data/ssm/2014-11-06/service-2.json:
 GetParameterResult.Parameter), read from the copy in this repo's .venv, 2026-12-05;
@@ -70,6 +78,7 @@ class AwsFake:
         self.quotas: dict[str, float] = {}
         self.parameters: dict[str, str] = {}
         self.requests: list[str] = []
+        self.filed: list[dict[str, Any]] = []  # RequestServiceQuotaIncrease bodies
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -98,12 +107,43 @@ class AwsFake:
             if body.get("ServiceCode") == "ec2" and code in self.quotas:
                 return 200, quota_answer(code, self.quotas[code])
             return 400, {"__type": "NoSuchResourceException", "message": f"no quota {code}"}
+        if target == "ServiceQuotasV20190624.RequestServiceQuotaIncrease":
+            return self.request_increase(body)
         if target == "AmazonSSM.GetParameter":
             name = str(body.get("Name"))
             if name in self.parameters:
                 return 200, parameter_answer(name, self.parameters[name])
             return 400, {"__type": "ParameterNotFound", "message": f"Parameter {name} not found."}
         return 400, {"__type": "UnknownOperationException", "message": target}
+
+    def request_increase(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        code = str(body.get("QuotaCode"))
+        if body.get("ServiceCode") != "ec2" or code not in QUOTA_NAMES:
+            return 400, {"__type": "NoSuchResourceException", "message": f"no quota {code}"}
+        if any(f["QuotaCode"] == code for f in self.filed):
+            return 400, {
+                "__type": "ResourceAlreadyExistsException",
+                "message": f"a request for {code} is already open",
+            }
+        self.filed.append(body)
+        number = len(self.filed)
+        return 200, {
+            "RequestedQuota": {
+                "Id": f"d187537d15254312a9609aa51bbf762{number}",
+                "CaseId": "",
+                "ServiceCode": "ec2",
+                "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
+                "QuotaCode": code,
+                "QuotaName": QUOTA_NAMES[code],
+                "DesiredValue": float(body["DesiredValue"]),
+                "Status": "PENDING",
+                "Created": 1765000000.0,
+                "Requester": "arn:aws:iam::123456789012:user/ada",
+                "QuotaArn": f"arn:aws:servicequotas:us-east-1:123456789012:ec2/{code}",
+                "GlobalQuota": False,
+                "Unit": "None",
+            }
+        }
 
     def __enter__(self) -> AwsFake:
         self.thread.start()

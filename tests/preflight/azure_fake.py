@@ -17,6 +17,20 @@ Answers, each from the cloud's own definitions:
 - Virtual Machine Images - List: a JSON array of VirtualMachineImageResource (name,
   location, id).
 
+- Resource Groups - List: ``{"value": [{id, name, location, properties.provisioningState}]}``
+  (the ResourceGroup model's members);
+- Permissions - List For Resource Group: ``{"value": [{actions, notActions, dataActions,
+  notDataActions}]}``, the Permission model's members as stackql/stackql-registry-docs
+  docs/azure-docs/providers/azure/authorization/permissions_for_resource_group/index.md
+  lists them (read 2026-12-05); the default is the Contributor role's row plus User Access
+  Administrator's, as MicrosoftDocs/azure-docs articles/role-based-access-control/
+  role-definitions.md (00766527) shows Contributor's permissions;
+- Storage Accounts - Check Name Availability: ``{nameAvailable, reason, message}``
+  (CheckNameAvailabilityResult; reason AccountNameInvalid or AlreadyExists), taking the
+  body Azure/azure-sdk-for-js's storageAccountsCheckNameAvailabilitySample.js sends
+  ({name, type: "Microsoft.Storage/storageAccounts"}); a name in ``taken`` is AlreadyExists,
+  one that is not 3-24 lower-case letters and digits AccountNameInvalid.
+
 Errors are ARM's ``{"error": {"code", "message"}}``: 401 without the token, 403
 AuthorizationFailed for a call kind in ``denied``.
 """
@@ -89,7 +103,11 @@ class AzureFake:
         }
     )
     images: list[str] = field(default_factory=lambda: ["22.04.202411010"])
-    denied: set[str] = field(default_factory=set)  # subscription, skus, usages, images
+    groups: list[str] = field(default_factory=lambda: ["NetworkWatcherRG"])
+    permissions: list[dict[str, Any]] = field(default_factory=lambda: [CONTRIBUTOR, ACCESS_ADMIN])
+    taken: set[str] = field(default_factory=set)  # storage account names someone holds
+    # subscription, skus, usages, images, groups, permissions, names
+    denied: set[str] = field(default_factory=set)
     seen: list[dict[str, Any]] = field(default_factory=list)
     endpoint: str = ""
     ca: Path | None = None
@@ -137,6 +155,34 @@ class AzureFake:
                 }
                 for v in self.images
             ]
+        elif path == f"{base}/resourcegroups":
+            kind = "groups"
+            doc = {
+                "value": [
+                    {
+                        "id": f"{base}/resourceGroups/{g}",
+                        "name": g,
+                        "type": "Microsoft.Resources/resourceGroups",
+                        "location": "eastus",
+                        "properties": {"provisioningState": "Succeeded"},
+                    }
+                    for g in self.groups
+                ]
+            }
+        elif path.startswith(f"{base}/resourcegroups/") and path.endswith(
+            "/providers/Microsoft.Authorization/permissions"
+        ):
+            group = path.split("/")[4]
+            kind = "permissions"
+            if group not in self.groups:
+                return 404, error(
+                    "ResourceGroupNotFound", f"Resource group '{group}' could not be found."
+                )
+            doc = {"value": self.permissions}
+        elif path == f"{base}/providers/Microsoft.Storage/checkNameAvailability":
+            kind = "names"
+            asked = json.loads(body or b"{}")
+            doc = name_answer(str(asked.get("name", "")), self.taken)
         if kind in self.denied:
             return 403, error(
                 "AuthorizationFailed",
@@ -157,3 +203,46 @@ class AzureFake:
 
 def error(code: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message}}
+
+
+# Contributor's row as role-definitions.md shows it, and User Access Administrator's (the
+# role assignments Contributor lacks): together they allow what `pulumi up` needs.
+CONTRIBUTOR: dict[str, Any] = {
+    "actions": ["*"],
+    "notActions": [
+        "Microsoft.Authorization/*/Delete",
+        "Microsoft.Authorization/*/Write",
+        "Microsoft.Authorization/elevateAccess/Action",
+        "Microsoft.Blueprint/blueprintAssignments/write",
+        "Microsoft.Blueprint/blueprintAssignments/delete",
+    ],
+    "dataActions": [],
+    "notDataActions": [],
+}
+ACCESS_ADMIN: dict[str, Any] = {
+    "actions": ["*/read", "Microsoft.Authorization/*"],
+    "notActions": [],
+    "dataActions": [],
+    "notDataActions": [],
+}
+
+
+def name_answer(name: str, taken: set[str]) -> dict[str, Any]:
+    """CheckNameAvailabilityResult for a storage account name."""
+    import re
+
+    if not re.fullmatch(r"[a-z0-9]{3,24}", name):
+        return {
+            "nameAvailable": False,
+            "reason": "AccountNameInvalid",
+            "message": f"{name} is not a valid storage account name. Storage account name "
+            "must be between 3 and 24 characters in length and use numbers and lower-case "
+            "letters only.",
+        }
+    if name in taken or any(name.startswith(t[:-1]) for t in taken if t.endswith("*")):
+        return {
+            "nameAvailable": False,
+            "reason": "AlreadyExists",
+            "message": f"The storage account named {name} is already taken.",
+        }
+    return {"nameAvailable": True}

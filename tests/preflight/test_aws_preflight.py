@@ -260,3 +260,71 @@ def test_a_caller_without_run_instances_is_told_by_the_dry_run(moto_with_auth, m
     assert "ec2:RunInstances denied" in got["launch"].detail
     assert got["launch"].fix.startswith("grant ec2:RunInstances")
     assert report.status == 1
+
+
+# -- --request-quota: Service Quotas RequestServiceQuotaIncrease, only after a yes
+
+
+def test_the_fake_s_request_answer_is_botocore_s_own_shape():
+    session = botocore.session.get_session()
+    op = session.get_service_model("service-quotas").operation_model("RequestServiceQuotaIncrease")
+    shape = op.output_shape.members["RequestedQuota"]
+    with AwsFake() as f:
+        _, doc = f.request_increase(
+            {"ServiceCode": "ec2", "QuotaCode": "L-DB2E81BA", "DesiredValue": 8}
+        )
+    assert set(doc["RequestedQuota"]) <= set(shape.members)
+    assert doc["RequestedQuota"]["Status"] in shape.members["Status"].enum
+
+
+def test_moto_cannot_take_a_quota_request_so_the_fake_does(moto_url: str):
+    sq = boto3.client("service-quotas", endpoint_url=moto_url, region_name="us-east-1")
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+
+    once = Config(retries={"max_attempts": 1})
+    sq = boto3.client("service-quotas", endpoint_url=moto_url, region_name="us-east-1", config=once)
+    with pytest.raises(ClientError, match=r"\(500\)"):  # moto 5.2.5: no such operation
+        sq.request_service_quota_increase(
+            ServiceCode="ec2", QuotaCode="L-DB2E81BA", DesiredValue=8.0
+        )
+
+
+def test_a_short_quota_is_filed_after_a_yes_and_its_request_id_shown(fake):
+    fake.quotas["L-DB2E81BA"] = 0
+    report = preflight.run(need(nodes=2))
+    asked: list[str] = []
+    said: list[str] = []
+
+    def yes(question: str) -> bool:
+        asked.append(question)
+        return True
+
+    assert preflight.file_requests(report, yes, said.append) == 0
+    assert asked == [
+        "file a request for 8 vCPUs of Running On-Demand G and VT instances in us-east-1? [y/N] "
+    ]
+    assert fake.filed == [{"ServiceCode": "ec2", "QuotaCode": "L-DB2E81BA", "DesiredValue": 8}]
+    assert said == [
+        "quota on-demand: filed: request d187537d15254312a9609aa51bbf7621, status PENDING"
+    ]
+    # a second time: AWS's own refusal, in one line, exit 1
+    said.clear()
+    assert preflight.file_requests(report, yes, said.append) == 1
+    assert said[0].startswith("quota on-demand: not filed: Service Quotas: ResourceAlreadyExists")
+
+
+def test_a_no_files_nothing(fake):
+    fake.quotas["L-DB2E81BA"] = 0
+    report = preflight.run(need())
+    said: list[str] = []
+    assert preflight.file_requests(report, lambda q: False, said.append) == 0
+    assert fake.filed == [] and said == ["quota on-demand: not filed"]
+    assert not [r for r in fake.requests if r.endswith("RequestServiceQuotaIncrease")]
+
+
+def test_enough_quota_asks_nothing(fake):
+    said: list[str] = []
+    report = preflight.run(need())
+    assert preflight.file_requests(report, lambda q: True, said.append) == 0
+    assert said == ["--request-quota: no short quota to request"] and fake.filed == []

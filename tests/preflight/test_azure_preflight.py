@@ -15,7 +15,7 @@ from infra import preflight
 from infra.clouds.azure import preflight as azure
 from infra.clouds.azure import prices as azure_prices
 from infra.preflight import FAIL, INFO, NOT_CHECKED, OK, UNKNOWN, Need
-from tests.preflight.azure_fake import FAMILY, SIZE, SUB, AzureFake, usage
+from tests.preflight.azure_fake import CONTRIBUTOR, FAMILY, SIZE, SUB, AzureFake, usage
 
 CLOSED = "https://127.0.0.1:9"  # nothing listens: a request fails at once, on loopback
 
@@ -80,7 +80,10 @@ def test_a_subscription_with_quota_passes(fake):
     assert got["quota spot"].detail.startswith("Total Regional Low-priority vCPUs: 24 of 24")
     assert got["quota on-demand"].state == INFO
     assert got["image"].state == OK and "22.04.202411010" in got["image"].detail
-    assert got["permissions"].state == NOT_CHECKED
+    assert got["permissions"].state == OK
+    assert got["permissions"].detail.startswith(f"all {len(azure.ACTIONS)} actions")
+    assert "NetworkWatcherRG (not the stack's own yet)" in got["permissions"].detail
+    assert got["bucket"].state == OK and got["bucket"].detail.endswith(": free")
     assert got["offered"].state == OK
     paths = [r["path"] for r in fake.seen]
     assert paths[0] == f"/subscriptions/{SUB}"
@@ -157,3 +160,90 @@ def test_no_network_is_said_and_nothing_raises(fake, monkeypatch):
 def test_the_token_s_caller_is_read_from_its_claims_without_failing_on_junk():
     assert azure.token_caller("not-a-jwt") == ""
     assert azure.token_caller("a.b!.c") == ""
+
+
+# -- permissions: Permissions - List For Resource Group, matched as role-definitions.md says
+
+
+def test_contributor_alone_lacks_the_role_writes_and_the_fix_says_which(fake):
+    fake.permissions = [CONTRIBUTOR]  # notActions Microsoft.Authorization/*/Write
+    p = by_name(preflight.run(need()))["permissions"]
+    assert p.state == FAIL
+    assert p.detail.startswith(f"2 of {len(azure.ACTIONS)} actions missing")
+    assert "Microsoft.Authorization/roleDefinitions/write" in p.detail
+    assert "Microsoft.Authorization/roleAssignments/write" in p.detail
+    assert "User Access Administrator" in p.fix and "\n" not in p.detail
+
+
+def test_a_not_action_is_no_deny_across_rows():
+    rows = [CONTRIBUTOR, {"actions": ["Microsoft.Authorization/roleAssignments/write"]}]
+    assert azure.allowed(rows, "Microsoft.Authorization/roleAssignments/write")
+    assert not azure.allowed(rows, "Microsoft.Authorization/roleDefinitions/write")
+    assert azure.allowed([CONTRIBUTOR], "microsoft.compute/VIRTUALMACHINES/write")  # no case
+    mid = [{"actions": ["Microsoft.Network/*/write"], "notActions": []}]
+    assert azure.allowed(mid, "Microsoft.Network/virtualNetworks/subnets/write")
+    assert not azure.allowed(mid, "Microsoft.Network/networkInterfaces/join/action")
+    assert not azure.allowed([{"dataActions": ["*"]}], "Microsoft.Compute/disks/write")
+    assert azure.allowed([{"dataActions": ["*"]}], "Microsoft.Storage/x/blobs/read", data=True)
+
+
+def test_a_reader_misses_every_action(fake):
+    fake.permissions = [{"actions": ["*/read"], "notActions": []}]
+    p = by_name(preflight.run(need()))["permissions"]
+    n = len(azure.ACTIONS)
+    assert p.state == FAIL and p.detail.startswith(f"{n} of {n} actions missing")
+    assert f"and {n - 3} more" in p.detail
+
+
+def test_the_stack_s_own_group_is_asked_when_it_exists(fake):
+    fake.groups = ["aaa-other", "gpufleet-azure-t4x1"]
+    p = by_name(preflight.run(need()))["permissions"]
+    assert p.state == OK and p.detail.endswith("at resource group gpufleet-azure-t4x1")
+    asked = [r["path"] for r in fake.seen if r["path"].endswith("/permissions")]
+    assert asked == [
+        f"/subscriptions/{SUB}/resourcegroups/gpufleet-azure-t4x1/providers/"
+        "Microsoft.Authorization/permissions"
+    ]
+
+
+def test_no_resource_group_is_not_checked_and_a_denied_list_is_unknown(fake):
+    fake.groups = []
+    assert by_name(preflight.run(need()))["permissions"].state == NOT_CHECKED
+    fake.groups = ["rg"]
+    fake.denied.add("permissions")
+    p = by_name(preflight.run(need()))["permissions"]
+    assert p.state == UNKNOWN and "AuthorizationFailed" in p.detail
+
+
+# -- the storage account's name: Check Name Availability
+
+
+def test_a_taken_account_name_fails_and_a_bad_one_says_why(fake):
+    fake.taken = {"gpfazuret4x1*"}
+    b = by_name(preflight.run(need()))["bucket"]
+    assert b.state == FAIL and "AlreadyExists" in b.detail and "gpfazuret4x1" in b.detail
+    names = [r for r in fake.seen if r["path"].endswith("/checkNameAvailability")]
+    assert len(names) == 1
+    fake.taken = set()
+    b = by_name(preflight.run(need(stack="UPPER")))["bucket"]
+    assert b.state == FAIL and "AccountNameInvalid" in b.detail
+
+
+# -- --request-quota: Azure's requests are printed, never filed
+
+
+def test_request_quota_prints_the_az_quota_step_and_files_nothing(fake):
+    fake.usages["eastus"][1] = usage(FAMILY, "Standard NCASv3_T4 Family vCPUs", 0, 0)
+    report = preflight.run(need(billing="on-demand"))
+    said: list[str] = []
+    asked: list[str] = []
+
+    def yes(question: str) -> bool:
+        asked.append(question)
+        return True
+
+    status = preflight.file_requests(report, yes, said.append)
+    assert status == 0 and asked == []
+    assert said[0].startswith("quota on-demand: azure takes this request by hand: `az quota")
+    assert "az extension add --name quota" in said[0]
+    assert not [r for r in fake.seen if r["method"] != "GET" and "Quota" in r["path"]]

@@ -67,3 +67,37 @@ def test_json_lists_every_check_with_its_state_and_the_calls_made():
     assert doc["ok"] is False and doc["provider"] == "aws"
     assert {c["check"] for c in doc["checks"]} >= {"identity", "quota", "offered", "price"}
     assert all(set(c) == {"check", "state", "detail", "fix"} for c in doc["checks"])
+
+
+def test_request_quota_without_a_terminal_or_yes_is_refused_before_any_call():
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "preflight.py"),
+            "--stack",
+            "t4x1",
+            "--request-quota",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "AWS_ENDPOINT_URL": CLOSED},
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = problems(proc.stderr)
+    assert line == "preflight.py: --request-quota asks first: run it in a terminal, or add --yes"
+
+
+def test_yes_alone_and_request_quota_with_json_are_refused():
+    proc = run("--stack", "t4x1", "--yes")
+    assert proc.returncode == 2 and "--yes goes with --request-quota" in proc.stderr
+    proc = run("--stack", "t4x1", "--request-quota", "--yes", "--json")
+    assert proc.returncode == 2 and "leave out --json" in proc.stderr
+
+
+def test_request_quota_with_yes_and_no_network_files_nothing_and_says_so():
+    proc = run("--stack", "t4x1", "--request-quota", "--yes")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout
+    assert proc.stdout.splitlines()[-1] == "--request-quota: no short quota to request"

@@ -18,7 +18,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from infra.preflight import FAIL, INFO, NOT_CHECKED, OK, UNKNOWN, Calls, Check, Need
+from infra.preflight import (
+    FAIL,
+    INFO,
+    NOT_CHECKED,
+    OK,
+    UNKNOWN,
+    Calls,
+    Check,
+    Filed,
+    Need,
+    QuotaAsk,
+)
 
 # EC2 vCPU quotas by family (Service Quotas, service code ec2). The quota names are those of
 # AWS's "Spot Instance quotas" page
@@ -217,10 +228,36 @@ def _quotas(sq: Any, need: Need, problems: tuple[type[Exception], ...]) -> list[
             "(running instances of the family count against it too)"
         )
         if mode == need.billing:
-            out.append(Check(label, FAIL, said, fix))
+            where = (("service", "ec2"), ("quota", code), ("region", need.region))
+            ask = QuotaAsk(f"vCPUs of {name}", need_v, need.region, where)
+            out.append(Check(label, FAIL, said, fix, ask))
         else:
             out.append(Check(label, INFO, said + f"; only for {mode} billing"))
     return out
+
+
+def request_quota(ask: QuotaAsk, calls: Calls) -> Filed:
+    """Service Quotas RequestServiceQuotaIncrease for one short quota (``--request-quota``,
+    after the person said yes): the request's Id and Status as AWS answered them
+    (RequestedServiceQuotaChange; Status PENDING, CASE_OPENED, APPROVED, ...). Raises the
+    SDK's error (said in one line by the caller) when AWS refuses."""
+    session = _counted_session(calls)
+    if session.get_credentials() is None:
+        raise LookupError(f"no AWS credentials: {CREDENTIALS_HINT}")
+    sq = session.client("service-quotas", region_name=ask.get("region"), config=_once())
+    try:
+        answer = sq.request_service_quota_increase(
+            ServiceCode=ask.get("service"), QuotaCode=ask.get("quota"), DesiredValue=ask.value
+        )
+    except _problems() as exc:
+        raise LookupError(f"Service Quotas: {_code(exc)}: {_first(exc)}") from None
+    asked = answer.get("RequestedQuota") or {}
+    case = str(asked.get("CaseId") or "")
+    return Filed(
+        str(asked.get("Id") or "?"),
+        str(asked.get("Status") or "?"),
+        f"support case {case}" if case else "",
+    )
 
 
 def _image(ssm: Any, need: Need, problems: tuple[type[Exception], ...]) -> tuple[str, Check]:

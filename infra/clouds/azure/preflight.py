@@ -24,9 +24,34 @@ and the same bearer token as ``where.py --live`` and the reaper on a laptop:
 - Virtual Machine Images - List: the program's Ubuntu 22.04 image for the size, offered in
   the region.
 
-Permissions: not checked. gpufleet knows no read-only proof of them on Azure here (the
-stack's resource groups do not exist before ``pulumi up``). The storage account takes a
-random suffix.
+- Resource Groups - List (api-version 2022-09-01), then Permissions - List For Resource
+  Group (``GET .../resourcegroups/{rg}/providers/Microsoft.Authorization/permissions``,
+  api-version 2022-04-01; operation AzurePermissionsForResourceGroup_List as
+  learn.microsoft.com's Azure.ResourceManager.Authorization reference names it, read
+  2026-12-05): the caller's own effective permissions there, rows of ``actions``,
+  ``notActions``, ``dataActions``, ``notDataActions`` (the Permission model's members, as
+  stackql/stackql-registry-docs docs/azure-docs/providers/azure/authorization/
+  permissions_for_resource_group/index.md lists them, read 2026-12-05). Asked at the
+  stack's own group (gpufleet-<stack>) when it exists, else at the first group the
+  subscription lists (roles given at the subscription, which creating resource groups
+  needs, reach every group); no group at all: not checked. Matched against
+  :data:`ACTIONS` (what ``pulumi up`` of infra/clouds/azure/program.py creates) by the
+  rules of MicrosoftDocs/azure-docs articles/role-based-access-control/
+  role-definitions.md (at 00766527, read 2026-12-05): ``*`` matches any run of
+  characters, names compare without case, a row allows an action its ``actions`` match
+  and its own ``notActions`` do not ("Actions - NotActions = Effective control plane
+  permissions"), and a ``notActions`` entry is no deny: another row that allows the
+  action allows it;
+- Storage Accounts - Check Name Availability (``POST .../providers/Microsoft.Storage/
+  checkNameAvailability``, api-version 2025-01-01, body ``{name, type:
+  Microsoft.Storage/storageAccounts}`` as Azure/azure-sdk-for-js sdk/storage/arm-storage/
+  samples/v19/javascript/storageAccountsCheckNameAvailabilitySample.js sends it, read
+  2026-12-05): the answer's ``nameAvailable``, ``reason`` (AccountNameInvalid,
+  AlreadyExists) and ``message``, for the data account's name drawn as the program draws
+  it (a prefix of the stack's name and a fresh random suffix).
+
+Each request through the ComputeManagementClient's own pipeline (``send_request``): no
+other Azure SDK is pinned for these two.
 
 Credentials: GPUFLEET_AZURE_ACCESS_TOKEN (``az account get-access-token --query accessToken
 -o tsv``) and GPUFLEET_AZURE_SUBSCRIPTION_ID; GPUFLEET_AZURE_ARM_ENDPOINT points the client
@@ -38,12 +63,49 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
+import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from infra.preflight import FAIL, INFO, NOT_CHECKED, OK, UNKNOWN, Calls, Check, Need
+from infra.preflight import FAIL, INFO, NOT_CHECKED, OK, UNKNOWN, Calls, Check, Need, QuotaAsk
 
 SUBSCRIPTIONS_API = "2022-12-01"
+GROUPS_API = "2022-09-01"
+PERMISSIONS_API = "2022-04-01"
+STORAGE_API = "2025-01-01"
+MAX_PAGES = 5  # permission and group pages: a handful each; more is a wrong answer
+# What `pulumi up` of infra/clouds/azure/program.py asks of ARM, by the resource types it
+# declares (the provider operation each create or update is authorized as; Azure's
+# "Resource provider operations" names), and why. Deletes (`pulumi destroy`) are not asked.
+ACTIONS: tuple[tuple[str, str], ...] = (
+    ("Microsoft.Resources/subscriptions/resourceGroups/write", "the stack's resource groups"),
+    ("Microsoft.Network/networkSecurityGroups/write", "the network security group"),
+    ("Microsoft.Network/networkSecurityGroups/join/action", "the subnet's security group"),
+    ("Microsoft.Network/virtualNetworks/write", "the virtual network"),
+    ("Microsoft.Network/virtualNetworks/subnets/write", "the subnet"),
+    ("Microsoft.Network/virtualNetworks/subnets/join/action", "a NIC in the subnet"),
+    ("Microsoft.Network/publicIPAddresses/write", "the nodes' public IPs"),
+    ("Microsoft.Network/publicIPAddresses/join/action", "a NIC's public IP"),
+    ("Microsoft.Network/networkInterfaces/write", "the nodes' NICs"),
+    ("Microsoft.Network/networkInterfaces/join/action", "a VM's NIC"),
+    ("Microsoft.Compute/virtualMachines/write", "the GPU VMs"),
+    ("Microsoft.Compute/disks/write", "the data disks"),
+    ("Microsoft.Compute/availabilitySets/write", "the InfiniBand availability set"),
+    ("Microsoft.Compute/proximityPlacementGroups/write", "the placement group"),
+    ("Microsoft.ManagedIdentity/userAssignedIdentities/write", "the identities"),
+    ("Microsoft.ManagedIdentity/userAssignedIdentities/assign/action", "an identity on a VM"),
+    ("Microsoft.Authorization/roleDefinitions/write", "the nodes' and reaper's custom roles"),
+    ("Microsoft.Authorization/roleAssignments/write", "the roles given to those identities"),
+    ("Microsoft.Storage/storageAccounts/write", "the data, function and package accounts"),
+    ("Microsoft.Storage/storageAccounts/blobServices/write", "blob versioning, retention"),
+    ("Microsoft.Storage/storageAccounts/blobServices/containers/write", "the containers"),
+    ("Microsoft.Storage/storageAccounts/managementPolicies/write", "the lifecycle policy"),
+    ("Microsoft.Storage/storageAccounts/listKeys/action", "the package upload (account key)"),
+    ("Microsoft.Web/serverfarms/write", "the reaper's Functions plan"),
+    ("Microsoft.Web/sites/write", "the reaper's Function App"),
+    ("Microsoft.Insights/workbooks/write", "the stack's dashboard workbook"),
+)
 REGIONAL = ("cores", "Total Regional vCPUs")  # (name.value, name.localizedValue)
 LOW_PRIORITY = ("lowPriorityCores", "Total Regional Low-priority vCPUs")
 CREDENTIALS_HINT = (
@@ -56,6 +118,11 @@ SPOT_FIX = (
     "Azure portal > Quotas > Compute, search 'spot', select the region's "
     "low-priority vCPUs > Request quota increase > Enter a new limit: {value}"
 )
+
+
+# --request-quota: the Quota API (Microsoft.Quota) has its own SDK, azure-mgmt-quota, which
+# is not pinned here; the request is the `az quota update` line, run by the person.
+QUOTA_API_NOTE = " (azure-cli's quota extension files it: `az extension add --name quota`)"
 
 
 def quota_request(subscription: str, region: str, resource: str, value: int) -> str:
@@ -103,7 +170,7 @@ def _said(exc: BaseException) -> str:
 
 
 def _unasked(why: str, fix: str) -> list[Check]:
-    rest = ("quota", "image")
+    rest = ("quota", "image", "permissions", "bucket")
     return [Check("identity", UNKNOWN, why, fix)] + [
         Check(n, UNKNOWN, "not asked: no identity") for n in rest
     ]
@@ -169,23 +236,8 @@ def checks(need: Need, calls: Calls) -> list[Check]:
     out = [_identity(sub, subscription, token_caller(token))]
     out.extend(_quotas(client, need, subscription, calls, problems))
     out.append(_image(client, need, calls, problems))
-    out.append(
-        Check(
-            "permissions",
-            NOT_CHECKED,
-            "gpufleet proves no Azure permission without creating something (the "
-            "stack's resource groups do not exist before `pulumi up`)",
-            "the caller must create resource groups, VMs, identities, a custom "
-            "role and role assignments (docs/clouds/azure.md)",
-        )
-    )
-    out.append(
-        Check(
-            "bucket",
-            OK,
-            "storage account named at `pulumi up` with a random suffix: no name to be taken",
-        )
-    )
+    out.append(_permissions(client, need, subscription, calls, problems))
+    out.append(_account_name(client, need, subscription, calls, problems))
     return out
 
 
@@ -256,12 +308,19 @@ def _quotas(
         fix = "; ".join(quota_request(subscription, need.region, n, v) for n, v in short)
         fix += " (deallocated VMs count against it too)"
         state = FAIL if judged else INFO
+        ask = QuotaAsk(
+            f"vCPUs of {', '.join(n for n, _ in short)}",
+            max(v for _, v in short),
+            need.region,
+            step=fix + QUOTA_API_NOTE,
+        )
         out.append(
             Check(
                 "quota on-demand",
                 state,
                 text if judged else text + "; only for on-demand billing",
                 fix if judged else "",
+                ask if judged else None,
             )
         )
     elif missing:
@@ -282,7 +341,9 @@ def _quotas(
         out.append(Check("quota spot", OK if judged else INFO, text))
     elif judged:
         value = int(row.get("currentValue") or 0) + want
-        out.append(Check("quota spot", FAIL, text, SPOT_FIX.format(value=value)))
+        fix = SPOT_FIX.format(value=value)
+        ask = QuotaAsk(f"vCPUs of {LOW_PRIORITY[1]}", value, need.region, step=fix)
+        out.append(Check("quota spot", FAIL, text, fix, ask))
     else:
         out.append(Check("quota spot", INFO, text + "; only for spot billing"))
     return out
@@ -308,3 +369,131 @@ def _image(client: Any, need: Need, calls: Calls, problems: tuple[type[Exception
     if not versions:
         return Check("image", FAIL, f"{urn}: no version in {need.region}", "pick another region")
     return Check("image", OK, f"{urn} ({versions[0].name} in {need.region})")
+
+
+def _get_all(client: Any, url: str, params: dict[str, str], calls: Calls, name: str) -> list[Any]:
+    """Every ``value`` row of an ARM list, its ``nextLink`` pages followed (bounded)."""
+    from azure.core.rest import HttpRequest
+
+    rows: list[Any] = []
+    request = HttpRequest("GET", url, params=params)
+    for _ in range(MAX_PAGES):
+        calls.add(name)
+        response = client.send_request(request)
+        response.raise_for_status()
+        page = response.json()
+        rows.extend(page.get("value") or [])
+        link = page.get("nextLink")
+        if not link:
+            return rows
+        request = HttpRequest("GET", str(link))
+    raise ValueError(f"{name}: still more pages after {MAX_PAGES}")
+
+
+def action_matches(pattern: str, action: str) -> bool:
+    """An action string against a role's entry: ``*`` is any run of characters, no case."""
+    parts = (re.escape(p) for p in pattern.split("*"))
+    return re.fullmatch(".*".join(parts), action, flags=re.IGNORECASE) is not None
+
+
+def allowed(rows: Sequence[Mapping[str, Any]], action: str, data: bool = False) -> bool:
+    """Whether any permission row allows ``action``: its actions (dataActions) match and its
+    own notActions (notDataActions) do not. A notActions entry subtracts from its own row
+    only, never from another row (it is not a deny)."""
+    grant, minus = ("dataActions", "notDataActions") if data else ("actions", "notActions")
+    for row in rows:
+        granted = any(action_matches(str(p), action) for p in row.get(grant) or ())
+        if granted and not any(action_matches(str(p), action) for p in row.get(minus) or ()):
+            return True
+    return False
+
+
+def missing_actions(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    return [(a, why) for a, why in ACTIONS if not allowed(rows, a)]
+
+
+def _permissions(
+    client: Any, need: Need, subscription: str, calls: Calls, problems: tuple[type[Exception], ...]
+) -> Check:
+    base = f"/subscriptions/{subscription}"
+    own = f"gpufleet-{need.stack}"
+    try:
+        groups = _get_all(
+            client,
+            f"{base}/resourcegroups",
+            {"api-version": GROUPS_API},
+            calls,
+            "arm:ResourceGroups.List",
+        )
+    except problems as exc:
+        return Check("permissions", UNKNOWN, f"ARM Resource Groups - List: {_said(exc)}")
+    names = [str(g.get("name") or "") for g in groups if g.get("name")]
+    if not names:
+        return Check(
+            "permissions",
+            NOT_CHECKED,
+            "the subscription has no resource group to ask Azure for the caller's "
+            "permissions at (Permissions - List needs one)",
+            "`az group create -n gpufleet-check -l <region>` once, then run this again",
+        )
+    group = next((g for g in names if g.lower() == own.lower()), names[0])
+    try:
+        rows = _get_all(
+            client,
+            f"{base}/resourcegroups/{group}/providers/Microsoft.Authorization/permissions",
+            {"api-version": PERMISSIONS_API},
+            calls,
+            "arm:Permissions.ListForResourceGroup",
+        )
+    except problems as exc:
+        return Check("permissions", UNKNOWN, f"ARM Permissions - List at {group}: {_said(exc)}")
+    at = f"at resource group {group}" + ("" if group == own else " (not the stack's own yet)")
+    lack = missing_actions(rows)
+    if not lack:
+        return Check("permissions", OK, f"all {len(ACTIONS)} actions `pulumi up` needs, {at}")
+    more = f" and {len(lack) - 3} more" if len(lack) > 3 else ""
+    shown = ", ".join(a for a, _ in lack[:3]) + more
+    why = "; ".join(f"{a.split('/', 1)[0]}: {w}" for a, w in lack[:2])
+    return Check(
+        "permissions",
+        FAIL,
+        f"{len(lack)} of {len(ACTIONS)} actions missing {at}: {shown} ({why})",
+        "give the caller Owner, or Contributor plus User Access Administrator, on the "
+        "subscription (`az role assignment create --assignee <you> --role Owner "
+        f"--scope /subscriptions/{subscription}`)",
+    )
+
+
+def _account_name(
+    client: Any, need: Need, subscription: str, calls: Calls, problems: tuple[type[Exception], ...]
+) -> Check:
+    from azure.core.rest import HttpRequest
+
+    from infra.clouds.azure.program import storage_account_name
+
+    name = storage_account_name(need.stack, secrets.token_hex(3))
+    url = f"/subscriptions/{subscription}/providers/Microsoft.Storage/checkNameAvailability"
+    try:
+        calls.add("arm:StorageAccounts.CheckNameAvailability")
+        response = client.send_request(
+            HttpRequest(
+                "POST",
+                url,
+                params={"api-version": STORAGE_API},
+                json={"name": name, "type": "Microsoft.Storage/storageAccounts"},
+            )
+        )
+        response.raise_for_status()
+        answer = dict(response.json())
+    except problems as exc:
+        return Check("bucket", UNKNOWN, f"ARM Storage Check Name Availability: {_said(exc)}")
+    drawn = f"storage account {name} (a random suffix drawn as `pulumi up` draws it)"
+    if answer.get("nameAvailable") is True:
+        return Check("bucket", OK, f"{drawn}: free")
+    reason = str(answer.get("reason") or "")
+    said = f"{drawn}: {reason or 'not available'}: {str(answer.get('message') or '')[:120]}"
+    if reason == "AccountNameInvalid":
+        fix = "use a stack name of lower-case letters and digits (the account takes 24 at most)"
+    else:
+        fix = "run the preflight again (a new suffix is drawn); `pulumi up` draws its own"
+    return Check("bucket", FAIL, said.rstrip(": "), fix)
