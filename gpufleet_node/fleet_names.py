@@ -21,6 +21,12 @@ TTL_HOURS = "gpufleet:ttl-hours"  # "0" or "off" opts out of the hard TTL explic
 KEEP_ALIVE_UNTIL = "gpufleet:keep-alive-until"  # ISO 8601 UTC lease
 WATCHDOG = "gpufleet:watchdog"  # "on" when the node watchdog is expected to run
 PROTECTED = "gpufleet:protected"  # "true": no guard ever stops the instance
+# "<guard>@<ISO 8601 UTC>": who stopped a spot node, written by the guard just before its
+# stop where the cloud keeps no reason of its own (Azure): watchdog, reaper, or spot-notice
+# (the node saw the cloud's eviction notice). Cleared ("") by the watchdog once the node runs
+# again. The reaper's function starts a reclaimed spot node again, never a guard's stop.
+# Not in TAG_KEYS (the tags the stack sets): only a stopped spot node carries it.
+STOPPED_BY = "gpufleet:stopped-by"
 
 # The protected tag's values, as every layer reads them (lower case, stripped): a value that
 # is in neither set is unknown, and an unknown protection is honoured.

@@ -6,6 +6,7 @@ and ``alicloud.py`` are the two real ones. Nothing here imports an SDK.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -103,6 +104,23 @@ def chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
 
 
 @dataclass(frozen=True)
+class StopRecord:
+    """What the cloud itself says about why a stopped instance stopped.
+
+    ``reclaimed``: True, the cloud reclaimed it (a spot interruption); False, something else
+    stopped it (the API, the OS: a person or a guard); None, the record could not be read
+    (``error``), which never starts anything. ``cloud_restarts``: the cloud starts it again
+    by itself when it has capacity (EC2's persistent request), so the function must not.
+    ``at``: when the cloud recorded it, where it says."""
+
+    reclaimed: bool | None
+    detail: str
+    cloud_restarts: bool = False
+    at: datetime | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class Instance:
     """One managed instance as the scan saw it; provider vocabulary already normalised.
 
@@ -121,6 +139,9 @@ class Instance:
     # Stopped in a mode that still bills its compute (the cloud module says which): a
     # stop cannot be applied to a stopped instance, so it is reported every run.
     billed_while_stopped: bool = False
+    # A stopped instance: the cloud's own record of why it stopped (None: the cloud keeps
+    # none, or this instance is not stopped).
+    stop_record: StopRecord | None = None
 
     def tag(self, key: str) -> str:
         value = self.tags.get(key, "")
@@ -202,6 +223,17 @@ class StopResult:
                 self.failed[iid] = why
 
 
+@dataclass
+class StartResult:
+    """What a start call did, by id: started, or why not. ``capacity`` holds the ids the
+    cloud refused for want of capacity (the cloud's error code as the reason): the next
+    run tries again."""
+
+    started: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # id -> why
+    capacity: dict[str, str] = field(default_factory=dict)  # id -> the cloud's error code
+
+
 class Cloud(Protocol):
     provider: str
     region: str
@@ -216,6 +248,12 @@ class Cloud(Protocol):
 
     # Optional: the service's clock (None when no answer carried a usable Date header).
     # def service_time(self) -> datetime | None: ...
+    # Optional: start stopped instances (spot recovery, recovery.py); a cloud without it
+    # never has anything started by the function.
+    # def start(self, instance_ids: Sequence[str]) -> StartResult: ...
+    # Optional, where the cloud keeps no stop reason of its own: write the guard's record
+    # (tag STOPPED_BY = value) before a stop; {id: why} for those it could not write.
+    # def mark_stopped(self, instance_ids: Sequence[str], value: str) -> dict[str, str]: ...
 
 
 # (gpus, price per hour, currency) for a (provider, instance type, spot) or None if unknown.
@@ -268,6 +306,8 @@ class Report:
     now: datetime
     decisions: tuple[InstanceDecision, ...]
     summary: dict[str, Any]
+    # Spot recovery (recovery.py): the stopped spot nodes and the lost ones, each a verdict.
+    recoveries: tuple[Any, ...] = ()
 
     @property
     def failed(self) -> list[InstanceDecision]:
@@ -311,6 +351,7 @@ class Report:
             "apply": self.apply,
             "now": self.now.astimezone(UTC).isoformat(),
             "decisions": [d.to_json() for d in self.decisions],
+            "recoveries": [r.to_json() for r in self.recoveries],
             "summary": self.summary,
         }
 
@@ -431,8 +472,13 @@ def reap(
     now: datetime | None = None,
     policy: Policy | None = None,
     price: PriceLookup | None = None,
+    recover: bool = False,
+    expected: Sequence[str] = (),
 ) -> Report:
     """One reaper pass. Dry run unless ``apply``; never terminates anything.
+
+    ``recover``: also start the stack's reclaimed spot nodes (recovery.py); ``expected``:
+    the stack's node ids, those the scan no longer finds reported as lost.
 
     ``now`` is this host's clock (default: the system's); decisions use the service's clock
     (:func:`_service_now`). One instance that cannot be judged is kept and reported; the
@@ -463,7 +509,12 @@ def reap(
             decided[iid] = Decision(KEEP, f"unknown, could not judge: {broken[iid]}", unknown=True)
     to_stop = [iid for iid, d in decided.items() if d.action == STOP]
 
-    results = _stop(cloud, to_stop, by_id) if apply else dict.fromkeys(to_stop, "dry run")
+    results = _stop(cloud, to_stop, by_id, now) if apply else dict.fromkeys(to_stop, "dry run")
+    from . import recovery  # imports this module: here, not at the top
+
+    recoveries = recovery.run(
+        cloud, instances, now, apply=apply, enabled=recover, expected=expected
+    )
 
     decisions = _decisions(instances, decided, results, broken)
     summary = summarise(decisions, cloud.provider, price, apply=apply)
@@ -473,6 +524,7 @@ def reap(
     )
     summary["billed_while_stopped"] = sum(1 for i in instances if i.billed_while_stopped)
     summary["clock"] = clock_info
+    summary["recovery"] = recovery.summary(recoveries)
     return Report(
         provider=cloud.provider,
         region=cloud.region,
@@ -481,6 +533,7 @@ def reap(
         now=now,
         decisions=decisions,
         summary=summary,
+        recoveries=tuple(recoveries),
     )
 
 
@@ -517,10 +570,23 @@ def _read_metrics(
     return metrics, broken
 
 
-def _stop(cloud: Cloud, to_stop: list[str], by_id: dict[str, Instance]) -> dict[str, str]:
-    """Stop the decided instances in order; what happened to each, by id."""
+def _stop(
+    cloud: Cloud, to_stop: list[str], by_id: dict[str, Instance], now: datetime
+) -> dict[str, str]:
+    """Stop the decided instances in order; what happened to each, by id. Where the cloud
+    keeps no stop reason of its own (it has ``mark_stopped``), a spot node gets the reaper's
+    record first, so the recovery never starts it again; a record that could not be
+    written does not hold the stop (without one, the recovery does not start it either)."""
     results: dict[str, str] = {}
+    mark = getattr(cloud, "mark_stopped", None)
     for group in _stop_order(to_stop, by_id):
+        spot = [i for i in group if by_id[i].spot]
+        if callable(mark) and spot:
+            from .recovery import record_value
+
+            # A failed record is reported by the recovery as "no record": never started.
+            with contextlib.suppress(Exception):
+                mark(spot, record_value("reaper", now))
         outcome = cloud.stop(group)
         for iid in outcome.stopped:
             results[iid] = "stopped"

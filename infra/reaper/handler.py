@@ -13,6 +13,10 @@ calls :func:`run`:
   GPUFLEET_REGION     region to scan (default: the region the platform names, each entry
                       its own variable)
   GPUFLEET_APPLY      "true" to stop; anything else is a dry run that only logs
+  GPUFLEET_RESTART_RECLAIMED    "false" to leave reclaimed spot nodes stopped; anything
+                                else (the default) starts them again (recovery.py)
+  GPUFLEET_NODES                the stack's node ids, comma separated: one the scan no
+                                longer finds is reported as lost
   GPUFLEET_MAX_ATTEMPTS         attempts per API call, the first included: 1 = no retry
                                 (each cloud's reaper.py says its default)
   GPUFLEET_ENDPOINT_URL         an alternative API endpoint (tests); the function logs a
@@ -42,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from .core import Cloud, ConfigError, Invocation, Report, reap
+from .recovery import expected_nodes
 
 PACKAGE = "gpufleet_reaper"  # the package name inside the function archive
 # The cloud's entry point at the top of its archive: ``<ENTRY_MODULE>.py``, from its folder's
@@ -76,6 +81,7 @@ NEUTRAL_MODULES = (
     "catalog_data.py",
     "core.py",
     "handler.py",
+    "recovery.py",
     "tags.py",
 )
 # What the reaper shares with the nodes, packed from the node package under its own import
@@ -251,8 +257,21 @@ def run(
     cloud = make_cloud(
         provider, env, credentials=credentials, account_id=account_id, endpoint=endpoint
     )
-    report = reap(cloud, stack=stack, apply=_truthy(env.get("GPUFLEET_APPLY")))
+    report = reap(
+        cloud,
+        stack=stack,
+        apply=_truthy(env.get("GPUFLEET_APPLY")),
+        recover=restart_reclaimed(env),
+        expected=expected_nodes(env),
+    )
     return _log_and_check(report)
+
+
+def restart_reclaimed(env: Mapping[str, str]) -> bool:
+    """GPUFLEET_RESTART_RECLAIMED: on unless it says false (the stack's
+    gpufleet:restartReclaimed)."""
+    value = env.get("GPUFLEET_RESTART_RECLAIMED", "").strip().lower()
+    return value not in {"0", "false", "no", "off"}
 
 
 def _log_and_check(report: Report) -> dict[str, Any]:
@@ -260,9 +279,15 @@ def _log_and_check(report: Report) -> dict[str, Any]:
     noted = [
         d.to_json() for d in report.decisions if d.action != "stop" and (d.warning or d.unknown)
     ]
-    for line in stops + noted:
+    recoveries = [r.to_json() for r in report.recoveries]
+    for line in stops + noted + recoveries:
         print(json.dumps(line, sort_keys=True))
-    out = {"summary": report.summary, "stops": stops, "apply": report.apply}
+    out = {
+        "summary": report.summary,
+        "stops": stops,
+        "recoveries": recoveries,
+        "apply": report.apply,
+    }
     print(json.dumps({"summary": report.summary}, sort_keys=True))
     if report.problems:
         ids = ", ".join(

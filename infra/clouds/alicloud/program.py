@@ -115,6 +115,10 @@ GUARDED_TAG_KEYS = (
     T.TTL_HOURS,
     T.WATCHDOG,
     T.PROTECTED,
+    # The guards' stop record: ECS keeps no stop reason of its own, but CloudMonitor's
+    # spot interruption event is the record there (infra/clouds/alicloud/reaper.py), so
+    # no node writes one; a node that could would stop itself idle and call it a reclaim.
+    T.STOPPED_BY,
 )
 NODE_TAG_ACTIONS = ["ecs:TagResources", "ecs:AddTags"]
 

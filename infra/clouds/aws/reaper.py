@@ -31,6 +31,7 @@ from infra.reaper.core import (
     Invocation,
     Metrics,
     ServiceClock,
+    StopRecord,
     StopResult,
     chunks,
     int_env,
@@ -357,12 +358,39 @@ def parse_instance(raw: dict[str, Any]) -> Instance:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         problem = f"LaunchTime unreadable ({type(exc).__name__})"
     state = raw.get("State") or {}
+    name = str(state.get("Name", "unknown") if isinstance(state, dict) else "unknown")
     return Instance(
         instance_id=str(raw.get("InstanceId", "?")),
-        state=str(state.get("Name", "unknown") if isinstance(state, dict) else "unknown"),
+        state=name,
         instance_type=str(raw.get("InstanceType", "")),
         launched_at=launched,
         tags=tags,
         spot=raw.get("InstanceLifecycle") == "spot",
         problem=problem,
+        stop_record=stop_record(raw.get("StateReason")) if name == "stopped" else None,
     )
+
+
+# StateReason codes of a stop (EC2 API Reference, StateReason, read 2026-12-05:
+# https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_StateReason.html):
+# Server.SpotInstanceShutdown "the instance was stopped because the number of Spot requests
+# with a maximum price equal to or higher than the Spot price exceeded available capacity
+# or because of an increase in the Spot price"; Client.UserInitiatedShutdown "shut down
+# using the Amazon EC2 API" (a person, fab stop, or this function's StopInstances);
+# Client.InstanceInitiatedShutdown "shut down from the operating system of the instance"
+# (the watchdog's poweroff, or a person's). The stack's spot nodes come from a persistent
+# request with interruption behavior stop, and "Only Amazon EC2 can restart an interrupted
+# stopped Spot Instance ... Amazon EC2 restarts the stopped instance when capacity is
+# available" (EC2 User Guide, interruption-behavior.html, read 2026-12-05): the function
+# never starts one, it reports it. AwsCloud has no ``start``.
+SPOT_RECLAIM = "Server.SpotInstanceShutdown"
+
+
+def stop_record(reason: Any) -> StopRecord:
+    """The cloud's record of why a stopped instance stopped, from its StateReason."""
+    code = reason.get("Code") if isinstance(reason, dict) else None
+    if not isinstance(code, str) or not code:
+        return StopRecord(None, "no StateReason", error="StateReason missing or unreadable")
+    if code == SPOT_RECLAIM:
+        return StopRecord(True, f"StateReason {code}: EC2 restarts it", cloud_restarts=True)
+    return StopRecord(False, f"StateReason {code}")
