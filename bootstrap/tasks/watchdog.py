@@ -209,6 +209,54 @@ def parse_sha256sum(text: str) -> dict[str, str]:
     return out
 
 
+# What gpufleet put flat under the prefix before the node code was one package (f23798a):
+# the watchdog, its concerns, the shared modules and the node clouds. The unit now runs
+# <prefix>/gpufleet_node/ and ignores them, so the install removes them: they would only lie
+# there, runnable by hand as a watchdog that no longer matches its config. watchdog.py goes
+# last, the mark that the rest may still be there: an interrupted removal is finished next time.
+OLD_FLAT_FILES = (
+    "watchdog_*.py",
+    "scratch_sync.py",
+    "idle_rules.py",
+    "bucket.py",
+    "fleet_names.py",
+    "clouds/*.py",
+    "watchdog.py",
+)
+
+
+def old_flat_command(prefix: str) -> str:
+    """A root shell command that removes an older flat install's files (and their compiled
+    copies) from ``prefix`` and prints each removed file's name; nothing where the prefix
+    holds no flat watchdog*.py (a fresh node, or one already moved to the package)."""
+    names = " ".join(OLD_FLAT_FILES)
+    return (
+        f"cd {shlex.quote(prefix)} 2>/dev/null || exit 0; "
+        '[ -n "$(ls -d watchdog.py watchdog_*.py 2>/dev/null)" ] || exit 0; '
+        f"for f in {names}; do "
+        '[ -f "$f" ] && [ ! -L "$f" ] || continue; '
+        'd=$(dirname "$f"); b=$(basename "$f" .py); '
+        'rm -f "$d/__pycache__/$b".*.pyc && rm -f -- "$f" || exit 1; echo "$f"; '
+        "done; rmdir clouds/__pycache__ clouds __pycache__ 2>/dev/null; exit 0"
+    )
+
+
+def remove_old_flat(conn: Connection, ctx: HostContext, prefix: str) -> list[str] | str:
+    """The older flat install's files removed from ``prefix``, or why they could not be."""
+    done = root_sh(conn, ctx, old_flat_command(prefix))
+    if not done.ok:
+        return (done.stderr or done.stdout).strip()[:300] or f"exit {done.exited}"
+    return done.stdout.split()
+
+
+def old_flat_line(prefix: str, removed: list[str]) -> str:
+    """What the install says about an older flat install it removed (one line)."""
+    return (
+        f"removed {len(removed)} file(s) of an older flat install from {prefix} "
+        f"(the unit runs {prefix}/{node_package.PACKAGE}/)"
+    )
+
+
 def enable_commands(unit_dir: str = UNIT_DIR) -> list[str]:
     del unit_dir
     return ["systemctl daemon-reload", f"systemctl enable --now {TIMER}"]
@@ -257,6 +305,12 @@ def install_watchdog_step(conn: Connection, ctx: HostContext) -> StepResult:
             _put(conn, ctx, data, dest, mode)
     if f"{etc}/watchdog.json" in stale:
         _put(conn, ctx, config_text.encode(), f"{etc}/watchdog.json", "0644")
+    removed = remove_old_flat(conn, ctx, prefix)
+    if isinstance(removed, str):
+        return StepResult.failed(
+            f"could not remove the older flat watchdog files from {prefix}: {removed}",
+            updated=stale,
+        )
 
     enable = opts.enable_timer
     if enable:
@@ -288,7 +342,9 @@ def install_watchdog_step(conn: Connection, ctx: HostContext) -> StepResult:
             updated=stale,
         )
     note += f"; sync ok ({synced['detail']})"
-    if not stale:
+    if removed:
+        note += "; " + old_flat_line(prefix, removed)
+    if not stale and not removed:
         return StepResult.ok(f"up to date, {armed}; {note}")
     return StepResult.changed(f"installed {len(stale)} file(s), {armed}; {note}", updated=stale)
 

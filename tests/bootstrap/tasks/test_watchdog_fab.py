@@ -235,3 +235,79 @@ def test_install_watchdog_with_a_space_in_prefix_and_etc_arms_a_unit_that_runs_i
     again = run_fab(*install_args(inv, spaced, cloud))
     assert again.returncode == 0, again.stderr
     assert again.step("install-watchdog")["status"] == "ok"
+
+
+# What a node set up by gpufleet before f23798a holds flat under the prefix (a sample: the
+# loop, two concerns, the shared modules, the node clouds and compiled copies).
+OLD_FLAT = (
+    "watchdog.py",
+    "watchdog_config.py",
+    "watchdog_state.py",
+    "bucket.py",
+    "idle_rules.py",
+    "fleet_names.py",
+    "scratch_sync.py",
+    "clouds/__init__.py",
+    "clouds/base.py",
+)
+OLD_COMPILED = (
+    "__pycache__/watchdog_config.cpython-310.pyc",
+    "clouds/__pycache__/base.cpython-310.pyc",
+)
+
+
+def plant_old_flat_install(prefix: Path) -> None:
+    for name in (*OLD_FLAT, *OLD_COMPILED):
+        (prefix / name).parent.mkdir(parents=True, exist_ok=True)
+        (prefix / name).write_text("# an older gpufleet's flat watchdog file\n")
+
+
+def test_install_watchdog_removes_an_older_flat_install_and_says_so_once(
+    sshd_server: SshServer, node_paths: dict[str, str], tmp_path: Path, cloud: dict[str, str]
+) -> None:
+    prefix = Path(node_paths["prefix"])
+    plant_old_flat_install(prefix)
+    (prefix / "notes.txt").write_text("not gpufleet's\n")
+    inv = inventory(tmp_path, sshd_server)
+    args = install_args(inv, node_paths, cloud)
+    first = run_fab(*args)
+    assert first.returncode == 0, first.stdout + first.stderr
+    step = first.step("install-watchdog")
+    assert step["status"] == "changed"
+    line = f"removed {len(OLD_FLAT)} file(s) of an older flat install from {prefix} "
+    assert step["message"].endswith(line + f"(the unit runs {prefix}/gpufleet_node/)"), step
+    # the flat files, their compiled copies and the emptied folders gone; the rest stays
+    assert sorted(p.name for p in prefix.iterdir()) == ["gpufleet_node", "notes.txt"]
+    assert (prefix / "gpufleet_node" / "watchdog.py").is_file()
+
+    again = run_fab(*args)
+    assert again.returncode == 0, again.stderr
+    assert again.step("install-watchdog")["status"] == "ok"
+    assert "older flat install" not in again.step("install-watchdog")["message"]
+
+
+def test_the_flat_files_go_only_where_a_flat_watchdog_was(tmp_path: Path) -> None:
+    """The removal runs as root: a prefix without a flat watchdog*.py keeps its bucket.py,
+    a missing prefix is no error, and a link is not followed."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "bucket.py").write_text("someone else's\n")
+    missing = tmp_path / "never made"
+    linked = tmp_path / "with a link"
+    plant_old_flat_install(linked)
+    (linked / "bucket.py").unlink()
+    (linked / "bucket.py").symlink_to(plain / "bucket.py")
+    for prefix, printed in ((plain, ""), (missing, ""), (linked, None)):
+        done = subprocess.run(
+            ["sh", "-c", fabdog.old_flat_command(str(prefix))],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        if printed is not None:
+            assert done.stdout == printed
+    assert (plain / "bucket.py").read_text() == "someone else's\n"
+    assert not missing.exists()
+    assert sorted(p.name for p in linked.iterdir()) == ["bucket.py"]
+    assert (linked / "bucket.py").is_symlink()
