@@ -8,10 +8,21 @@ loop through a fake Engine instead. An update's failure reaches us as
 pulumi.automation.errors.CommandError, whose text is the CLI's exit code, stdout and stderr
 (sdk/python/lib/pulumi/automation/_cmd.py CommandResult.__str__); the provider's error is
 in the stdout's Diagnostics section, which infra/capacity.py reads.
+
+`fab recover` (bootstrap/tasks/recover.py) uses the node methods below (failover.NodeEngine):
+each is one Automation API call limited to one node's URNs with ``target`` (read in
+sdk/python/lib/pulumi/automation/_stack.py, pulumi/pulumi at 1b59498, 2026-08-21: up, preview,
+refresh and preview_refresh take ``target``, up and preview ``target_dependents``; they
+become the CLI's --target / --target-dependents). A refresh reports a resource the cloud no
+longer has as a ``delete`` in its summary (pkg/resource/deploy/step.go RefreshStep.ResultOp,
+counted by pkg/engine/update.go), which is how a deleted instance is told from a stopped one.
+The root stack resource is always part of a targeted update (step_generator.go: "Implicitly
+targeted resources (providers, root stack)"), so the outputs name the new node's address.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +74,59 @@ class PulumiEngine:
                 self.stack.remove_config(KEY)
         else:
             self.stack.set_config(KEY, self._auto.ConfigValue(key))
+
+    # ------------------------------------------------------------------ one node (recover)
+
+    def resources(self) -> list[Mapping[str, Any]]:
+        state = self.stack.export_stack().deployment or {}
+        return [dict(r) for r in state.get("resources") or []]
+
+    def outputs(self) -> Mapping[str, Any]:
+        return {k: v.value for k, v in self.stack.outputs().items()}
+
+    def refresh_would_delete(self, urns: Sequence[str]) -> list[str]:
+        """The URNs of ``urns`` whose resource the cloud no longer has: a targeted
+        preview_refresh, read from its events (nothing is written)."""
+        gone: list[str] = []
+
+        def seen(event: Any) -> None:
+            meta = getattr(getattr(event, "res_outputs_event", None), "metadata", None)
+            meta = meta or getattr(getattr(event, "resource_pre_event", None), "metadata", None)
+            op = getattr(meta, "op", None)
+            urn = str(getattr(meta, "urn", ""))
+            if str(getattr(op, "value", op)) == "delete" and urn in urns and urn not in gone:
+                gone.append(urn)
+
+        self.stack.preview_refresh(target=list(urns), on_event=seen, on_output=self._say)
+        return gone
+
+    def refresh_only(self, urns: Sequence[str]) -> dict[str, int]:
+        """Refresh these URNs alone: a deleted instance leaves the state."""
+        result = self.stack.refresh(target=list(urns), on_output=self._say)
+        return _ops(result.summary.resource_changes)
+
+    def preview_only(self, urns: Sequence[str]) -> dict[str, int]:
+        """What an update of these URNs (and what depends on them) would do, by operation."""
+        result = self.stack.preview(
+            target=list(urns), target_dependents=True, policy_packs=[str(ROOT / "policy")]
+        )
+        return _ops(result.change_summary)
+
+    def update_only(self, urns: Sequence[str]) -> dict[str, int]:
+        """Update these URNs (and what depends on them): the deleted instance is created
+        again; UpdateFailed on an error."""
+        try:
+            result = self.stack.up(
+                target=list(urns),
+                target_dependents=True,
+                on_output=self._say,
+                policy_packs=[str(ROOT / "policy")],
+            )
+        except self._auto.errors.CommandError as exc:
+            raise UpdateFailed(str(exc)) from None
+        return _ops(result.summary.resource_changes)
+
+
+def _ops(summary: Mapping[Any, int] | None) -> dict[str, int]:
+    """An OpMap (OpType -> count) as plain operation names."""
+    return {str(getattr(k, "value", k)): int(v) for k, v in (summary or {}).items()}

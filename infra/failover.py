@@ -66,6 +66,30 @@ class Engine(Protocol):
         """Set (or, with None, remove) gpufleet:placement in the stack's config."""
 
 
+class NodeEngine(Protocol):
+    """What `fab recover` needs from Pulumi (bootstrap/tasks/recover.py): one node's
+    resources, by URN, refreshed and updated with nothing else targeted. infra/automation.py
+    PulumiEngine is the real one."""
+
+    def resources(self) -> list[Mapping[str, Any]]:
+        """The state's resources (urn, type, parent, custom ...), as `pulumi stack export`."""
+
+    def outputs(self) -> Mapping[str, Any]:
+        """The stack's outputs (nodes, ssh_user, tier, scratch ...)."""
+
+    def refresh_would_delete(self, urns: Sequence[str]) -> list[str]:
+        """Those of ``urns`` the cloud no longer has (a targeted refresh preview; no write)."""
+
+    def refresh_only(self, urns: Sequence[str]) -> dict[str, int]:
+        """Refresh ``urns`` alone; what it did by operation (delete: dropped from the state)."""
+
+    def preview_only(self, urns: Sequence[str]) -> dict[str, int]:
+        """What updating ``urns`` and their dependents would do, by operation."""
+
+    def update_only(self, urns: Sequence[str]) -> dict[str, int]:
+        """Update ``urns`` and their dependents; by operation; UpdateFailed on an error."""
+
+
 def log_path(stack_file: Path, stack: str) -> Path:
     return stack_file.parent / LOG_DIR / f"{stack}-up.jsonl"
 
