@@ -15,6 +15,7 @@ from infra import preflight
 from infra.clouds.alicloud import preflight as alicloud
 from infra.preflight import FAIL, INFO, OK, UNKNOWN, Need
 from tests.preflight.alicloud_fake import TYPE, AlicloudFake, item, zone
+from tests.preflight.bucket_fake import FREE, MINE, THEIRS, BucketFake
 from tests.support.alicloud_models import wire_names
 
 CLOSED = "127.0.0.1:9"
@@ -37,7 +38,9 @@ def need(**kw: Any) -> Need:
 
 @pytest.fixture()
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[AlicloudFake]:
-    with AlicloudFake().running() as f:
+    with AlicloudFake().running() as f, BucketFake() as b:
+        monkeypatch.setenv("ALIBABA_CLOUD_OSS_ENDPOINT", f"http://{b.host}")
+        f.buckets = b  # type: ignore[attr-defined]
         monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "LTAIfake")
         monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "fake-secret")
         monkeypatch.setenv("ALIBABA_CLOUD_ECS_ENDPOINT", f.endpoint)
@@ -142,3 +145,39 @@ def test_no_network_is_said_and_nothing_raises(fake, monkeypatch):
     got = by_name(preflight.run(need()))
     assert got["identity"].state == UNKNOWN
     assert got["identity"].detail.startswith("STS GetCallerIdentity:")
+
+
+# -- the bucket name (OSS GetBucketInfo through the OSS SDK V2) and --request-quota
+
+
+def test_a_free_bucket_name_passes_signed_by_the_oss_sdk(fake):
+    b = by_name(preflight.run(need()))["bucket"]
+    assert b.state == OK and b.detail.endswith(": free in oss-cn-shanghai")
+    assert "OSS bucket gpufleet-" in b.detail
+    (asked,) = fake.buckets.seen
+    assert asked["method"] == "GET" and "?bucketInfo" in asked["path"]
+    assert asked["path"].startswith("/gpufleet-") and asked["auth"].startswith("OSS4-HMAC")
+
+
+def test_a_bucket_another_account_holds_fails_and_one_of_yours_elsewhere_too(fake):
+    fake.buckets.oss = THEIRS
+    b = by_name(preflight.run(need()))["bucket"]
+    assert b.state == FAIL and "another account holds it (AccessDenied)" in b.detail
+    fake.buckets.oss, fake.buckets.oss_region = MINE, "oss-cn-beijing"
+    b = by_name(preflight.run(need()))["bucket"]
+    assert b.state == FAIL and "yours already, in oss-cn-beijing, not oss-cn-shanghai" in b.detail
+    fake.buckets.oss_region = "oss-cn-shanghai"
+    assert by_name(preflight.run(need()))["bucket"].state == OK
+    assert FREE
+
+
+def test_request_quota_prints_the_console_step_and_asks_nothing(fake):
+    fake.attributes["used-spot-instance-vcpu-count"] = "496"
+    report = preflight.run(need())
+    said: list[str] = []
+    assert preflight.file_requests(report, lambda q: pytest.fail(q), said.append) == 0
+    assert said == [
+        "quota spot: alicloud takes this request by hand: raise "
+        "max-spot-instance-vcpu-count to 504 in the ECS console's quota page (Quota Center, "
+        "privileges and quotas), region cn-shanghai"
+    ]

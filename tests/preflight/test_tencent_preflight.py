@@ -11,7 +11,9 @@ import pytest
 from tencentcloud.cvm.v20170312 import models
 
 from infra import preflight
+from infra.clouds.tencent import preflight as tencent
 from infra.preflight import FAIL, INFO, OK, UNKNOWN, Need
+from tests.preflight.bucket_fake import FREE, MINE, THEIRS, BucketFake
 from tests.preflight.tencent_fake import TencentFake, offering, quota_row
 
 CLOSED = "127.0.0.1:9"
@@ -34,7 +36,9 @@ def need(**kw: Any) -> Need:
 
 @pytest.fixture()
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[TencentFake]:
-    with TencentFake() as f:
+    with TencentFake() as f, BucketFake() as b:
+        monkeypatch.setenv("TENCENTCLOUD_COS_DOMAIN", b.host)
+        f.buckets = b  # type: ignore[attr-defined]
         monkeypatch.setenv("TENCENTCLOUD_SECRET_ID", "AKIDtesting")
         monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", "testing")
         monkeypatch.setenv("TENCENTCLOUD_CVM_ENDPOINT", f.endpoint)
@@ -121,3 +125,32 @@ def test_a_region_that_sells_the_type_nowhere_says_where_to_look(fake):
     fake.offerings = []
     offered = by_name(preflight.run(need()))["offered"]
     assert offered.state == FAIL and "make where" in offered.fix
+
+
+# -- the bucket name (COS HEAD Bucket through the COS SDK) and --request-quota
+
+
+def test_a_free_bucket_name_passes_with_the_account_s_appid(fake):
+    b = by_name(preflight.run(need()))["bucket"]
+    assert b.state == OK and b.detail.endswith(": free in ap-guangzhou"), b.detail
+    assert "COS bucket gpufleet-" in b.detail
+    (asked,) = fake.buckets.seen
+    assert asked["method"] == "HEAD" and asked["auth"].startswith("q-sign-algorithm=sha1")
+
+
+def test_a_bucket_another_account_holds_fails_and_one_of_yours_elsewhere_too(fake):
+    fake.buckets.cos = THEIRS
+    b = by_name(preflight.run(need()))["bucket"]
+    assert b.state == FAIL and "another account holds it (403)" in b.detail
+    fake.buckets.cos, fake.buckets.cos_region = MINE, "ap-beijing"
+    b = by_name(preflight.run(need()))["bucket"]
+    assert b.state == FAIL and "yours already, in ap-beijing, not ap-guangzhou" in b.detail
+    assert FREE
+
+
+def test_request_quota_prints_the_documented_step(fake):
+    fake.spot_paid = [quota_row("ap-guangzhou-3", 2, 2)]
+    said: list[str] = []
+    report = preflight.run(need())
+    assert preflight.file_requests(report, lambda q: pytest.fail(q), said.append) == 0
+    assert said == [f"quota spot: tencent takes this request by hand: {tencent.QUOTA_FIX}"]

@@ -26,19 +26,32 @@ Calls through the official SDK (alibabacloud_ecs20140526 7.11.8 on alibabacloud_
   mechanism-for-alibaba-cloud-ecs-query-type-apis, read 2026-12-05). Any other code is said
   as it came, not judged: the dry run has no network of the stack's yet.
 
+- OSS GetBucketInfo (``GET /<bucket>/?bucketInfo``, the official OSS SDK V2,
+  alibabacloud-oss-v2 1.4.1) for the bucket name drawn as the program draws it (a fresh
+  random suffix): an answer is a bucket of this account (its BucketInfo.Location is the
+  region it lives in); ServiceError NoSuchBucket (HTTP 404) means the name is free, as the
+  SDK's own Client.is_bucket_exist reads it; AccessDenied (HTTP 403) is a bucket another
+  account holds (OSS answers a caller without rights on it so).
+
+--request-quota: Quota Center's CreateQuotaApplication takes a quota action code, and
+none was found here for the ECS vCPU attributes above in the SDK models or docs opened
+(2026-12-05): the request is printed (the console's quota page), never guessed.
+
 Credentials: ALIBABA_CLOUD_ACCESS_KEY_ID / ALIBABA_CLOUD_ACCESS_KEY_SECRET;
 ALIBABA_CLOUD_ECS_ENDPOINT and ALIBABA_CLOUD_STS_ENDPOINT point the clients elsewhere
-(tests: a local fake on 127.0.0.1). The SDK is imported inside.
+(tests: a local fake on 127.0.0.1), ALIBABA_CLOUD_OSS_ENDPOINT the OSS client's (path-style
+there). The SDKs are imported inside.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from infra.preflight import FAIL, INFO, NOT_CHECKED, OK, UNKNOWN, Calls, Check, Need
+from infra.preflight import FAIL, INFO, NOT_CHECKED, OK, UNKNOWN, Calls, Check, Need, QuotaAsk
 
 # billing mode -> (max attribute, used attribute) of DescribeAccountAttributes
 QUOTA_ATTRIBUTES = {
@@ -86,7 +99,7 @@ def _said(exc: BaseException) -> str:
 
 
 def _unasked(why: str, fix: str) -> list[Check]:
-    rest = ("quota", "image", "launch")
+    rest = ("quota", "image", "launch", "bucket")
     return [Check("identity", UNKNOWN, why, fix)] + [
         Check(n, UNKNOWN, "not asked: no identity") for n in rest
     ]
@@ -145,14 +158,53 @@ def checks(need: Need, calls: Calls) -> list[Check]:
     image, image_check = _image(ecs, need, calls, problems)
     out.append(image_check)
     out.append(_dry_run(ecs, need, image, calls))
-    out.append(
-        Check(
-            "bucket",
-            OK,
-            "named at `pulumi up` with a random suffix: no name to be taken",
-        )
-    )
+    out.append(_bucket(key, secret, need, calls))
     return out
+
+
+def _bucket(key: str, secret: str, need: Need, calls: Calls) -> Check:
+    """The drawn bucket name: free, this account's (in which region), or another's."""
+    import alibabacloud_oss_v2 as oss
+
+    from infra.clouds.alicloud.program import BUCKET_SUFFIX_BYTES, bucket_name_for
+
+    name = bucket_name_for(need.stack, secrets.token_hex(BUCKET_SUFFIX_BYTES))
+    cfg = oss.config.load_default()
+    cfg.credentials_provider = oss.credentials.StaticCredentialsProvider(key, secret)
+    cfg.region = need.region
+    cfg.retry_max_attempts = 1
+    cfg.connect_timeout, cfg.readwrite_timeout = 5, 20
+    endpoint = os.environ.get("ALIBABA_CLOUD_OSS_ENDPOINT", "")
+    if endpoint:
+        cfg.endpoint, cfg.use_path_style = endpoint, True
+    drawn = f"OSS bucket {name} (a random suffix drawn as `pulumi up` draws it)"
+    try:
+        calls.add("oss:GetBucketInfo")
+        info = oss.Client(cfg).get_bucket_info(oss.GetBucketInfoRequest(bucket=name)).bucket_info
+    except Exception as exc:  # the SDK's OperationError wraps the service's answer
+        inner = exc.unwrap() if hasattr(exc, "unwrap") else exc
+        code = str(getattr(inner, "code", "") or "")
+        if code == "NoSuchBucket":
+            return Check("bucket", OK, f"{drawn}: free in oss-{need.region}")
+        if code == "AccessDenied":
+            return Check(
+                "bucket",
+                FAIL,
+                f"{drawn}: another account holds it (AccessDenied)",
+                "run the preflight again (a new suffix is drawn); `pulumi up` draws its own",
+            )
+        said = f"{code}: " if code else ""
+        first = (str(getattr(inner, "message", "") or inner).splitlines() or [""])[0]
+        return Check("bucket", UNKNOWN, f"OSS GetBucketInfo {name}: {said}{first[:120]}")
+    where = str(getattr(info, "location", "") or "")
+    if where and where != f"oss-{need.region}":
+        return Check(
+            "bucket",
+            FAIL,
+            f"{drawn}: yours already, in {where}, not oss-{need.region}",
+            "destroy the old stack's bucket or use another stack name",
+        )
+    return Check("bucket", OK, f"{drawn}: yours already, in {where or need.region}")
 
 
 def _caller(sts: Any, calls: Calls) -> dict[str, Any]:
@@ -204,7 +256,8 @@ def _quotas(
             out.append(Check(label, OK if judged else INFO, said))
         elif judged:
             fix = QUOTA_FIX.format(name=most, value=busy + want, region=need.region)
-            out.append(Check(label, FAIL, said, fix))
+            ask = QuotaAsk(f"vCPUs ({most})", busy + want, need.region, step=fix)
+            out.append(Check(label, FAIL, said, fix, ask))
         else:
             out.append(Check(label, INFO, said + f"; only for {mode} billing"))
     if need.billing == "subscription":

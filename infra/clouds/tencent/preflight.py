@@ -13,18 +13,29 @@ signing and transport as the typed clients), each counted:
   required parameters, the request format, business limits and CVM stock; a failed check
   returns its error code, a passed one returns a RequestId"), nothing is created.
 
+- COS HEAD Bucket (the official COS SDK, cos-python-sdk-v5 1.9.44, CosS3Client.head_bucket)
+  for the bucket name drawn as the program draws it, with the APPID DescribeAccountQuota
+  answers: 200 is a bucket of this account (its x-cos-bucket-region header the region it
+  lives in), 404 a free name (the SDK's own bucket_exists reads 404 so), 403 a bucket
+  another account holds.
+
+--request-quota: CVM has no quota request API (the quota line's fix is the console's
+quota page or a ticket): the step is printed.
+
 Credentials: TENCENTCLOUD_SECRET_ID / TENCENTCLOUD_SECRET_KEY. TENCENTCLOUD_CVM_ENDPOINT
 and TENCENTCLOUD_STS_ENDPOINT point the clients elsewhere (tests: a local fake on
-127.0.0.1). The SDK is imported inside.
+127.0.0.1); TENCENTCLOUD_COS_DOMAIN sends the COS client to that host instead of
+<bucket>.cos.<region>.myqcloud.com. The SDKs are imported inside.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import secrets
 from typing import Any
 
-from infra.preflight import FAIL, INFO, NOT_CHECKED, OK, UNKNOWN, Calls, Check, Need
+from infra.preflight import FAIL, INFO, NOT_CHECKED, OK, UNKNOWN, Calls, Check, Need, QuotaAsk
 
 # billing mode -> the quota set of DescribeAccountQuota that counts it, and the charge type
 QUOTA_SETS = {
@@ -57,7 +68,7 @@ def _client(service: str, version: str, region: str, key: str, secret: str) -> A
 
 
 def _unasked(why: str, fix: str) -> list[Check]:
-    rest = ("quota", "image", "launch")
+    rest = ("quota", "image", "launch", "bucket")
     return [Check("identity", UNKNOWN, why, fix)] + [
         Check(n, UNKNOWN, "not asked: no identity") for n in rest
     ]
@@ -109,18 +120,63 @@ def checks(need: Need, calls: Calls) -> list[Check]:
     except problems as exc:
         return _unasked(f"STS GetCallerIdentity: {_said(exc)}", "check the credentials")
     out = [Check("identity", OK, f"account {me.get('AccountId')} as {me.get('Arn')}")]
-    out.extend(_quotas(call, cvm, need, problems))
+    account: dict[str, Any] = {}
+    out.extend(_quotas(call, cvm, need, problems, account))
     image, image_check = _image(call, cvm, need, problems)
     out.append(image_check)
     out.append(_dry_run(call, cvm, need, image, problems))
-    out.append(
-        Check(
-            "bucket",
-            OK,
-            "named at `pulumi up` with a random suffix and the APPID: no name to be taken",
-        )
-    )
+    out.append(_bucket(key, secret, need, str(account.get("AppId") or ""), calls))
     return out
+
+
+def _bucket(key: str, secret: str, need: Need, appid: str, calls: Calls) -> Check:
+    """The drawn bucket name: free, this account's (in which region), or another's."""
+    if not appid:
+        return Check("bucket", UNKNOWN, "no APPID in DescribeAccountQuota's answer: not asked")
+    from qcloud_cos import CosConfig, CosS3Client
+    from qcloud_cos.cos_exception import CosClientError, CosServiceError
+
+    from infra.clouds.tencent.program import BUCKET_SUFFIX_BYTES, bucket_name_for
+
+    name = bucket_name_for(need.stack, secrets.token_hex(BUCKET_SUFFIX_BYTES), appid)
+    domain = os.environ.get("TENCENTCLOUD_COS_DOMAIN", "")
+    local = domain.startswith(("127.0.0.1", "localhost"))
+    config = CosConfig(
+        Region=need.region,
+        SecretId=key,
+        SecretKey=secret,
+        Scheme="http" if local else "https",
+        Timeout=20,
+        **({"Domain": domain} if domain else {}),
+    )
+    drawn = f"COS bucket {name} (a random suffix drawn as `pulumi up` draws it)"
+    try:
+        calls.add("cos:HeadBucket")
+        headers = CosS3Client(config, retry=1).head_bucket(Bucket=name)
+    except CosServiceError as exc:
+        status = exc.get_status_code()
+        if status == 404:
+            return Check("bucket", OK, f"{drawn}: free in {need.region}")
+        if status == 403:
+            return Check(
+                "bucket",
+                FAIL,
+                f"{drawn}: another account holds it (403)",
+                "run the preflight again (a new suffix is drawn); `pulumi up` draws its own",
+            )
+        return Check("bucket", UNKNOWN, f"COS HEAD Bucket {name}: HTTP {status}")
+    except (CosClientError, OSError) as exc:
+        first = (str(exc).splitlines() or [""])[0][:120]
+        return Check("bucket", UNKNOWN, f"COS HEAD Bucket {name}: {first}")
+    where = str(headers.get("x-cos-bucket-region") or "")
+    if where and where != need.region:
+        return Check(
+            "bucket",
+            FAIL,
+            f"{drawn}: yours already, in {where}, not {need.region}",
+            "destroy the old stack's bucket or use another stack name",
+        )
+    return Check("bucket", OK, f"{drawn}: yours already, in {where or need.region}")
 
 
 def _said(exc: Exception) -> str:
@@ -137,7 +193,13 @@ def quota_rows(answer: dict[str, Any], set_name: str, zone: str | None) -> list[
     return [r for r in rows if zone is None or r.get("Zone") == zone]
 
 
-def _quotas(call: Any, cvm: Any, need: Need, problems: tuple[type[Exception], ...]) -> list[Check]:
+def _quotas(
+    call: Any,
+    cvm: Any,
+    need: Need,
+    problems: tuple[type[Exception], ...],
+    account: dict[str, Any] | None = None,
+) -> list[Check]:
     params: dict[str, Any] = {}
     if need.zone:
         params["Filters"] = [{"Name": "zone", "Values": [need.zone]}]
@@ -145,6 +207,8 @@ def _quotas(call: Any, cvm: Any, need: Need, problems: tuple[type[Exception], ..
         answer = call(cvm, "DescribeAccountQuota", params)
     except problems as exc:
         return [Check("quota", UNKNOWN, f"CVM DescribeAccountQuota: {_said(exc)}")]
+    if account is not None:
+        account["AppId"] = answer.get("AppId")
     out = []
     for mode in ("on-demand", "spot"):
         set_name, _ = QUOTA_SETS[mode]
@@ -163,7 +227,14 @@ def _quotas(call: Any, cvm: Any, need: Need, problems: tuple[type[Exception], ..
         if left >= need.nodes:
             out.append(Check(label, OK if judged else INFO, said))
         elif judged:
-            out.append(Check(label, FAIL, said, QUOTA_FIX))
+            where = str(best.get("Zone") or need.zone or need.region)
+            ask = QuotaAsk(
+                f"{set_name} instances",
+                int(best.get("UsedQuota") or 0) + need.nodes,
+                where,
+                step=QUOTA_FIX,
+            )
+            out.append(Check(label, FAIL, said, QUOTA_FIX, ask))
         else:
             out.append(Check(label, INFO, said + f"; only for {mode} billing"))
     return out
