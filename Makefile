@@ -65,7 +65,7 @@ test-fast: setup  ## no integration, no slow tests (day to day)
 plan: setup  ## STACK=a100x4: offline plan under Pulumi's mocks
 	$(PY) scripts/plan.py --stack $(STACK)
 
-preflight: setup  ## STACK=a100x4 [PREFLIGHT_ARGS=--request-quota]: your account
+preflight: setup  ## STACK=a100x4 [PREFLIGHT_ARGS=--request-quota]: account
 	$(PY) scripts/preflight.py --stack $(STACK) $(PREFLIGHT_ARGS)
 
 up: setup  ## STACK=a100x8: deploy, failing over when a zone is full
