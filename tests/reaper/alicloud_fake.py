@@ -30,6 +30,7 @@ REQUEST_MODELS: dict[str, type[Any]] = {
     "StopInstances": ecs_models.StopInstancesRequest,
     "StartInstances": ecs_models.StartInstancesRequest,
     "DescribeMetricList": cms_models.DescribeMetricListRequest,
+    "DescribeSystemEventAttribute": cms_models.DescribeSystemEventAttributeRequest,
 }
 
 
@@ -51,6 +52,7 @@ class FakeInstance:
     # standard mode (StoppedMode KeepCharging), with no error.
     local_disks: bool = False
     starts: int = 0
+    no_stock: bool = False  # StartInstances answers this row LackResource
 
 
 @dataclass
@@ -60,8 +62,11 @@ class FakeAlicloud:
     datapoints: dict[tuple[str, str], list[tuple[int, float]]] = field(default_factory=dict)
     throttle_rate: float = 0.0
     fail_actions: set[str] = field(default_factory=set)  # answered with an error code
+    throttle_actions: set[str] = field(default_factory=set)  # always Throttling.User
     html_actions: set[str] = field(default_factory=set)  # answered 200 with an HTML page
     account_id: str = "1234567890"  # the namespace acs_customMetric_<id> it answers for
+    # CloudMonitor system events: (instance id, Unix ms) of each spot interruption
+    interruptions: list[tuple[str, int]] = field(default_factory=list)
     seed: int = 3
     calls: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -162,6 +167,13 @@ class FakeAlicloud:
                 rows.append({"InstanceId": iid, "Code": "InvalidInstanceId.NotFound"})
             elif inst.status != "Stopped":
                 rows.append({"InstanceId": iid, "Code": "IncorrectInstanceStatus"})
+            elif inst.no_stock:
+                # "ECS instances stopped in economical mode may fail to be started due to
+                # insufficient resources" (help/en/ecs/api-startinstances); LackResource
+                # is a code of StartInstance's error table (help/doc-detail/25500.htm).
+                rows.append(
+                    {"InstanceId": iid, "Code": "LackResource", "Message": "no enough resource"}
+                )
             else:
                 inst.starts += 1
                 if inst.stopped_mode == "StopCharging" and inst.public_ip:
@@ -224,6 +236,48 @@ class FakeAlicloud:
             body["NextToken"] = token
         return body
 
+    def describe_system_event_attribute(self, q: dict[str, str]) -> dict[str, Any]:
+        """CloudMonitor's system events, shaped by the SDK's
+        DescribeSystemEventAttributeResponseBody (alibabacloud_cms20190101 4.0.10):
+        SystemEvents.SystemEvent[] with Content (a JSON string), Name, Product,
+        ResourceId (acs:ecs:<region>:<uid>:instance/<id>, as the event notification
+        overview shows it: help.aliyun.com/en/ecs/user-guide/overview-35), Time (ms).
+        StartTime/EndTime in Unix seconds (the request model's comment), PageNumber and
+        PageSize (1 to 100)."""
+        try:
+            start, end = int(q["StartTime"]), int(q["EndTime"])
+            page, size = int(q.get("PageNumber", "1")), int(q.get("PageSize", "10"))
+        except (KeyError, ValueError):
+            return {"__status__": 400, "Code": "ParameterInvalid", "Message": "Illegal"}
+        if not 1 <= size <= 100 or start >= end or start > 10**11:
+            return {"__status__": 400, "Code": "ParameterInvalid", "Message": "Illegal"}
+        events = [
+            {
+                "Content": json.dumps({"instanceId": iid, "action": "stop"}),
+                "GroupId": "",
+                "Id": f"evt-{n}",
+                "InstanceName": iid,
+                "Level": "CRITICAL",
+                "Name": q.get("Name", ""),
+                "Product": "ECS",
+                "RegionId": "cn-beijing",
+                "ResourceId": f"acs:ecs:cn-beijing:{self.account_id}:instance/{iid}",
+                "Status": "Normal",
+                "Time": ms,
+            }
+            for n, (iid, ms) in enumerate(self.interruptions)
+            if q.get("Product") == "ECS"
+            and q.get("Name") == "Instance:PreemptibleInstanceInterruption"
+            and start * 1000 <= ms <= end * 1000
+        ]
+        chunk = events[(page - 1) * size : page * size]
+        return {
+            "RequestId": "fake",
+            "Code": "200",
+            "Success": True,
+            "SystemEvents": {"SystemEvent": chunk},
+        }
+
     # ------------------------------------------------------------------ server
 
     def handle(self, action: str, q: dict[str, str]) -> tuple[int, dict[str, Any]]:
@@ -231,6 +285,8 @@ class FakeAlicloud:
             self.calls.append((action, q))
             if action in self.fail_actions:
                 return 500, {"Code": "InternalError", "Message": "fault injected"}
+            if action in self.throttle_actions:
+                return 400, {"Code": "Throttling.User", "Message": "Request was denied"}
             if self.throttle_rate and self.rng.random() < self.throttle_rate:
                 if self.rng.random() < 0.5:
                     return 400, {"Code": "Throttling.User", "Message": "Request was denied"}
@@ -240,6 +296,7 @@ class FakeAlicloud:
                 "StopInstances": self.stop_instances,
                 "StartInstances": self.start_instances,
                 "DescribeMetricList": self.describe_metric_list,
+                "DescribeSystemEventAttribute": self.describe_system_event_attribute,
             }.get(action)
             if fn is None:
                 return 400, {"Code": "InvalidAction.NotFound", "Message": action}

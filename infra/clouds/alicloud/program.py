@@ -219,18 +219,24 @@ def lease_policy(instance_id: str, stack: str) -> str:
 
 
 def reaper_policy(stack: str) -> str:
-    """Describe anything, stop only instances carrying this stack's managed tags; no delete."""
+    """Describe anything, read the spot interruption events, stop and start (a reclaimed
+    spot node, infra/reaper/recovery.py) only instances carrying this stack's managed tags;
+    no delete."""
     return common.policy_json(
         RAM_VERSION,
         [
             {
                 "Effect": "Allow",
-                "Action": ["ecs:DescribeInstances", "cms:DescribeMetricList"],
+                "Action": [
+                    "ecs:DescribeInstances",
+                    "cms:DescribeMetricList",
+                    "cms:DescribeSystemEventAttribute",
+                ],
                 "Resource": ["*"],
             },
             {
                 "Effect": "Allow",
-                "Action": ["ecs:StopInstances"],
+                "Action": ["ecs:StopInstances", "ecs:StartInstances"],
                 "Resource": ["acs:ecs:*:*:instance/*"],
                 "Condition": {
                     "StringEquals": {

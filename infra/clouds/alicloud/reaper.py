@@ -18,6 +18,24 @@ help/en/cms/developer-reference/api-cms-2019-01-01-describemetriclist); the pars
 ``Maximum`` and counts anything else as unreadable: a surprise in the real answer keeps
 the instance, it never stops it.
 
+Spot recovery (infra/reaper/recovery.py): ECS keeps no stop reason on the instance, but
+CloudMonitor keeps the spot interruption as a system event: DescribeSystemEventAttribute
+(RAM action cms:DescribeSystemEventAttribute) with Product ECS and Name
+``Instance:PreemptibleInstanceInterruption`` (ECS, "Detect and handle spot instance
+interruptions", help/en/ecs/user-guide/query-the-interruption-events-of-preemptible-instances,
+and "Event notification overview", help.aliyun.com/en/ecs/user-guide/overview-35, read
+2026-12-05; request fields StartTime/EndTime in Unix seconds, PageNumber, PageSize <= 100
+and the answer's SystemEvents.SystemEvent[] Content, ResourceId, Time from the SDK's models,
+alibabacloud_cms20190101 4.0.10 describe_system_event_attribute_*). A stopped spot node
+with such an event since its last start (DescribeInstances StartTime) was reclaimed, and
+an economical-mode stop is one it can be started from ("the system stops the instance in
+economical mode. You can restart the instance", help/en/ecs/user-guide/
+preemptible-instance-data-retention-and-data-recovery-after-interrupt-reclamation): the
+function starts it (StartInstances, SuccessFirst; a row's code such as
+OperationDenied.NoStock is "waiting for capacity"). A stopped spot node without one was
+stopped by someone (a person, the watchdog, the reaper): kept. The events cannot be read:
+no node is started.
+
 Alicloud limits tag filtering to 1,000 matching resources: scan per stack (the cloud function
 always does) when a region holds more managed instances than that.
 """
@@ -29,7 +47,8 @@ import random
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlparse
 
@@ -42,12 +61,25 @@ from infra.reaper.core import (
     Invocation,
     Metrics,
     ServiceClock,
+    StartResult,
+    StopRecord,
     StopResult,
     chunks,
     int_env,
 )
 
 PAGE = 100  # DescribeInstances MaxResults ceiling
+START_BATCH = 100  # StartInstances InstanceId.N ceiling
+EVENT_NAME = "Instance:PreemptibleInstanceInterruption"
+EVENT_PAGE = 100  # DescribeSystemEventAttribute PageSize ceiling
+EVENT_MAX_PAGES = 10  # bounded paging; more is reported as unreadable
+EVENT_LOOKBACK_H = 26.0  # the recovery's 24 h window plus margin
+# StartInstances codes that mean "no capacity now": tried again next run. "ECS instances
+# stopped in economical mode may fail to be started due to insufficient resources"
+# (StartInstances, alibabacloud.com/help/en/ecs/api-startinstances, read 2026-12-05); the
+# StartInstance error table (alibabacloud.com/help/doc-detail/25500.htm) names
+# LackResource and ...NoStock codes for it. Matched as substrings of the row's Code.
+NO_CAPACITY = ("NoStock", "LackResource")
 STOP_BATCH = 100  # StopInstances InstanceId.N ceiling
 METRIC_PAGE = 1440  # DescribeMetricList Length ceiling
 METRIC_PERIOD_S = 60  # the finest Period custom metrics keep for 31 days
@@ -263,7 +295,92 @@ class AlicloudCloud:
             token = body.get("NextToken") or None
             if not token:
                 break
-        return found
+        return self._with_stop_records(found)
+
+    # ------------------------------------------------------------------ spot recovery
+
+    def _with_stop_records(self, found: list[Instance]) -> list[Instance]:
+        """The stopped spot nodes with the cloud's record: a spot interruption event since
+        their last start, or none (someone stopped them); unreadable events: unknown."""
+        stopped = [i for i in found if i.state == "stopped" and i.spot]
+        if not stopped:
+            return found
+        try:
+            events = self.interruptions()
+            records = {
+                i.instance_id: interruption_record(i, events.get(i.instance_id)) for i in stopped
+            }
+        except Exception as exc:  # never "no event": nothing is started
+            why = _text(exc)
+            unread = StopRecord(None, "spot interruption events", error=why)
+            records = {i.instance_id: unread for i in stopped}
+        return [
+            replace(i, stop_record=records[i.instance_id]) if i.instance_id in records else i
+            for i in found
+        ]
+
+    def interruptions(self) -> dict[str, datetime]:
+        """The newest spot interruption event per instance id over the lookback."""
+        from alibabacloud_cms20190101 import models as cms_models
+
+        end = datetime.now(UTC)
+        start = end - timedelta(hours=EVENT_LOOKBACK_H)
+        newest: dict[str, datetime] = {}
+        for page in range(1, EVENT_MAX_PAGES + 1):
+            request = cms_models.DescribeSystemEventAttributeRequest(
+                product="ECS",
+                name=EVENT_NAME,
+                start_time=str(int(start.timestamp())),
+                end_time=str(int(end.timestamp())),
+                page_number=str(page),
+                page_size=str(EVENT_PAGE),
+            )
+            body = self._call(self.cms, "DescribeSystemEventAttribute", request).body.to_map()
+            events = parse_system_events(body)
+            for iid, when in events:
+                if iid not in newest or when > newest[iid]:
+                    newest[iid] = when
+            if len(events) < EVENT_PAGE:
+                return newest
+        raise ValueError(f"DescribeSystemEventAttribute: more than {EVENT_MAX_PAGES} pages")
+
+    def start(self, instance_ids: Sequence[str]) -> StartResult:
+        """StartInstances with SuccessFirst: one row per id; a no-stock row waits."""
+        result = StartResult()
+        for batch in chunks(list(instance_ids), START_BATCH):
+            self._start_batch(batch, result)
+        return result
+
+    def _start_batch(self, ids: Sequence[str], result: StartResult) -> None:
+        from alibabacloud_ecs20140526 import models as ecs_models
+
+        request = ecs_models.StartInstancesRequest(
+            region_id=self.region, instance_id=list(ids), batch_optimization="SuccessFirst"
+        )
+        try:
+            response = self._call(self.ecs, "StartInstances", request)
+        except Exception as exc:  # the call as a whole: every id, tried again next run
+            for iid in ids:
+                if no_capacity(_code(exc)):
+                    result.capacity[iid] = _code(exc)
+                else:
+                    result.failed[iid] = _text(exc)
+            return
+        rows = (response.body.to_map().get("InstanceResponses") or {}).get("InstanceResponse")
+        seen = set()
+        for row in rows or []:
+            iid = str(row.get("InstanceId"))
+            seen.add(iid)
+            code = str(row.get("Code", "200"))
+            if code == "200":
+                result.started.append(iid)
+            elif no_capacity(code):
+                result.capacity[iid] = code
+            else:
+                result.failed[iid] = f"{code}: {row.get('Message', '')}"
+        for iid in ids:
+            if iid not in seen:
+                result.failed[iid] = "not in the StartInstances answer"
 
     # ------------------------------------------------------------------ metrics
 
@@ -356,6 +473,54 @@ class AlicloudCloud:
             if iid not in seen:
                 result.failed[iid] = "not in the StopInstances response"
         return result
+
+
+def no_capacity(code: str) -> bool:
+    return any(part in code for part in NO_CAPACITY)
+
+
+def parse_system_events(body: Mapping[str, Any]) -> list[tuple[str, datetime]]:
+    """(instance id, event time) of one DescribeSystemEventAttribute page; ValueError or
+    RuntimeError when it is not one. The id from Content's instanceId, else the
+    ResourceId's ``instance/<id>`` tail; Time in ms (seconds when it is that small)."""
+    if str(body.get("Code", "")) != "200" or body.get("Success") in (False, "false"):
+        raise RuntimeError(
+            f"DescribeSystemEventAttribute: {body.get('Code')} {body.get('Message')}"
+        )
+    listed = (body.get("SystemEvents") or {}).get("SystemEvent")
+    if listed is None:
+        return []
+    if not isinstance(listed, list):
+        raise ValueError("DescribeSystemEventAttribute: SystemEvents.SystemEvent is not a list")
+    out = []
+    for event in listed:
+        if not isinstance(event, dict) or event.get("Name", EVENT_NAME) != EVENT_NAME:
+            continue
+        iid = ""
+        content = event.get("Content")
+        try:
+            doc = json.loads(content) if isinstance(content, str) else content
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("instanceId"), str):
+            iid = doc["instanceId"]
+        elif "instance/" in str(event.get("ResourceId", "")):
+            iid = str(event["ResourceId"]).rsplit("instance/", 1)[1]
+        stamp = event.get("Time")
+        if not iid or isinstance(stamp, bool) or not isinstance(stamp, int | float | str):
+            raise ValueError(f"spot interruption event unreadable: {str(event)[:80]}")
+        value = float(stamp)
+        out.append((iid, datetime.fromtimestamp(value / 1000 if value > 1e11 else value, UTC)))
+    return out
+
+
+def interruption_record(inst: Instance, event_at: datetime | None) -> StopRecord:
+    """The cloud's record for one stopped spot node: reclaimed when an interruption event
+    came after its last start (DescribeInstances StartTime)."""
+    if event_at is not None and (inst.launched_at is None or event_at >= inst.launched_at):
+        when = event_at.strftime("%Y-%m-%d %H:%M UTC")
+        return StopRecord(True, f"CloudMonitor {EVENT_NAME} at {when}", at=event_at)
+    return StopRecord(False, f"no {EVENT_NAME} event since its last start")
 
 
 def custom_dimensions(iid: str) -> str:
