@@ -103,20 +103,40 @@ class Decision:
     reason: str = ""
     wait_s: float = 0.0
     detail: str = ""
+    counts: bool = True  # a restart that uses up one of --max-restarts
+
+
+# Attempts that end because a node is not there (a spot reclaim, a node that has not
+# come back yet): restarted without using up --max-restarts, after the first backoff
+# (never doubled: nothing is crashing), while the wait limit and the budget allow.
+NODE_GONE = ("reclaimed", "waiting")
 
 
 def after_attempt(
-    policy: Policy, *, why: str, rc: int | None, restarts_done: int, spent: float | None
+    policy: Policy,
+    *,
+    why: str,
+    rc: int | None,
+    restarts_done: int,
+    spent: float | None,
+    waited_s: float = 0.0,
+    wait_limit_s: float = 3600.0,
 ) -> Decision:
-    """What follows an attempt that ended ``why`` (exit, hang, budget, cancel) with
-    torchrun's ``rc``: a cancel or the budget ends the run whatever else; a clean exit
-    succeeds; a crash or a hang is restarted while restarts are left."""
+    """What follows an attempt that ended ``why`` (exit, hang, budget, cancel, reclaimed,
+    waiting) with torchrun's ``rc``: a cancel or the budget ends the run whatever else; a
+    clean exit succeeds; a crash or a hang is restarted while restarts are left; a node
+    that is gone is waited for (``waited_s`` so far) up to ``wait_limit_s``."""
     if why == "cancel":
         return Decision("end", "cancelled", "cancelled")
     if why == "budget" or policy.over_budget(spent):
         return Decision("end", "cancelled", "budget", detail="budget reached")
     if why == "exit" and rc == 0:
         return Decision("end", "succeeded", "succeeded")
+    if why in NODE_GONE:
+        if waited_s >= wait_limit_s:
+            detail = f"no node came back within {wait_limit_s:g} s"
+            return Decision("end", "failed", why, detail=detail)
+        return Decision("restart", reason=why, wait_s=policy.backoff_first_s, counts=False)
     reason = "hang" if why == "hang" else "crash"
     if restarts_done >= policy.max_restarts:
         used = f"{restarts_done} of {policy.max_restarts} restart(s) used"
@@ -127,6 +147,7 @@ def after_attempt(
     return Decision("restart", reason=reason, wait_s=wait)
 
 
+_FAILED_AT = re.compile(r"time\s*:\s*(\S+)")
 _ROOT_CAUSE = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.DOTALL | re.IGNORECASE)
 
 
@@ -140,6 +161,9 @@ def failure_of(torchrun_output: str) -> dict[str, Any]:
         return {}
     code = int(found.group(2))
     out: dict[str, Any] = {"rank": int(found.group(1)), "exit_code": code}
+    when = _FAILED_AT.search(text[at:] if at >= 0 else text)
+    if when:
+        out["failed_at"] = when.group(1)
     if code < 0:
         import signal
 
@@ -179,6 +203,10 @@ def attempt_line(rec: Mapping[str, Any]) -> str:
     12s, steps 40 -> 80``."""
     why = str(rec.get("reason") or "?")
     cause = []
+    if rec.get("waiting_for"):
+        cause.append("for node " + ", ".join(str(r) for r in rec["waiting_for"]))
+    elif rec.get("node") is not None:
+        cause.append(f"node {rec['node']}")
     if rec.get("rank") is not None:
         cause.append(f"rank {rec['rank']}")
     if rec.get("signal"):
@@ -193,4 +221,9 @@ def attempt_line(rec: Mapping[str, Any]) -> str:
     end = rec.get("newest_step")
     if start is not None or end is not None:
         said += f", steps {'0' if start is None else start} -> {'-' if end is None else end}"
+    if rec.get("lost_s") is not None and why != "succeeded":
+        lost = f", lost {float(rec['lost_s']):.0f}s"
+        if rec.get("lost_steps") is not None:
+            lost += f" (~{int(rec['lost_steps'])} steps)"
+        said += lost
     return said

@@ -59,6 +59,9 @@ Commands (all print one JSON document, except ``follow``)::
     job_runner.py history   --job-dir D --node-rank R   node R's events and GPU samples
     job_runner.py put       --job-dir D --file F        F into the bucket, beside the job's
                                                         checkpoints (its chart)
+    job_runner.py boot      --root ROOT                 at boot: rejoin the runs a reclaim
+                                                        interrupted (job_boot.py)
+    (start and supervise take --rejoin: a node that is back, or one fab recover set up)
     job_runner.py unpack    --workdir W --tar T         apply a workdir update from fab
 """
 
@@ -78,7 +81,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import job_notify, job_policy, job_sync, modules
+from . import job_boot, job_group, job_notify, job_policy, job_sync, modules
 
 SPEC_SCHEMA = "gpufleet.job/1"
 STATE_SCHEMA = "gpufleet.job-state/1"
@@ -180,7 +183,14 @@ def history(job_dir: Path, node_rank: int) -> dict[str, Any]:
     }
 
 
+# A test seam (documented in docs/train.md): the boot id this process reads instead of
+# the kernel's, so a test can play a node that rebooted without rebooting.
+BOOT_ID_ENV = "GPUFLEET_BOOT_ID"
+
+
 def boot_id() -> str:
+    if os.environ.get(BOOT_ID_ENV):
+        return os.environ[BOOT_ID_ENV]
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
@@ -303,15 +313,25 @@ def rank_env(spec: Mapping[str, Any], node_rank: int) -> dict[str, str]:
 
 
 def torchrun_argv(
-    spec: Mapping[str, Any], node_rank: int, job_dir: Path, args: Sequence[str] | None = None
+    spec: Mapping[str, Any],
+    node_rank: int,
+    job_dir: Path,
+    args: Sequence[str] | None = None,
+    rdzv_id: str = "",
 ) -> list[str]:
     """torchrun with a static rendezvous on the head; each rank runs job_launch.py.
 
     torchrun's own log folder is the node's folder of the job: without --log-dir it makes
     a /tmp/torchelastic_* folder per launch and never removes it (one per job, attempt and
     node, left in the node's /tmp). ``args``: the script's arguments, expanded (else the
-    spec's as they are)."""
+    spec's as they are). ``rdzv_id``: a multi-node attempt's own rendezvous (job_group.py):
+    its id prefixes the agents' keys, and a node that has not joined within the join
+    timeout fails the head's torchrun before any rank starts."""
     workdir = Path(spec["workdir"])
+    rdzv = []
+    if rdzv_id:
+        join = float(spec.get("rdzv_join_timeout_s") or job_group.JOIN_TIMEOUT_S)
+        rdzv = [f"--rdzv-id={rdzv_id}", f"--rdzv-conf=timeout={int(max(1.0, join))}"]
     return [
         str(spec["python"]),
         "-m",
@@ -325,6 +345,7 @@ def torchrun_argv(
         # own restart reuses the argv and the folder as the crash left them, with no restore
         # and no resume arguments (job_policy.py says more).
         "--max-restarts=0",
+        *rdzv,
         f"--log-dir={node_dir(job_dir, node_rank) / 'torchelastic'}",
         # each rank runs `python -m gpufleet_node.job_launch` (the package on PYTHONPATH)
         "--module",
@@ -345,7 +366,7 @@ def torchrun_argv(
 class Supervisor:
     """Runs torchrun for one node, keeps state.json current, uploads new checkpoints."""
 
-    def __init__(self, job_dir: Path, node_rank: int) -> None:
+    def __init__(self, job_dir: Path, node_rank: int, *, rejoin: bool = False) -> None:
         self.job_dir = job_dir
         self.node_rank = node_rank
         spec = read_json(job_dir / "job.json")
@@ -359,6 +380,14 @@ class Supervisor:
         self.cancel_requested = False
         self.proc: subprocess.Popen[bytes] | None = None
         previous = read_json(self.state_path) or {}
+        # A node that comes back (job_runner boot, or fab recover on a new node): the run
+        # goes on with a new attempt; the interrupted one is recorded as reclaimed.
+        self.rejoined = rejoin
+        self.rejoin_after = int(previous.get("attempt") or 0) if rejoin else 0
+        interrupted = rejoin and previous.get("state") in ACTIVE
+        if rejoin:
+            spec["attempt"] = max(int(spec.get("attempt") or 1), self.rejoin_after + 1)
+            spec["resume"] = True
         before = float(previous.get("runtime_s_before") or 0.0)
         if previous.get("attempt") != spec.get("attempt"):
             start, end = (
@@ -397,6 +426,10 @@ class Supervisor:
             # supervisors' (a --resume's) too.
             "attempts": list(previous.get("attempts") or []),
         }
+        if rejoin:
+            self.state["restarts"] = int(previous.get("restarts") or 0)
+        if interrupted:
+            self.state["attempts"].append(reclaimed_record(previous, node_rank))
         if previous.get("attempt") == spec.get("attempt"):
             # The same attempt seen again (sync, cancel, a supervisor started once more): what
             # it restored still decides which step a push may not go below.
@@ -409,6 +442,14 @@ class Supervisor:
         # The run's webhook (--notify), on the head only: made by run(), never by the
         # other commands that read the job (cancel, sync, restore).
         self.notifier: job_notify.Notifier | None = None
+        # A multi-node run's bucket (job_group.py); None: one node, or no bucket.
+        self.group: job_sync.bucket.BucketStore | None = None
+        self.group_cause: dict[str, Any] = {}
+        self.group_checked = 0.0
+        self.worker_progress: float | None = None  # epoch s: the newest a worker reported
+        self.ranks_started = False
+        self.said_waiting = False
+        self.checkpoints: list[tuple[float, int]] = []  # (monotonic, step) of this attempt
 
     def use_job_env(self) -> None:
         """The job's own environment (--node-env) applies to the supervisor too: its uploads
@@ -532,14 +573,15 @@ class Supervisor:
         add_event(self.dir, "warning", kind=event, message=line, **detail)
         self.log(f"warning: {line}")
 
-    def restore(self) -> dict[str, Any]:
-        """The newest version into this node's checkpoint folder (every node: each rank
-        loads its checkpoint from its own disk); the result also goes to restore.json with
-        the attempt, where a supervisor of the same attempt finds it."""
+    def restore(self, version: int | None = None, *, local: bool = False) -> dict[str, Any]:
+        """The newest version (``version``: that one; ``local``: none, the head found
+        none) into this node's checkpoint folder (every node: each rank loads its
+        checkpoint from its own disk); the result also goes to restore.json with the
+        attempt, where a supervisor of the same attempt finds it."""
         root = Path(self.spec["checkpoint_dir"])
         attempt = int(self.spec.get("attempt") or 1)
         try:
-            store = self.store()
+            store = None if local else self.store()
         except (ValueError, job_sync.bucket.StoreError) as exc:
             out = job_sync.RestoreOutcome(False, str(exc), "error").to_json()
         else:
@@ -556,25 +598,33 @@ class Supervisor:
                     str(self.spec.get("bucket_prefix") or ""),
                     float(self.spec.get("restore_deadline_s") or 6 * 3600),
                     node=node,
+                    version=version,
                 ).to_json()
         if not out["ok"]:
             out["error"] = job_sync.error_line(str(out["cause"] or "error"), str(out["detail"]))
         write_json(self.dir / "restore.json", {**out, "attempt": attempt, "at": utcnow()})
         return out
 
-    def prepare(self) -> list[str] | None:
+    def prepare(self, head: Mapping[str, Any] | None = None) -> list[str] | None:
         """Before torchrun: a resume's restore (this attempt's restore.json when a
         ``restore`` command already did it, else here), then the script's arguments with
         their placeholders expanded and, after a restore that put something in the folder,
-        the resume arguments. None: the attempt failed (state and error already set)."""
+        the resume arguments. None: the attempt failed (state and error already set).
+        ``head``: the head's attempt record (a worker of a multi-node run): exactly the
+        version the head restored, or none when the head restored none."""
         root = Path(self.spec["checkpoint_dir"])
         put_something = False
+        if head is not None:
+            self.spec["resume"] = bool(head.get("restored"))
         if self.spec.get("resume"):
             attempt = int(self.spec.get("attempt") or 1)
             saved = read_json(self.dir / "restore.json") or {}
-            if saved.get("attempt") == attempt and saved.get("ok"):
+            want = (head or {}).get("version", saved.get("version"))
+            if saved.get("attempt") == attempt and saved.get("ok") and saved.get("version") == want:
                 out = {k: v for k, v in saved.items() if k not in ("attempt", "at")}
                 self.log("restore: done by the restore command for this attempt")
+            elif head is not None:
+                out = self.restore(head.get("version"), local=head.get("version") is None)
             else:
                 out = self.restore()
             self.state["restore"] = out
@@ -654,7 +704,7 @@ class Supervisor:
         """The job on this node: attempts until one ends the run (job_policy.after_attempt:
         success, a cancel, the budget, a crash or hang with no restart left); between
         them a push, a backoff, and a restore of the newest version with the resume
-        arguments."""
+        arguments. On a worker of a multi-node run: :meth:`run_worker`."""
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -665,30 +715,65 @@ class Supervisor:
         Path(self.spec["checkpoint_dir"]).mkdir(parents=True, exist_ok=True)
         (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
         policy = job_policy.Policy.from_spec(self.spec)
+        if int(self.spec.get("nnodes") or 1) > 1:
+            with contextlib.suppress(ValueError, job_sync.bucket.StoreError):
+                self.group = self.store()
+        if self.group is not None and self.node_rank != 0:
+            return self.run_worker()
+        if self.group is not None and self.rejoined:
+            newest = job_group.newest_attempt(self.group, self.prefix()) or {}
+            self.spec["attempt"] = max(self.attempt_no(), int(newest.get("attempt") or 0) + 1)
+            self.state["attempt"] = self.spec["attempt"]
         self.notifier = self.make_notifier()
-        restarts = 0
+        restarts = int(self.state.get("restarts") or 0)
+        waiting_since: float | None = None
         while True:
             args = self.prepare()
+            if args is not None and self.group is not None and not self.announce():
+                self.fail("could not write the attempt record to the bucket", "bucket")
+                args = None
             if args is None:
                 self.notify("run_end", f"failed before torchrun: {self.state.get('error')}")
+                self.end_group("failed", "restore")
                 self.close_notifier()
                 return 1
             began = time.monotonic()
             rc, why = self.attempt(args, policy)
             self.state.update(exit_code=rc, ended_at=utcnow())
+            why = self.group_why(rc, why)
             final = self.end_attempt(rc, why, time.monotonic() - began)
+            if why in job_policy.NODE_GONE:
+                waiting_since = waiting_since or time.monotonic()
+            elif self.ranks_started:
+                waiting_since = None
             decision = job_policy.after_attempt(
-                policy, why=why, rc=rc, restarts_done=restarts, spent=self.spent(policy)
+                policy,
+                why=why,
+                rc=rc,
+                restarts_done=restarts,
+                spent=self.spent(policy),
+                waited_s=time.monotonic() - (waiting_since or time.monotonic()),
+                wait_limit_s=float(self.spec.get("node_wait_s") or job_group.NODE_WAIT_S),
             )
             if decision.action != "restart":
                 break
-            restarts += 1
+            restarts += 1 if decision.counts else 0
             if not self.wait_to_restart(decision, restarts, policy):
                 decision = job_policy.Decision("end", "cancelled", "cancelled")
                 if policy.over_budget(self.spent(policy)):
                     decision = job_policy.Decision("end", "cancelled", "budget")
                 break
             self.next_attempt()
+        return self.finish(decision, rc, final, policy)
+
+    def finish(
+        self,
+        decision: job_policy.Decision,
+        rc: int | None,
+        final: Mapping[str, Any] | None,
+        policy: job_policy.Policy,
+    ) -> int:
+        """The run's end: the state, the event, the others told (multi-node), the message."""
         self.state.update(state=decision.state, end_reason=decision.reason)
         if decision.reason == "budget":
             self.state.setdefault("budget", self.budget_line(policy))
@@ -701,10 +786,91 @@ class Supervisor:
             detail=decision.detail,
         )
         self.state.pop("syncing", None)
+        self.state.pop("waiting_for", None)
         self.save()
+        self.end_group(decision.state, decision.reason)
         self.log(f"done: {self.state['state']} ({decision.reason}, exit {rc}); final sync: {final}")
         self.notify("run_end", self.end_said(decision, final), policy)
         self.close_notifier()
+        return 0
+
+    def end_group(self, state: str, reason: str) -> None:
+        """The head tells the other nodes the run ended (they stop and end alike)."""
+        if self.group is None or self.node_rank != 0:
+            return
+        doc = {"attempt": self.attempt_no(), "state": state, "reason": reason, "at": utcnow()}
+        for pause in (0.0, 2.0, 5.0):
+            time.sleep(pause)
+            if job_group.write_run_end(self.group, self.prefix(), doc):
+                return
+        self.log("could not write the run's end to the bucket: the other nodes wait it out")
+
+    def run_worker(self) -> int:
+        """A worker of a multi-node run: each attempt is the head's (job_group.py): wait
+        for its record, restore exactly its version, run torchrun for it, say how it
+        ended; until the head's run-end record, a cancel, or no news for worker_wait_s.
+        The head alone decides hangs, the budget and restarts."""
+        assert self.group is not None
+        policy = job_policy.Policy()
+        want = since = self.attempt_no()
+        if self.rejoined:
+            newest = job_group.newest_attempt(self.group, self.prefix()) or {}
+            want = max(self.rejoin_after + 1, int(newest.get("attempt") or 0), 1)
+            since = max(1, self.rejoin_after)
+        while True:
+            head, end = self.wait_for_head(want, since)
+            if head is None:
+                return self.worker_end(end)
+            self.spec["attempt"] = int(head["attempt"])
+            self.state["attempt"] = self.spec["attempt"]
+            for key in ("restore", "resumed_from", "hang", "exit_code", "waiting_for_head"):
+                self.state.pop(key, None)
+            args = self.prepare(head)
+            if args is None:
+                self.report(None, state="ended", rc=None, why="restore")
+                return 1
+            began = time.monotonic()
+            rc, why = self.attempt(args, policy)
+            self.state.update(exit_code=rc, ended_at=utcnow())
+            self.end_attempt(rc, why, time.monotonic() - began)
+            failure = job_policy.failure_of(self.torchrun_output()) if rc else {}
+            self.report(None, state="ended", rc=rc, why=why, **failure)
+            if why == "cancel":
+                return self.worker_end({"state": "cancelled", "reason": "cancelled"})
+            since = self.attempt_no()
+            want = since + 1
+            self.spec["resume"] = True
+
+    def wait_for_head(self, want: int, since: int) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """(the head's attempt ``want`` or newer, {}) or (None, how the run ended: the
+        head's run-end record of attempt ``since`` or later, a cancel, no news)."""
+        assert self.group is not None
+        limit = float(self.spec.get("worker_wait_s") or job_group.WORKER_WAIT_S)
+        until = time.monotonic() + limit
+        self.state.update(state="running", waiting_for_head=want)
+        self.save()
+        while time.monotonic() < until:
+            if self.cancel_requested or (self.dir / "cancel").exists():
+                return None, {"state": "cancelled", "reason": "cancelled"}
+            end = job_group.run_end(self.group, self.prefix(), since)
+            if end is not None:
+                return None, end
+            newest = job_group.newest_attempt(self.group, self.prefix())
+            if newest is not None and int(newest.get("attempt") or 0) >= want:
+                return newest, {}
+            time.sleep(self.group_poll_s())
+            self.save()
+        detail = f"node 0 wrote no attempt {want} within {limit:g} s"
+        return None, {"state": "failed", "reason": "head", "detail": detail}
+
+    def worker_end(self, end: Mapping[str, Any]) -> int:
+        """A worker's end: the run's, as the head recorded it (or a cancel, or no news)."""
+        state, reason = str(end.get("state") or "failed"), str(end.get("reason") or "?")
+        self.state.pop("waiting_for_head", None)
+        self.state.update(state=state, end_reason=reason, ended_at=utcnow())
+        add_event(self.dir, "end", state=state, reason=reason, detail=end.get("detail") or "")
+        self.save()
+        self.log(f"done: {state} ({reason}) as node 0 ended the run")
         return 0
 
     def attempt(self, args: list[str], policy: job_policy.Policy) -> tuple[int, str]:
@@ -714,7 +880,12 @@ class Supervisor:
         env.update(job_policy.nccl_env(env, policy.hang_after_s))
         venv_bin = str(Path(self.spec["python"]).parent)
         env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
-        argv = torchrun_argv(self.spec, self.node_rank, self.job_dir, args)
+        rdzv = job_group.rdzv_id(str(self.spec["job"]), self.attempt_no()) if self.group else ""
+        argv = torchrun_argv(self.spec, self.node_rank, self.job_dir, args, rdzv)
+        self.ranks_started, self.worker_progress = False, None
+        self.group_checked, self.checkpoints = time.monotonic(), []
+        if self.node_rank != 0:
+            self.report(None)  # this node came: the head no longer waits for it
         # Where this attempt's lines start in the logs, appended across attempts: a follow
         # of a resume shows this attempt, not the earlier ones again.
         log_offsets = {
@@ -755,6 +926,8 @@ class Supervisor:
         poll = min(interval, 5.0)
         if policy.hang_after_s:
             poll = min(poll, max(0.2, policy.hang_after_s / 10))
+        if self.group is not None:
+            poll = min(poll, self.group_poll_s())
         next_sync = time.monotonic() + interval
         progress = Progress(self)
         term_at: float | None = None
@@ -773,6 +946,9 @@ class Supervisor:
             if time.monotonic() >= next_sync or (self.dir / SYNC_NOW_FILE).exists():
                 next_sync = self.periodic_sync(interval)
             progress.look()
+            stop = self.group_tick(progress)
+            if stop and not self.cancel_requested:
+                return self.stop_ranks(grace), stop
             hung = policy.hang_after_s and progress.silent_s() >= policy.hang_after_s
             if hung and not self.cancel_requested:
                 self.record_hang(progress)
@@ -811,6 +987,7 @@ class Supervisor:
         rec: dict[str, Any] = {
             "attempt": int(self.spec.get("attempt") or 1),
             "reason": why if why != "exit" else ("succeeded" if rc == 0 else "crash"),
+            "node": self.node_rank if self.group is not None else None,
             "torchrun_exit": rc,
             "seconds": round(seconds, 1),
             "ended_at": utcnow(),
@@ -818,14 +995,39 @@ class Supervisor:
             "newest_step": (self.state.get("last_sync") or {}).get("newest_step"),
             "version": (self.state.get("last_sync") or {}).get("version"),
         }
-        if rec["reason"] == "crash":
+        if rec["reason"] == "crash" and not self.group_cause.get("node"):
             rec.update(job_policy.failure_of(self.torchrun_output()))
+        rec.update(self.group_cause)
         if why == "hang":
             rec.update(self.state.get("hang") or {})
+        if self.node_rank == 0 and rec["reason"] != "succeeded":
+            rec.update(self.time_lost(seconds, rec))
         self.state["attempts"] = [*(self.state.get("attempts") or []), rec]
         add_event(self.dir, "attempt_end", **rec)
         self.log(job_policy.attempt_line(rec))
         return final
+
+    def time_lost(self, seconds: float, rec: Mapping[str, Any]) -> dict[str, Any]:
+        """What an attempt that did not succeed lost: the time since its newest checkpoint
+        file was written (since its start when it wrote none), and the steps trained in it
+        at the attempt's own pace (newest step over the time it took), a hang's silence
+        left out."""
+        now = time.time()
+        began = now - seconds
+        try:
+            files = job_sync.local_files(Path(self.spec["checkpoint_dir"]))
+        except OSError:
+            files = {}
+        newest = max((f.mtime_ns / 1e9 for f in files.values()), default=0.0)
+        saved_at = newest if newest > began else began
+        out: dict[str, Any] = {"lost_s": round(max(0.0, now - saved_at), 1)}
+        start = (rec.get("resumed_from") or {}).get("step") or 0
+        step = rec.get("newest_step")
+        if isinstance(step, int) and step > start and newest > began + 1:
+            pace = (step - start) / (newest - began)
+            training = max(0.0, now - saved_at - float(rec.get("silent_s") or 0.0))
+            out["lost_steps"] = round(pace * training)
+        return out
 
     def torchrun_output(self) -> str:
         """What torchrun wrote during this attempt (its summary names the failed rank)."""
@@ -843,10 +1045,12 @@ class Supervisor:
         """The backoff before restart number ``restarts``; False when a cancel or the
         budget ended it."""
         left = policy.max_restarts - restarts
-        self.log(
-            f"{decision.reason}: restart {restarts} of {policy.max_restarts} in "
-            f"{decision.wait_s:g} s"
-        )
+        said = f"{decision.reason}, restart {restarts} of {policy.max_restarts}"
+        if not decision.counts:
+            gone = self.group_cause.get("waiting_for") or [self.group_cause.get("node")]
+            said = f"{decision.reason} (node {', '.join(str(r) for r in gone)}), no restart used"
+        said += f" in {decision.wait_s:g} s"
+        self.log(said)
         add_event(
             self.dir,
             "restart",
@@ -855,9 +1059,13 @@ class Supervisor:
             wait_s=decision.wait_s,
             restarts_left=left,
         )
-        said = f"{decision.reason}, restart {restarts} of {policy.max_restarts}"
-        said += f" in {decision.wait_s:g} s"
-        self.notify("attempt_end", said, policy)
+        if decision.reason != "waiting":
+            self.notify("attempt_end", said, policy)
+            self.said_waiting = False
+        elif not self.said_waiting:  # once per wait: the rendezvous times out again and again
+            gone = ", ".join(str(r) for r in self.group_cause.get("waiting_for") or [])
+            self.notify("waiting", f"waiting for node {gone} to come back (capacity)", policy)
+            self.said_waiting = True
         self.state.update(state="running", restarting_at=utcnow(), restarts=restarts)
         self.state.pop("syncing", None)
         self.save()
@@ -879,6 +1087,7 @@ class Supervisor:
         self.state["attempt"] = self.spec["attempt"]
         for key in ("restore", "resumed_from", "hang", "restarting_at", "exit_code"):
             self.state.pop(key, None)
+        self.state["waiting_for"] = []
         self.scan_offsets = {}
 
     def spent(self, policy: job_policy.Policy) -> float | None:
@@ -950,6 +1159,110 @@ class Supervisor:
         if self.notifier is not None:
             self.notifier.close()
 
+    # ------------------------------------------------------------ multi-node (job_group.py)
+
+    def group_poll_s(self) -> float:
+        return max(0.2, float(self.spec.get("group_poll_s") or 5.0))
+
+    def prefix(self) -> str:
+        return str(self.spec.get("bucket_prefix") or "")
+
+    def attempt_no(self) -> int:
+        return int(self.spec.get("attempt") or 1)
+
+    def group_tick(self, progress: Progress) -> str:
+        """Every group_poll_s while torchrun runs: the head reads the others' records (a
+        node whose attempt failed stops it here too: "node"; their progress counts
+        against a hang); a worker reports its progress, and stops its ranks once the head
+        wrote a newer attempt or the run's end ("superseded")."""
+        if self.group is None or time.monotonic() - self.group_checked < self.group_poll_s():
+            return ""
+        self.group_checked = time.monotonic()
+        n = self.attempt_no()
+        if self.node_rank == 0:
+            records = job_group.node_records(self.group, self.prefix(), n)
+            self.worker_progress = job_group.newest_progress(records)
+            missing = job_group.missing_nodes(int(self.spec["nnodes"]), records)
+            self.state["waiting_for"] = [] if self.ranks_started else missing
+            failed = job_group.failed_node(records)
+            if failed is None:
+                return ""
+            self.group_cause = node_cause(failed)
+            self.log(f"node {failed.get('node_rank')}'s attempt {n} failed: stopping the ranks")
+            return "node"
+        self.report(progress)
+        newer = job_group.read_attempt(self.group, self.prefix(), n + 1)
+        if newer is not None or job_group.run_end(self.group, self.prefix(), n):
+            self.log("the head moved on: stopping this node's ranks")
+            return "superseded"
+        return ""
+
+    def report(self, progress: Progress | None, **extra: Any) -> None:
+        """This worker's record of the current attempt: running with its last progress, or
+        ``extra`` (its end)."""
+        if self.group is None:
+            return
+        doc: dict[str, Any] = {"state": "running", "boot_id": boot_id(), "at": utcnow()}
+        if progress is not None:
+            doc["progress_t"] = round(progress.last_epoch(), 3)
+        doc.update(extra)
+        job_group.write_node(self.group, self.prefix(), self.attempt_no(), self.node_rank, doc)
+
+    def announce(self) -> bool:
+        """The head's attempt record, after its restore and before its torchrun: what
+        every other node restores and joins (3 tries)."""
+        assert self.group is not None
+        last = (self.state.get("attempts") or [{}])[-1] if self.state.get("attempts") else {}
+        doc = {
+            "attempt": self.attempt_no(),
+            "rdzv_id": job_group.rdzv_id(str(self.spec["job"]), self.attempt_no()),
+            "restored": bool(self.spec.get("resume")),
+            "version": (self.state.get("resumed_from") or {}).get("version"),
+            "step": (self.state.get("resumed_from") or {}).get("step"),
+            "after": last.get("reason"),
+            "at": utcnow(),
+        }
+        for pause in (0.0, 2.0, 5.0):
+            time.sleep(pause)
+            if job_group.write_attempt(self.group, self.prefix(), doc):
+                add_event(self.dir, "attempt_record", **doc)
+                return True
+        return False
+
+    def group_why(self, rc: int, why: str) -> str:
+        """Why a multi-node attempt ended, read by the head once its torchrun is done: no
+        rank started and a node never came (``waiting``), a node whose attempt failed
+        first (``crash`` on that node), a node that never said its attempt ended
+        (``reclaimed``), else this node's own ``why``."""
+        self.group_cause = self.group_cause if why == "node" else {}
+        if why == "node":
+            return "crash"
+        if self.group is None or self.node_rank != 0 or why != "exit" or rc == 0:
+            return why
+        nnodes, n = int(self.spec["nnodes"]), self.attempt_no()
+        records = job_group.node_records(self.group, self.prefix(), n)
+        if not self.ranks_started and job_group.missing_nodes(nnodes, records):
+            self.group_cause = {"waiting_for": job_group.missing_nodes(nnodes, records)}
+            return "waiting"
+        until = time.monotonic() + float(self.spec.get("end_records_s") or job_group.END_RECORDS_S)
+        while time.monotonic() < until:
+            ended = [r for r in range(1, nnodes) if records.get(r, {}).get("state") == "ended"]
+            if len(ended) == nnodes - 1:
+                break
+            time.sleep(min(1.0, self.group_poll_s()))
+            records = job_group.node_records(self.group, self.prefix(), n)
+        failed = job_group.failed_node(records)
+        own = job_policy.failure_of(self.torchrun_output())
+        if failed is not None and first_failure(node_cause(failed), own):
+            self.group_cause = node_cause(failed)
+            return "crash"
+        lost = [r for r in range(1, nnodes) if records.get(r, {}).get("state") != "ended"]
+        if lost:
+            self.group_cause = {"node": lost[0], "lost": lost}
+            return "reclaimed"
+        self.group_cause = {"node": 0}
+        return why
+
     def record_hang(self, progress: Progress) -> None:
         """The hang in the state and the events: when the last progress came and the last
         lines of each of this node's ranks."""
@@ -961,6 +1274,45 @@ class Supervisor:
         self.state["hang"] = hang
         add_event(self.dir, "hang", **hang)
         self.log(f"no progress for {hang['silent_s']} s (last at {progress.last_at}): stopping")
+
+
+def node_cause(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A worker's failed end record as an attempt's cause: its node, rank and exit."""
+    out = {"node": int(record.get("node_rank") or 0)}
+    for key in ("rank", "exit_code", "signal", "failed_at"):
+        if record.get(key) is not None:
+            out[key] = record[key]
+    return out
+
+
+def first_failure(theirs: Mapping[str, Any], own: Mapping[str, Any]) -> bool:
+    """Whether a worker's failure came first, before the head's own (torchrun's summary
+    times, to the second). On a tie the one that did not exit 1 (a rank that lost its
+    peer raises, exit 1, after the rank that failed first); then the worker's."""
+    if not own:
+        return True
+    mine, other = str(own.get("failed_at") or ""), str(theirs.get("failed_at") or "")
+    if mine and other and mine != other:
+        return other < mine
+    return not (own.get("exit_code") != 1 and theirs.get("exit_code") == 1)
+
+
+def reclaimed_record(previous: Mapping[str, Any], node_rank: int) -> dict[str, Any]:
+    """The attempt a reclaim interrupted, as the run's record has it: its node stopped with
+    its supervisor (no end of its own), so it ended at its last heartbeat."""
+    start, end = parse_time(previous.get("started_at")), parse_time(previous.get("heartbeat_at"))
+    seconds = (end - start).total_seconds() if start and end else 0.0
+    last = previous.get("last_sync") or {}
+    return {
+        "attempt": int(previous.get("attempt") or 1),
+        "reason": "reclaimed",
+        "node": node_rank,
+        "seconds": round(max(0.0, seconds), 1),
+        "ended_at": previous.get("heartbeat_at"),
+        "resumed_from": previous.get("resumed_from"),
+        "newest_step": last.get("newest_step"),
+        "version": last.get("version"),
+    }
 
 
 class Progress:
@@ -982,11 +1334,26 @@ class Progress:
 
     def look(self) -> None:
         now = self.snapshot()
+        sup = self.sup
+        if not sup.ranks_started:
+            offsets = sup.state.get("log_offsets") or {}
+            start = [int(offsets.get(p.stem.rpartition("-")[2]) or 0) for p in self.paths]
+            sup.ranks_started = any(n > s for n, s in zip(now[1:], start, strict=True))
+            if sup.group is not None and not sup.ranks_started:
+                # A multi-node attempt in its rendezvous: the join timeout governs it.
+                self.seen, self.last, self.last_at = now, time.monotonic(), utcnow()
         if now != self.seen:
             self.seen, self.last, self.last_at = now, time.monotonic(), utcnow()
 
     def silent_s(self) -> float:
-        return time.monotonic() - self.last
+        """Since the last progress here or (the head of a multi-node run) on any node."""
+        silent = time.monotonic() - self.last
+        if self.sup.worker_progress is not None:
+            silent = min(silent, max(0.0, time.time() - self.sup.worker_progress))
+        return silent
+
+    def last_epoch(self) -> float:
+        return time.time() - (time.monotonic() - self.last)
 
     def tails(self) -> dict[str, list[str]]:
         out = {}
@@ -1018,7 +1385,9 @@ def unit_name(job: str, node_rank: int) -> str:
     return f"gpufleet-job-{safe}-n{node_rank}"
 
 
-def systemd_argv(job_dir: Path, node_rank: int, job: str, *, sudo: bool) -> list[str]:
+def systemd_argv(
+    job_dir: Path, node_rank: int, job: str, *, sudo: bool, rejoin: bool = False
+) -> list[str]:
     """A transient unit that outlives the SSH session and runs as the calling user."""
     argv = ["sudo", "-n"] if sudo else []
     return [
@@ -1041,11 +1410,12 @@ def systemd_argv(job_dir: Path, node_rank: int, job: str, *, sudo: bool) -> list
             "supervise",
             f"--job-dir={job_dir}",
             f"--node-rank={node_rank}",
+            *(["--rejoin"] if rejoin else []),
         ),
     ]
 
 
-def double_fork(job_dir: Path, node_rank: int) -> None:
+def double_fork(job_dir: Path, node_rank: int, rejoin: bool = False) -> None:
     """The supervisor in a new session with no terminal, reparented to init: a dropped SSH
     connection (SIGHUP to the session) never reaches it."""
     out = node_dir(job_dir, node_rank) / "supervisor.log"
@@ -1056,6 +1426,7 @@ def double_fork(job_dir: Path, node_rank: int) -> None:
         "supervise",
         f"--job-dir={job_dir}",
         f"--node-rank={node_rank}",
+        *(["--rejoin"] if rejoin else []),
     )
     env = modules.env_with(os.environ)
     pid = os.fork()
@@ -1077,7 +1448,11 @@ def double_fork(job_dir: Path, node_rank: int) -> None:
         os._exit(127)
 
 
-def start(job_dir: Path, node_rank: int, detach: str, wait_s: float = 30.0) -> dict[str, Any]:
+def start(
+    job_dir: Path, node_rank: int, detach: str, wait_s: float = 30.0, rejoin: bool = False
+) -> dict[str, Any]:
+    """A detached supervisor for node ``node_rank`` (``rejoin``: a node that comes back,
+    job_boot.py); a job with reclaim recovery also gets the boot unit that does that."""
     spec = read_json(job_dir / "job.json")
     if spec is None:
         return {"ok": False, "error": f"no readable {job_dir / 'job.json'}"}
@@ -1091,7 +1466,9 @@ def start(job_dir: Path, node_rank: int, detach: str, wait_s: float = 30.0) -> d
     before = (read_json(path) or {}).get("pid")
     if mode == "systemd":
         done = subprocess.run(
-            systemd_argv(job_dir, node_rank, str(spec["job"]), sudo=os.geteuid() != 0),
+            systemd_argv(
+                job_dir, node_rank, str(spec["job"]), sudo=os.geteuid() != 0, rejoin=rejoin
+            ),
             capture_output=True,
             text=True,
             timeout=60,
@@ -1100,16 +1477,41 @@ def start(job_dir: Path, node_rank: int, detach: str, wait_s: float = 30.0) -> d
         if done.returncode != 0:
             return {"ok": False, "error": f"systemd-run: {done.stderr.strip()[:300]}"}
     else:
-        double_fork(job_dir, node_rank)
+        double_fork(job_dir, node_rank, rejoin)
+    boot_unit = None if rejoin or not spec.get("reclaim_recovery") else install_boot_unit(job_dir)
     # Running (or already over) under a new supervisor: the restore, if any, is done.
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         state = state_now(path)
         if state and state.get("pid") != before and state["state"] != "starting":
-            return {"ok": True, "mode": mode, "state": state}
+            return {"ok": True, "mode": mode, "state": state, "boot_unit": boot_unit}
         time.sleep(0.1)
     tail = last_line(node_dir(job_dir, node_rank) / "supervisor.log")
     return {"ok": False, "error": f"the supervisor did not start within {wait_s:g} s: {tail}"}
+
+
+def install_boot_unit(job_dir: Path) -> dict[str, Any]:
+    """gpufleet-jobs-boot.service for this install (job_boot.py): this interpreter, the
+    shipped package, the jobs root, this user; enabled where systemd and sudo are."""
+    import pwd
+
+    text = job_boot.render_unit(
+        sys.executable, modules.ROOT, str(job_dir.parent), pwd.getpwuid(os.getuid()).pw_name
+    )
+    if os.geteuid() != 0 and not _can_sudo():
+        return {"ok": False, "detail": "no sudo: nothing resumes this node at boot"}
+    return job_boot.install_unit(text, sudo=os.geteuid() != 0)
+
+
+def boot(root: Path, detach: str = "auto", wait_s: float = 60.0) -> dict[str, Any]:
+    """The boot entry (job_boot.py): a rejoining supervisor for every run on this node
+    that a reclaim interrupted."""
+    current = boot_id()
+    started = []
+    for job_dir, node_rank in job_boot.to_resume(root, current, read_json):
+        out = start(job_dir, node_rank, detach, wait_s, rejoin=True)
+        started.append({"job_dir": str(job_dir), "node_rank": node_rank, **out})
+    return {"ok": all(s.get("ok") for s in started), "boot_id": current, "resumed": started}
 
 
 def _can_sudo() -> bool:
@@ -1379,6 +1781,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "history",
             "put",
             "restore",
+            "boot",
         ],
     )
     p.add_argument("--job-dir", type=Path)
@@ -1388,6 +1791,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--wait", type=float, default=60.0)
     p.add_argument("--rank", type=int, action="append", help="follow: only these global ranks")
     p.add_argument("--follow", action="store_true")
+    p.add_argument("--rejoin", action="store_true", help="start/supervise: a node that is back")
     p.add_argument("--this-attempt", action="store_true", help="follow: the current attempt only")
     p.add_argument("--s3-endpoint", default="", help="cancel: the bucket's endpoint")
     p.add_argument("--workdir", type=Path, help="unpack: the node's copy of the workdir")
@@ -1400,6 +1804,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = unpack(args.workdir, args.tar)
         print(json.dumps(result))
         return 0 if result.get("ok") else 1
+    if args.command == "boot":
+        if args.root is None:
+            p.error("boot needs --root")
+        out = boot(args.root, args.detach, args.wait)
+        print(json.dumps(out))
+        return 0 if out.get("ok") else 1
     if args.command == "list":
         if args.root is None:
             p.error("list needs --root")
@@ -1409,9 +1819,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"{args.command} needs --job-dir")
     job_dir: Path = args.job_dir
     if args.command == "supervise":
-        return Supervisor(job_dir, args.node_rank).run()
+        return Supervisor(job_dir, args.node_rank, rejoin=args.rejoin).run()
     if args.command == "start":
-        out = start(job_dir, args.node_rank, args.detach, args.wait)
+        out = start(job_dir, args.node_rank, args.detach, args.wait, args.rejoin)
     elif args.command == "cancel":
         out = cancel(job_dir, args.node_rank, args.wait, args.s3_endpoint)
     elif args.command == "restorable":

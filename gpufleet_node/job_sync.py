@@ -1055,16 +1055,19 @@ def restore(
     prefix: str,
     deadline_s: float = 6 * 3600.0,
     node: str = "",
+    version: int | None = None,
 ) -> RestoreOutcome:
     """The newest version that did not regress into ``root``, all of it or nothing (see the
     module's docstring). Nodes sharing the folder take turns (a flock); a later one finds
-    the digests matching. ``node``: mark the files in this node's watchdog record."""
+    the digests matching. ``node``: mark the files in this node's watchdog record.
+    ``version``: exactly that version instead (a multi-node run's other nodes restore the
+    one the head restored: job_group.py); one not in the bucket fails as ``missing``."""
     started = time.monotonic()
     try:
         root.mkdir(parents=True, exist_ok=True)
         ws = workspace(root)
         with flock(ws / "restore.lock", deadline_s, "another restore of this folder"):
-            out = _restore_locked(root, store, prefix, ws, started + deadline_s, node)
+            out = _restore_locked(root, store, prefix, ws, started + deadline_s, node, version)
     except (bucket.StoreError, OSError, ET.ParseError) as exc:
         cause = cause_of(exc)
         if isinstance(exc, OSError) and exc.errno in (28, 122):  # ENOSPC, EDQUOT
@@ -1085,12 +1088,24 @@ def sweep(folder: Path, older_than_s: float) -> int:
 
 
 def _restore_locked(
-    root: Path, store: bucket.BucketStore, prefix: str, ws: Path, deadline: float, node: str
+    root: Path,
+    store: bucket.BucketStore,
+    prefix: str,
+    ws: Path,
+    deadline: float,
+    node: str,
+    version: int | None = None,
 ) -> RestoreOutcome:
     staging = ws / "staging"
     sweep(staging, 6 * 3600.0)  # a part file younger than that is continued instead
     sweep(root, 3600.0)
-    newest, good, _ = newest_versions(store, prefix, deadline)
+    if version is not None:
+        good = read_version(store, prefix, version, deadline)
+        if good is None:
+            why = f"version {version} is not a readable checkpoint version in the bucket"
+            return RestoreOutcome(False, why, "missing")
+    else:
+        newest, good, _ = newest_versions(store, prefix, deadline)
     if good is None:
         n = len(local_listing(root))
         why = "no checkpoint version in the bucket"
