@@ -84,7 +84,12 @@ def test_the_failed_rank_is_read_from_torchruns_summary() -> None:
         "Root Cause (first observed failure):\n[0]:\n  time      : x\n  host      : h\n"
         "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 10)\n"
     )
-    assert job_policy.failure_of(text) == {"rank": 1, "exit_code": -9, "signal": "SIGKILL"}
+    assert job_policy.failure_of(text) == {
+        "rank": 1,
+        "exit_code": -9,
+        "signal": "SIGKILL",
+        "failed_at": "x",  # the root cause's time: which node failed first
+    }
     assert job_policy.failure_of("nothing here") == {}
 
 
@@ -154,7 +159,7 @@ for step in range(start + 1, int(os.environ.get("STEPS", "40")) + 1):
         os.replace(ckpt + ".tmp", ckpt)
         if os.path.exists(os.path.join(out, f"ckpt-{step - 10}.json")):
             os.remove(os.path.join(out, f"ckpt-{step - 10}.json"))
-    time.sleep(0.05)
+    time.sleep(float(os.environ.get("STEP_SLEEP", "0.05")))
 print("DONE", flush=True)
 dist.destroy_process_group()
 """
