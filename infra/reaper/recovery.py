@@ -34,6 +34,9 @@ STOPPED = "stopped"
 GUARDS = ("watchdog", "reaper")
 # The node's watchdog saw the cloud's own eviction notice (Azure Scheduled Events Preempt).
 NOTICE = "spot-notice"
+# A node's eviction notice counts for a stop at most this long after it (the notice comes
+# 30 s or more before the eviction; Azure Scheduled Events Preempt).
+NOTICE_BEFORE_STOP = timedelta(minutes=30)
 # A reclaim older than this is no longer started by the function (bounded retries).
 RECOVERY_HOURS = 24.0
 # States a scan may list for an instance the cloud deleted or is deleting.
@@ -125,6 +128,12 @@ def judge(inst: Instance, now: datetime, *, enabled: bool, can_start: bool) -> R
         detail, at = rec.detail, rec.at
     elif guard is not None and guard[0] == NOTICE:
         detail, at = f"the node saw the eviction notice ({T.STOPPED_BY}={raw})", guard[1]
+        if at is None or (
+            inst.launched_at is not None and at < inst.launched_at - NOTICE_BEFORE_STOP
+        ):
+            # A notice long before the VM's last operation (Azure: its deallocation) is
+            # not what stopped it: a stale record, never a reason to start.
+            return keep(f"{detail} is older than its last stop or start: not started")
     elif guard is not None:
         return keep(f"{T.STOPPED_BY}={str(raw)[:40]!r} is not a record this reads: not started")
     else:

@@ -210,7 +210,7 @@ def test_every_action_every_shipped_role_holds_is_published(shipped: PlanResult)
             assert role_id.rsplit("/", 1)[-1] in rbac.snapshot()["roles"], a.name
 
 
-def test_the_reaper_may_deallocate_the_stacks_vms_and_never_delete_them(shipped: PlanResult):
+def test_the_reaper_may_deallocate_and_start_the_stacks_vms_never_delete_them(shipped: PlanResult):
     (ident,) = [i for i in shipped.of_type(IDENTITY) if i.name.endswith("-reaper-identity")]
     held = held_by(shipped, str(ident.outputs["principalId"]))
     vms = shipped.of_type(VM)
@@ -218,7 +218,9 @@ def test_the_reaper_may_deallocate_the_stacks_vms_and_never_delete_them(shipped:
     for vm in vms:
         assert allowed(held, DEALLOCATE, vm.id)
         assert allowed(held, "Microsoft.Compute/virtualMachines/instanceView/read", vm.id)
-        for forbidden in (DELETE, POWER_OFF, START, WRITE_VM, TAGS_WRITE):
+        # spot recovery: an evicted VM is started again (infra/reaper/recovery.py)
+        assert allowed(held, START, vm.id)
+        for forbidden in (DELETE, POWER_OFF, WRITE_VM, TAGS_WRITE):
             assert not allowed(held, forbidden, vm.id), forbidden
     another = vms[0].id.replace("/resourceGroups/gpufleet-", "/resourceGroups/other-")
     assert not allowed(held, DEALLOCATE, another)

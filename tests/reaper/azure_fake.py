@@ -99,6 +99,11 @@ class FakeVM:
     operation_fails: bool = False  # the async operation ends Failed
     without_view: bool = False  # the list leaves its instance view out
     polls_to_finish: int = 2  # InProgress answers before Succeeded
+    # a start's operation ends Failed with ZonalAllocationFailed, an allocation failure
+    # (MicrosoftDocs/SupportArticles-docs, support/azure/virtual-machines/windows/
+    # restart-resize-error-troubleshooting.md: starting a stopped VM, "the common error you
+    # encounter is an allocation failure"); the VM stays deallocated
+    allocation_fails: bool = False
 
 
 @dataclass
@@ -235,6 +240,14 @@ class FakeAzure:
         if state["polls"] <= vm.polls_to_finish:
             return 200, {**began, "status": "InProgress", "name": op}, {"Retry-After": "0"}
         ended = {**began, "endTime": arm_time(dt.datetime.now(UTC))}
+        if state.get("ends") == "running" and vm.allocation_fails:
+            vm.power = "deallocated"
+            error = _error(
+                "ZonalAllocationFailed",
+                "Allocation failed. We do not have "
+                "sufficient capacity for the requested VM size in this zone.",
+            )
+            return 200, {**ended, "status": "Failed", "name": op, **error}, {}
         if vm.operation_fails:
             vm.power = "running"
             failed = {**ended, "status": "Failed", "name": op, **_error("Conflict", "no")}

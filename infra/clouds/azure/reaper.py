@@ -74,6 +74,7 @@ from infra.reaper.core import (
     Invocation,
     Metrics,
     ServiceClock,
+    StartResult,
     StopResult,
     int_env,
 )
@@ -90,8 +91,30 @@ ROLE_ACTIONS = (
     "Microsoft.Compute/virtualMachines/read",
     "Microsoft.Compute/virtualMachines/instanceView/read",
     "Microsoft.Compute/virtualMachines/deallocate/action",
+    # spot recovery (infra/reaper/recovery.py): start an evicted spot VM again
+    "Microsoft.Compute/virtualMachines/start/action",
     "Microsoft.Compute/locations/operations/read",
     "Microsoft.Insights/metrics/read",
+)
+# Spot recovery. An eviction with policy Deallocate leaves the VM deallocated, and neither
+# the VM nor its instance view says who deallocated it (azure-mgmt-compute's
+# VirtualMachineInstanceView has power and provisioning statuses only): the record is the
+# guards' tag gpufleet:stopped-by, written by the node's watchdog before its own stop
+# (watchdog@<time>) and when it sees the eviction notice in Scheduled Events
+# (spot-notice@<time>). Only a spot-notice record starts a VM; none at all (a person in the
+# portal, or an eviction the node missed) keeps it, reported. The function writes no record
+# of its own (its role holds no write): its stop leaves none, which keeps the VM too.
+# A start refused for capacity is an allocation failure: "When you try to start a stopped
+# Azure VM ... the common error you encounter is an allocation failure"
+# (MicrosoftDocs/SupportArticles-docs, support/azure/virtual-machines/windows/
+# restart-resize-error-troubleshooting.md, read 2026-12-05); codes AllocationFailed,
+# ZonalAllocationFailed, OverconstrainedAllocationRequest (MicrosoftDocs/azure-docs,
+# articles/cloud-services/cloud-services-troubleshoot-overconstrained-allocation-request.md)
+# and SkuNotAvailable: the next run tries again.
+NO_CAPACITY = (
+    "AllocationFailed",
+    "OverconstrainedAllocationRequest",
+    "SkuNotAvailable",
 )
 
 ARM_ENDPOINT = "https://management.azure.com"
@@ -465,6 +488,46 @@ class AzureCloud:
         )
 
     # ------------------------------------------------------------------ stop
+
+    def start(self, instance_ids: Sequence[str]) -> StartResult:
+        """Start each VM: every request is sent first, then each operation is polled
+        (bounded); accepted and still starting after the polls counts as started. An
+        allocation failure is "waiting for capacity" (:data:`NO_CAPACITY`)."""
+        result = StartResult()
+        started: list[tuple[str, Any]] = []
+        vms = self.compute().virtual_machines
+
+        def refused(name: str, exc: Exception, what: str) -> None:
+            text = _text(exc)
+            code = next((c for c in NO_CAPACITY if c in text), None)
+            if code:
+                result.capacity[name] = code
+            else:
+                result.failed[name] = f"{what}{text}"
+
+        for name in instance_ids:
+            try:
+                poller = vms.begin_start(
+                    self.resource_group,
+                    name,
+                    polling=_bounded_arm_polling(
+                        self.polling_interval_s, self.deallocate_polls, self.max_delay_s
+                    ),
+                )
+            except Exception as exc:
+                refused(name, exc, "")
+                continue
+            started.append((name, poller))
+        for name, poller in started:
+            try:
+                poller.result()
+            except StillDeallocating:
+                result.started.append(name)
+            except Exception as exc:
+                refused(name, exc, "start failed: ")
+            else:
+                result.started.append(name)
+        return result
 
     def stop(self, instance_ids: Sequence[str]) -> StopResult:
         """Deallocate each VM: every request is sent first, then each operation is polled
