@@ -12,10 +12,15 @@ DescribePrice and Tencent's InquiryPriceRunInstances are signed, so they need th
 credentials from the environment). A cloud that cannot be asked (no credentials, no
 prices.py) says so in one line and is skipped. Then the price lines of that cloud's
 catalog.toml are rewritten in place: only ``on_demand``, ``date`` (today) and ``source``
-(the API's [sources] key) change, and ``estimate = true`` goes; spot ranges, comments and
-everything else stay byte for byte. A cloud whose API fails part way is not written at all.
+(the API's [sources] key) change, and ``estimate = true`` goes. Where the cloud's prices.py
+also reads spot prices (``live_spot``: AWS DescribeSpotPriceHistory with the account's
+credentials, Azure's Retail Prices Spot meters without one), each line that has a spot
+range gets ``spot`` (lowest, highest over the region's zones), ``spot_date`` (today) and
+``spot_source`` too. Comments and everything else stay byte for byte. A cloud whose API
+fails part way is not written at all.
 
-Prints a table of what changes (type, region, billing, old -> new, change). Exit status
+Prints a table of what changes (type, region, billing, old -> new, change; a spot range's
+change is its midpoint's). Exit status
 (docs/exit-status.md): 0 every price asked was had; 1 a cloud's API failed, a type had no
 price in the answer, or no cloud could be asked; 2 bad input.
 """
@@ -59,6 +64,19 @@ class Change:
         return (self.new - self.old) / self.old * 100 if self.old else 0.0
 
 
+@dataclass(frozen=True)
+class SpotChange:
+    type: str
+    region: str
+    old: tuple[float, float]
+    new: tuple[float, float]
+
+    @property
+    def percent(self) -> float:
+        was, now = sum(self.old) / 2, sum(self.new) / 2
+        return (now - was) / was * 100 if was else 0.0
+
+
 @dataclass
 class Outcome:
     """One cloud's answer: its prices, or why there are none (skipped / failed)."""
@@ -71,6 +89,8 @@ class Outcome:
     skipped: str = ""  # nothing asked (no credentials, no price API)
     failed: str = ""  # asked, and the API failed: nothing written
     path: Path | None = None
+    spot_source: str = ""  # "" when the cloud's prices.py reads no spot prices
+    spots: list[SpotChange] = field(default_factory=list)
 
 
 def ask(cloud: str) -> Outcome:
@@ -108,6 +128,40 @@ def ask(cloud: str) -> Outcome:
             out.missing.append(f"{it.name}: the API answered in {currency}, not {out.currency}")
             continue
         out.changes.append(Change(it.name, it.price.region, it.price.on_demand, float(value)))
+    return ask_spot(module, cat, priced, out)
+
+
+def ask_spot(module: Any, cat: Any, priced: Sequence[Any], out: Outcome) -> Outcome:
+    """Each priced type's spot range, where the catalog has one and the cloud's prices.py
+    reads spot prices (``live_spot`` and a SPOT_SOURCE of the catalog's [sources])."""
+    live_spot = getattr(module, "live_spot", None)
+    source = str(getattr(module, "SPOT_SOURCE", ""))
+    if live_spot is None or source not in cat.sources:
+        return out
+    out.spot_source = source
+    for it in priced:
+        if it.price.spot is None:
+            continue  # no range to refresh: the catalog says why (a note on the line)
+        try:
+            low, high, currency = live_spot(it.name, it.price.region)
+        except NoCredentials as exc:
+            out.missing.append(f"the spot ranges: {exc}")
+            out.spot_source = ""
+            return out
+        except PriceNotFound as exc:
+            out.missing.append(f"{it.name}'s spot range: {exc}")
+            continue
+        except LivePriceError as exc:
+            out.failed = brief(str(exc))
+            return out
+        except Exception as exc:  # an SDK's own error we did not foresee: one line
+            out.failed = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            return out
+        if currency != it.price.currency:
+            out.missing.append(f"{it.name}'s spot range: answered in {currency}")
+            continue
+        new = (round(float(low), 6), round(float(high), 6))
+        out.spots.append(SpotChange(it.name, it.price.region, tuple(it.price.spot), new))
     return out
 
 
@@ -130,6 +184,9 @@ _ON_DEMAND = re.compile(r"(?<![\w-])(on_demand\s*=\s*)[0-9][0-9_.eE+-]*")
 _DATE = re.compile(r'(?<![\w-])(date\s*=\s*)"[^"]*"')
 _SOURCE = re.compile(r'(?<![\w-])(source\s*=\s*)"[^"]*"')
 _ESTIMATE = re.compile(r",\s*estimate\s*=\s*(?:true|false)(?=\s*[,}])")
+_SPOT = re.compile(r"(?<![\w-])(spot\s*=\s*)\[[^\]]*\]")
+_SPOT_DATE = re.compile(r'(?<![\w-])(spot_date\s*=\s*)"[^"]*"')
+_SPOT_SOURCE = re.compile(r'(?<![\w-])(spot_source\s*=\s*)"[^"]*"')
 
 
 def toml_float(value: float) -> str:
@@ -138,10 +195,19 @@ def toml_float(value: float) -> str:
     return text if ("." in text or "e" in text or "n" in text) else f"{text}.0"
 
 
-def rewrite(text: str, prices: Mapping[str, float], date: dt.date, source: str) -> str:
+def rewrite(
+    text: str,
+    prices: Mapping[str, float],
+    date: dt.date,
+    source: str,
+    spots: Mapping[str, tuple[float, float]] | None = None,
+    spot_source: str = "",
+) -> str:
     """``text`` with each named type's price line given the new on_demand, date and source
-    (and no estimate flag). Raises ValueError when a type's price line is not found or the
-    result parses to anything but exactly those changes."""
+    (and no estimate flag), and each type in ``spots`` its new spot range, spot_date and
+    spot_source (added after the range where the line had none). Raises ValueError when a
+    type's price line is not found or the result parses to anything but those changes."""
+    spots = spots or {}
     lines = text.splitlines(keepends=True)
     section: str | None = None
     done: set[str] = set()
@@ -150,27 +216,55 @@ def rewrite(text: str, prices: Mapping[str, float], date: dt.date, source: str) 
             m = _SECTION.match(line)
             section = (m["quoted"] or m["bare"]) if m else None
             continue
-        if (
-            section is not None
-            and section in prices
-            and section not in done
-            and (_PRICE_LINE.match(line))
-        ):
-            value = toml_float(prices[section])
-            new = _ON_DEMAND.sub(lambda m: m[1] + value, line, count=1)  # noqa: B023 (used now)
-            new = _DATE.sub(lambda m: f'{m[1]}"{date.isoformat()}"', new, count=1)
-            new = _SOURCE.sub(lambda m: f'{m[1]}"{source}"', new, count=1)
-            lines[i] = _ESTIMATE.sub("", new, count=1)
+        if section is None or section in done or not _PRICE_LINE.match(line):
+            continue
+        if section in prices:
+            line = _price_fields(line, prices[section], date, source)
+        if section in spots:
+            line = _spot_fields(line, spots[section], date, spot_source)
+        if section in prices or section in spots:
+            lines[i] = line
             done.add(section)
-    if set(prices) - done:
-        raise ValueError(f"no one-line price = {{...}} for {', '.join(sorted(set(prices) - done))}")
+    lost = (set(prices) | set(spots)) - done
+    if lost:
+        raise ValueError(f"no one-line price = {{...}} for {', '.join(sorted(lost))}")
     result = "".join(lines)
-    _check(text, result, prices, date, source)
+    _check(text, result, prices, date, source, spots, spot_source)
     return result
 
 
+def _price_fields(line: str, value: float, date: dt.date, source: str) -> str:
+    text = toml_float(value)
+    new = _ON_DEMAND.sub(lambda m: m[1] + text, line, count=1)
+    new = _DATE.sub(lambda m: f'{m[1]}"{date.isoformat()}"', new, count=1)
+    new = _SOURCE.sub(lambda m: f'{m[1]}"{source}"', new, count=1)
+    return _ESTIMATE.sub("", new, count=1)
+
+
+def _spot_fields(line: str, spot: tuple[float, float], date: dt.date, source: str) -> str:
+    pair = f"[{toml_float(spot[0])}, {toml_float(spot[1])}]"
+    new = _SPOT.sub(lambda m: m[1] + pair, line, count=1)
+    day = f'"{date.isoformat()}"'
+    extra = ""
+    if _SPOT_DATE.search(new):
+        new = _SPOT_DATE.sub(lambda m: m[1] + day, new, count=1)
+    else:
+        extra += f", spot_date = {day}"
+    if _SPOT_SOURCE.search(new):
+        new = _SPOT_SOURCE.sub(lambda m: f'{m[1]}"{source}"', new, count=1)
+    else:
+        extra += f', spot_source = "{source}"'
+    return _SPOT.sub(lambda m: m[0] + extra, new, count=1) if extra else new
+
+
 def _check(
-    before: str, after: str, prices: Mapping[str, float], date: dt.date, source: str
+    before: str,
+    after: str,
+    prices: Mapping[str, float],
+    date: dt.date,
+    source: str,
+    spots: Mapping[str, tuple[float, float]] | None = None,
+    spot_source: str = "",
 ) -> None:
     """The rewritten file means the old one plus exactly these price changes."""
     want: dict[str, Any] = tomllib.loads(before)
@@ -178,6 +272,9 @@ def _check(
         price = want["instances"][name]["price"]
         price.update(on_demand=value, date=date.isoformat(), source=source)
         price.pop("estimate", None)
+    for name, (low, high) in (spots or {}).items():
+        price = want["instances"][name]["price"]
+        price.update(spot=[low, high], spot_date=date.isoformat(), spot_source=spot_source)
     if tomllib.loads(after) != want:
         raise ValueError("the rewritten file would change more than the prices: not written")
 
@@ -194,12 +291,22 @@ def money(value: float) -> str:
     return text
 
 
+def span(pair: tuple[float, float]) -> str:
+    """A spot range as the catalog reads it: '1.27-1.52', or one price when low == high."""
+    return money(pair[0]) if pair[0] == pair[1] else f"{money(pair[0])}-{money(pair[1])}"
+
+
 def table(outcome: Outcome) -> list[str]:
-    """What changes, one row a type: type, region, billing, old -> new, change."""
+    """What changes, one row a type and billing: type, region, billing, old -> new, change."""
     moved = [c for c in outcome.changes if c.new != c.old]
     head = ("type", "region", "billing", "old", "new", "change")
     rows = [
         (c.type, c.region, BILLING, money(c.old), money(c.new), f"{c.percent:+.1f}%") for c in moved
+    ]
+    rows += [
+        (c.type, c.region, "spot", span(c.old), span(c.new), f"{c.percent:+.1f}%")
+        for c in outcome.spots
+        if c.new != c.old
     ]
     w = [max(len(r[k]) for r in [head, *rows]) for k in range(6)]
     out = []
@@ -222,13 +329,22 @@ def report(outcome: Outcome, today: dt.date, dry_run: bool, out: TextIO) -> None
             f"({outcome.currency}/h), {moved} {verb}, {same} the same"
         )
     ]
+    if outcome.spot_source:
+        moved_spots = sum(1 for c in outcome.spots if c.new != c.old)
+        lines.append(
+            fit(
+                f"{outcome.cloud}: {len(outcome.spots)} spot ranges from {outcome.spot_source}, "
+                f"{moved_spots} {verb}, {len(outcome.spots) - moved_spots} the same"
+            )
+        )
     lines += table(outcome)
-    if outcome.changes:
+    if outcome.changes or outcome.spots:
         where = display_path(outcome.path) if outcome.path else f"{outcome.cloud}'s catalog"
         did = "would be" if dry_run else "are now"
-        lines.append(
-            fit(f"{where}: its prices {did} dated {today.isoformat()}, source {outcome.source}")
-        )
+        said = f"{where}: its prices {did} dated {today.isoformat()}, source {outcome.source}"
+        if outcome.spots:
+            said += f"; its spot ranges source {outcome.spot_source}"
+        lines.append(fit(said))
     print("\n".join(lines), file=out)
 
 
@@ -293,7 +409,7 @@ def main(
                 print(fit(f"{cloud}: kept {line}"), file=err)
                 status = 1
             outcome.path = catalog.cloud_file_path(cloud)
-            if outcome.changes and not write(outcome, today, args.dry_run, err):
+            if (outcome.changes or outcome.spots) and not write(outcome, today, args.dry_run, err):
                 status = 1
                 continue
             report(outcome, today, args.dry_run, out)
@@ -313,9 +429,10 @@ def write(outcome: Outcome, today: dt.date, dry_run: bool, err: TextIO) -> bool:
     can be, with ``dry_run``. False (said in one line) when it cannot."""
     assert outcome.path is not None
     prices = {c.type: c.new for c in outcome.changes}
+    spots = {c.type: c.new for c in outcome.spots}
     try:
         text = outcome.path.read_bytes().decode("utf-8")
-        new = rewrite(text, prices, today, outcome.source)
+        new = rewrite(text, prices, today, outcome.source, spots, outcome.spot_source)
         if not dry_run and new != text:
             tmp = outcome.path.with_name(f".{outcome.path.name}.refresh")
             tmp.write_bytes(new.encode("utf-8"))

@@ -41,6 +41,7 @@ TODAY = dt.date.today().isoformat()
 def no_real_api(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every client points at a closed port on loopback unless a test gives it a fake."""
     monkeypatch.setenv("AWS_ENDPOINT_URL_PRICING", CLOSED)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", CLOSED)  # the spot price history
     monkeypatch.setenv("GPUFLEET_AZURE_PRICES_URL", f"{CLOSED}/api/retail/prices")
     monkeypatch.setenv("ALIBABA_CLOUD_ECS_ENDPOINT", "127.0.0.1:9")
     monkeypatch.setenv("TENCENTCLOUD_CVM_ENDPOINT", "127.0.0.1:9")
@@ -141,6 +142,20 @@ def azure(monkeypatch: pytest.MonkeyPatch) -> Iterator[PerSizeRetailPrices]:
     yield from _serve(server)
 
 
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    """moto 5.2.5 on 127.0.0.1: its DescribeSpotPriceHistory answers SpotPrice "0.00001" for
+    each Availability Zone its offerings list a type in (moto/ec2/responses/
+    spot_instances.py), and nothing for a type it does not offer there."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
 @pytest.fixture
 def fake() -> Iterator[FakeApis]:
     server = FakeApis()
@@ -171,10 +186,12 @@ def test_azure_refresh_rewrites_only_each_price_its_date_and_source(
         price, was = row["price"], old[name]["price"]
         assert price["on_demand"] == azure.prices[name]
         assert (price["date"], price["source"]) == (TODAY, "AZ-RETAIL")
-        # the spot range and its own date and source are left as they were
-        assert {k: v for k, v in price.items() if k.startswith("spot")} == {
-            k: v for k, v in was.items() if k.startswith("spot")
-        }
+        # a spot range is the Spot meter's now, with its own date and source
+        if "spot" in was:
+            assert price["spot"] == [0.01, 0.01]
+            assert (price["spot_date"], price["spot_source"]) == (TODAY, "AZ-RETAIL")
+        else:
+            assert not {k for k in price if k.startswith("spot")}
         assert {k: v for k, v in row.items() if k != "price"} == {
             k: v for k, v in old[name].items() if k != "price"
         }
@@ -185,12 +202,18 @@ def test_azure_refresh_rewrites_only_each_price_its_date_and_source(
     moved = [n for n in old if azure.prices[n] != old[n]["price"]["on_demand"]]
     assert f"azure: {len(old)} prices from AZ-RETAIL (USD/h), {len(moved)} changed, 1 the" in out
     for name in moved:
-        line = next(ln for ln in out.splitlines() if ln.split()[:1] == [name])
+        line = next(
+            ln for ln in out.splitlines() if ln.split()[:3] == [name, "eastus", "on-demand"]
+        )
         assert "eastus" in line and "on-demand" in line and "->" in line
         assert line.rstrip().endswith(("-10.0%", "-9.9%", "-10.1%")), line
     assert f"catalog.toml: its prices are now dated {TODAY}, source AZ-RETAIL" in out.replace(
         "\n  ", " "
     )
+    ranged = [n for n in old if "spot" in old[n]["price"]]
+    assert f"azure: {len(ranged)} spot ranges from AZ-RETAIL, {len(ranged)} changed" in out
+    spot_rows = [ln for ln in out.splitlines() if " spot " in ln and "->" in ln]
+    assert len(spot_rows) == len(ranged) and all(ln.rstrip().endswith("%") for ln in spot_rows)
     assert fits(out) and fits(err)
     # a second refresh (a new process: the catalog read again) finds nothing to change
     catalog._cloud_files.cache_clear()
@@ -210,7 +233,7 @@ def test_dry_run_shows_the_table_and_writes_nothing(homes: Path, azure: PerSizeR
 
 
 def test_aws_refresh_through_get_products_keeps_a_type_the_answer_lacks(
-    homes: Path, fake: FakeApis, monkeypatch: pytest.MonkeyPatch
+    homes: Path, fake: FakeApis, moto_url: str, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setenv("AWS_ENDPOINT_URL_PRICING", fake.url)
     old = priced("aws")
@@ -220,15 +243,26 @@ def test_aws_refresh_through_get_products_keeps_a_type_the_answer_lacks(
         fake.aws_prices[(name, "US East (N. Virginia)")] = f"{old[name] * 1.05:.10f}"
     path = homes / "aws" / catalog.CLOUD_FILE
     before = path.read_bytes()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", moto_url)  # moto's spot history
     code, out, err = run("--cloud", "aws")
     assert code == 1  # one price could not be had (docs/exit-status.md)
-    assert len(said(err)) == 1 and err.startswith(f"aws: kept {lacking}: AWS Price List API")
+    kept = [
+        p
+        for p in said(err)
+        if not p.endswith(("spot range: EC2 DescribeSpotPriceHistory: no Linux spot price",))
+    ]
+    assert [p for p in said(err) if "spot range" not in p] == [
+        p for p in said(err) if p.startswith(f"aws: kept {lacking}: AWS Price List API")
+    ], kept
     new = tomllib.loads(path.read_text())["instances"]
     for name in names[:-1]:
         assert new[name]["price"]["on_demand"] == pytest.approx(old[name] * 1.05)
         assert new[name]["price"]["source"] == "AWS-PRICELIST"
-    assert new[lacking]["price"] == shipped("aws")["instances"][lacking]["price"]
-    assert len(changed_lines(before, path.read_bytes())) == len(names) - 1
+    kept = shipped("aws")["instances"][lacking]["price"]
+    assert {k: v for k, v in new[lacking]["price"].items() if not k.startswith("spot")} == {
+        k: v for k, v in kept.items() if not k.startswith("spot")
+    }
+    assert len(changed_lines(before, path.read_bytes())) >= len(names) - 1
     assert "+5.0%" in out and fits(out) and fits(err)
     sent = [r for r in fake.requests if r["api"] == "aws"]
     assert all(r["target"] == "AWSPriceListService.GetProducts" for r in sent)
@@ -328,3 +362,72 @@ def test_the_plan_of_an_alibaba_stack_reads_the_refreshed_price_and_its_date(
     assert cost["amount"] == pytest.approx(100.25 * cost["nodes"])
     assert (cost["price_date"], cost["source"]) == (TODAY, "ALI-DESCRIBEPRICE")
     assert not any("days old" in w for w in cost["warnings"])
+
+
+# -- spot ranges: AWS DescribeSpotPriceHistory (moto), Azure's Spot meters, the rewrite
+
+
+def test_aws_spot_ranges_come_from_the_spot_price_history_with_their_date_and_source(
+    homes: Path, fake: FakeApis, moto_url: str, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("AWS_ENDPOINT_URL_PRICING", fake.url)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", moto_url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    old = shipped("aws")["instances"]
+    for name, row in old.items():
+        if "price" in row:
+            fake.aws_prices[(name, "US East (N. Virginia)")] = str(row["price"]["on_demand"])
+    path = homes / "aws" / catalog.CLOUD_FILE
+    before = path.read_bytes()
+    code, out, err = run("--cloud", "aws")
+    new = tomllib.loads(path.read_text())["instances"]
+    ranged = [n for n, r in old.items() if "spot" in r.get("price", {})]
+    refreshed = [n for n in ranged if new[n]["price"]["spot_source"] == "AWS-SPOTHISTORY"]
+    assert refreshed, out + err  # moto offers some of the catalog's types in us-east-1
+    for name in refreshed:
+        price = new[name]["price"]
+        assert price["spot"] == [0.00001, 0.00001] and price["spot_date"] == TODAY
+        assert price["on_demand"] == old[name]["price"]["on_demand"]
+        row = next(ln for ln in out.splitlines() if ln.split()[:3] == [name, "us-east-1", "spot"])
+        assert "->" in row and row.rstrip().endswith("%")
+    for name in set(ranged) - set(refreshed):  # moto has no offering: kept, said, exit 1
+        spot = {k: v for k, v in new[name]["price"].items() if k.startswith("spot")}
+        assert spot == {k: v for k, v in old[name]["price"].items() if k.startswith("spot")}
+        assert any(p.startswith(f"aws: kept {name}'s spot range: EC2") for p in said(err))
+    assert code == (1 if set(ranged) - set(refreshed) else 0)
+    assert f"aws: {len(refreshed)} spot ranges from AWS-SPOTHISTORY" in out
+    assert all(
+        a.startswith("price = {") for a, _ in changed_lines(before, path.read_bytes()).values()
+    )
+    assert fits(out) and fits(err)
+
+
+def test_a_spot_range_without_its_own_date_gets_one_and_the_rest_stays():
+    text = (
+        '[instances.a]\nprice = { on_demand = 1.0, date = "2024-01-01", source = "X", '
+        "spot = [0.3, 0.4] }\n# kept\n[instances.b]\nprice = { on_demand = 2.0, date = "
+        '"2024-01-01", source = "X", spot = [0.5, 0.6], spot_date = "2024-01-01", '
+        'spot_source = "Y" }\n'
+    )
+    day = dt.date(2026, 12, 5)
+    out = refresh_prices.rewrite(text, {}, day, "X", {"a": (0.25, 0.35), "b": (0.5, 0.7)}, "Z")
+    doc = tomllib.loads(out)["instances"]
+    assert doc["a"]["price"] == {
+        "on_demand": 1.0,
+        "date": "2024-01-01",
+        "source": "X",
+        "spot": [0.25, 0.35],
+        "spot_date": "2026-12-05",
+        "spot_source": "Z",
+    }
+    assert doc["b"]["price"]["spot"] == [0.5, 0.7] and doc["b"]["price"]["spot_source"] == "Z"
+    assert "# kept" in out
+
+
+def test_a_dry_run_shows_the_spot_rows_too(homes: Path, azure: PerSizeRetailPrices):
+    code, out, err = run("--cloud", "azure", "--dry-run")
+    assert code == 0, err
+    rows = [ln for ln in out.splitlines() if " spot " in ln and " -> " in ln]
+    assert rows and all(re.search(r"-> +0\.01 ", ln) for ln in rows), out
+    assert "spot ranges from AZ-RETAIL" in out and "would change" in out

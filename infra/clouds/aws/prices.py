@@ -1,7 +1,16 @@
 """AWS's live instance-hour price: the Price List API (GetProducts, served from us-east-1
 whatever region is priced), through boto3 with the account's credentials.
 
-AWS_ENDPOINT_URL_PRICING points the client elsewhere (tests: a local fake on 127.0.0.1).
+Spot: EC2 DescribeSpotPriceHistory in the type's own region (:func:`live_spot`, for ``make
+refresh-prices``), from StartTime now, so each Availability Zone answers its current price;
+the range is the lowest and highest zone. The request and answer are botocore's
+(botocore/data/ec2/2016-11-15/service-2.json: DescribeSpotPriceHistoryRequest InstanceTypes,
+ProductDescriptions, StartTime, NextToken; SpotPriceHistory rows of SpotPrice with
+AvailabilityZone, InstanceType, ProductDescription, SpotPrice, Timestamp; read in the
+installed botocore 1.44.18, 2026-12-05). Only Linux/UNIX rows count.
+
+AWS_ENDPOINT_URL_PRICING points the client elsewhere (tests: a local fake on 127.0.0.1),
+AWS_ENDPOINT_URL_EC2 the spot history's (tests: moto).
 The SDK is imported inside the functions: nothing else needs it.
 """
 
@@ -15,6 +24,8 @@ from infra.clouds.live import LivePriceError, NoCredentials, PriceNotFound, Term
 
 # The catalog's [sources] key for this API: a price refreshed from it carries it.
 SOURCE = "AWS-PRICELIST"
+SPOT_SOURCE = "AWS-SPOTHISTORY"
+SPOT_PRODUCTS = ["Linux/UNIX", "Linux/UNIX (Amazon VPC)"]
 MAX_PAGES = 20  # one type in one region is a few products: more pages means a bad filter
 
 
@@ -102,3 +113,56 @@ def live_price(instance_type: str, region: str) -> tuple[float, str]:
 
 def live_reservations(instance_type: str, region: str) -> tuple[Terms, str]:
     raise LivePriceError("no live reservation price source for aws")
+
+
+def live_spot(instance_type: str, region: str) -> tuple[float, float, str]:
+    """(lowest, highest, "USD") of the current Linux spot price per hour over the region's
+    zones; PriceNotFound when no zone answers one. Needs the account's credentials."""
+    import datetime as dt
+
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    session = boto3.session.Session()
+    if session.get_credentials() is None:
+        raise NoCredentials(
+            "no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+            "to read the spot price history"
+        )
+    once = Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=20)
+    ec2 = session.client("ec2", region_name=region, config=once)
+    kwargs: dict[str, Any] = {
+        "InstanceTypes": [instance_type],
+        "ProductDescriptions": SPOT_PRODUCTS,
+        "StartTime": dt.datetime.now(dt.UTC),
+        "MaxResults": 100,
+    }
+    latest: dict[str, tuple[Any, float]] = {}  # zone -> (timestamp, price)
+    try:
+        for _ in range(MAX_PAGES):
+            page = ec2.describe_spot_price_history(**kwargs)
+            for row in page.get("SpotPriceHistory", []):
+                if row.get("InstanceType") != instance_type:
+                    continue
+                if not str(row.get("ProductDescription", "")).startswith("Linux/UNIX"):
+                    continue
+                zone, when = str(row.get("AvailabilityZone", "")), row.get("Timestamp")
+                price = float(row.get("SpotPrice", 0) or 0)
+                if price > 0 and (zone not in latest or str(when) > str(latest[zone][0])):
+                    latest[zone] = (when, price)
+            if not page.get("NextToken"):
+                break
+            kwargs["NextToken"] = page["NextToken"]
+        else:
+            raise LivePriceError(
+                f"EC2 DescribeSpotPriceHistory: still more pages after {MAX_PAGES}"
+            )
+    except (BotoCoreError, ClientError) as exc:
+        raise LivePriceError(f"EC2 DescribeSpotPriceHistory: {exc}") from None
+    if not latest:
+        raise PriceNotFound(
+            f"EC2 DescribeSpotPriceHistory: no Linux spot price for {instance_type} in {region}"
+        )
+    prices = [p for _, p in latest.values()]
+    return min(prices), max(prices), "USD"

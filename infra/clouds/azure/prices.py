@@ -5,6 +5,13 @@ https://prices.azure.com/api/retail/prices takes an OData ``$filter`` and answer
 ``Items`` with a ``NextPageLink`` to the next page. GPUFLEET_AZURE_PRICES_URL points the
 client elsewhere (the tests: a local fake on 127.0.0.1); pages are bounded.
 
+Spot VMs have meters of their own in the same Consumption answer: rows whose ``skuName``
+(and ``meterName``) end in " Spot", Linux where the productName does not end in
+"Windows", beside " Low Priority" rows (the older low-priority VMs, not spot); public
+recorded answers of the API show the three side by side (e.g. "D2s v5", "D2s v5 Spot",
+"D2s v5 Low Priority" of "Virtual Machines Dv5 Series", read 2026-12-05).
+:func:`live_spot` reads them for ``make refresh-prices``.
+
 Reservation items (``type: "Reservation"``) carry ``reservationTerm`` ("1 Year", "3 Years")
 and a ``unitPrice`` that is the total for the whole term, although their ``unitOfMeasure``
 reads "1 Hour" (published answers: Standard_D8_v4 in westeurope is 0.46/h pay-as-you-go,
@@ -137,6 +144,43 @@ def fetch_items(url: str, max_pages: int = MAX_PAGES) -> list[Mapping[str, Any]]
             f"Azure Retail Prices API: still more pages after {max_pages}: the filter is too wide"
         )
     return items
+
+
+def pick_linux_spot(items: Sequence[Mapping[str, Any]]) -> tuple[float, float, str]:
+    """(lowest, highest, currency) of the Linux Spot rows per hour; NoRetailPrice if none."""
+    found: list[float] = []
+    currency = "USD"
+    for item in items:
+        product = str(item.get("productName", ""))
+        sku = str(item.get("skuName", "") or item.get("meterName", ""))
+        if "Windows" in product or not sku.endswith(" Spot"):
+            continue
+        if str(item.get("unitOfMeasure", "")) != "1 Hour":
+            continue
+        if str(item.get("type", "Consumption")) != "Consumption":
+            continue
+        price = item.get("retailPrice", item.get("unitPrice"))
+        if isinstance(price, int | float) and not isinstance(price, bool) and price > 0:
+            found.append(float(price))
+            currency = str(item.get("currencyCode") or currency)
+    if not found:
+        raise NoRetailPrice("no Linux Spot hourly price in the answer")
+    return min(found), max(found), currency
+
+
+def live_spot(size: str, region: str) -> tuple[float, float, str]:
+    """The size's Linux Spot price per hour in ``region`` as (low, high, currency): one
+    meter, so low == high. Raises PriceNotFound when the answer has no Spot row."""
+    try:
+        return pick_linux_spot(fetch_items(first_page_url(size, region)))
+    except NoRetailPrice as exc:
+        raise PriceNotFound(f"Azure Retail Prices API: {exc} for {size} in {region}") from None
+    except RetailPricesError as exc:
+        raise LivePriceError(str(exc)) from None
+
+
+# The catalog's [sources] key a refreshed spot range carries: the same API.
+SPOT_SOURCE = SOURCE
 
 
 def live_azure_price(size: str, region: str) -> tuple[float, str]:
