@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.gpufleet_node.watchdog_fakes import moto_server
 from tests.support.blob_fake import ACCOUNT, CONTAINER, CREDS, FakeBlob, blob_fake
 from tests.support.fault_proxy import Fault, FaultProxy, fault_proxy
+from tests.support.moto_server import moto_server
 from tests.support.strict_s3 import strict_s3
 
 bucket: Any = importlib.import_module("gpufleet_node.bucket")

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from gpufleet_node import job_runner
-from tests.gpufleet_node.watchdog_fakes import moto_server
+from tests.support.moto_server import moto_server
 
 BUCKET = "gpufleet-resume-test"
 PREFIX = "checkpoints/n0/j1/"

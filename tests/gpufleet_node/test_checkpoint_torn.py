@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gpufleet_node import job_sync
-from tests.gpufleet_node.watchdog_fakes import moto_server
+from tests.support.moto_server import moto_server
 
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gpufleet_node import job_sync
-from tests.gpufleet_node.watchdog_fakes import moto_server
+from tests.support.moto_server import moto_server
 
 # The node files import each other as top-level modules: job_sync's own bucket module (its
 # StoreError is the one job_sync catches).

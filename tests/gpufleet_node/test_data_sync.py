@@ -19,7 +19,6 @@ from typing import Any
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from gpufleet_node import data_sync, job_sync
 from tests.gpufleet_node.test_verify_node import S3_CLOUDS
@@ -30,6 +29,7 @@ from tests.gpufleet_node.test_watchdog_azure import (  # noqa: F401 (the fixture
     FakeAzureNode,
     azure,
 )
+from tests.support.moto_server import moto_server
 
 REMOTE = Path(data_sync.__file__).resolve().parent
 # The bucket module as the node files import it (side by side), whose globals they read.
@@ -39,13 +39,8 @@ MIB = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def moto_s3() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with moto_server(warm=("s3",)) as url:
+        yield url
 
 
 def client(url: str) -> Any:

@@ -21,7 +21,7 @@ import pytest
 
 from gpufleet_node import job_boot, job_group, job_runner
 from tests.gpufleet_node.test_job_recovery import SCRIPT, free_port, steps_printed
-from tests.gpufleet_node.watchdog_fakes import moto_server
+from tests.support.moto_server import moto_server
 
 BUCKET = "gpufleet-group-test"
 PREFIX = "checkpoints/n0/g1/"

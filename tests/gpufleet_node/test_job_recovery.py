@@ -17,7 +17,7 @@ import pytest
 
 from gpufleet_node import job_policy, job_runner
 from gpufleet_node.job_policy import Decision, Policy
-from tests.gpufleet_node.watchdog_fakes import moto_server
+from tests.support.moto_server import moto_server
 
 BUCKET = "gpufleet-recovery-test"
 PREFIX = "checkpoints/n0/r1/"

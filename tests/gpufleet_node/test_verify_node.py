@@ -17,7 +17,6 @@ from typing import Any
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from bootstrap.fleet import node_package
 from bootstrap.fleet.api import ScratchSpec
@@ -27,6 +26,7 @@ from bootstrap.verify.ship import REMOTE_FILES
 from gpufleet_node import verify_node, verify_smi
 from infra.catalog import load_catalog
 from tests.gpufleet_node.watchdog_fakes import closed_port
+from tests.support.moto_server import moto_server
 
 NODE_MODULE = "gpufleet_node.verify_node"  # run as the node runs it: python -m
 
@@ -156,13 +156,8 @@ def test_scratch_probe_on_a_missing_mount_says_so(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def moto_s3() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with moto_server(warm=("s3",)) as url:
+        yield url
 
 
 def probe_args(endpoint: str, bucket: str, provider: str = "aws") -> Namespace:

@@ -29,9 +29,9 @@ from tests.gpufleet_node.watchdog_fakes import (
     FakeEcs,
     FakeIMDS,
     closed_port,
-    moto_server,
     serve,
 )
+from tests.support.moto_server import moto_server
 
 REMOTE = Path(__file__).resolve().parents[3] / "gpufleet_node"
 wd: Any = importlib.import_module("gpufleet_node.watchdog")

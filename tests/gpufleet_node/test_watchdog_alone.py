@@ -22,7 +22,8 @@ import pytest
 
 from bootstrap.fleet import node_package
 from bootstrap.tasks.watchdog import PREFIX, node_files
-from tests.gpufleet_node.watchdog_fakes import INSTANCE_ID, FakeIMDS, moto_server, serve
+from tests.gpufleet_node.watchdog_fakes import INSTANCE_ID, FakeIMDS, serve
+from tests.support.moto_server import moto_server
 
 REMOTE = Path(__file__).resolve().parents[3] / "gpufleet_node"
 # What `fab install-watchdog` ships to /opt/gpufleet/gpufleet_node: its own list, not a copy

@@ -33,8 +33,9 @@ from tests.gpufleet_node.test_watchdog import (
     wscratch,
     wsignals,
 )
-from tests.gpufleet_node.watchdog_fakes import closed_port, moto_server
+from tests.gpufleet_node.watchdog_fakes import closed_port
 from tests.reaper.tencent_fake import ACCOUNT_UIN, SECRET_ID, SECRET_KEY, FakeCvm, FakeTencent
+from tests.support.moto_server import moto_server
 
 REGION = "ap-guangzhou"
 IID = "ins-0a1b2c3d"

@@ -7,8 +7,7 @@
   the official Alibaba Cloud SDK's own signer
   (``alibabacloud_tea_openapi.utils.Utils.get_rpcsignature``), and every parameter against
   the SDK's request model of its action: one the API does not define is refused.
-* :func:`moto_server`: moto's S3 + CloudWatch + EC2 over real HTTP, its backends built
-  before the first test's request (not inside the node's request timeouts).
+* moto itself (S3, CloudWatch, EC2 over real HTTP): tests/support/moto_server.py.
 * :func:`closed_port`: a port on 127.0.0.1 that refuses connections.
 """
 
@@ -210,48 +209,3 @@ class FakeEcs:
                 self._send(status, json.dumps(body), "application/json")
 
         return Handler
-
-
-# One cheap read per service: moto builds a service's backend (imports its modules, maps its
-# URLs) on the first request that names it, under a lock, then answers in milliseconds.
-_WARM_UP = {
-    "s3": lambda client: client.list_buckets(),
-    "cloudwatch": lambda client: client.list_metrics(),
-    "ec2": lambda client: client.describe_regions(),
-}
-
-
-@contextmanager
-def moto_server(warm: tuple[str, ...] = ("s3", "cloudwatch")) -> Iterator[str]:
-    """moto on 127.0.0.1, handed out once each service in ``warm`` has answered a request.
-
-    Why: the node's own first call would otherwise pay moto's backend build inside the
-    node's request timeout (10 s for CloudWatch). Measured here: 0.3 s for CloudWatch on an
-    idle machine, 8.5-9 s with the test pinned to a core shared by ten busy processes; the
-    watchdog then only logs "could not publish metrics" and the test that looks for its
-    heartbeat fails. Waiting for the answer here moves that cost out of every node timeout.
-    """
-    import boto3
-    from botocore.config import Config
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    try:
-        # Bounded, not retried: one answer is the readiness this waits for.
-        patient = Config(connect_timeout=10, read_timeout=300, retries={"total_max_attempts": 1})
-        for service in warm:
-            client = boto3.client(
-                service,
-                endpoint_url=url,
-                region_name="us-east-1",
-                aws_access_key_id="testing",  # module-scoped callers run before the autouse
-                aws_secret_access_key="testing",  # credential fixture
-                config=patient,
-            )
-            _WARM_UP[service](client)
-        yield url
-    finally:
-        server.stop()

@@ -27,7 +27,7 @@ def tagged(stack: str = STACK) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def moto_url() -> Iterator[str]:
-    from tests.gpufleet_node.watchdog_fakes import moto_server
+    from tests.support.moto_server import moto_server
 
     with moto_server(warm=()) as url:
         yield url

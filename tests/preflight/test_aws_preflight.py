@@ -18,13 +18,13 @@ from typing import Any
 import boto3
 import botocore.session
 import pytest
-from moto.server import ThreadedMotoServer
 
 from infra import preflight
 from infra.clouds.aws import preflight as aws
 from infra.clouds.aws.program import DLAMI_PARAM
 from infra.preflight import FAIL, INFO, NOT_CHECKED, OK, UNKNOWN, Need
 from tests.preflight.aws_fake import AwsFake, parameter_answer, quota_answer
+from tests.support.moto_server import moto_server
 
 ROOT = Path(__file__).resolve().parents[2]
 CLOSED = "http://127.0.0.1:9"  # nothing listens: a request fails at once, on loopback
@@ -47,11 +47,8 @@ def need(**kw: Any) -> Need:
 
 @pytest.fixture(scope="module")
 def moto_url() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    with moto_server(warm=("sts", "ec2")) as url:
+        yield url
 
 
 @pytest.fixture()

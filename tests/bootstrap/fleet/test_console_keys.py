@@ -12,6 +12,7 @@ import pytest
 from bootstrap.fleet.console_keys import parse_console_host_keys, with_console_host_keys
 from bootstrap.fleet.hostkeys import PublicKey
 from tests.bootstrap.conftest import run_fab
+from tests.support.moto_server import moto_server
 from tests.support.sshd import SshServer, require_sshd, start_sshd, stop_sshd
 
 ED = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK8gEXAMPLEKEYexampleKEYexampleKEYexampleKEYab"
@@ -81,18 +82,10 @@ def test_outputs_gain_host_keys_and_failures_fall_back_with_a_note():
 
 @pytest.fixture
 def moto_ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", url)
-    monkeypatch.setenv("GPUFLEET_CONSOLE_HOST_KEYS", "1")
-    try:
+    with moto_server(warm=("ec2",)) as url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", url)
+        monkeypatch.setenv("GPUFLEET_CONSOLE_HOST_KEYS", "1")
         yield url
-    finally:
-        server.stop()
 
 
 def launch(url: str) -> str:

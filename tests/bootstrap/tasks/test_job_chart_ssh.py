@@ -22,6 +22,7 @@ from tests.bootstrap.tasks.test_top_ssh import (  # noqa: F401 (fixtures)
     two_nodes,
     write_job,
 )
+from tests.support.moto_server import moto_server
 from tests.support.sshd import SshServer
 
 pytestmark = pytest.mark.integration
@@ -33,24 +34,17 @@ JOB = "train-lm-261202-030000-ab12"
 @pytest.fixture
 def moto_bucket() -> Iterator[tuple[str, Any]]:
     import boto3
-    from moto.server import ThreadedMotoServer
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    client = boto3.client(
-        "s3",
-        endpoint_url=url,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    client.create_bucket(Bucket=BUCKET)
-    try:
+    with moto_server(warm=("s3",)) as url:
+        client = boto3.client(
+            "s3",
+            endpoint_url=url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        client.create_bucket(Bucket=BUCKET)
         yield url, client
-    finally:
-        server.stop()
 
 
 def recorded(jobs: Path, url: str) -> None:

@@ -21,7 +21,8 @@ import pytest
 
 from infra.reaper import tags as T
 from tests.bootstrap.conftest import FabResult, node_dir, run_fab
-from tests.gpufleet_node.watchdog_fakes import FakeIMDS, moto_server, serve
+from tests.gpufleet_node.watchdog_fakes import FakeIMDS, serve
+from tests.support.moto_server import moto_server
 from tests.support.sshd import SshServer
 
 pytestmark = pytest.mark.integration

@@ -31,6 +31,7 @@ from bootstrap.train import check_cache
 from bootstrap.train.steps import put_bytes
 from gpufleet_node import job_runner
 from tests.bootstrap.conftest import REPO, FabResult, node_dir, run_fab
+from tests.support.moto_server import moto_server
 from tests.support.sshd import SshServer, free_port, start_sshd, stop_sshd
 
 pytestmark = pytest.mark.integration
@@ -57,15 +58,8 @@ def second_node(sshd_server: SshServer) -> Iterator[SshServer]:
 
 @pytest.fixture(scope="module")
 def moto_url() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with moto_server(warm=("s3",)) as url:
+        yield url
 
 
 def s3(url: str) -> Any:

@@ -20,7 +20,8 @@ import pytest
 
 from bootstrap.tasks import watchdog as fabdog
 from tests.bootstrap.conftest import node_dir, run_fab
-from tests.gpufleet_node.watchdog_fakes import FakeIMDS, moto_server, serve
+from tests.gpufleet_node.watchdog_fakes import FakeIMDS, serve
+from tests.support.moto_server import moto_server
 from tests.support.sshd import SshServer
 
 BUCKET = "gpufleet-local-test"

@@ -17,7 +17,7 @@ from bootstrap.fleet.api import Host
 from bootstrap.verify.expected import Expected
 from bootstrap.verify.report import upload_report
 from bootstrap.verify.ship import FILE_PIECE, VerifyOptions, write_file_commands
-from tests.gpufleet_node.watchdog_fakes import moto_server
+from tests.support.moto_server import moto_server
 from tests.support.sshd import SshServer
 
 BUCKET = "gpufleet-reports"

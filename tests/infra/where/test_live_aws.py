@@ -10,19 +10,13 @@ import pytest
 from infra.clouds.availability import OFFERED, NoSignal
 from infra.clouds.aws import availability
 from tests.infra.where.fakes import ec2_query
+from tests.support.moto_server import moto_server
 
 
 @pytest.fixture(scope="module")
 def moto_url() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with moto_server(warm=("ec2",)) as url:
+        yield url
 
 
 @pytest.fixture
