@@ -77,6 +77,10 @@ from .watchdog_state import (
 LOG = logging.getLogger("gpufleet-watchdog")
 
 
+# Who stopped this node, in the stop record (names.STOPPED_BY): this watchdog (idle or
+# TTL), or the cloud, as the eviction notice this watchdog saw says.
+STOPPED_BY_WATCHDOG = "watchdog"
+STOPPED_BY_NOTICE = "spot-notice"
 # A spot notice's sync: at most this long, ending this long before a reclaim time the
 # notice names, and never shorter than the floor (a late notice still tries the newest).
 SPOT_SYNC_S = 90.0
@@ -101,6 +105,10 @@ class Watchdog:
     warn: Callable[[str], None]
     tags: Callable[[], dict[str, str]] | None  # raises TagsUnreadable
     rules: idle_rules.Policy = field(default_factory=idle_rules.Policy)
+    # Writes the stop record (tag gpufleet:stopped-by) where the cloud keeps no stop reason
+    # of its own (Azure); None elsewhere. The reaper's function starts a reclaimed spot
+    # node again and must tell it from this guard's idle stop (infra/reaper/recovery.py).
+    record: Callable[[str], None] | None = None
 
     @property
     def state_path(self) -> Path:
@@ -189,6 +197,7 @@ class Watchdog:
         if notice is None or notice == state.spot_notice_synced:
             return
         LOG.warning("spot interruption notice %s: saving scratch now", notice)
+        self.write_record(STOPPED_BY_NOTICE)
         budget = self.spot_sync_budget(notice)
         # The running jobs push their checkpoint folders as versions (what a resume
         # restores) while this saves scratch.
@@ -220,6 +229,8 @@ class Watchdog:
         now = self.probe.now()
         append_job_samples(running_job_folders(Path(self.config.jobs_dir)), taken)
         signals = self.gather_signals(state, now)
+        if state.tags.get("read_at") == now.isoformat():  # read in this run
+            self.clear_old_record(state.tags.get("tags"))
         keep = max(
             signals.limits.idle_minutes + self.rules.activity_window_minutes,
             self.rules.stall_warn_minutes + self.rules.stall_stop_after_warn_minutes,
@@ -318,6 +329,36 @@ class Watchdog:
             "told_stop": told_stop,
         }
 
+    def write_record(self, guard: str) -> None:
+        """Tag this node ``<guard>@<now>`` (bounded tries); a failure is logged, never
+        holds the stop: without a record the function keeps the node stopped."""
+        if self.record is None:
+            return
+        value = f"{guard}@{idle_rules.format_utc(self.probe.now())}"
+        try:
+            self.record(value)
+        except Exception as exc:
+            LOG.warning("could not write %s=%s: %s", names.STOPPED_BY, value, exc)
+
+    def clear_old_record(self, tags: dict[str, str] | None) -> None:
+        """A stop record written before this boot is spent: the node runs again. Cleared
+        (set to ""), so a later eviction is not read as this old stop. A record of this
+        boot (a notice just seen) stays."""
+        value = (tags or {}).get(names.STOPPED_BY, "").strip()
+        if self.record is None or not value:
+            return
+        _, _, when = value.partition("@")
+        try:
+            written = idle_rules.parse_utc(when)
+        except ValueError:
+            written = None
+        if written is not None and written >= self.probe.boot_time():
+            return
+        try:
+            self.record("")
+        except Exception as exc:
+            LOG.warning("could not clear %s=%s: %s", names.STOPPED_BY, value, exc)
+
     def _job_folders(self) -> list[Path]:
         return running_job_folders(Path(self.config.jobs_dir))
 
@@ -363,6 +404,7 @@ class Watchdog:
         # Saved before the call: an OS power-off may end this process before it returns.
         state.last_decision["powered_off"] = now.isoformat()
         state.save(self.state_path)
+        self.write_record(STOPPED_BY_WATCHDOG)
         try:
             self.poweroff()
         except Exception as exc:
@@ -450,6 +492,15 @@ def build(config: Config) -> Watchdog:
         else:
             LOG.warning("no instance id (config or metadata): metrics not published")
 
+    record: Callable[[str], None] | None = None
+    if getattr(cloud, "writes_stop_record", False) and instance_id:
+
+        def record(value: str) -> None:
+            found = creds()
+            if found is None:
+                raise RuntimeError("no credentials on this node")
+            retry_idempotent(lambda: cloud.write_tag(instance_id, names.STOPPED_BY, value, found))
+
     return Watchdog(
         config=config,
         probe=SystemProbe(),
@@ -459,6 +510,7 @@ def build(config: Config) -> Watchdog:
         poweroff=cloud.poweroff,
         warn=wall,
         tags=lambda: cloud.instance_tags(instance_id, creds),
+        record=record,
     )
 
 

@@ -105,6 +105,10 @@ class AzureNode:
     sleep: Callable[[float], None] = time.sleep
     name: ClassVar[str] = "azure"
     joined: ClassVar[int] = 4  # the order messages list the clouds in
+    # Azure keeps no reason for a deallocation: the watchdog tags its own stops and the
+    # eviction notices it sees (gpufleet:stopped-by, through write_tag's Tags Merge, the
+    # lease's permission), so the reaper's function starts only an evicted VM again.
+    writes_stop_record: ClassVar[bool] = True
     bucket_store: ClassVar[type[bucket.BucketStore]] = bucket.BlobStore
 
     @property
