@@ -112,10 +112,11 @@ def main(
     if args.request_quota:
 
         def confirm(question: str) -> bool:
+            asked = fit(question.rstrip()) + " "  # 80 columns, the [y/N] on the last line
             if args.yes:
-                out.write(question + "yes (--yes)\n")
+                out.write(asked + "yes (--yes)\n")
                 return True
-            return tty_confirm(question, out, answer)
+            return tty_confirm(asked, out, answer)
 
         def say(line: str) -> None:
             out.write(fit(line) + "\n")

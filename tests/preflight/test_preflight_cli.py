@@ -3,6 +3,7 @@ problem, never a traceback, and nothing but loopback reached."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -101,3 +102,31 @@ def test_request_quota_with_yes_and_no_network_files_nothing_and_says_so():
     proc = run("--stack", "t4x1", "--request-quota", "--yes")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout
     assert proc.stdout.splitlines()[-1] == "--request-quota: no short quota to request"
+
+
+class Terminal(io.StringIO):
+    """What a person types, as a terminal: isatty() is True."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_only_y_or_yes_from_the_terminal_files(capsys):
+    from scripts import preflight as script
+
+    out = io.StringIO()
+    for typed, said in (("y\n", True), ("YES\n", True), ("n\n", False), ("\n", False), ("", False)):
+        assert script.tty_confirm("file? [y/N] ", out, Terminal(typed)) is said
+    assert out.getvalue().startswith("file? [y/N] ")
+
+
+def test_request_quota_at_a_terminal_runs_the_checks_then_asks(monkeypatch):
+    from scripts import preflight as script
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", CLOSED)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_PRICING", CLOSED)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    out, err = io.StringIO(), io.StringIO()
+    code = script.main(["--stack", "t4x1", "--request-quota"], out, err, Terminal("y\n"))
+    assert code == 1 and err.getvalue() == ""  # no network: unknown lines, nothing to file
+    assert out.getvalue().splitlines()[-1] == "--request-quota: no short quota to request"

@@ -452,12 +452,11 @@ def _permissions(
     if not lack:
         return Check("permissions", OK, f"all {len(ACTIONS)} actions `pulumi up` needs, {at}")
     more = f" and {len(lack) - 3} more" if len(lack) > 3 else ""
-    shown = ", ".join(a for a, _ in lack[:3]) + more
-    why = "; ".join(f"{a.split('/', 1)[0]}: {w}" for a, w in lack[:2])
+    shown = ", ".join(f"{a} ({why})" for a, why in lack[:3]) + more
     return Check(
         "permissions",
         FAIL,
-        f"{len(lack)} of {len(ACTIONS)} actions missing {at}: {shown} ({why})",
+        f"{len(lack)} of {len(ACTIONS)} actions missing {at}: {shown}",
         "give the caller Owner, or Contributor plus User Access Administrator, on the "
         "subscription (`az role assignment create --assignee <you> --role Owner "
         f"--scope /subscriptions/{subscription}`)",
