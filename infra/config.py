@@ -91,6 +91,7 @@ KEYS: Mapping[str, str] = MappingProxyType(
         "idleMinutes": "stop after this many idle minutes (default: the tier's, 15 or 30)",
         "ttlHours": "hard limit per run even while busy; 0 turns it off (default 24, 12 for x8)",
         "destroyData": "true lets `pulumi destroy` delete the bucket and its objects",
+        "restartReclaimed": "spot: false leaves a reclaimed node stopped (default true)",
         "maxHourlyCost": "refuse plans above this hourly cost for the whole stack",
         "capacityReservation": "launch into this existing capacity reservation (its id)",
         "capacityBlock": "true: capacityReservation is an AWS Capacity Block for ML",
@@ -137,6 +138,8 @@ class StackConfig:
     # an existing capacity reservation (block, group, private pool) the nodes launch into
     capacity_reservation: str | None = None
     capacity_block: bool = False
+    # spot: the reaper's function starts a reclaimed node again (infra/reaper/recovery.py)
+    restart_reclaimed: bool = True
 
     @property
     def multi_node(self) -> bool:
@@ -763,6 +766,7 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
     root, scratch_gb, scratch_class, scratch_path = _read_disks(r, chosen.info)
     archive_days, idle, ttl, destroy, max_cost = _read_limits(r, cat, chosen.tier)
     tags = _read_tags(r, chosen.provider, cat)
+    restart_reclaimed = r.boolean("restartReclaimed", True)
     # what the cloud would refuse at `pulumi up`: names, rules per group, tags per resource
     # (not for a key already refused: fixing that one changes what would be counted)
     for key, message in limits.problems(chosen.provider, stack, chosen.nodes, cidrs, tags):
@@ -802,6 +806,7 @@ def parse_config(raw: Mapping[str, Any], stack: str, catalog: Catalog | None = N
         tags=MappingProxyType(tags),
         capacity_reservation=reservation,
         capacity_block=block,
+        restart_reclaimed=restart_reclaimed,
     )
     return placement.resolve(raw, cfg, cat) if zone == "auto" else cfg
 

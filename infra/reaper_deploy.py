@@ -33,6 +33,8 @@ def function_env(args: GuardArgs) -> dict[str, str]:
         "GPUFLEET_STACK": args.stack,
         "GPUFLEET_REGION": args.region,
         "GPUFLEET_APPLY": "true",
+        "GPUFLEET_RESTART_RECLAIMED": "true" if args.restart_reclaimed else "false",
+        "GPUFLEET_NODES": ",".join(args.nodes),
     }
 
 

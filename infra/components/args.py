@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from infra.catalog import Catalog
 from infra.config import StackConfig
-from infra.nodes import needs_placement_group, stack_tags
+from infra.nodes import needs_placement_group, node_name, stack_tags
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,10 @@ class GuardArgs:
     stack: str
     region: str
     tags: dict[str, str]
+    # spot recovery (infra/reaper/recovery.py): start a reclaimed node again; the nodes'
+    # names (their Name tag), so one the cloud deleted is reported as lost
+    restart_reclaimed: bool = True
+    nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,12 @@ def node_args(cfg: StackConfig) -> NodeArgs:
 
 def guard_args(cfg: StackConfig) -> GuardArgs:
     return GuardArgs(
-        provider=cfg.provider, stack=cfg.stack, region=cfg.region, tags=stack_tags(cfg)
+        provider=cfg.provider,
+        stack=cfg.stack,
+        region=cfg.region,
+        tags=stack_tags(cfg),
+        restart_reclaimed=cfg.restart_reclaimed,
+        nodes=tuple(node_name(cfg, i) for i in range(cfg.nodes)),
     )
 
 

@@ -39,9 +39,12 @@ NOTICE = "spot-notice"
 NOTICE_BEFORE_STOP = timedelta(minutes=30)
 # A reclaim older than this is no longer started by the function (bounded retries).
 RECOVERY_HOURS = 24.0
-# States a scan may list for an instance the cloud deleted or is deleting.
+# States a scan may list for an instance the cloud deleted or is deleting: EC2's
+# shutting-down/terminated; CVM's SHUTDOWN "停止待销毁" (stopped, to be destroyed: a
+# repossessed spot instance), TERMINATING and LAUNCH_FAILED (tencentcloud-sdk-python-cvm
+# 3.1.178 models.py, Instance.InstanceState), as infra/clouds/tencent/reaper.py names them.
 GONE_STATES = frozenset(
-    {"terminated", "shutting-down", "deleted", "deleting", "terminating", "released"}
+    {"terminated", "shutting-down", "shutdown", "terminating", "launch-failed", "deleting"}
 )
 
 START = "start"
@@ -154,15 +157,22 @@ def judge(inst: Instance, now: datetime, *, enabled: bool, can_start: bool) -> R
 
 
 def lost(instances: Iterable[Instance], expected: Sequence[str]) -> list[Recovery]:
-    """The expected nodes the scan did not find, or found deleted."""
-    seen = {i.instance_id: i for i in instances}
+    """The expected nodes (instance ids, or node names: the Name tag the stack sets, an
+    Azure VM's name) the scan did not find, or found deleted."""
+    seen: dict[str, Instance] = {}
+    for inst in instances:
+        seen[inst.instance_id] = inst
+        name = inst.tag("Name")
+        if name and (name not in seen or seen[name].state in GONE_STATES):
+            seen[name] = inst  # a live node of that name wins over a deleted one
     out = []
-    for iid in expected:
-        inst = seen.get(iid)
-        if inst is None:
-            out.append(Recovery(iid, LOST, "gone from the cloud: deleted or repossessed"))
-        elif inst.state in GONE_STATES:
-            out.append(Recovery(iid, LOST, f"{inst.state} by the cloud", inst.role))
+    for node in expected:
+        found = seen.get(node)
+        if found is None:
+            out.append(Recovery(node, LOST, "gone from the cloud: deleted or repossessed"))
+        elif found.state in GONE_STATES:
+            why = f"{found.instance_id} {found.state} by the cloud"
+            out.append(Recovery(node, LOST, why, found.role))
     return out
 
 

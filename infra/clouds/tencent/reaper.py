@@ -87,7 +87,14 @@ from infra.reaper.core import (
 )
 
 # The SCF function's settings (tencent-infra declares exactly these) and its runtime.
-FUNCTION_ENV = ("GPUFLEET_PROVIDER", "GPUFLEET_STACK", "GPUFLEET_REGION", "GPUFLEET_APPLY")
+FUNCTION_ENV = (
+    "GPUFLEET_PROVIDER",
+    "GPUFLEET_STACK",
+    "GPUFLEET_REGION",
+    "GPUFLEET_APPLY",
+    "GPUFLEET_RESTART_RECLAIMED",
+    "GPUFLEET_NODES",
+)
 SCF_RUNTIME = "Python3.10"
 # The execution role's temporary keys as SCF sets them; then the SDK's own variable names.
 CREDENTIAL_ENV = (
