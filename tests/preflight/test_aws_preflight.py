@@ -275,7 +275,6 @@ def test_the_fake_s_request_answer_is_botocore_s_own_shape():
 
 
 def test_moto_cannot_take_a_quota_request_so_the_fake_does(moto_url: str):
-    sq = boto3.client("service-quotas", endpoint_url=moto_url, region_name="us-east-1")
     from botocore.config import Config
     from botocore.exceptions import ClientError
 

@@ -29,6 +29,7 @@ from infra.pricing import price_sheet
 from scripts import refresh_prices
 from tests.infra.test_azure_prices import FakeRetailPrices, _row, _serve
 from tests.scripts.test_cost_cli_live import FakeApis
+from tests.support.moto_server import moto_server
 
 pytestmark = pytest.mark.integration
 
@@ -144,16 +145,11 @@ def azure(monkeypatch: pytest.MonkeyPatch) -> Iterator[PerSizeRetailPrices]:
 
 @pytest.fixture(scope="module")
 def moto_url() -> Iterator[str]:
-    """moto 5.2.5 on 127.0.0.1: its DescribeSpotPriceHistory answers SpotPrice "0.00001" for
-    each Availability Zone its offerings list a type in (moto/ec2/responses/
-    spot_instances.py), and nothing for a type it does not offer there."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    """moto 5.2.5 on 127.0.0.1 (tests/support/moto_server.py): its DescribeSpotPriceHistory
+    answers SpotPrice "0.00001" for each Availability Zone its offerings list a type in
+    (moto/ec2/responses/spot_instances.py), and nothing for a type it does not offer there."""
+    with moto_server(warm=("ec2",)) as url:
+        yield url
 
 
 @pytest.fixture
