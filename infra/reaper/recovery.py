@@ -127,7 +127,7 @@ def judge(inst: Instance, now: datetime, *, enabled: bool, can_start: bool) -> R
         if rec.reclaimed is None:
             return keep(f"stop reason unreadable ({rec.error or rec.detail}): not started")
         if not rec.reclaimed:
-            return keep(f"stopped by a person or the OS ({rec.detail}): not started")
+            return keep(f"not a reclaim ({rec.detail}): a person's or a guard's stop, kept")
         detail, at = rec.detail, rec.at
     elif guard is not None and guard[0] == NOTICE:
         detail, at = f"the node saw the eviction notice ({T.STOPPED_BY}={raw})", guard[1]

@@ -76,7 +76,11 @@ def test_a_cloud_that_restarts_its_own_is_left_to_it() -> None:
     [
         (RECLAIMED, {T.STOPPED_BY: "watchdog@2026-12-05T11:50:00Z"}, "stopped by the watchdog"),
         (None, {T.STOPPED_BY: "reaper@2026-12-05T11:50:00Z"}, "stopped by the reaper"),
-        (StopRecord(False, "StateReason Client.UserInitiatedShutdown"), {}, "person or the OS"),
+        (
+            StopRecord(False, "StateReason Client.UserInitiatedShutdown"),
+            {},
+            "a person's or a guard's",
+        ),
         (StopRecord(None, "events", error="HTTP 500"), {}, "unreadable (HTTP 500)"),
         (None, {}, "no record of who stopped it"),
         (None, {T.STOPPED_BY: "someone@else"}, "is not a record this reads"),

@@ -107,7 +107,7 @@ def test_ec2_reclaim_is_left_to_ec2_and_other_stops_are_kept(
     assert "EC2 restarts it" in reclaimed.line
     assert by_id[stopped["user"]].verdict == KEEP
     assert "Client.UserInitiatedShutdown" in by_id[stopped["user"]].reason
-    assert "person or the OS" in by_id[stopped["user"]].reason
+    assert "a person's or a guard's stop" in by_id[stopped["user"]].reason
     assert "Client.InstanceInitiatedShutdown" in by_id[stopped["os"]].reason
     assert "stopped by the reaper" in by_id[stopped["reaper"]].reason
     # terminated instances are not scanned: the expected node is lost
