@@ -17,7 +17,7 @@ from gpufleet_node import verify_node
 from tests.gpufleet_node.watchdog_fakes import closed_port
 from tests.support.moto_server import moto_server
 
-REMOTE = Path(__file__).resolve().parents[3] / "gpufleet_node"
+REMOTE = Path(__file__).resolve().parents[2] / "gpufleet_node"
 REGION = "ap-guangzhou"
 
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]  # the folder that holds gpufleet_node/
+ROOT = Path(__file__).resolve().parents[2]  # the folder that holds gpufleet_node/
 
 
 def launch(script: Path) -> subprocess.CompletedProcess[str]:

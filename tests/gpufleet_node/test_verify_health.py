@@ -15,7 +15,7 @@ from gpufleet_node import verify_health as vh
 from tests.gpufleet_node.test_verify_node import moto_s3  # noqa: F401  (the fixture)
 from tests.gpufleet_node.watchdog_fakes import closed_port
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "health"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "health"
 
 
 def read(name: str) -> str:

@@ -33,7 +33,7 @@ from tests.gpufleet_node.watchdog_fakes import (
 )
 from tests.support.moto_server import moto_server
 
-REMOTE = Path(__file__).resolve().parents[3] / "gpufleet_node"
+REMOTE = Path(__file__).resolve().parents[2] / "gpufleet_node"
 wd: Any = importlib.import_module("gpufleet_node.watchdog")
 # Its concerns, one module each beside it in the package.
 wconfig: Any = importlib.import_module("gpufleet_node.watchdog_config")

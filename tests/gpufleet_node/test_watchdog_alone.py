@@ -25,7 +25,7 @@ from bootstrap.tasks.watchdog import PREFIX, node_files
 from tests.gpufleet_node.watchdog_fakes import INSTANCE_ID, FakeIMDS, serve
 from tests.support.moto_server import moto_server
 
-REMOTE = Path(__file__).resolve().parents[3] / "gpufleet_node"
+REMOTE = Path(__file__).resolve().parents[2] / "gpufleet_node"
 # What `fab install-watchdog` ships to /opt/gpufleet/gpufleet_node: its own list, not a copy
 # (each cloud's node module comes from its folder, infra/clouds/<name>/node.py).
 NODE_FILES = tuple(

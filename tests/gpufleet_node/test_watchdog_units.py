@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.support.real import missing_real_part
 
-REMOTE = Path(__file__).resolve().parents[3] / "gpufleet_node"
+REMOTE = Path(__file__).resolve().parents[2] / "gpufleet_node"
 UNITS = ("gpufleet-watchdog.service", "gpufleet-watchdog.timer")
 
 
