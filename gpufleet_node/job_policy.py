@@ -174,6 +174,23 @@ def failure_of(torchrun_output: str) -> dict[str, Any]:
     return out
 
 
+# What a rank prints when its collective lost a peer: the failure is another node's.
+# gloo's tcp transport (gloo/transport/tcp/pair.cc, as torch 2.13 prints it): "Connection
+# closed by peer ... typically caused by a remote worker crashing"; NCCL's ncclRemoteError
+# ("remote process exited or there was a network error").
+PEER_LOST = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "remote process exited or there was a network error",
+    "ncclRemoteError",
+)
+
+
+def peer_lost(lines: list[str]) -> bool:
+    """Whether a failed rank's last lines say it failed because a peer went away."""
+    return any(p in line for line in lines for p in PEER_LOST)
+
+
 def nccl_env(user_env: Mapping[str, str], hang_after_s: float | None) -> dict[str, str]:
     """NCCL's own guards against a collective that never finishes, for the variables the
     user did not set (their values win). PyTorch, ProcessGroupNCCL Environment Variables,

@@ -833,7 +833,7 @@ class Supervisor:
             rc, why = self.attempt(args, policy)
             self.state.update(exit_code=rc, ended_at=utcnow())
             self.end_attempt(rc, why, time.monotonic() - began)
-            failure = job_policy.failure_of(self.torchrun_output()) if rc else {}
+            failure = self.own_failure() if rc else {}
             self.report(None, state="ended", rc=rc, why=why, **failure)
             if why == "cancel":
                 return self.worker_end({"state": "cancelled", "reason": "cancelled"})
@@ -1006,6 +1006,15 @@ class Supervisor:
         add_event(self.dir, "attempt_end", **rec)
         self.log(job_policy.attempt_line(rec))
         return final
+
+    def own_failure(self) -> dict[str, Any]:
+        """The rank torchrun names as this attempt's root cause, and whether its last
+        lines say it only lost a peer."""
+        out = job_policy.failure_of(self.torchrun_output())
+        if out.get("rank") is not None:
+            log = self.job_dir / "logs" / f"rank-{out['rank']}.log"
+            out["peer_lost"] = job_policy.peer_lost(tail_lines(log, 20))
+        return out
 
     def time_lost(self, seconds: float, rec: Mapping[str, Any]) -> dict[str, Any]:
         """What an attempt that did not succeed lost: the time since its newest checkpoint
@@ -1225,7 +1234,7 @@ class Supervisor:
         for pause in (0.0, 2.0, 5.0):
             time.sleep(pause)
             if job_group.write_attempt(self.group, self.prefix(), doc):
-                add_event(self.dir, "attempt_record", **doc)
+                self.state["group_attempt"] = doc  # what the other nodes join
                 return True
         return False
 
@@ -1252,7 +1261,7 @@ class Supervisor:
             time.sleep(min(1.0, self.group_poll_s()))
             records = job_group.node_records(self.group, self.prefix(), n)
         failed = job_group.failed_node(records)
-        own = job_policy.failure_of(self.torchrun_output())
+        own = self.own_failure()
         if failed is not None and first_failure(node_cause(failed), own):
             self.group_cause = node_cause(failed)
             return "crash"
@@ -1279,18 +1288,20 @@ class Supervisor:
 def node_cause(record: Mapping[str, Any]) -> dict[str, Any]:
     """A worker's failed end record as an attempt's cause: its node, rank and exit."""
     out = {"node": int(record.get("node_rank") or 0)}
-    for key in ("rank", "exit_code", "signal", "failed_at"):
+    for key in ("rank", "exit_code", "signal", "failed_at", "peer_lost"):
         if record.get(key) is not None:
             out[key] = record[key]
     return out
 
 
 def first_failure(theirs: Mapping[str, Any], own: Mapping[str, Any]) -> bool:
-    """Whether a worker's failure came first, before the head's own (torchrun's summary
-    times, to the second). On a tie the one that did not exit 1 (a rank that lost its
-    peer raises, exit 1, after the rank that failed first); then the worker's."""
+    """Whether a worker's failure came first, before the head's own: a failed rank that
+    says it lost its peer (job_policy.peer_lost) failed second; else torchrun's summary
+    times, to the second; on a tie the one that did not exit 1; then the worker's."""
     if not own:
         return True
+    if bool(own.get("peer_lost")) != bool(theirs.get("peer_lost")):
+        return bool(own.get("peer_lost"))
     mine, other = str(own.get("failed_at") or ""), str(theirs.get("failed_at") or "")
     if mine and other and mine != other:
         return other < mine
@@ -1315,9 +1326,49 @@ def reclaimed_record(previous: Mapping[str, Any], node_rank: int) -> dict[str, A
     }
 
 
+# On a GPU node, SM activity with power above idle is progress too (a rank inside a long
+# kernel prints nothing), read with nvidia-smi's CSV query (nvidia-smi(1), --query-gpu and
+# --format=csv,noheader,nounits: https://manpages.ubuntu.com/manpages/noble/man1/
+# nvidia-smi.1.html). Utilization alone is not enough: a collective that spins waiting
+# for a lost peer keeps it at 100 % at little power, so the draw must be at least
+# GPU_BUSY_POWER of the board's power.limit (job.json gpu_busy_power).
+GPU_QUERY = ("--query-gpu=utilization.gpu,power.draw,power.limit", "--format=csv,noheader,nounits")
+GPU_BUSY_POWER = 0.4
+GPU_LOOK_S = 10.0  # how often (job.json gpu_look_s); each query is bounded by 10 s
+
+
+def gpu_active(text: str, power_frac: float = GPU_BUSY_POWER) -> bool:
+    """Whether any GPU in nvidia-smi's CSV answer (utilization %, draw W, limit W) runs
+    kernels at a draw of at least ``power_frac`` of its limit; [N/A] fields are no."""
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            util, draw, limit = (float(p) for p in parts)
+        except ValueError:
+            continue
+        if util > 0 and limit > 0 and draw >= power_frac * limit:
+            return True
+    return False
+
+
+def gpu_sample(timeout: float = 10.0) -> str:
+    """nvidia-smi's answer to GPU_QUERY, "" where there is none (no GPU, no tool, an error)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return ""
+    try:
+        done = subprocess.run(
+            [exe, *GPU_QUERY], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
 class Progress:
-    """Any new output on one of this node's rank logs, or a new checkpoint version, is
-    progress; ``silent_s`` is the time since the last."""
+    """Any new output on one of this node's rank logs, a new checkpoint version or (on a
+    GPU node) SM activity above idle power is progress; ``silent_s`` is the time since the
+    last."""
 
     def __init__(self, sup: Supervisor) -> None:
         self.sup = sup
@@ -1327,6 +1378,10 @@ class Progress:
         self.seen = self.snapshot()
         self.last = time.monotonic()
         self.last_at = utcnow()
+        spec = sup.spec
+        self.gpu_every = float(spec.get("gpu_look_s") or GPU_LOOK_S)
+        self.gpu_power = float(spec.get("gpu_busy_power") or GPU_BUSY_POWER)
+        self.gpu_next = 0.0 if not spec.get("cpu") else float("inf")
 
     def snapshot(self) -> tuple[Any, ...]:
         version = (self.sup.state.get("last_sync") or {}).get("version")
@@ -1342,8 +1397,15 @@ class Progress:
             if sup.group is not None and not sup.ranks_started:
                 # A multi-node attempt in its rendezvous: the join timeout governs it.
                 self.seen, self.last, self.last_at = now, time.monotonic(), utcnow()
-        if now != self.seen:
+        if now != self.seen or self.gpu_busy():
             self.seen, self.last, self.last_at = now, time.monotonic(), utcnow()
+
+    def gpu_busy(self) -> bool:
+        """SM activity above idle power on this node's GPUs, looked at every gpu_look_s."""
+        if time.monotonic() < self.gpu_next:
+            return False
+        self.gpu_next = time.monotonic() + self.gpu_every
+        return gpu_active(gpu_sample(), self.gpu_power)
 
     def silent_s(self) -> float:
         """Since the last progress here or (the head of a multi-node run) on any node."""

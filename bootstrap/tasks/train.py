@@ -137,7 +137,7 @@ TRAIN_HELP = {
     f"the job runs (default {DEFAULT_SYNC_QUIET_S:g})",
     "node_env": "extra environment for the job, KEY=VALUE,...",
     "max_restarts": "restart the run this many times after a crash or a hang, each from its "
-    "newest checkpoint with --resume-args (default 0; one node for now)",
+    "newest checkpoint with --resume-args (default 0; on more nodes through the bucket)",
     "hang_after": "no new output on any rank and no new checkpoint for this long (90, 30s, "
     "10m, 2h) is a hang: the ranks are stopped and, with restarts left, restarted",
     "max_cost": "stop the run (its checkpoint pushed) once it cost this much: every "
@@ -544,6 +544,7 @@ def train(
                 {"max_restarts": max_restarts, "hang_after_s": hang_after, "max_cost": max_cost},
                 nnodes=len(fleet.hosts),
                 price=(hourly_price(fleet.outputs) or (None,))[0],
+                bucket=bool(fleet.outputs.get("bucket")),
             )
         _say_kept_back(req.workdir, console)
     spec, restorable = _job_spec_for(

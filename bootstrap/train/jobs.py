@@ -62,6 +62,7 @@ class JobRow:
             "end_reason": self.head.get("end_reason"),
             "max_cost": self.spec.get("max_cost"),
             "budget": self.head.get("budget"),
+            "waiting_for": self.waiting_for,
             # The webhook URL is a secret (its token): its host only.
             "notify": host_of(self.spec["notify_url"]) if self.spec.get("notify_url") else None,
         }
@@ -69,6 +70,14 @@ class JobRow:
     @property
     def head(self) -> Mapping[str, Any]:
         return self.nodes.get(0) or next(iter(self.nodes.values()), {})
+
+    @property
+    def waiting_for(self) -> list[int]:
+        """The nodes a running multi-node attempt waits for (the head's state.json
+        ``waiting_for``: their rendezvous has not completed)."""
+        if self.state not in ("running", "starting"):
+            return []
+        return [int(n) for n in self.head.get("waiting_for") or []]
 
     @property
     def attempts(self) -> list[dict[str, Any]]:
@@ -219,6 +228,8 @@ def jobs_lines(rows: Sequence[JobRow], width: int) -> list[str]:
         state = r.state if r.attempt == 1 else f"{r.state} (attempt {r.attempt})"
         if r.head.get("end_reason") == "budget":
             state = "budget reached" + ("" if r.attempt == 1 else f" (attempt {r.attempt})")
+        if r.waiting_for:  # a multi-node attempt whose rendezvous waits for a node
+            state = f"waiting for node {', '.join(str(n) for n in r.waiting_for)}"
         ttl = ttl_cell(r.ttl) if r.ttl is not None else "-"
         table.append((r, [label, state, started, fmt_duration(r.runtime_s), cost, ttl]))
     widths = [max([len(h), *(len(c[i]) for _, c in table)]) for i, h in enumerate(_HEADINGS)]
@@ -248,8 +259,36 @@ def jobs_lines(rows: Sequence[JobRow], width: int) -> list[str]:
             out.extend(wrap(warning, width, "  warning: ", "    "))
         records = r.attempts
         if len(records) > 1 or any(a.get("reason") != "succeeded" for a in records):
-            for rec in records:  # each attempt and why it ended
-                out.extend(wrap(attempt_line(rec), width, "  ", "    "))
+            for said in attempt_lines(records):  # each attempt and why it ended
+                out.extend(wrap(said, width, "  ", "    "))
+    return out
+
+
+def attempt_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each attempt in a line; a row of attempts that waited for the same node (its
+    rendezvous timed out again and again) in one."""
+    out: list[str] = []
+    i = 0
+    while i < len(records):
+        rec = records[i]
+        j = i
+        while (
+            rec.get("reason") == "waiting"
+            and j + 1 < len(records)
+            and records[j + 1].get("reason") == "waiting"
+            and records[j + 1].get("waiting_for") == rec.get("waiting_for")
+        ):
+            j += 1
+        if j == i:
+            out.append(attempt_line(rec))
+        else:
+            seconds = sum(float(r.get("seconds") or 0) for r in records[i : j + 1])
+            nodes = ", ".join(str(n) for n in rec.get("waiting_for") or [])
+            out.append(
+                f"attempts {rec.get('attempt')}-{records[j].get('attempt')}: waiting "
+                f"(for node {nodes}) {j - i + 1} times, {seconds:.0f}s"
+            )
+        i = j + 1
     return out
 
 

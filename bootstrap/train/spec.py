@@ -148,16 +148,18 @@ def notify_option(url: str) -> str:
     return url
 
 
-def check_recovery(fields: Mapping[str, Any], *, nnodes: int, price: float | None) -> None:
-    """Refuse what the supervisor cannot do yet, in one line: restarts and hang detection
-    are single-node (a node's supervisor sees only its own ranks' output and would restart
-    alone), and a budget needs the stack's hourly price."""
-    if nnodes > 1:
+def check_recovery(
+    fields: Mapping[str, Any], *, nnodes: int, price: float | None, bucket: bool = True
+) -> None:
+    """Refuse what the supervisors cannot do, in one line: on more than one node, restarts
+    and hang detection meet in the stack's bucket (gpufleet_node/job_group.py: the head's
+    attempt records), so they need one; a budget needs the stack's hourly price."""
+    if nnodes > 1 and not bucket:
         for key, option in (("max_restarts", "--max-restarts"), ("hang_after_s", "--hang-after")):
             if fields.get(key):
                 raise TrainError(
-                    f"{option}: single-node for now ({nnodes} nodes here); run without it "
-                    "and resume with fab train --resume"
+                    f"{option}: on {nnodes} nodes the nodes meet in the stack's bucket, and "
+                    "this stack has none; run on one node, or without it"
                 )
     if fields.get("max_cost") and price is None:
         raise TrainError(
@@ -328,11 +330,21 @@ def job_spec(
         # The head's supervisor posts each attempt's end and the run's end here; a secret
         # (a webhook token): fab shows its host only, the node's state and events never it.
         "notify_url": req.notify_url or None,
+        # A spot stack's run resumes by itself when a reclaimed node boots again
+        # (gpufleet_node/job_boot.py; multi-node: through the bucket, job_group.py).
+        "reclaim_recovery": spot_stack(outputs),
         "nodes": [
             {"name": node_name(h), "address": h.address, "port": h.port, "label": h.label}
             for h in fleet.hosts
         ],
     }
+
+
+def spot_stack(outputs: Mapping[str, Any]) -> bool:
+    """Whether the stack's nodes are spot: its hourly_cost output names the billing mode
+    (infra/program.py: currency, billing, amount)."""
+    cost = outputs.get("hourly_cost")
+    return isinstance(cost, Mapping) and str(cost.get("billing") or "").lower() == "spot"
 
 
 def hourly_price(outputs: Mapping[str, Any]) -> tuple[float, str] | None:
@@ -425,7 +437,10 @@ def resume_changes(old: Mapping[str, Any], given: ResumeOptions) -> dict[str, An
     recovery = recovery_options(given.max_restarts, given.hang_after, given.max_cost)
     price = old.get("hourly_price")
     check_recovery(
-        recovery, nnodes=int(old.get("nnodes") or 1), price=None if price is None else float(price)
+        recovery,
+        nnodes=int(old.get("nnodes") or 1),
+        price=None if price is None else float(price),
+        bucket=bool(old.get("bucket")),
     )
     out.update(recovery)
     if given.notify:

@@ -53,11 +53,12 @@ def test_bad_values_are_one_line(given: dict[str, object], says: str) -> None:
     assert str(caught.value).startswith(says) and "\n" not in str(caught.value)
 
 
-def test_restarts_and_hangs_are_single_node_for_now_and_a_budget_needs_a_price() -> None:
-    with pytest.raises(TrainError, match=r"^--max-restarts: single-node for now \(2 nodes"):
-        check_recovery({"max_restarts": 2}, nnodes=2, price=1.0)
-    with pytest.raises(TrainError, match=r"^--hang-after: single-node"):
-        check_recovery({"hang_after_s": 60.0}, nnodes=4, price=1.0)
+def test_restarts_and_hangs_on_more_nodes_need_the_bucket_and_a_budget_a_price() -> None:
+    with pytest.raises(TrainError, match=r"^--max-restarts: on 2 nodes the nodes meet in the"):
+        check_recovery({"max_restarts": 2}, nnodes=2, price=1.0, bucket=False)
+    with pytest.raises(TrainError, match=r"^--hang-after: on 4 nodes .* this stack has none"):
+        check_recovery({"hang_after_s": 60.0}, nnodes=4, price=1.0, bucket=False)
+    check_recovery({"max_restarts": 2, "hang_after_s": 60.0}, nnodes=4, price=1.0, bucket=True)
     check_recovery({"max_cost": 9.0}, nnodes=4, price=1.0)  # a budget works on any nodes
     check_recovery({"max_restarts": 2, "hang_after_s": 60.0}, nnodes=1, price=None)
     with pytest.raises(TrainError, match=r"^--max-cost: the stack's outputs give no hourly_cost"):
@@ -69,8 +70,10 @@ def test_a_resume_applies_them_and_refuses_what_the_job_cannot_do() -> None:
     given = ResumeOptions(max_restarts=2, hang_after="30s", max_cost=10.0)
     assert resume_changes(old, given) == {"max_restarts": 2, "hang_after_s": 30.0, "max_cost": 10.0}
     assert resume_changes({**old, "max_restarts": 2}, ResumeOptions(max_restarts=2)) == {}
-    with pytest.raises(TrainError, match=r"^--max-restarts: single-node"):
+    with pytest.raises(TrainError, match=r"^--max-restarts: on 2 nodes"):
         resume_changes({**old, "nnodes": 2}, ResumeOptions(max_restarts=1))
+    two = {**old, "nnodes": 2, "bucket": "b"}  # with the stack's bucket: the nodes meet there
+    assert resume_changes(two, ResumeOptions(max_restarts=1)) == {"max_restarts": 1}
     with pytest.raises(TrainError, match=r"^--max-cost: the stack's outputs"):
         resume_changes({**old, "hourly_price": None}, ResumeOptions(max_cost=3.0))
 
@@ -127,3 +130,37 @@ def test_fab_jobs_shows_each_attempt_why_it_ended_and_the_spend_against_the_budg
     assert "attempt 3: budget after 300s, steps 400 -> 450" in text
     doc = rows[0].to_json()
     assert doc["end_reason"] == "budget" and len(doc["attempts"]) == 3 and doc["max_cost"] == 30
+
+
+def test_fab_jobs_shows_a_multi_node_runs_attempts_and_the_node_it_waits_for() -> None:
+    spec = {"nnodes": 2, "nproc_per_node": 8, "created_at": "2026-12-01T09:00:00Z"}
+    crash = {"attempt": 1, "reason": "crash", "node": 1, "rank": 9, "exit_code": 3}
+    crash.update(seconds=600, newest_step=200, lost_s=95.0, lost_steps=38)
+    reclaimed = {"attempt": 2, "reason": "reclaimed", "node": 1, "seconds": 300}
+    reclaimed.update(resumed_from={"version": 3, "step": 200}, newest_step=300, lost_s=40)
+    waits = [
+        {"attempt": n, "reason": "waiting", "waiting_for": [1], "seconds": 600} for n in (3, 4, 5)
+    ]
+    head = {
+        "job": "lm-2",
+        "name": "lm",
+        "node_rank": 0,
+        "attempt": 6,
+        "state": "running",
+        "effective": "running",
+        "waiting_for": [1],
+        "attempts": [crash, reclaimed, *waits],
+        "started_at": "2026-12-01T09:00:00Z",
+        "spec": spec,
+    }
+    worker = {**head, "node_rank": 1, "waiting_for": None, "attempts": []}
+    rows = merge_jobs([head, worker], now=NOW, outputs=fleet(nodes=2).outputs)
+    out = io.StringIO()
+    Console(file=out, width=100).print(jobs_table(rows, 100))
+    text = out.getvalue()
+    assert "waiting for node 1" in text
+    assert "attempt 1: crash (node 1, rank 9, exit 3) after 600s, steps 0 -> 200, lost 95s" in text
+    assert "(~38 steps)" in text
+    assert "attempt 2: reclaimed (node 1) after 300s, steps 200 -> 300, lost 40s" in text
+    assert "attempts 3-5: waiting (for node 1) 3 times, 1800s" in text
+    assert rows[0].to_json()["waiting_for"] == [1]

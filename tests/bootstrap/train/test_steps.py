@@ -53,7 +53,7 @@ def test_fab_train_ships_exactly_what_the_job_runner_imports() -> None:
 
 def test_the_bundle_holds_the_files_under_the_package_folder() -> None:
     _sha, b64 = bundle()
-    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(b64)), mode="r:gz") as tar:
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(b64)), mode="r:xz") as tar:
         assert sorted(tar.getnames()) == sorted(REMOTE_FILES)
     # it travels inside one command line: Linux caps one argument at 128 KiB
     assert len(b64) < 120_000
