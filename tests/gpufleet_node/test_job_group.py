@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet_node import job_boot, job_group, job_runner
+from gpufleet_node import job_boot, job_group, job_policy, job_runner
 from tests.gpufleet_node.test_job_recovery import SCRIPT, free_port, steps_printed
 from tests.support.moto_server import moto_server
 
@@ -340,3 +340,50 @@ def test_the_boot_entry_picks_only_runs_a_reclaim_interrupted() -> None:
     assert not job_boot.interrupted(running, spec, "old")  # this boot's: still running
     assert not job_boot.interrupted({**running, "state": "succeeded"}, spec, "new")
     assert not job_boot.interrupted(running, {}, "new")  # no reclaim recovery asked
+
+
+ODD = "/opt/my gpufleet/50%$HOME"
+
+
+@pytest.mark.parametrize("root", ["/var/lib/gpufleet/jobs", ODD + "/jobs"])
+def test_systemd_itself_accepts_the_boot_unit(tmp_path: Path, root: str) -> None:
+    import pwd
+    import shutil
+
+    from tests.support.real import missing_real_part
+
+    if shutil.which("systemd-analyze") is None:
+        missing_real_part("no systemd-analyze on PATH", package="systemd")
+    user = pwd.getpwuid(os.getuid()).pw_name
+    text = job_boot.render_unit(sys.executable, root + "/bin", root, user)
+    unit = tmp_path / job_boot.UNIT
+    unit.write_text(text)
+    done = subprocess.run(
+        ["systemd-analyze", "verify", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not [ln for ln in done.stderr.splitlines() if job_boot.UNIT in ln], done.stderr
+    # systemd reads the paths back as they were written, each one argument.
+    exec_start = next(ln for ln in text.splitlines() if ln.startswith("ExecStart="))
+    assert f'"{root.replace("%", "%%").replace("$", "$$")}"' in exec_start or root in exec_start
+    assert "job_runner boot --root" in exec_start and "KillMode=process" in text
+
+
+def test_the_node_that_failed_first_is_the_one_named() -> None:
+    lost = "RuntimeError: [.../gloo/transport/tcp/pair.cc:553] Connection closed by peer [x]:1."
+    assert job_policy.peer_lost(["Traceback ...", lost]) and not job_policy.peer_lost(["exit 3"])
+    worker = {"rank": 9, "exit_code": 3, "failed_at": "2026-12-05_17:40:02"}
+    head_lost = {"rank": 0, "exit_code": 1, "failed_at": "2026-12-05_17:40:01", "peer_lost": True}
+    assert job_runner.first_failure(worker, head_lost)  # the head only lost its peer
+    head_crash = {"rank": 0, "exit_code": 1, "failed_at": "2026-12-05_17:40:02"}
+    assert not job_runner.first_failure({**worker, "peer_lost": True}, head_crash)
+    assert job_runner.first_failure(worker, {**head_crash, "failed_at": "2026-12-05_17:40:03"})
+    assert job_runner.first_failure(worker, {})
+    records = {1: {"state": "ended", "why": "exit", "rc": 1, "node_rank": 1, "at": "b"}}
+    assert job_group.failed_node(records) == records[1]
+    assert job_group.lost_nodes({1: {"state": "running"}, 2: {"state": "ended"}}) == [1]
+    assert job_group.missing_nodes(3, {1: {}}) == [2]
+    assert job_group.newest_progress({1: {"progress_t": 5.0}, 2: {"progress_t": "x"}}) == 5.0

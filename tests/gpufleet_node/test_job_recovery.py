@@ -6,6 +6,7 @@ pure policy (durations, backoff, spend, decisions, torchrun's failure summary) a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -365,3 +366,37 @@ def test_the_budget_pushes_the_checkpoint_and_stops_the_run(tmp_path: Path, endp
     assert [a["reason"] for a in now["attempts"]] == ["budget"]  # no restart after it
     assert "budget" in kinds(job_dir) and 10 <= took < 60, took
     print(f"\nbudget: {now['budget']}, stopped {took:.1f} s after the start")
+
+
+def test_gpu_activity_above_idle_power_is_progress() -> None:
+    # nvidia-smi --query-gpu=utilization.gpu,power.draw,power.limit, csv,noheader,nounits
+    assert job_runner.gpu_active("97, 612.40, 700.00\n0, 70.1, 700.00\n")
+    assert not job_runner.gpu_active("100, 120.5, 700.00\n")  # a spinning collective
+    assert not job_runner.gpu_active("0, 650.0, 700.00\n")  # no kernel running
+    assert not job_runner.gpu_active("[N/A], [N/A], [N/A]\nNo devices were found\n")
+    assert job_runner.gpu_active("50, 200, 700", power_frac=0.25)
+
+
+def test_a_silent_rank_on_a_busy_gpu_is_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fake nvidia-smi on PATH (as the health tests' stubs): busy at high power keeps
+    the hang clock at zero; the same utilization at idle power lets it run."""
+    job_dir = job(tmp_path, "http://127.0.0.1:9", {}, gpu_look_s=0.01)
+    answer = tmp_path / "smi-answer"
+    tool = tmp_path / "bin" / "nvidia-smi"
+    tool.parent.mkdir()
+    body = f'case "$*" in\n*--query-gpu=*) cat "{answer}" ;;\n*) exit 2 ;;\nesac\n'
+    tool.write_text("#!/bin/sh\n" + body)
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tool.parent}:{os.environ['PATH']}")
+    sup = job_runner.Supervisor(job_dir, 0)
+    answer.write_text("100, 650.0, 700.0\n")
+    progress = job_runner.Progress(sup)
+    time.sleep(0.6)
+    progress.look()
+    assert progress.silent_s() < 0.3
+    answer.write_text("100, 110.0, 700.0\n")
+    time.sleep(0.6)
+    progress.look()
+    assert progress.silent_s() >= 0.5
