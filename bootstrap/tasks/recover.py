@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import socket
 import sys
 import time
@@ -37,31 +38,43 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fabric import Connection
 from invoke import Context
 from invoke.exceptions import Exit
 from rich.console import Console
 
+from bootstrap.fleet import node_package
 from bootstrap.fleet.api import (
     DEFAULT_TORCH_INDEX,
     DEFAULT_VENV,
     Host,
     HostContext,
     Options,
+    StepResult,
+    step,
 )
 from bootstrap.fleet.cli import FleetArgs, fleet_task
 from bootstrap.fleet.hostkeys import resolve_settings
 from bootstrap.fleet.hosts import Fleet, HostDiscoveryError, parse_stack_outputs
 from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.runner import HOST_KEY_SETTINGS_KEY, run_fleet
-from bootstrap.fleet.system import preflight_step
+from bootstrap.fleet.system import preflight_step, sh
 from bootstrap.tasks.dcgm import DcgmOptions
 from bootstrap.tasks.setup import setup_steps
 from bootstrap.tasks.verify import verify_fleet
 from bootstrap.tasks.watchdog import WatchdogOptions
 from bootstrap.train.options import JobRef, TrainSend, WorkdirSync
 from bootstrap.train.runs import collect_jobs, host_problems, run_steps
-from bootstrap.train.spec import DEFAULT_MAX_WORKDIR_MB, JOBS_ROOT, TrainError
-from bootstrap.train.steps import train_start_step
+from bootstrap.train.spec import DEFAULT_MAX_WORKDIR_MB, JOBS_ROOT, TrainError, rank_of
+from bootstrap.train.steps import (
+    PREP_FAILED,
+    job_dir,
+    read_manifest_command,
+    runner_command,
+    ship_and_run,
+    sync_workdir,
+    write_job_command,
+)
 from bootstrap.train.workdir import build_manifest, workdir_files
 from bootstrap.verify.expected import expected_from
 from bootstrap.verify.health.check import HealthOptions
@@ -471,7 +484,7 @@ def _rejoin_one(
         c,
         _one(fleet, host),
         "recover: rejoin",
-        [train_start_step],
+        [rejoin_step],
         tasks=(JobRef(rejoin_spec(spec, rank, host)), send),
         console=None,
         connect_timeout=opts.connect_timeout,
@@ -480,6 +493,51 @@ def _rejoin_one(
     if problems:
         return f"not rejoined: {problems[0]}"
     return report.hosts[0].steps[-1].result.message
+
+
+def rejoin_flag() -> str:
+    """`` --rejoin`` when the job runner this checkout ships takes it (the node side of a
+    rejoin: gpufleet_node/job_boot.py, ``job_runner start ... --rejoin``), else "": a plain
+    start of this node rank, which a run still waiting for it takes as its missing node."""
+    text = node_package.source(f"{node_package.PACKAGE}/job_runner.py").read_text("utf-8")
+    return " --rejoin" if '"--rejoin"' in text else ""
+
+
+@step("rejoin")
+def rejoin_step(conn: Connection, ctx: HostContext) -> StepResult:
+    """On the new node: the runner and the job's workdir shipped, its job.json (this node
+    at its new address) written, and this node rank's supervisor started to rejoin."""
+    spec = ctx.options.need(JobRef).spec
+    workdir = ctx.options.need(TrainSend).workdir
+    rank = rank_of(spec, ctx.host)
+    if rank is None or workdir is None:
+        return StepResult.failed(f"{ctx.host.label} is not a node of job {spec['job']}")
+    runner, read = ship_and_run(conn, spec["jobs_dir"], read_manifest_command(workdir.remote))
+    if not read.ok:
+        return StepResult.failed(f"could not make the workdir {workdir.remote}")
+    notes = [sync_workdir(conn, workdir, runner, str(read.stdout))]
+    start = (
+        f"start --job-dir {shlex.quote(job_dir(spec))} --node-rank {rank} "
+        f"--detach {shlex.quote(str(spec.get('detach') or 'auto'))} --wait 120{rejoin_flag()}"
+    )
+    done = sh(conn, f"{write_job_command(spec)}; {runner_command(runner)} {start}", timeout=180)
+    if done.exited == PREP_FAILED:
+        return StepResult.failed(f"could not write the job folder: {str(done.stderr)[-300:]}")
+    lines = str(done.stdout).strip().splitlines()
+    try:
+        out = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        out = {}
+    if not isinstance(out, dict) or not out.get("ok"):
+        why = out.get("error") if isinstance(out, dict) and out.get("error") else None
+        tail = (str(done.stderr) or str(done.stdout)).strip()[-300:]
+        return StepResult.failed(f"not started: {why or tail or 'no answer from the runner'}")
+    state = out.get("state") or {}
+    notes.append(
+        f"node rank {rank} {state.get('effective')} under {out.get('mode')} "
+        f"(pid {state.get('pid')})"
+    )
+    return StepResult.changed("; ".join(notes), rank=rank, state=state)
 
 
 # ---------------------------------------------------------------------------- the task
