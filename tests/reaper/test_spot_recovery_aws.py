@@ -154,3 +154,24 @@ def test_recovery_off_still_reports(moto_url: str, stopped: dict[str, str]) -> N
     verdicts = {r.instance_id: r.verdict for r in report.recoveries}
     assert verdicts[stopped["reclaimed"]] == CLOUD_RESTARTS
     assert datetime.now(UTC) - report.now < timedelta(hours=1)
+
+
+def test_the_verdicts_hold_through_throttling_and_5xx(
+    moto_url: str, stopped: dict[str, str]
+) -> None:
+    """Through the fault proxy (the first two DescribeInstances throttled, then 30 % of
+    the requests throttled or 5xx, all retried by botocore): the same verdicts as a clean
+    run, and the run ends without a crash."""
+    from tests.reaper.faultproxy import FaultProxy
+
+    clean = reap(AwsCloud(REGION, endpoint_url=moto_url, max_attempts=2), stack=STACK, apply=True)
+    proxy = FaultProxy(moto_url, rate=0.30, seed=7)
+    proxy.fail_ops["DescribeInstances"] = 2
+    with proxy.running():
+        cloud = AwsCloud(REGION, endpoint_url=proxy.url, max_attempts=10, timeout_s=60)
+        faulty = reap(cloud, stack=STACK, apply=True, recover=True)
+    assert proxy.faults >= 2
+    assert cloud.counter.attempts > cloud.counter.total  # retried
+    want = {r.instance_id: r.verdict for r in clean.recoveries}
+    assert {r.instance_id: r.verdict for r in faulty.recoveries} == want
+    assert faulty.exit_code == 0
