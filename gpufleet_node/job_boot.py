@@ -6,7 +6,7 @@ they were: a state.json that says running or starting under an older boot id. At
 ``gpufleet-jobs-boot.service`` (installed by ``job_runner start`` for a job with
 ``reclaim_recovery``, rendered from the install's own paths) runs::
 
-    PYTHONPATH=<jobs root>/bin python3 -m gpufleet_node.job_runner boot --root <jobs root>
+    PYTHONPATH=<runner> python3 -m gpufleet_node.job_runner boot --root <jobs root>
 
 which starts a supervisor with ``--rejoin`` for each such job and node: one node -> a new
 attempt (the interrupted one recorded as ``reclaimed``: no --max-restarts used, its time
@@ -16,8 +16,11 @@ the bucket records (job_group.py); the head -> a new attempt every other node jo
 A node that ``fab recover`` set up afresh (job.json and workdir shipped, no state yet)
 joins the same way::
 
-    PYTHONPATH=<jobs root>/bin python3 -m gpufleet_node.job_runner start \
+    PYTHONPATH=<runner> python3 -m gpufleet_node.job_runner start \
         --job-dir <jobs root>/<job> --node-rank <r> --rejoin
+
+(``<runner>``: the folder fab ships the runner into, ``<jobs root>/bin-<sha>``:
+bootstrap/train/steps.py runner_path; the unit names the one that installed it.)
 """
 
 from __future__ import annotations

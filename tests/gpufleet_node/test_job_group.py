@@ -307,6 +307,73 @@ def test_a_reclaimed_node_rejoins_at_boot_and_the_run_finishes(
     )
 
 
+def test_a_reclaimed_single_node_run_goes_on_at_boot_with_a_new_attempt(
+    tmp_path: Path, endpoint: str
+) -> None:
+    """One node: its supervisor and ranks SIGKILLed (the node stopped), then the boot
+    entry under another boot id: a new attempt from the newest version, the interrupted
+    one recorded as reclaimed (no restart used), the run finished at its last step."""
+    from tests.gpufleet_node import test_job_recovery as one
+
+    job_dir = one.job(
+        tmp_path,
+        endpoint,
+        {"STEPS": "50", "STEP_SLEEP": "0.2"},
+        bucket_prefix=PREFIX,
+        bucket=BUCKET,
+        reclaim_recovery=True,
+        sync_interval_s=0.5,  # a checkpoint every 2 s is in the bucket within about 1 s
+        sync_quiet_s=0.3,
+    )
+    proc = supervise(job_dir, 0)
+    log = job_dir / "logs" / "rank-0.log"
+    try:
+        deadline = time.monotonic() + 60
+        while (
+            "STEP 25" not in (log.read_text() if log.exists() else "")
+            or ((state(job_dir, 0).get("last_sync") or {}).get("newest_step") or 0) < 20
+        ):  # a version of step 20 or later in the bucket
+            assert time.monotonic() < deadline and proc.poll() is None, logs([job_dir])
+            time.sleep(0.05)
+        for pid in [proc.pid, *job_runner.rank_pids(job_dir / "node-0")]:
+            with __import__("contextlib").suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        time.sleep(0.5)
+        env = {**os.environ, job_runner.BOOT_ID_ENV: "boot-after-reclaim"}
+        booted = time.monotonic()
+        done = subprocess.run(
+            [
+                *(sys.executable, "-m", "gpufleet_node.job_runner", "boot"),
+                *("--detach=fork", f"--root={job_dir.parent}"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env=env,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        until = time.monotonic() + 90
+        while state(job_dir, 0)["state"] in ("running", "starting"):
+            assert time.monotonic() < until, logs([job_dir])
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    took = time.monotonic() - booted
+    now = state(job_dir, 0)
+    assert now["state"] == "succeeded" and now["attempt"] == 2, now
+    first, second = now["attempts"]
+    assert first["reason"] == "reclaimed" and first["attempt"] == 1, first
+    assert second["reason"] == "succeeded" and now.get("restarts", 0) == 0
+    resumed = second["resumed_from"]["step"]
+    printed = steps_printed(log.read_text())
+    lost = lost_after(printed, resumed)
+    assert printed[-1] == 50 and 0 <= lost <= INTERVAL, printed
+    print(f"\none node reclaimed: boot entry to the run's end {took:.1f} s, steps lost {lost}")
+
+
 def test_the_budget_of_two_nodes_stops_both(tmp_path: Path, endpoint: str) -> None:
     # 3.6 per node-hour, two nodes: 0.002 a second; 0.024 is about 12 s of the run.
     jobs = group(
