@@ -91,8 +91,10 @@ from infra.usage import fit
 EXIT_DONE, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 DEFAULT_SSH_WAIT_S = 600.0
 SSH_POLL_S = 5.0
-# A job in one of these states waits for nobody.
-FINAL_STATES = ("succeeded", "cancelled", "failed")
+# A job still in one of these states on the other nodes waits for the lost one (a
+# multi-node attempt whose rendezvous waits says running, with waiting_for in fab jobs);
+# ended, or interrupted (a supervisor gone too: `fab train --resume`), it waits for nobody.
+LIVE_STATES = ("starting", "running")
 # Operations of an update preview that would take something away: refused.
 DESTRUCTIVE = ("delete", "replace", "delete-replaced", "create-replacement", "discard")
 
@@ -210,11 +212,11 @@ def rejoin_spec(spec: Mapping[str, Any], rank: int, host: Host) -> dict[str, Any
 
 
 def waiting_jobs(rows: Sequence[Any], name: str) -> list[tuple[Any, int]]:
-    """(job row, node rank) of each job not ended whose nodes include ``name``."""
+    """(job row, node rank) of each live job whose nodes include ``name``."""
     out = []
     for row in rows:
         names = [str(n.get("name") or "") for n in row.spec.get("nodes") or []]
-        if row.state not in FINAL_STATES and name in names:
+        if row.state in LIVE_STATES and name in names:
             out.append((row, names.index(name)))
     return out
 
@@ -599,8 +601,7 @@ def recover_node(
         if len(gone) > 1:
             raise Refused(
                 f"{len(gone)} nodes are gone ({', '.join(gone)}): recover one at a time, "
-                "--node NAME",
-                EXIT_INVALID,
+                "--node NAME"
             )
         name = next(iter(gone))
         stages = Stages(name, record, say)

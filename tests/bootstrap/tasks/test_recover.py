@@ -229,3 +229,32 @@ def test_a_failed_update_is_said_in_a_line(
     assert code == 1
     assert "update h100x8x2-1: failed: error: creating EC2 Instance" in out
     assert "the update failed" in err and "Traceback" not in err
+
+
+def test_only_live_jobs_that_name_the_node_wait_for_it() -> None:
+    from types import SimpleNamespace
+
+    nodes = [{"name": f"{STACK}-0"}, {"name": LOST}]
+    rows = [
+        SimpleNamespace(job="a", state="running", spec={"nodes": nodes}),
+        SimpleNamespace(job="b", state="starting", spec={"nodes": nodes}),
+        SimpleNamespace(job="c", state="succeeded", spec={"nodes": nodes}),
+        SimpleNamespace(job="d", state="interrupted", spec={"nodes": nodes}),
+        SimpleNamespace(job="e", state="running", spec={"nodes": nodes[:1]}),
+    ]
+    found = recover.waiting_jobs(rows, LOST)
+    assert [(r.job, rank) for r, rank in found] == [("a", 1), ("b", 1)]
+
+
+def test_two_gone_nodes_are_recovered_one_at_a_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = engine(closed_port(), closed_port())
+    fake.deleted.add(instance_urn(STACK, f"{STACK}-0"))
+    code, _, err = fab(
+        ["--stack", STACK, "--connect-timeout", "1"], fake, tmp_path / "r.jsonl", capsys,
+        monkeypatch,
+    )  # fmt: skip
+    assert code == 1
+    assert "2 nodes are gone (h100x8x2-0, h100x8x2-1): recover one at a time" in err
+    assert fake.changed() == []
