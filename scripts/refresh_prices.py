@@ -16,7 +16,12 @@ catalog.toml are rewritten in place: only ``on_demand``, ``date`` (today) and ``
 also reads spot prices (``live_spot``: AWS DescribeSpotPriceHistory with the account's
 credentials, Azure's Retail Prices Spot meters without one), each line that has a spot
 range gets ``spot`` (lowest, highest over the region's zones), ``spot_date`` (today) and
-``spot_source`` too. Comments and everything else stay byte for byte. A cloud whose API
+``spot_source`` too; Alibaba's DescribeSpotPriceHistory and Tencent's
+InquiryPriceRunInstances (SPOTPAID) with the account's credentials give a range to a line
+that had none (their prices.py sets ``SPOT_ADDS_RANGES``). Where the cloud's prices.py reads
+monthly prices too (``live_monthly``: Alibaba's DescribePrice by the month, Tencent's PREPAID
+inquiry), each quote of the file's [pricing.subscription.monthly] gets its ``price``,
+``date`` and ``source``. Comments and everything else stay byte for byte. A cloud whose API
 fails part way is not written at all.
 
 Prints a table of what changes (type, region, billing, old -> new, change; a spot range's
@@ -77,6 +82,17 @@ class SpotChange:
         return (now - was) / was * 100 if was else 0.0
 
 
+@dataclass(frozen=True)
+class SpotAdded:
+    """A spot range where the line had none (the change is said as 'new')."""
+
+    type: str
+    region: str
+    new: tuple[float, float]
+    old: None = None
+    percent: float = 0.0
+
+
 @dataclass
 class Outcome:
     """One cloud's answer: its prices, or why there are none (skipped / failed)."""
@@ -90,7 +106,9 @@ class Outcome:
     failed: str = ""  # asked, and the API failed: nothing written
     path: Path | None = None
     spot_source: str = ""  # "" when the cloud's prices.py reads no spot prices
-    spots: list[SpotChange] = field(default_factory=list)
+    spots: list[SpotChange | SpotAdded] = field(default_factory=list)
+    monthly_source: str = ""  # "" when the cloud's prices.py reads no monthly prices
+    monthly: list[Change] = field(default_factory=list)
 
 
 def ask(cloud: str) -> Outcome:
@@ -113,7 +131,7 @@ def ask(cloud: str) -> Outcome:
         try:
             value, currency = module.live_price(it.name, it.price.region)
         except NoCredentials as exc:
-            out.skipped = str(exc)
+            out.skipped = f"{exc} (not refreshed: {', '.join(refreshes(module))})"
             return out
         except PriceNotFound as exc:
             out.missing.append(f"{it.name}: {exc}")
@@ -128,7 +146,18 @@ def ask(cloud: str) -> Outcome:
             out.missing.append(f"{it.name}: the API answered in {currency}, not {out.currency}")
             continue
         out.changes.append(Change(it.name, it.price.region, it.price.on_demand, float(value)))
-    return ask_spot(module, cat, priced, out)
+    out = ask_spot(module, cat, priced, out)
+    return out if out.failed else ask_monthly(module, cat, cloud, out)
+
+
+def refreshes(module: Any) -> list[str]:
+    """What the cloud's prices.py refreshes: said when none of it could be asked."""
+    what = ["on-demand prices"]
+    if getattr(module, "live_spot", None) is not None:
+        what.append("spot ranges")
+    if getattr(module, "live_monthly", None) is not None:
+        what.append("monthly prices")
+    return what
 
 
 def ask_spot(module: Any, cat: Any, priced: Sequence[Any], out: Outcome) -> Outcome:
@@ -139,8 +168,9 @@ def ask_spot(module: Any, cat: Any, priced: Sequence[Any], out: Outcome) -> Outc
     if live_spot is None or source not in cat.sources:
         return out
     out.spot_source = source
+    adds = bool(getattr(module, "SPOT_ADDS_RANGES", False))
     for it in priced:
-        if it.price.spot is None:
+        if it.price.spot is None and not adds:
             continue  # no range to refresh: the catalog says why (a note on the line)
         try:
             low, high, currency = live_spot(it.name, it.price.region)
@@ -161,7 +191,48 @@ def ask_spot(module: Any, cat: Any, priced: Sequence[Any], out: Outcome) -> Outc
             out.missing.append(f"{it.name}'s spot range: answered in {currency}")
             continue
         new = (round(float(low), 6), round(float(high), 6))
-        out.spots.append(SpotChange(it.name, it.price.region, tuple(it.price.spot), new))
+        if it.price.spot is None:
+            out.spots.append(SpotAdded(it.name, it.price.region, new))
+        else:
+            out.spots.append(SpotChange(it.name, it.price.region, tuple(it.price.spot), new))
+    return out
+
+
+def ask_monthly(module: Any, cat: Any, cloud: str, out: Outcome) -> Outcome:
+    """Each monthly quote of the cloud's [pricing.subscription.monthly] asked again, where
+    its prices.py reads monthly prices (``live_monthly`` and a MONTHLY_SOURCE of the
+    catalog's [sources]). Only the quotes the file has: a type without one stays without."""
+    live_monthly = getattr(module, "live_monthly", None)
+    source = str(getattr(module, "MONTHLY_SOURCE", ""))
+    if live_monthly is None or source not in cat.sources:
+        return out
+    path = catalog.cloud_file_path(cloud)
+    with path.open("rb") as f:
+        doc = tomllib.load(f)
+    quotes = doc.get("pricing", {}).get("subscription", {}).get("monthly", {})
+    region = str(doc.get("provider", {}).get("price_region", ""))
+    currency = str(doc.get("provider", {}).get("currency", out.currency))
+    out.monthly_source = source
+    for name, quote in quotes.items():  # one call per quote: bounded by the file
+        try:
+            value, answered = live_monthly(name, region)
+        except NoCredentials as exc:
+            out.missing.append(f"the monthly prices: {exc}")
+            out.monthly_source = ""
+            return out
+        except PriceNotFound as exc:
+            out.missing.append(f"{name}'s monthly price: {exc}")
+            continue
+        except LivePriceError as exc:
+            out.failed = brief(str(exc))
+            return out
+        except Exception as exc:  # an SDK's own error we did not foresee: one line
+            out.failed = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            return out
+        if answered != currency:
+            out.missing.append(f"{name}'s monthly price: answered in {answered}")
+            continue
+        out.monthly.append(Change(name, region, float(quote["price"]), float(value)))
     return out
 
 
@@ -187,6 +258,9 @@ _ESTIMATE = re.compile(r",\s*estimate\s*=\s*(?:true|false)(?=\s*[,}])")
 _SPOT = re.compile(r"(?<![\w-])(spot\s*=\s*)\[[^\]]*\]")
 _SPOT_DATE = re.compile(r'(?<![\w-])(spot_date\s*=\s*)"[^"]*"')
 _SPOT_SOURCE = re.compile(r'(?<![\w-])(spot_source\s*=\s*)"[^"]*"')
+_MONTHLY_SECTION = re.compile(r"^\[\s*pricing\.subscription\.monthly\s*\]")
+_MONTHLY_LINE = re.compile(r'^"(?P<name>[^"]+)"\s*=\s*\{')
+_PRICE = re.compile(r"(?<![\w-])(price\s*=\s*)[0-9][0-9_.eE+-]*")
 
 
 def toml_float(value: float) -> str:
@@ -202,19 +276,31 @@ def rewrite(
     source: str,
     spots: Mapping[str, tuple[float, float]] | None = None,
     spot_source: str = "",
+    monthly: Mapping[str, float] | None = None,
+    monthly_source: str = "",
 ) -> str:
     """``text`` with each named type's price line given the new on_demand, date and source
-    (and no estimate flag), and each type in ``spots`` its new spot range, spot_date and
-    spot_source (added after the range where the line had none). Raises ValueError when a
-    type's price line is not found or the result parses to anything but those changes."""
-    spots = spots or {}
+    (and no estimate flag), each type in ``spots`` its new spot range, spot_date and
+    spot_source (added after the range where the line had none, all three where it had no
+    range), and each quote in ``monthly`` (its line of [pricing.subscription.monthly]) its
+    new price, date and source. Raises ValueError when a line is not found or the result
+    parses to anything but those changes."""
+    spots, monthly = spots or {}, monthly or {}
     lines = text.splitlines(keepends=True)
     section: str | None = None
+    in_monthly = False
     done: set[str] = set()
+    quoted: set[str] = set()
     for i, line in enumerate(lines):
         if line.startswith("["):
             m = _SECTION.match(line)
             section = (m["quoted"] or m["bare"]) if m else None
+            in_monthly = _MONTHLY_SECTION.match(line) is not None
+            continue
+        q = _MONTHLY_LINE.match(line) if in_monthly else None
+        if q and q["name"] in monthly and q["name"] not in quoted:
+            lines[i] = _price_fields(line, monthly[q["name"]], date, monthly_source, _PRICE)
+            quoted.add(q["name"])
             continue
         if section is None or section in done or not _PRICE_LINE.match(line):
             continue
@@ -228,14 +314,18 @@ def rewrite(
     lost = (set(prices) | set(spots)) - done
     if lost:
         raise ValueError(f"no one-line price = {{...}} for {', '.join(sorted(lost))}")
+    if set(monthly) - quoted:
+        raise ValueError(f"no monthly quote line for {', '.join(sorted(set(monthly) - quoted))}")
     result = "".join(lines)
-    _check(text, result, prices, date, source, spots, spot_source)
+    _check(text, result, prices, date, source, spots, spot_source, monthly, monthly_source)
     return result
 
 
-def _price_fields(line: str, value: float, date: dt.date, source: str) -> str:
+def _price_fields(
+    line: str, value: float, date: dt.date, source: str, field: re.Pattern[str] = _ON_DEMAND
+) -> str:
     text = toml_float(value)
-    new = _ON_DEMAND.sub(lambda m: m[1] + text, line, count=1)
+    new = field.sub(lambda m: m[1] + text, line, count=1)
     new = _DATE.sub(lambda m: f'{m[1]}"{date.isoformat()}"', new, count=1)
     new = _SOURCE.sub(lambda m: f'{m[1]}"{source}"', new, count=1)
     return _ESTIMATE.sub("", new, count=1)
@@ -243,6 +333,10 @@ def _price_fields(line: str, value: float, date: dt.date, source: str) -> str:
 
 def _spot_fields(line: str, spot: tuple[float, float], date: dt.date, source: str) -> str:
     pair = f"[{toml_float(spot[0])}, {toml_float(spot[1])}]"
+    if not _SPOT.search(line):  # no range yet: one, with its date and source, before the '}'
+        end = line.index("}")
+        tail = f', spot = {pair}, spot_date = "{date.isoformat()}", spot_source = "{source}"'
+        return line[:end].rstrip() + tail + " " + line[end:]
     new = _SPOT.sub(lambda m: m[1] + pair, line, count=1)
     day = f'"{date.isoformat()}"'
     extra = ""
@@ -265,6 +359,8 @@ def _check(
     source: str,
     spots: Mapping[str, tuple[float, float]] | None = None,
     spot_source: str = "",
+    monthly: Mapping[str, float] | None = None,
+    monthly_source: str = "",
 ) -> None:
     """The rewritten file means the old one plus exactly these price changes."""
     want: dict[str, Any] = tomllib.loads(before)
@@ -275,6 +371,10 @@ def _check(
     for name, (low, high) in (spots or {}).items():
         price = want["instances"][name]["price"]
         price.update(spot=[low, high], spot_date=date.isoformat(), spot_source=spot_source)
+    for name, value in (monthly or {}).items():
+        quote = want["pricing"]["subscription"]["monthly"][name]
+        quote.update(price=value, date=date.isoformat(), source=monthly_source)
+        quote.pop("estimate", None)
     if tomllib.loads(after) != want:
         raise ValueError("the rewritten file would change more than the prices: not written")
 
@@ -291,32 +391,53 @@ def money(value: float) -> str:
     return text
 
 
-def span(pair: tuple[float, float]) -> str:
-    """A spot range as the catalog reads it: '1.27-1.52', or one price when low == high."""
+def span(pair: tuple[float, float] | None) -> str:
+    """A spot range as the catalog reads it: '1.27-1.52', or one price when low == high;
+    '-' for none (a range the line did not have)."""
+    if pair is None:
+        return "-"
     return money(pair[0]) if pair[0] == pair[1] else f"{money(pair[0])}-{money(pair[1])}"
 
 
 def table(outcome: Outcome) -> list[str]:
-    """What changes, one row a type and billing: type, region, billing, old -> new, change."""
+    """What changes, one row a type and billing: type, region, billing, old -> new, change;
+    the monthly quotes in a table of their own (their figures are wider)."""
     moved = [c for c in outcome.changes if c.new != c.old]
-    head = ("type", "region", "billing", "old", "new", "change")
     rows = [
         (c.type, c.region, BILLING, money(c.old), money(c.new), f"{c.percent:+.1f}%") for c in moved
     ]
     rows += [
-        (c.type, c.region, "spot", span(c.old), span(c.new), f"{c.percent:+.1f}%")
+        (c.type, c.region, "spot", span(c.old), span(c.new), _change(c))
         for c in outcome.spots
         if c.new != c.old
     ]
+    monthly = [
+        (c.type, c.region, "monthly", money(c.old), money(c.new), f"{c.percent:+.1f}%")
+        for c in outcome.monthly
+        if c.new != c.old
+    ]
+    return _columns(rows) + _columns(monthly)
+
+
+def _columns(rows: list[tuple[str, str, str, str, str, str]]) -> list[str]:
+    if not rows:
+        return []
+    head = ("type", "region", "billing", "old", "new", "change")
     w = [max(len(r[k]) for r in [head, *rows]) for k in range(6)]
+    # two spaces between columns, one where that would pass 80 (long names and ranges)
+    gap = "  " if sum(w) + 16 <= 80 else " "
     out = []
     for r in [head, *rows]:
         arrow = "    " if r is head else " -> "
         out.append(
-            f"  {r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  "
-            f"{r[3]:>{w[3]}}{arrow}{r[4]:>{w[4]}}  {r[5]:>{w[5]}}".rstrip()
+            f"  {r[0]:<{w[0]}}{gap}{r[1]:<{w[1]}}{gap}{r[2]:<{w[2]}}{gap}"
+            f"{r[3]:>{w[3]}}{arrow}{r[4]:>{w[4]}}{gap}{r[5]:>{w[5]}}".rstrip()
         )
-    return out if rows else []
+    return out
+
+
+def _change(c: SpotChange | SpotAdded) -> str:
+    return "new" if c.old is None else f"{c.percent:+.1f}%"
 
 
 def report(outcome: Outcome, today: dt.date, dry_run: bool, out: TextIO) -> None:
@@ -337,13 +458,24 @@ def report(outcome: Outcome, today: dt.date, dry_run: bool, out: TextIO) -> None
                 f"{moved_spots} {verb}, {len(outcome.spots) - moved_spots} the same"
             )
         )
+    if outcome.monthly_source:
+        moved_monthly = sum(1 for c in outcome.monthly if c.new != c.old)
+        lines.append(
+            fit(
+                f"{outcome.cloud}: {len(outcome.monthly)} monthly prices from "
+                f"{outcome.monthly_source} ({outcome.currency}/month), {moved_monthly} {verb}, "
+                f"{len(outcome.monthly) - moved_monthly} the same"
+            )
+        )
     lines += table(outcome)
-    if outcome.changes or outcome.spots:
+    if outcome.changes or outcome.spots or outcome.monthly:
         where = display_path(outcome.path) if outcome.path else f"{outcome.cloud}'s catalog"
         did = "would be" if dry_run else "are now"
         said = f"{where}: its prices {did} dated {today.isoformat()}, source {outcome.source}"
         if outcome.spots:
             said += f"; its spot ranges source {outcome.spot_source}"
+        if outcome.monthly:
+            said += f"; its monthly prices source {outcome.monthly_source}"
         lines.append(fit(said))
     print("\n".join(lines), file=out)
 
@@ -409,7 +541,8 @@ def main(
                 print(fit(f"{cloud}: kept {line}"), file=err)
                 status = 1
             outcome.path = catalog.cloud_file_path(cloud)
-            if (outcome.changes or outcome.spots) and not write(outcome, today, args.dry_run, err):
+            touched = outcome.changes or outcome.spots or outcome.monthly
+            if touched and not write(outcome, today, args.dry_run, err):
                 status = 1
                 continue
             report(outcome, today, args.dry_run, out)
@@ -430,9 +563,19 @@ def write(outcome: Outcome, today: dt.date, dry_run: bool, err: TextIO) -> bool:
     assert outcome.path is not None
     prices = {c.type: c.new for c in outcome.changes}
     spots = {c.type: c.new for c in outcome.spots}
+    monthly = {c.type: c.new for c in outcome.monthly}
     try:
         text = outcome.path.read_bytes().decode("utf-8")
-        new = rewrite(text, prices, today, outcome.source, spots, outcome.spot_source)
+        new = rewrite(
+            text,
+            prices,
+            today,
+            outcome.source,
+            spots,
+            outcome.spot_source,
+            monthly,
+            outcome.monthly_source,
+        )
         if not dry_run and new != text:
             tmp = outcome.path.with_name(f".{outcome.path.name}.refresh")
             tmp.write_bytes(new.encode("utf-8"))

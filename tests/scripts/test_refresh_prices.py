@@ -28,6 +28,7 @@ from infra import catalog, clouds
 from infra.pricing import price_sheet
 from scripts import refresh_prices
 from tests.infra.test_azure_prices import FakeRetailPrices, _row, _serve
+from tests.scripts.refresh_fakes import AliPrices
 from tests.scripts.test_cost_cli_live import FakeApis
 from tests.support.moto_server import moto_server
 
@@ -342,12 +343,18 @@ def test_the_plan_of_an_alibaba_stack_reads_the_refreshed_price_and_its_date(
     assert cost["price_date"] == "2023-06-01"
     assert any("make refresh-prices CLOUD=alicloud" in w for w in cost["warnings"])
 
-    monkeypatch.setenv("ALIBABA_CLOUD_ECS_ENDPOINT", fake.url.removeprefix("http://"))
     monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "fake-id")
     monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "fake-secret")
+    # DescribePrice by the hour and the month and DescribeSpotPriceHistory: refresh_fakes.py
+    ali = AliPrices()
     for name in priced("alicloud"):
-        fake.ali_prices[("cn-shanghai", name)] = 100.25
-    code, out, err = run("--cloud", "alicloud")
+        ali.hour[name] = 100.25
+        ali.spot[name] = [("cn-shanghai-l", "2026-12-05T07:00:00Z", 20.5)]
+    quotes = shipped("alicloud")["pricing"]["subscription"]["monthly"]
+    ali.month.update({name: q["price"] for name, q in quotes.items()})
+    with ali.running():
+        monkeypatch.setenv("ALIBABA_CLOUD_ECS_ENDPOINT", ali.endpoint)
+        code, out, err = run("--cloud", "alicloud")
     assert code == 0, err
     assert "ALI-DESCRIBEPRICE" in out and "CNY/h" in out
 
