@@ -53,7 +53,7 @@ from bootstrap.fleet.api import (
     StepResult,
     step,
 )
-from bootstrap.fleet.cli import FleetArgs, fleet_task
+from bootstrap.fleet.cli import HOST_KEY_OPTIONS_KEY, FleetArgs, fleet_task
 from bootstrap.fleet.hostkeys import resolve_settings
 from bootstrap.fleet.hosts import Fleet, HostDiscoveryError, parse_stack_outputs
 from bootstrap.fleet.numbers import Bound
@@ -468,8 +468,9 @@ def _rejoin(
 def _rejoin_one(
     c: Context, fleet: Fleet, host: Host, spec: Mapping[str, Any], rank: int, opts: RecoverOptions
 ) -> str:
-    old = (spec.get("nodes") or [])[rank]
-    if rank == 0 and int(spec.get("nnodes") or 1) > 1 and old.get("address") != host.address:
+    if rank == 0 and int(spec.get("nnodes") or 1) > 1:
+        # The other nodes meet the head at its private address (job.json master_addr),
+        # which a new instance does not keep.
         return (
             "not rejoined: its head was replaced and the rendezvous address changed; "
             f"`fab train --resume {spec['job']}` restarts every node"
@@ -548,7 +549,7 @@ def rejoin_step(conn: Connection, ctx: HostContext) -> StepResult:
 def _pin_new_key(c: Context, stack: str, fleet: Fleet, name: str) -> None:
     """The replaced node has a new SSH host key: pin it (as --accept-new-host-key NAME
     would), every other node's key checked as always."""
-    option_file = (c.config.get("gpufleet_host_key_options") or ("", ""))[0]
+    option_file = (c.config.get(HOST_KEY_OPTIONS_KEY) or ("", ""))[0]
     c.config[HOST_KEY_SETTINGS_KEY] = resolve_settings(  # type: ignore[assignment]
         stack=stack, known_hosts=option_file, accept=(name,), stack_keys=fleet.host_keys
     )

@@ -258,3 +258,13 @@ def test_two_gone_nodes_are_recovered_one_at_a_time(
     assert code == 1
     assert "2 nodes are gone (h100x8x2-0, h100x8x2-1): recover one at a time" in err
     assert fake.changed() == []
+
+
+def test_a_replaced_head_of_a_multi_node_job_is_not_rejoined_alone() -> None:
+    from bootstrap.fleet.api import Host
+
+    spec = {"job": "j1", "nnodes": 2, "nodes": [{"name": f"{STACK}-0"}, {"name": LOST}]}
+    host = Host("127.0.0.1", port=closed_port(), name=f"{STACK}-0")
+    said = recover._rejoin_one(None, None, host, spec, 0, None)  # type: ignore[arg-type]
+    assert said.startswith("not rejoined: its head was replaced")
+    assert "`fab train --resume j1` restarts every node" in said
