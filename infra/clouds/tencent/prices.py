@@ -76,14 +76,15 @@ def selling_zones(
     body: Mapping[str, Any], instance_type: str, charge: str = "POSTPAID_BY_HOUR"
 ) -> list[str]:
     """The zones (by name) whose quota item for the type is on sale, paid that way (an item
-    without InstanceChargeType counts: the request's filter chose it)."""
+    without InstanceChargeType, null in the SDK's JSON, counts: the request's filter chose
+    it)."""
     return sorted(
         {
             str(item.get("Zone"))
             for item in body.get("InstanceTypeQuotaSet") or []
             if item.get("InstanceType") == instance_type
             and item.get("Status") == "SELL"
-            and item.get("InstanceChargeType", charge) == charge
+            and (item.get("InstanceChargeType") or charge) == charge
         }
     )
 
