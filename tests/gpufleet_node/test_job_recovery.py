@@ -390,7 +390,10 @@ def test_a_silent_rank_on_a_busy_gpu_is_not_a_hang(
     tool.write_text("#!/bin/sh\n" + body)
     tool.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tool.parent}:{os.environ['PATH']}")
-    sup = job_runner.Supervisor(job_dir, 0)
+    before = dict(os.environ)
+    sup = job_runner.Supervisor(job_dir, 0)  # puts the job's env in os.environ: undone below
+    os.environ.clear()
+    os.environ.update(before)
     answer.write_text("100, 650.0, 700.0\n")
     progress = job_runner.Progress(sup)
     time.sleep(0.6)
