@@ -755,6 +755,10 @@ class Supervisor:
                 waited_s=time.monotonic() - (waiting_since or time.monotonic()),
                 wait_limit_s=float(self.spec.get("node_wait_s") or job_group.NODE_WAIT_S),
             )
+            if decision.action == "restart" and rank_pids(self.dir):
+                # Never two copies of one rank: a rank that outlived SIGKILL ends the run.
+                stuck = f"rank(s) {rank_pids(self.dir)} of attempt {self.attempt_no()} still run"
+                decision = job_policy.Decision("end", "failed", "stuck", detail=stuck)
             if decision.action != "restart":
                 break
             restarts += 1 if decision.counts else 0
@@ -837,6 +841,9 @@ class Supervisor:
             self.report(None, state="ended", rc=rc, why=why, **failure)
             if why == "cancel":
                 return self.worker_end({"state": "cancelled", "reason": "cancelled"})
+            if rank_pids(self.dir):  # never two copies of one rank
+                stuck = f"rank(s) {rank_pids(self.dir)} of attempt {self.attempt_no()} still run"
+                return self.worker_end({"state": "failed", "reason": "stuck", "detail": stuck})
             since = self.attempt_no()
             want = since + 1
             self.spec["resume"] = True

@@ -413,6 +413,42 @@ def test_a_killed_job_resumes_from_its_last_checkpoint_in_the_bucket_not_step_ze
 
 
 @pytest.mark.slow
+def test_a_rank_killed_on_node_1_restarts_both_nodes_with_no_fab_command_after_the_first(
+    fleet: TrainFleet,
+) -> None:
+    """Issue 41 on two nodes through fab: `fab train --max-restarts 1`, then nothing but
+    looking. A rank of node 1 SIGKILLed after a checkpoint reached the bucket: node 1's
+    supervisor records it, the head stops its own ranks, both nodes restore the same
+    version and the run ends at its last step (fab jobs names node 1 and the rank)."""
+    two_nodes, jobs, moto_url = fleet.inventory, fleet.jobs, fleet.moto_url
+    argv = fleet.train("--steps 30 --step-sleep 0.3 --ckpt-every 10 " + QUICK)
+    job = started_job(run_fab(*argv, "--max-restarts", "1"))
+    wait_for("a checkpoint in the bucket", lambda: bucket_steps(moto_url, job))
+    saved = bucket_steps(moto_url, job)[-1]
+    node1 = jobs / job / "node-1"
+    victim = min(int(p.read_text()) for p in node1.glob("rank-*.pid"))
+    os.kill(victim, signal.SIGKILL)
+    row = wait_for(
+        "the run's end",
+        lambda: (r := one_job(two_nodes, jobs))["state"] not in ("running", "starting") and r,
+        timeout=300,
+    )
+    assert (row["state"], row["attempt"]) == ("succeeded", 2), row
+    first, second = row["attempts"]
+    assert first["reason"] == "crash" and first["node"] == 1, first
+    assert first["rank"] in (2, 3) and first["signal"] == "SIGKILL", first
+    assert second["reason"] == "succeeded" and second["resumed_from"]["step"] >= saved, second
+    assert bucket_steps(moto_url, job)[-1] == 30
+    restores = [
+        [(e.get("version"), e.get("step")) for e in events(jobs, job, r) if e["event"] == "restore"]
+        for r in (0, 1)
+    ]
+    assert restores[0] == restores[1] and len(restores[0]) == 1, restores
+    table = run_fab("jobs", "--inventory", str(two_nodes), "--jobs-dir", str(jobs))
+    assert "attempt 1: crash (node 1, rank" in table.stdout, table.stdout
+
+
+@pytest.mark.slow
 def test_cancel_stops_every_rank_gracefully_and_saves_the_last_checkpoint(
     fleet: TrainFleet,
 ) -> None:
