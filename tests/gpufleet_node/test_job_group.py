@@ -383,6 +383,33 @@ def test_a_reclaimed_single_node_run_goes_on_at_boot_with_a_new_attempt(
     print(f"\none node reclaimed: boot entry to the run's end {took:.1f} s, steps lost {lost}")
 
 
+def test_a_node_that_never_comes_is_waited_for_within_the_wait_limit(
+    tmp_path: Path, endpoint: str
+) -> None:
+    """Only the head starts: each attempt's rendezvous times out (5 s here), the head says
+    it waits for node 1 (state waiting_for, fab jobs), starts another attempt without
+    using a restart, and ends the run failed (waiting) once node_wait_s is over."""
+    jobs = group(tmp_path, endpoint, {}, max_restarts=0, rdzv_join_timeout_s=5, node_wait_s=8)
+    head = supervise(jobs[0], 0)
+    seen_waiting = False
+    deadline = time.monotonic() + 90
+    try:
+        while head.poll() is None and time.monotonic() < deadline:
+            with __import__("contextlib").suppress(OSError, ValueError):
+                seen_waiting = seen_waiting or state(jobs[0], 0).get("waiting_for") == [1]
+            time.sleep(0.2)
+    finally:
+        wait_all([head], jobs[:1], cap=30)
+    now = state(jobs[0], 0)
+    assert (now["state"], now["end_reason"]) == ("failed", "waiting"), logs(jobs[:1])
+    reasons = {a["reason"] for a in now["attempts"]}
+    assert reasons == {"waiting"} and len(now["attempts"]) >= 2, now["attempts"]
+    assert all(a["waiting_for"] == [1] for a in now["attempts"])
+    assert seen_waiting and now.get("restarts", 0) == 0
+    ended = [e for e in job_runner.history(jobs[0], 0)["events"] if e["event"] == "end"]
+    assert "no node came back within 8 s" in ended[-1]["detail"], ended
+
+
 def test_the_budget_of_two_nodes_stops_both(tmp_path: Path, endpoint: str) -> None:
     # 3.6 per node-hour, two nodes: 0.002 a second; 0.024 is about 12 s of the run.
     jobs = group(
