@@ -36,9 +36,14 @@ by ``cancel`` when the supervisor is gone), always whole: a temp file renamed ov
                  with ``error`` (cause and what to do) and torchrun never starts
     resumed_from {version, step} the attempt restored, or None
     attempts     one record per attempt of the run (job_policy.attempt_line): attempt,
-                 reason (succeeded, crash, hang, budget, cancel), torchrun_exit, rank,
-                 exit_code, signal, seconds, resumed_from, newest_step, version; a hang's
-                 last_progress_at, silent_s and tails (each rank's last lines)
+                 reason (succeeded, crash, hang, budget, cancel; on more nodes also
+                 reclaimed, waiting, superseded), torchrun_exit, node, rank, exit_code,
+                 signal, seconds, resumed_from, newest_step, version, lost_s and
+                 lost_steps (since the newest checkpoint); a hang's last_progress_at,
+                 silent_s and tails (each rank's last lines); waiting's waiting_for
+    waiting_for  the head of a multi-node run: the nodes its attempt's rendezvous waits
+                 for; waiting_for_head (a worker): the head's attempt it waits for;
+                 group_attempt: the head's attempt record (job_group.py)
     end_reason   why the run ended (the last attempt's reason); budget: ``budget`` says
                  what was spent of max_cost (job.json max_restarts, hang_after_s,
                  max_cost, hourly_price: job_policy.py)
