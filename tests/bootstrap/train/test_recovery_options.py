@@ -164,3 +164,24 @@ def test_fab_jobs_shows_a_multi_node_runs_attempts_and_the_node_it_waits_for() -
     assert "attempt 2: reclaimed (node 1) after 300s, steps 200 -> 300, lost 40s" in text
     assert "attempts 3-5: waiting (for node 1) 3 times, 1800s" in text
     assert rows[0].to_json()["waiting_for"] == [1]
+
+
+def test_a_spot_stacks_runs_recover_from_a_reclaim_by_default(tmp_path: Path) -> None:
+    import dataclasses
+
+    from bootstrap.train.spec import job_spec, spot_stack
+
+    on_demand = fleet()
+    spot = dataclasses.replace(
+        on_demand,
+        outputs={
+            **on_demand.outputs,
+            "hourly_cost": {"currency": "USD", "billing": "spot", "amount": 12.0},
+        },
+    )
+    assert spot_stack(spot.outputs) and not spot_stack(on_demand.outputs)
+    assert not spot_stack({})
+    req = request(tmp_path)
+    for f, want in ((spot, True), (on_demand, False)):
+        spec = job_spec(req, f, job="j1", nproc=8, master_addr="10.0.0.1", master_port=1, now=NOW)
+        assert spec["reclaim_recovery"] is want
