@@ -725,7 +725,9 @@ class Supervisor:
                 self.group = self.store()
         if self.group is not None and self.node_rank != 0:
             return self.run_worker()
-        if self.group is not None and self.rejoined:
+        if self.group is not None:
+            # Attempt numbers only go up: a head that comes back (or a resume that counted
+            # from an older state) continues after the newest record in the bucket.
             newest = job_group.newest_attempt(self.group, self.prefix()) or {}
             self.spec["attempt"] = max(self.attempt_no(), int(newest.get("attempt") or 0) + 1)
             self.state["attempt"] = self.spec["attempt"]
