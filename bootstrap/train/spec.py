@@ -332,7 +332,9 @@ def job_spec(
         "notify_url": req.notify_url or None,
         # A spot stack's run resumes by itself when a reclaimed node boots again
         # (gpufleet_node/job_boot.py; multi-node: through the bucket, job_group.py).
-        "reclaim_recovery": spot_stack(outputs),
+        # More than one node meets in the bucket: without one, a node that comes back
+        # has nobody to rejoin (fab train --resume then).
+        "reclaim_recovery": spot_stack(outputs) and (len(fleet.hosts) == 1 or bool(bucket)),
         "nodes": [
             {"name": node_name(h), "address": h.address, "port": h.port, "label": h.label}
             for h in fleet.hosts

@@ -182,6 +182,7 @@ def test_a_spot_stacks_runs_recover_from_a_reclaim_by_default(tmp_path: Path) ->
     assert spot_stack(spot.outputs) and not spot_stack(on_demand.outputs)
     assert not spot_stack({})
     req = request(tmp_path)
-    for f, want in ((spot, True), (on_demand, False)):
+    no_bucket = dataclasses.replace(spot, outputs={**spot.outputs, "bucket": ""})
+    for f, want in ((spot, True), (on_demand, False), (no_bucket, False)):
         spec = job_spec(req, f, job="j1", nproc=8, master_addr="10.0.0.1", master_port=1, now=NOW)
         assert spec["reclaim_recovery"] is want
