@@ -21,6 +21,9 @@ joins the same way::
 
 (``<runner>``: the folder fab ships the runner into, ``<jobs root>/bin-<sha>``:
 bootstrap/train/steps.py runner_path; the unit names the one that installed it.)
+``start`` installs the unit for a job with ``reclaim_recovery`` unless its job.json
+says ``boot_unit: false`` (tests: their machine is no node). The boot id this reads is
+``GPUFLEET_BOOT_ID`` when set (job_runner.BOOT_ID_ENV: a seam for tests only).
 """
 
 from __future__ import annotations

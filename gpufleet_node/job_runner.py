@@ -1554,7 +1554,10 @@ def start(
             return {"ok": False, "error": f"systemd-run: {done.stderr.strip()[:300]}"}
     else:
         double_fork(job_dir, node_rank, rejoin)
-    boot_unit = None if rejoin or not spec.get("reclaim_recovery") else install_boot_unit(job_dir)
+    # A node fab recover set up afresh needs the unit too; at boot it is there already.
+    # job.json boot_unit false: never (tests, whose machine is no node).
+    wanted = spec.get("reclaim_recovery") and spec.get("boot_unit", True) is not False
+    boot_unit = install_boot_unit(job_dir) if wanted else None
     # Running (or already over) under a new supervisor: the restore, if any, is done.
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:

@@ -92,6 +92,7 @@ def group(tmp_path: Path, endpoint: str, env: dict[str, str], **extra: Any) -> l
             "rdzv_join_timeout_s": 30,
             "worker_wait_s": 90,
             "reclaim_recovery": True,
+            "boot_unit": False,  # this machine is no node: no unit in its /etc
             "env": {"OMP_NUM_THREADS": "1", **env},
             **extra,
         }
@@ -331,6 +332,7 @@ def test_a_reclaimed_single_node_run_goes_on_at_boot_with_a_new_attempt(
         bucket_prefix=PREFIX,
         bucket=BUCKET,
         reclaim_recovery=True,
+        boot_unit=False,
         sync_interval_s=0.5,  # a checkpoint every 2 s is in the bucket within about 1 s
         sync_quiet_s=0.3,
     )
