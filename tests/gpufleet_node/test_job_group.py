@@ -413,28 +413,29 @@ def test_a_node_that_never_comes_is_waited_for_within_the_wait_limit(
 
 
 def test_the_budget_of_two_nodes_stops_both(tmp_path: Path, endpoint: str) -> None:
-    # 3.6 per node-hour, two nodes: 0.002 a second; 0.024 is about 12 s of the run.
+    # 3.6 per node-hour, two nodes: 0.002 a second; 0.050 is about 25 s of the run: room
+    # for both nodes' torch to start and the head to save a checkpoint on a loaded machine.
     jobs = group(
         tmp_path,
         endpoint,
         {"STEPS": "100000"},
         max_restarts=3,
-        max_cost=0.024,
+        max_cost=0.050,
         hourly_price=3.6,
         currency="USD",
     )
     began = time.monotonic()
     procs = [supervise(jobs[0], 0), supervise(jobs[1], 1)]
-    wait_all(procs, jobs, cap=90)
+    wait_all(procs, jobs, cap=120)
     took = time.monotonic() - began
     head, worker = state(jobs[0], 0), state(jobs[1], 1)
     assert head["state"] == "cancelled" and head["end_reason"] == "budget", logs(jobs)
     spent = float(head["budget"].split()[1])
-    assert 0.024 <= spent < 0.045 and head["budget"].endswith("of 0.024 USD"), head["budget"]
+    assert 0.050 <= spent < 0.075 and head["budget"].endswith("of 0.05 USD"), head["budget"]
     assert head["final_sync"]["pushed"] and head["final_sync"]["newest_step"] >= 10
     assert [a["reason"] for a in head["attempts"]] == ["budget"]
     assert (worker["state"], worker["end_reason"]) == ("cancelled", "budget"), worker
-    assert 10 <= took < 75, took
+    assert 25 <= took < 110, took
     print(f"\ntwo-node budget: {head['budget']}, both stopped {took:.1f} s after the start")
 
 

@@ -340,14 +340,15 @@ def test_a_hang_is_stopped_and_restarted_and_its_last_lines_recorded(
 
 
 def test_the_budget_pushes_the_checkpoint_and_stops_the_run(tmp_path: Path, endpoint: str) -> None:
-    # 3.6 per node-hour: 0.001 a second; the budget is 10 s of one node: room for torch to
-    # start and save a few checkpoints even on a loaded machine.
+    # 3.6 per node-hour: 0.001 a second; the budget is 25 s of one node: room for torch to
+    # start and save a checkpoint even on a loaded machine (at a load of 24 on 2 CPUs, two
+    # ranks' torch import alone took most of an earlier 10 s budget).
     job_dir = job(
         tmp_path,
         endpoint,
         {"STEPS": "100000"},
         max_restarts=3,
-        max_cost=0.010,
+        max_cost=0.025,
         hourly_price=3.6,
         currency="USD",
         nproc_per_node=2,
@@ -358,13 +359,13 @@ def test_the_budget_pushes_the_checkpoint_and_stops_the_run(tmp_path: Path, endp
     assert done.returncode == 0, done.stdout + done.stderr
     now = state(job_dir)
     assert now["state"] == "cancelled" and now["end_reason"] == "budget", now
-    # The supervisor looks every 5 s at most (a loaded machine later): reached at 0.010 and
+    # The supervisor looks every 5 s at most (a loaded machine later): reached at 0.025 and
     # stopped within seconds of it, not at a restart's or a whole interval's cost.
     spent = float(now["budget"].split()[1])
-    assert 0.010 <= spent < 0.022 and now["budget"].endswith("of 0.01 USD"), now["budget"]
+    assert 0.025 <= spent < 0.040 and now["budget"].endswith("of 0.025 USD"), now["budget"]
     assert now["final_sync"]["pushed"] and now["final_sync"]["newest_step"] >= 10
     assert [a["reason"] for a in now["attempts"]] == ["budget"]  # no restart after it
-    assert "budget" in kinds(job_dir) and 10 <= took < 60, took
+    assert "budget" in kinds(job_dir) and 25 <= took < 90, took
     print(f"\nbudget: {now['budget']}, stopped {took:.1f} s after the start")
 
 
