@@ -126,41 +126,42 @@ def call(
     raise AssertionError("unreachable")
 
 
-def live_price(instance_type: str, region: str) -> tuple[float, str]:
+def _describe_price(
+    instance_type: str, region: str, unit: str, what: str, label: str
+) -> tuple[float, str]:
+    """(price of one unit, currency): DescribePrice for one Hour or one Month of the type."""
     from alibabacloud_ecs20140526 import models as ecs_models
 
-    client = _client(region, "compare with DescribePrice")
+    client = _client(region, what)
     request = ecs_models.DescribePriceRequest(
         region_id=region,
         resource_type="instance",
         instance_type=instance_type,
-        price_unit="Hour",
+        price_unit=unit,
         period=1,
     )
     body = call("DescribePrice", lambda: client.describe_price(request))
     try:
         return parse_alicloud_price(body)
     except LookupError as exc:
-        raise PriceNotFound(f"Alibaba Cloud DescribePrice: {exc}") from None
+        raise PriceNotFound(f"Alibaba Cloud {label}: {exc}") from None
+
+
+def live_price(instance_type: str, region: str) -> tuple[float, str]:
+    return _describe_price(
+        instance_type, region, "Hour", "compare with DescribePrice", "DescribePrice"
+    )
 
 
 def live_monthly(instance_type: str, region: str) -> tuple[float, str]:
     """(price of one month, currency): DescribePrice for a subscription of one month."""
-    from alibabacloud_ecs20140526 import models as ecs_models
-
-    client = _client(region, "read monthly prices with DescribePrice")
-    request = ecs_models.DescribePriceRequest(
-        region_id=region,
-        resource_type="instance",
-        instance_type=instance_type,
-        price_unit="Month",
-        period=1,
+    return _describe_price(
+        instance_type,
+        region,
+        "Month",
+        "read monthly prices with DescribePrice",
+        "DescribePrice (a month)",
     )
-    body = call("DescribePrice", lambda: client.describe_price(request))
-    try:
-        return parse_alicloud_price(body)
-    except LookupError as exc:
-        raise PriceNotFound(f"Alibaba Cloud DescribePrice (a month): {exc}") from None
 
 
 def latest_per_zone(rows: list[Mapping[str, Any]], instance_type: str) -> dict[str, float]:
