@@ -16,13 +16,10 @@ name program.py gives it) and an ARM token in GPUFLEET_AZURE_ACCESS_TOKEN
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from infra.clouds.azure.reaper import (
     AzureCloud,
     StaticTokenCredential,
-    StillDeallocating,
-    _bounded_arm_polling,
     _text,
 )
 from infra.clouds.power import NodePower
@@ -74,32 +71,12 @@ class AzurePower:
         return {i.instance_id: NodePower(i) for i in listed if i.instance_id in wanted}
 
     def start(self, ids: Sequence[str]) -> dict[str, str]:
-        vms = self.cloud.compute().virtual_machines
-        failed: dict[str, str] = {}
-        started: list[tuple[str, Any]] = []
-        for name in ids:
-            try:
-                poller = vms.begin_start(
-                    self.cloud.resource_group,
-                    name,
-                    polling=_bounded_arm_polling(
-                        self.cloud.polling_interval_s,
-                        self.cloud.deallocate_polls,
-                        self.cloud.max_delay_s,
-                    ),
-                )
-            except Exception as exc:
-                failed[name] = _text(exc)
-                continue
-            started.append((name, poller))
-        for name, poller in started:
-            try:
-                poller.result()
-            except StillDeallocating:
-                pass  # accepted and still running after the bounded polls: fab start waits
-            except Exception as exc:
-                failed[name] = f"start failed: {_text(exc)}"
-        return failed
+        # Accepted and still running after the bounded polls is no failure: fab start waits.
+        begin = self.cloud.compute().virtual_machines.begin_start
+        _, refused, failed = self.cloud.send_then_poll(begin, ids)
+        out = {name: _text(exc) for name, exc in refused.items()}
+        out.update((name, f"start failed: {_text(exc)}") for name, exc in failed.items())
+        return out
 
     def stop(self, ids: Sequence[str]) -> dict[str, str]:
         return dict(self.cloud.stop(ids).failed)

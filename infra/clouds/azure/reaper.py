@@ -60,7 +60,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -489,25 +489,19 @@ class AzureCloud:
 
     # ------------------------------------------------------------------ stop
 
-    def start(self, instance_ids: Sequence[str]) -> StartResult:
-        """Start each VM: every request is sent first, then each operation is polled
-        (bounded); accepted and still starting after the polls counts as started. An
-        allocation failure is "waiting for capacity" (:data:`NO_CAPACITY`)."""
-        result = StartResult()
+    def send_then_poll(
+        self, begin: Callable[..., Any], names: Sequence[str]
+    ) -> tuple[list[str], dict[str, Exception], dict[str, Exception]]:
+        """Send ``begin`` (``virtual_machines.begin_start`` or ``begin_deallocate``) for
+        every VM first, then poll each operation (bounded): (the VMs accepted, one still
+        running after the polls included; those refused; those whose operation failed)."""
+        accepted: list[str] = []
+        refused: dict[str, Exception] = {}
+        failed: dict[str, Exception] = {}
         started: list[tuple[str, Any]] = []
-        vms = self.compute().virtual_machines
-
-        def refused(name: str, exc: Exception, what: str) -> None:
-            text = _text(exc)
-            code = next((c for c in NO_CAPACITY if c in text), None)
-            if code:
-                result.capacity[name] = code
-            else:
-                result.failed[name] = f"{what}{text}"
-
-        for name in instance_ids:
+        for name in names:
             try:
-                poller = vms.begin_start(
+                poller = begin(
                     self.resource_group,
                     name,
                     polling=_bounded_arm_polling(
@@ -515,18 +509,35 @@ class AzureCloud:
                     ),
                 )
             except Exception as exc:
-                refused(name, exc, "")
+                refused[name] = exc
                 continue
             started.append((name, poller))
         for name, poller in started:
             try:
                 poller.result()
             except StillDeallocating:
-                result.started.append(name)
+                accepted.append(name)
             except Exception as exc:
-                refused(name, exc, "start failed: ")
+                failed[name] = exc
             else:
-                result.started.append(name)
+                accepted.append(name)
+        return accepted, refused, failed
+
+    def start(self, instance_ids: Sequence[str]) -> StartResult:
+        """Start each VM: every request is sent first, then each operation is polled
+        (bounded); accepted and still starting after the polls counts as started. An
+        allocation failure is "waiting for capacity" (:data:`NO_CAPACITY`)."""
+        result = StartResult()
+        begin = self.compute().virtual_machines.begin_start
+        result.started, refused, failed = self.send_then_poll(begin, instance_ids)
+        for what, errors in (("", refused), ("start failed: ", failed)):
+            for name, exc in errors.items():
+                text = _text(exc)
+                code = next((c for c in NO_CAPACITY if c in text), None)
+                if code:
+                    result.capacity[name] = code
+                else:
+                    result.failed[name] = f"{what}{text}"
         return result
 
     def stop(self, instance_ids: Sequence[str]) -> StopResult:
@@ -534,30 +545,12 @@ class AzureCloud:
         (bounded). Accepted and still running after the polls counts as stopped, as EC2's
         "stopping" does; a refusal or a failed operation fails that VM only."""
         result = StopResult()
-        started: list[tuple[str, Any]] = []
-        vms = self.compute().virtual_machines
-        for name in instance_ids:
-            try:
-                poller = vms.begin_deallocate(
-                    self.resource_group,
-                    name,
-                    polling=_bounded_arm_polling(
-                        self.polling_interval_s, self.deallocate_polls, self.max_delay_s
-                    ),
-                )
-            except Exception as exc:
-                result.failed[name] = _text(exc)
-                continue
-            started.append((name, poller))
-        for name, poller in started:
-            try:
-                poller.result()
-            except StillDeallocating:
-                result.stopped.append(name)
-            except Exception as exc:
-                result.failed[name] = f"deallocation failed: {_text(exc)}"
-            else:
-                result.stopped.append(name)
+        begin = self.compute().virtual_machines.begin_deallocate
+        result.stopped, refused, failed = self.send_then_poll(begin, instance_ids)
+        for name, exc in refused.items():
+            result.failed[name] = _text(exc)
+        for name, exc in failed.items():
+            result.failed[name] = f"deallocation failed: {_text(exc)}"
         return result
 
 
