@@ -417,14 +417,12 @@ def _permissions(
 ) -> Check:
     base = f"/subscriptions/{subscription}"
     own = f"gpufleet-{need.stack}"
+
+    def listed(path: str, api_version: str, name: str) -> list[Any]:
+        return _get_all(client, f"{base}/{path}", {"api-version": api_version}, calls, name)
+
     try:
-        groups = _get_all(
-            client,
-            f"{base}/resourcegroups",
-            {"api-version": GROUPS_API},
-            calls,
-            "arm:ResourceGroups.List",
-        )
+        groups = listed("resourcegroups", GROUPS_API, "arm:ResourceGroups.List")
     except problems as exc:
         return Check("permissions", UNKNOWN, f"ARM Resource Groups - List: {_said(exc)}")
     names = [str(g.get("name") or "") for g in groups if g.get("name")]
@@ -438,11 +436,9 @@ def _permissions(
         )
     group = next((g for g in names if g.lower() == own.lower()), names[0])
     try:
-        rows = _get_all(
-            client,
-            f"{base}/resourcegroups/{group}/providers/Microsoft.Authorization/permissions",
-            {"api-version": PERMISSIONS_API},
-            calls,
+        rows = listed(
+            f"resourcegroups/{group}/providers/Microsoft.Authorization/permissions",
+            PERMISSIONS_API,
             "arm:Permissions.ListForResourceGroup",
         )
     except problems as exc:
