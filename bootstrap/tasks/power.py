@@ -184,7 +184,10 @@ def wait_for_states(
 
 
 def ssh_answers(address: str, port: int, timeout_s: float = SSH_KNOCK_S) -> bool:
-    """One knock: a TCP connection that sends an SSH banner."""
+    """One knock: a TCP connection that sends an SSH banner (``SSH-``), within
+    ``timeout_s``; no address is no answer."""
+    if not address:
+        return False
     try:
         with socket.create_connection((address, port), timeout=timeout_s) as s:
             s.settimeout(timeout_s)

@@ -31,7 +31,6 @@ import dataclasses
 import json
 import os
 import shlex
-import socket
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -60,6 +59,7 @@ from bootstrap.fleet.numbers import Bound
 from bootstrap.fleet.runner import HOST_KEY_SETTINGS_KEY, run_fleet
 from bootstrap.fleet.system import preflight_step, sh
 from bootstrap.tasks.dcgm import DcgmOptions
+from bootstrap.tasks.power import ssh_answers
 from bootstrap.tasks.setup import setup_steps
 from bootstrap.tasks.verify import verify_fleet
 from bootstrap.tasks.watchdog import WatchdogOptions
@@ -172,25 +172,13 @@ def address_of(node: Mapping[str, Any], outputs: Mapping[str, Any]) -> tuple[str
     return str(address), int(port)
 
 
-def answers_ssh(address: str, port: int, timeout: float) -> bool:
-    """Whether an SSH server answers there (its banner, ``SSH-``), within ``timeout``."""
-    if not address:
-        return False
-    try:
-        with socket.create_connection((address, port), timeout=timeout) as s:
-            s.settimeout(timeout)
-            return s.recv(8).startswith(b"SSH-")
-    except OSError:
-        return False
-
-
 def wait_ssh(
     address: str,
     port: int,
     wait_s: float,
     *,
     poll_s: float = SSH_POLL_S,
-    probe: Callable[[str, int, float], bool] = answers_ssh,
+    probe: Callable[[str, int, float], bool] = ssh_answers,
 ) -> bool:
     """Poll until SSH answers, for at most ``wait_s`` seconds."""
     deadline = time.monotonic() + wait_s
@@ -322,7 +310,7 @@ def check_gone(
     """Why ``node`` is gone, in words; Refused when it is not."""
     name = target.name
     address, port = address_of(node, outputs)
-    if answers_ssh(address, port, timeout):
+    if ssh_answers(address, port, timeout):
         raise Refused(
             f"{name} answers SSH at {address}:{port}: not gone, and a running node is "
             "never replaced (`fab health` judges a sick one)"
