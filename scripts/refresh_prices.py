@@ -37,7 +37,7 @@ import os
 import re
 import sys
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -129,19 +129,15 @@ def ask(cloud: str) -> Outcome:
         assert it.price is not None
         out.currency = it.price.currency
         try:
-            value, currency = module.live_price(it.name, it.price.region)
+            answer = answered(out, f"{it.name}: ", module.live_price, it.name, it.price.region)
         except NoCredentials as exc:
             out.skipped = f"{exc} (not refreshed: {', '.join(refreshes(module))})"
             return out
-        except PriceNotFound as exc:
-            out.missing.append(f"{it.name}: {exc}")
+        if out.failed:
+            return out
+        if answer is None:
             continue
-        except LivePriceError as exc:
-            out.failed = brief(str(exc))
-            return out
-        except Exception as exc:  # an SDK's own error we did not foresee: one line, not a trace
-            out.failed = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            return out
+        value, currency = answer
         if currency != it.price.currency:
             out.missing.append(f"{it.name}: the API answered in {currency}, not {out.currency}")
             continue
@@ -173,20 +169,16 @@ def ask_spot(module: Any, cat: Any, priced: Sequence[Any], out: Outcome) -> Outc
         if it.price.spot is None and not adds:
             continue  # no range to refresh: the catalog says why (a note on the line)
         try:
-            low, high, currency = live_spot(it.name, it.price.region)
+            answer = answered(out, f"{it.name}'s spot range: ", live_spot, it.name, it.price.region)
         except NoCredentials as exc:
             out.missing.append(f"the spot ranges: {exc}")
             out.spot_source = ""
             return out
-        except PriceNotFound as exc:
-            out.missing.append(f"{it.name}'s spot range: {exc}")
+        if out.failed:
+            return out
+        if answer is None:
             continue
-        except LivePriceError as exc:
-            out.failed = brief(str(exc))
-            return out
-        except Exception as exc:  # an SDK's own error we did not foresee: one line
-            out.failed = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            return out
+        low, high, currency = answer
         if currency != it.price.currency:
             out.missing.append(f"{it.name}'s spot range: answered in {currency}")
             continue
@@ -215,25 +207,38 @@ def ask_monthly(module: Any, cat: Any, cloud: str, out: Outcome) -> Outcome:
     out.monthly_source = source
     for name, quote in quotes.items():  # one call per quote: bounded by the file
         try:
-            value, answered = live_monthly(name, region)
+            answer = answered(out, f"{name}'s monthly price: ", live_monthly, name, region)
         except NoCredentials as exc:
             out.missing.append(f"the monthly prices: {exc}")
             out.monthly_source = ""
             return out
-        except PriceNotFound as exc:
-            out.missing.append(f"{name}'s monthly price: {exc}")
+        if out.failed:
+            return out
+        if answer is None:
             continue
-        except LivePriceError as exc:
-            out.failed = brief(str(exc))
-            return out
-        except Exception as exc:  # an SDK's own error we did not foresee: one line
-            out.failed = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            return out
-        if answered != currency:
-            out.missing.append(f"{name}'s monthly price: answered in {answered}")
+        value, in_currency = answer
+        if in_currency != currency:
+            out.missing.append(f"{name}'s monthly price: answered in {in_currency}")
             continue
         out.monthly.append(Change(name, region, float(quote["price"]), float(value)))
     return out
+
+
+def answered(out: Outcome, missing: str, live: Callable[..., Any], *args: Any) -> Any:
+    """``live(*args)``'s answer; None when there is none: a price the API does not have
+    (a line of ``out.missing``, after ``missing``) or a failed call (``out.failed``, one
+    line, never a trace). NoCredentials goes to the caller: what it skips is its own."""
+    try:
+        return live(*args)
+    except NoCredentials:
+        raise
+    except PriceNotFound as exc:
+        out.missing.append(f"{missing}{exc}")
+    except LivePriceError as exc:
+        out.failed = brief(str(exc))
+    except Exception as exc:  # an SDK's own error we did not foresee: one line, not a trace
+        out.failed = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return None
 
 
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^\"'>)]+)")
