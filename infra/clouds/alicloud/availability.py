@@ -18,6 +18,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from infra.clouds.alicloud.prices import ecs_client
 from infra.clouds.availability import AVAILABLE, SOLD_OUT, NoSignal, ZoneSignal
 
 SIGNAL = "ECS DescribeAvailableResource (stock status per zone, pay-as-you-go)"
@@ -64,24 +65,10 @@ def live_zones(instance_type: str, regions: Sequence[str]) -> list[ZoneSignal]:
             "ALIBABA_CLOUD_ACCESS_KEY_SECRET): offline rows only"
         )
     from alibabacloud_ecs20140526 import models as ecs_models
-    from alibabacloud_ecs20140526.client import Client
-    from alibabacloud_tea_openapi import models as api_models
 
     found: list[ZoneSignal] = []
     for region in regions:
-        endpoint = os.environ.get("ALIBABA_CLOUD_ECS_ENDPOINT") or f"ecs.{region}.aliyuncs.com"
-        local = endpoint.startswith(("127.0.0.1", "localhost"))
-        client = Client(
-            api_models.Config(
-                access_key_id=key,
-                access_key_secret=secret,
-                region_id=region,
-                endpoint=endpoint,
-                protocol="http" if local else "https",
-                connect_timeout=10000,
-                read_timeout=20000,
-            )
-        )
+        client = ecs_client(region, key, secret, connect_timeout_ms=10_000)
         request = ecs_models.DescribeAvailableResourceRequest(
             region_id=region,
             destination_resource="InstanceType",

@@ -76,6 +76,11 @@ def _keys(what: str) -> tuple[str, str]:
 
 def _client(region: str, what: str) -> Any:
     key, secret = _keys(what)
+    return ecs_client(region, key, secret)
+
+
+def ecs_client(region: str, key: str, secret: str, connect_timeout_ms: int = 5_000) -> Any:
+    """The ECS SDK client for ``region`` (read timeout 20 s)."""
     from alibabacloud_ecs20140526.client import Client
     from alibabacloud_tea_openapi import models as api_models
 
@@ -90,7 +95,7 @@ def _client(region: str, what: str) -> Any:
             endpoint=endpoint,
             protocol="http" if local else "https",
             read_timeout=20_000,
-            connect_timeout=5_000,
+            connect_timeout=connect_timeout_ms,
         )
     )
 
