@@ -138,32 +138,27 @@ class Report:
 
 def need_of(cfg: Any) -> Need:
     """The Need of a validated StackConfig (infra.config)."""
-    it = load_catalog().instance(cfg.provider, cfg.instance_type)
     zone = None if cfg.zone in (None, "auto") else cfg.zone
     if cfg.placement is not None:  # zone: auto: the place `make up` tries first
         zone = cfg.placement.choice.zone
-    return Need(
-        stack=cfg.stack,
-        provider=cfg.provider,
-        region=cfg.region,
-        zone=zone,
-        instance_type=cfg.instance_type,
-        nodes=cfg.nodes,
-        vcpus=it.vcpus,
-        gpus=it.gpus,
-        billing=cfg.billing,
-    )
+    return _need(cfg, cfg.provider, cfg.region, zone, cfg.instance_type)
 
 
 def need_at(cfg: Any, candidate: Any) -> Need:
     """The stack's Need placed at one `zone: auto` candidate (infra.placement.Candidate)."""
-    it = load_catalog().instance(candidate.provider, candidate.instance_type)
+    c = candidate
+    return _need(cfg, c.provider, c.region, c.zone, c.instance_type)
+
+
+def _need(cfg: Any, provider: str, region: str, zone: str | None, instance_type: str) -> Need:
+    """The stack's Need of ``instance_type`` at that place (its vCPUs and GPUs: the catalog's)."""
+    it = load_catalog().instance(provider, instance_type)
     return Need(
         stack=cfg.stack,
-        provider=candidate.provider,
-        region=candidate.region,
-        zone=candidate.zone,
-        instance_type=candidate.instance_type,
+        provider=provider,
+        region=region,
+        zone=zone,
+        instance_type=instance_type,
         nodes=cfg.nodes,
         vcpus=it.vcpus,
         gpus=it.gpus,
