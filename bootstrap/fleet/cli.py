@@ -329,14 +329,7 @@ def fleet_run(
         scratch = dataclasses.replace(scratch, path=opts.scratch_path)
 
     def make_context(host: Host) -> HostContext:
-        return HostContext(
-            host=host,
-            options=opts,
-            tier=fleet.tier,
-            scratch=scratch,
-            stack=fleet.stack,
-            outputs=fleet.outputs,
-        )
+        return fleet.context(host, opts, scratch)
 
     first: Step = probe_step if readonly else preflight_step
     quiet = as_json or os.environ.get("GPUFLEET_QUIET") == "1"

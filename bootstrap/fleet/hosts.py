@@ -30,7 +30,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from bootstrap.fleet.api import Host, ScratchSpec, TierInfo
+from bootstrap.fleet.api import Host, HostContext, Options, ScratchSpec, TierInfo
 from bootstrap.fleet.hostkeys import PublicKey
 
 INVENTORY_ENV = "GPUFLEET_INVENTORY"
@@ -54,6 +54,20 @@ class Fleet:
     host_keys: Mapping[str, tuple[PublicKey, ...]] = field(default_factory=dict)
     # The stack outputs as read (bucket, region, idle, ... beyond what the fields above keep)
     outputs: Mapping[str, Any] = field(default_factory=dict)
+
+    def context(
+        self, host: Host, options: Options, scratch: ScratchSpec | None = None
+    ) -> HostContext:
+        """What a step knows of ``host`` in this fleet: ``options``, the fleet's tier, stack,
+        outputs and scratch (``scratch`` instead where given)."""
+        return HostContext(
+            host=host,
+            options=options,
+            tier=self.tier,
+            scratch=self.scratch if scratch is None else scratch,
+            stack=self.stack,
+            outputs=self.outputs,
+        )
 
 
 def _require(mapping: Mapping[str, Any], key: str, where: str, kind: type) -> Any:

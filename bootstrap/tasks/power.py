@@ -303,14 +303,7 @@ def _run_on_nodes(
         return None
 
     def make_context(host: Host) -> HostContext:
-        return HostContext(
-            host=host,
-            options=options,
-            tier=fleet.tier,
-            scratch=fleet.scratch,
-            stack=fleet.stack,
-            outputs=fleet.outputs,
-        )
+        return fleet.context(host, options)
 
     quiet = fleet_args.json or os.environ.get("GPUFLEET_QUIET") == "1"
     return run_fleet(

@@ -372,10 +372,7 @@ def _setup(c: Context, fleet: Fleet, host: Host, opts: RecoverOptions, console: 
         scratch = fleet.scratch
         if opts.setup.scratch_path:
             scratch = dataclasses.replace(scratch, path=opts.setup.scratch_path)
-        return HostContext(
-            host=h, options=opts.setup, tier=fleet.tier, scratch=scratch, stack=fleet.stack,
-            outputs=fleet.outputs,
-        )  # fmt: skip
+        return fleet.context(h, opts.setup, scratch)
 
     report = run_fleet(
         "recover: setup",

@@ -27,18 +27,7 @@ from bootstrap.train.steps import chart_step, history_step, jobs_step, logs_step
 
 def _context_factory(fleet: Fleet, tasks: tuple[object, ...]) -> Callable[[Host], HostContext]:
     options = Options(tasks=tasks)
-
-    def make(host: Host) -> HostContext:
-        return HostContext(
-            host=host,
-            options=options,
-            tier=fleet.tier,
-            scratch=fleet.scratch,
-            stack=fleet.stack,
-            outputs=fleet.outputs,
-        )
-
-    return make
+    return lambda host: fleet.context(host, options)
 
 
 def run_steps(
