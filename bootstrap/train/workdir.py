@@ -107,7 +107,14 @@ def is_ignored(rules: Sequence[IgnoreRule], rel: str, is_dir: bool) -> bool:
 
 def walk_files(root: Path) -> list[str]:
     """Files under ``root`` without git: .gitignore files honoured, .git never entered."""
-    out: list[str] = []
+    return _walk(root)[0]
+
+
+def _walk(root: Path) -> tuple[list[str], list[str]]:
+    """One walk of ``root`` without git, .gitignore files honoured, .git and links never
+    entered: (the files kept, what .gitignore keeps back: files, and folders with a "/")."""
+    kept: list[str] = []
+    ignored: list[str] = []
     rules: list[IgnoreRule] = []
 
     def visit(folder: Path, rel_folder: str) -> None:
@@ -119,13 +126,15 @@ def walk_files(root: Path) -> list[str]:
             if entry.name == ".git" or entry.is_symlink():
                 continue
             if entry.is_dir():
-                if not is_ignored(rules, rel, True):
+                if is_ignored(rules, rel, True):
+                    ignored.append(rel + "/")
+                else:
                     visit(entry, rel)
-            elif entry.is_file() and not is_ignored(rules, rel, False):
-                out.append(rel)
+            elif entry.is_file():
+                (ignored if is_ignored(rules, rel, False) else kept).append(rel)
 
     visit(root, "")
-    return out
+    return kept, ignored
 
 
 def workdir_files(root: Path) -> list[str]:
@@ -210,27 +219,7 @@ def _git_kept_back(root: Path) -> list[str] | None:
 
 
 def _walk_kept_back(root: Path) -> list[str]:
-    out: list[str] = []
-    rules: list[IgnoreRule] = []
-
-    def visit(folder: Path, rel_folder: str) -> None:
-        gi = folder / ".gitignore"
-        if gi.is_file():
-            rules.extend(parse_gitignore(gi.read_text(errors="replace"), rel_folder))
-        for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-            rel = f"{rel_folder}/{entry.name}" if rel_folder else entry.name
-            if entry.name == ".git" or entry.is_symlink():
-                continue
-            if entry.is_dir():
-                if is_ignored(rules, rel, True):
-                    out.append(rel + "/")
-                else:
-                    visit(entry, rel)
-            elif entry.is_file() and is_ignored(rules, rel, False):
-                out.append(rel)
-
-    visit(root, "")
-    return out
+    return _walk(root)[1]
 
 
 @dataclass(frozen=True)
