@@ -397,11 +397,7 @@ def function_module(source: str) -> bytes:
     def relative(m: re.Match[str]) -> str:
         return f"{m.group(1)}from .{m.group(2) or ''} import "
 
-    shipped = _REPO_IMPORT.sub(relative, source)
-    left = re.findall(r"^\s*(?:from|import) (?:infra|bootstrap|policy|scripts)\b.*$", shipped, re.M)
-    if left:
-        raise ValueError(f"a cloud's reaper imports beyond the reaper package: {left[0].strip()}")
-    return shipped.encode()
+    return _shipped(source, relative, "reaper")
 
 
 def entry_module(source: str) -> bytes:
@@ -412,10 +408,16 @@ def entry_module(source: str) -> bytes:
     def absolute(m: re.Match[str]) -> str:
         return f"{m.group(1)}from {PACKAGE}{'.' + m.group(2) if m.group(2) else ''} import "
 
-    shipped = _REPO_IMPORT.sub(absolute, source)
+    return _shipped(source, absolute, "entry")
+
+
+def _shipped(source: str, rewrite: Callable[[re.Match[str]], str], module: str) -> bytes:
+    """``source`` with its imports of the reaper package rewritten; ValueError when the
+    cloud's ``module`` imports anything else of the repository."""
+    shipped = _REPO_IMPORT.sub(rewrite, source)
     left = re.findall(r"^\s*(?:from|import) (?:infra|bootstrap|policy|scripts)\b.*$", shipped, re.M)
     if left:
-        raise ValueError(f"a cloud's entry imports beyond the reaper package: {left[0].strip()}")
+        raise ValueError(f"a cloud's {module} imports beyond the reaper package: {left[0].strip()}")
     return shipped.encode()
 
 
