@@ -223,6 +223,37 @@ class StopResult:
                 self.failed[iid] = why
 
 
+def stop_bisected(
+    instance_ids: Sequence[str],
+    size: int,
+    call: Callable[[Sequence[str]], Any],
+    read: Callable[[Sequence[str], Any], StopResult],
+    *,
+    bisect: Callable[[Exception], bool],
+    why: Callable[[Exception], str],
+) -> StopResult:
+    """Stop in batches of at most ``size``: ``call`` (one stop request) and ``read`` (what
+    its answer says of each id). A batch refused for one of its ids (``bisect``) is halved
+    until that id stands alone; any other refusal fails the batch's ids (``why``)."""
+
+    def batch(ids: Sequence[str]) -> StopResult:
+        try:
+            response = call(ids)
+        except Exception as exc:
+            if len(ids) == 1 or not bisect(exc):
+                return StopResult(failed={iid: why(exc) for iid in ids})
+            half = len(ids) // 2
+            left = batch(ids[:half])
+            left.merge(batch(ids[half:]))
+            return left
+        return read(ids, response)
+
+    result = StopResult()
+    for ids in chunks(list(instance_ids), size):
+        result.merge(batch(ids))
+    return result
+
+
 @dataclass
 class StartResult:
     """What a start call did, by id: started, or why not. ``capacity`` holds the ids the

@@ -66,6 +66,7 @@ from infra.reaper.core import (
     StopResult,
     chunks,
     int_env,
+    stop_bisected,
 )
 
 PAGE = 100  # DescribeInstances MaxResults ceiling
@@ -434,12 +435,16 @@ class AlicloudCloud:
     # ------------------------------------------------------------------ stop
 
     def stop(self, instance_ids: Sequence[str]) -> StopResult:
-        result = StopResult()
-        for batch in chunks(list(instance_ids), STOP_BATCH):
-            result.merge(self._stop_bisect(batch))
-        return result
+        return stop_bisected(
+            instance_ids,
+            STOP_BATCH,
+            self._stop_call,
+            _stopped,
+            bisect=lambda exc: _code(exc).startswith(_ID_ERRORS),
+            why=_text,
+        )
 
-    def _stop_bisect(self, ids: Sequence[str]) -> StopResult:
+    def _stop_call(self, ids: Sequence[str]) -> Any:
         from alibabacloud_ecs20140526 import models as ecs_models
 
         request = ecs_models.StopInstancesRequest(
@@ -449,30 +454,26 @@ class AlicloudCloud:
             batch_optimization="SuccessFirst",
             force_stop=False,
         )
-        try:
-            response = self._call(self.ecs, "StopInstances", request)
-        except Exception as exc:
-            if len(ids) == 1 or not _code(exc).startswith(_ID_ERRORS):
-                return StopResult(failed={iid: _text(exc) for iid in ids})
-            half = len(ids) // 2
-            left = self._stop_bisect(ids[:half])
-            left.merge(self._stop_bisect(ids[half:]))
-            return left
-        body = response.body.to_map()
-        rows = body.get("InstanceResponses", {}).get("InstanceResponse", []) or []
-        result = StopResult()
-        seen = set()
-        for row in rows:
-            iid = row.get("InstanceId")
-            seen.add(iid)
-            if str(row.get("Code", "200")) == "200":
-                result.stopped.append(iid)
-            else:
-                result.failed[iid] = f"{row.get('Code')}: {row.get('Message', '')}"
-        for iid in ids:
-            if iid not in seen:
-                result.failed[iid] = "not in the StopInstances response"
-        return result
+        return self._call(self.ecs, "StopInstances", request)
+
+
+def _stopped(ids: Sequence[str], response: Any) -> StopResult:
+    """What StopInstances' answer says of each id: its own code, or left out."""
+    body = response.body.to_map()
+    rows = body.get("InstanceResponses", {}).get("InstanceResponse", []) or []
+    result = StopResult()
+    seen = set()
+    for row in rows:
+        iid = row.get("InstanceId")
+        seen.add(iid)
+        if str(row.get("Code", "200")) == "200":
+            result.stopped.append(iid)
+        else:
+            result.failed[iid] = f"{row.get('Code')}: {row.get('Message', '')}"
+    for iid in ids:
+        if iid not in seen:
+            result.failed[iid] = "not in the StopInstances response"
+    return result
 
 
 def no_capacity(code: str) -> bool:

@@ -35,6 +35,7 @@ from infra.reaper.core import (
     StopResult,
     chunks,
     int_env,
+    stop_bisected,
 )
 
 if TYPE_CHECKING:
@@ -308,28 +309,23 @@ class AwsCloud:
 
     def stop(self, instance_ids: Sequence[str]) -> StopResult:
         """Stop in batches; a batch refused for an id is bisected to isolate that id."""
-        result = StopResult()
-        for batch in chunks(list(instance_ids), STOP_BATCH):
-            result.merge(self._stop_bisect(batch))
-        return result
-
-    def _stop_bisect(self, ids: Sequence[str]) -> StopResult:
-        try:
-            response = self.client("ec2").stop_instances(InstanceIds=list(ids))
-        except Exception as exc:
-            code = _error_code(exc)
-            why = _error_text(exc)
-            if len(ids) == 1 or not code.startswith(_ID_ERRORS):
-                return StopResult(failed={iid: why for iid in ids})
-            half = len(ids) // 2
-            left = self._stop_bisect(ids[:half])
-            left.merge(self._stop_bisect(ids[half:]))
-            return left
-        done = {s["InstanceId"] for s in response.get("StoppingInstances", [])}
-        return StopResult(
-            stopped=[i for i in ids if i in done],
-            failed={i: "not in the StopInstances response" for i in ids if i not in done},
+        return stop_bisected(
+            instance_ids,
+            STOP_BATCH,
+            lambda ids: self.client("ec2").stop_instances(InstanceIds=list(ids)),
+            _stopped,
+            bisect=lambda exc: _error_code(exc).startswith(_ID_ERRORS),
+            why=_error_text,
         )
+
+
+def _stopped(ids: Sequence[str], response: Any) -> StopResult:
+    """What StopInstances' answer says of each id: stopping, or left out."""
+    done = {s["InstanceId"] for s in response.get("StoppingInstances", [])}
+    return StopResult(
+        stopped=[i for i in ids if i in done],
+        failed={i: "not in the StopInstances response" for i in ids if i not in done},
+    )
 
 
 def _content_type(response: dict[str, Any]) -> str:

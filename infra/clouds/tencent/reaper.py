@@ -84,6 +84,7 @@ from infra.reaper.core import (
     StopResult,
     chunks,
     int_env,
+    stop_bisected,
 )
 
 # The SCF function's settings (tencent-infra declares exactly these) and its runtime.
@@ -468,28 +469,25 @@ class TencentCloud:
     # ------------------------------------------------------------------ stop
 
     def stop(self, instance_ids: Sequence[str]) -> StopResult:
-        result = StopResult()
-        for batch in chunks(list(instance_ids), STOP_BATCH):
-            result.merge(self._stop_bisect(batch))
-        return result
+        return stop_bisected(
+            instance_ids,
+            STOP_BATCH,
+            self._stop_call,
+            _stopped,
+            bisect=lambda exc: _code(exc).startswith(_ID_ERRORS),
+            why=_text,
+        )
 
-    def _stop_bisect(self, ids: Sequence[str]) -> StopResult:
+    def _stop_call(self, ids: Sequence[str]) -> Any:
         params = {"InstanceIds": list(ids), "StopType": "SOFT_FIRST", "StoppedMode": STOPPED_MODE}
-        try:
-            response = self._call("cvm", "StopInstances", params)
-        except Exception as exc:
-            if len(ids) == 1 or not _code(exc).startswith(_ID_ERRORS):
-                return StopResult(failed={iid: _text(exc) for iid in ids})
-            half = len(ids) // 2
-            left = self._stop_bisect(ids[:half])
-            left.merge(self._stop_bisect(ids[half:]))
-            return left
-        if not response.RequestId:
-            return StopResult(
-                failed={iid: "StopInstances answered without RequestId" for iid in ids}
-            )
-        # The call is accepted as a whole (the stop itself runs asynchronously).
-        return StopResult(stopped=list(ids))
+        return self._call("cvm", "StopInstances", params)
+
+
+def _stopped(ids: Sequence[str], response: Any) -> StopResult:
+    if not response.RequestId:
+        return StopResult(failed={iid: "StopInstances answered without RequestId" for iid in ids})
+    # The call is accepted as a whole (the stop itself runs asynchronously).
+    return StopResult(stopped=list(ids))
 
 
 def _launched(raw: Mapping[str, Any]) -> tuple[datetime | None, str | None]:
