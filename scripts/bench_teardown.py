@@ -23,12 +23,14 @@ the benchmark installs the same O(1) lookup the tests use, for both contenders a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
 import os
 import sys
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -118,25 +120,33 @@ def measure(cloud: AwsCloud, counter: CallCounter) -> dict[str, Any]:
     }
 
 
-def run_scenarios() -> int:
-    """Every fault scenario on a fresh moto server; the table of wrong and missed stops."""
+@contextlib.contextmanager
+def _moto() -> Iterator[str]:
+    """A fresh moto server on 127.0.0.1 (sped up, its per-request log lines off): its URL."""
     logging.disable(logging.INFO)
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         os.environ.setdefault(name, "testing")
     from moto.server import ThreadedMotoServer
 
     from tests.reaper.fleet import speed_up_moto
-    from tests.reaper.scenarios import SCENARIOS, run, table
 
     undo = speed_up_moto()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     try:
-        outcomes = [run(f"http://{host}:{port}", sc) for sc in SCENARIOS]
+        yield f"http://{host}:{port}"
     finally:
         server.stop()
         undo()
+
+
+def run_scenarios() -> int:
+    """Every fault scenario on a fresh moto server; the table of wrong and missed stops."""
+    from tests.reaper.scenarios import SCENARIOS, run, table
+
+    with _moto() as url:
+        outcomes = [run(url, sc) for sc in SCENARIOS]
     print(table(outcomes))
     return 0 if all(o.ok for o in outcomes) else 1
 
@@ -167,20 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.scenarios:
         return run_scenarios()
-    logging.disable(logging.INFO)  # moto's per-request log lines
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        os.environ.setdefault(name, "testing")
-    from moto.server import ThreadedMotoServer
-
     from tests.reaper.faultproxy import FaultProxy
-    from tests.reaper.fleet import REGION, build_fleet, speed_up_moto
+    from tests.reaper.fleet import REGION, build_fleet
 
-    undo = speed_up_moto()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    try:
+    with _moto() as url:
         t0 = time.perf_counter()
         fleet = build_fleet(url, scale=args.scale)
         build_s = time.perf_counter() - t0
@@ -192,9 +192,6 @@ def main(argv: list[str] | None = None) -> int:
                 counter = CallCounter()
                 cloud = cls(REGION, endpoint_url=endpoint, counter=counter)
                 results[name] = measure(cloud, counter)
-    finally:
-        server.stop()
-        undo()
 
     batched, naive = results["batched"], results["naive"]
     decided = batched.pop("decisions")
