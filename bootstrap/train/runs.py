@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -126,16 +127,7 @@ def follow_logs(
 
 def job_hosts(fleet: Fleet, spec: Mapping[str, Any]) -> Fleet:
     hosts = tuple(h for h in fleet.hosts if rank_of(spec, h) is not None)
-    return Fleet(
-        hosts=hosts or fleet.hosts,
-        stack=fleet.stack,
-        provider=fleet.provider,
-        tier=fleet.tier,
-        scratch=fleet.scratch,
-        source=fleet.source,
-        host_keys=fleet.host_keys,
-        outputs=fleet.outputs,
-    )
+    return dataclasses.replace(fleet, hosts=hosts or fleet.hosts)
 
 
 def charts_dir() -> Path:
