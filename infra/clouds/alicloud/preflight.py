@@ -51,6 +51,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+from infra.clouds.alicloud.prices import ecs_client, tea_config
 from infra.preflight import FAIL, INFO, NOT_CHECKED, OK, UNKNOWN, Calls, Check, Need, QuotaAsk
 
 # billing mode -> (max attribute, used attribute) of DescribeAccountAttributes
@@ -66,21 +67,6 @@ QUOTA_FIX = (
     "raise {name} to {value} in the ECS console's quota page (Quota Center, "
     "privileges and quotas), region {region}"
 )
-
-
-def _config(key: str, secret: str, region: str, endpoint: str) -> Any:
-    from alibabacloud_tea_openapi import models as api_models
-
-    local = endpoint.startswith(("127.0.0.1", "localhost"))
-    return api_models.Config(
-        access_key_id=key,
-        access_key_secret=secret,
-        region_id=region,
-        endpoint=endpoint,
-        protocol="http" if local else "https",
-        connect_timeout=5000,
-        read_timeout=20000,
-    )
 
 
 def _once() -> Any:
@@ -116,20 +102,13 @@ def attribute_values(body: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def _ecs(key: str, secret: str, region: str) -> Any:
-    from alibabacloud_ecs20140526.client import Client as EcsClient
-
-    endpoint = os.environ.get("ALIBABA_CLOUD_ECS_ENDPOINT") or f"ecs.{region}.aliyuncs.com"
-    return EcsClient(_config(key, secret, region, endpoint))
-
-
 def quota(need: Need, calls: Calls) -> list[Check]:
     """The quota checks alone, for one region (``make up --quota`` asks each place)."""
     key = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID", "")
     secret = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "")
     if not key or not secret:
         return [Check("quota", UNKNOWN, "no Alibaba Cloud credentials", CREDENTIALS_HINT)]
-    return _quotas(_ecs(key, secret, need.region), need, calls, (Exception,))
+    return _quotas(ecs_client(need.region, key, secret), need, calls, (Exception,))
 
 
 def checks(need: Need, calls: Calls) -> list[Check]:
@@ -140,8 +119,8 @@ def checks(need: Need, calls: Calls) -> list[Check]:
     from alibabacloud_tea_openapi.client import Client as OpenApiClient
 
     sts_endpoint = os.environ.get("ALIBABA_CLOUD_STS_ENDPOINT") or "sts.aliyuncs.com"
-    ecs = _ecs(key, secret, need.region)
-    sts = OpenApiClient(_config(key, secret, need.region, sts_endpoint))
+    ecs = ecs_client(need.region, key, secret)
+    sts = OpenApiClient(tea_config(key, secret, need.region, sts_endpoint))
     problems = (Exception,)  # the Tea SDK raises its own hierarchy plus transport errors
     try:
         me = _caller(sts, calls)

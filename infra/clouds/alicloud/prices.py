@@ -82,21 +82,27 @@ def _client(region: str, what: str) -> Any:
 def ecs_client(region: str, key: str, secret: str, connect_timeout_ms: int = 5_000) -> Any:
     """The ECS SDK client for ``region`` (read timeout 20 s)."""
     from alibabacloud_ecs20140526.client import Client
-    from alibabacloud_tea_openapi import models as api_models
 
     # ALIBABA_CLOUD_ECS_ENDPOINT points the client elsewhere (tests: a local fake on 127.0.0.1).
     endpoint = os.environ.get("ALIBABA_CLOUD_ECS_ENDPOINT") or f"ecs.{region}.aliyuncs.com"
+    return Client(tea_config(key, secret, region, endpoint, connect_timeout_ms))
+
+
+def tea_config(
+    key: str, secret: str, region: str, endpoint: str, connect_timeout_ms: int = 5_000
+) -> Any:
+    """The Tea SDK's client settings: plain HTTP to a local endpoint (tests), read timeout 20 s."""
+    from alibabacloud_tea_openapi import models as api_models
+
     local = endpoint.startswith(("127.0.0.1", "localhost"))
-    return Client(
-        api_models.Config(
-            access_key_id=key,
-            access_key_secret=secret,
-            region_id=region,
-            endpoint=endpoint,
-            protocol="http" if local else "https",
-            read_timeout=20_000,
-            connect_timeout=connect_timeout_ms,
-        )
+    return api_models.Config(
+        access_key_id=key,
+        access_key_secret=secret,
+        region_id=region,
+        endpoint=endpoint,
+        protocol="http" if local else "https",
+        read_timeout=20_000,
+        connect_timeout=connect_timeout_ms,
     )
 
 
