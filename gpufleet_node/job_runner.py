@@ -855,12 +855,23 @@ class Supervisor:
             want = since + 1
             self.spec["resume"] = True
 
+    def mark_log_start(self) -> None:
+        """Where this attempt's lines start in the ranks' logs, appended across attempts: a
+        follow of a resume shows this attempt, not the earlier ones again. Set before the
+        state first says running (a worker says so while it waits for the head's record,
+        and fab's follow reads the offsets as soon as it does)."""
+        self.state["log_offsets"] = {
+            str(r): _size(self.job_dir / "logs" / f"rank-{r}.log")
+            for r in ranks_of(None, self.spec, self.node_rank)
+        }
+
     def wait_for_head(self, want: int, since: int) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """(the head's attempt ``want`` or newer, {}) or (None, how the run ended: the
         head's run-end record of attempt ``since`` or later, a cancel, no news)."""
         assert self.group is not None
         limit = float(self.spec.get("worker_wait_s") or job_group.WORKER_WAIT_S)
         until = time.monotonic() + limit
+        self.mark_log_start()
         self.state.update(state="running", waiting_for_head=want)
         self.save()
         while time.monotonic() < until:
@@ -900,13 +911,7 @@ class Supervisor:
         self.group_checked, self.checkpoints = time.monotonic(), []
         if self.node_rank != 0:
             self.report(None)  # this node came: the head no longer waits for it
-        # Where this attempt's lines start in the logs, appended across attempts: a follow
-        # of a resume shows this attempt, not the earlier ones again.
-        log_offsets = {
-            str(r): _size(self.job_dir / "logs" / f"rank-{r}.log")
-            for r in ranks_of(None, self.spec, self.node_rank)
-        }
-        self.state["log_offsets"] = log_offsets
+        self.mark_log_start()
         self.torchrun_offset = _size(self.dir / "torchrun.log")
         self.log("start: " + " ".join(argv))
         attempt = int(self.spec.get("attempt") or 1)

@@ -493,3 +493,39 @@ def test_the_node_that_failed_first_is_the_one_named() -> None:
     assert job_group.lost_nodes({1: {"state": "running"}, 2: {"state": "ended"}}) == [1]
     assert job_group.missing_nodes(3, {1: {}}) == [2]
     assert job_group.newest_progress({1: {"progress_t": 5.0}, 2: {"progress_t": "x"}}) == 5.0
+
+
+def test_a_waiting_worker_says_where_its_attempts_lines_start(
+    tmp_path: Path, endpoint: str
+) -> None:
+    # A worker says "running" while it waits for the head's attempt record; fab's follow of
+    # a resume reads the log offsets as soon as it does, so they are set by then: the lines
+    # of the earlier attempt are not shown again (CI saw rank 1's "from scratch" line of
+    # attempt 1 in a two-node resume's output).
+    jobs = group(tmp_path, endpoint, {})
+    logs_dir = jobs[1] / "logs"
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    (logs_dir / "rank-1.log").write_text("Initializing a new model from scratch\n")
+    before = (logs_dir / "rank-1.log").stat().st_size
+    proc = supervise(jobs[1], 1)
+    try:
+        deadline = time.monotonic() + 60
+        now: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            now = (
+                state(jobs[1], 1)
+                if (job_runner.node_dir(jobs[1], 1) / "state.json").exists()
+                else {}
+            )
+            if now.get("waiting_for_head"):
+                break
+            time.sleep(0.2)
+        assert now.get("state") == "running" and now.get("waiting_for_head"), now
+        assert now.get("log_offsets") == {"1": before}, now
+    finally:
+        (job_runner.node_dir(jobs[1], 1) / "cancel").write_text("")
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
