@@ -445,33 +445,25 @@ def _change(c: SpotChange | SpotAdded) -> str:
     return "new" if c.old is None else f"{c.percent:+.1f}%"
 
 
+def _count_line(cloud: str, what: str, changes: Sequence[Any], source: str, verb: str) -> str:
+    """``<cloud>: N <what> from <source>, M changed, K the same`` (``what`` may carry its
+    unit)."""
+    moved = sum(1 for c in changes if c.new != c.old)
+    return fit(
+        f"{cloud}: {len(changes)} {what} from {source}, {moved} {verb}, "
+        f"{len(changes) - moved} the same"
+    )
+
+
 def report(outcome: Outcome, today: dt.date, dry_run: bool, out: TextIO) -> None:
-    moved = sum(1 for c in outcome.changes if c.new != c.old)
-    same = len(outcome.changes) - moved
     verb = "would change" if dry_run else "changed"
-    lines = [
-        fit(
-            f"{outcome.cloud}: {len(outcome.changes)} prices from {outcome.source} "
-            f"({outcome.currency}/h), {moved} {verb}, {same} the same"
-        )
-    ]
+    cloud, cur = outcome.cloud, outcome.currency
+    lines = [_count_line(cloud, "prices", outcome.changes, f"{outcome.source} ({cur}/h)", verb)]
     if outcome.spot_source:
-        moved_spots = sum(1 for c in outcome.spots if c.new != c.old)
-        lines.append(
-            fit(
-                f"{outcome.cloud}: {len(outcome.spots)} spot ranges from {outcome.spot_source}, "
-                f"{moved_spots} {verb}, {len(outcome.spots) - moved_spots} the same"
-            )
-        )
+        lines.append(_count_line(cloud, "spot ranges", outcome.spots, outcome.spot_source, verb))
     if outcome.monthly_source:
-        moved_monthly = sum(1 for c in outcome.monthly if c.new != c.old)
-        lines.append(
-            fit(
-                f"{outcome.cloud}: {len(outcome.monthly)} monthly prices from "
-                f"{outcome.monthly_source} ({outcome.currency}/month), {moved_monthly} {verb}, "
-                f"{len(outcome.monthly) - moved_monthly} the same"
-            )
-        )
+        monthly = f"{outcome.monthly_source} ({cur}/month)"
+        lines.append(_count_line(cloud, "monthly prices", outcome.monthly, monthly, verb))
     lines += table(outcome)
     if outcome.changes or outcome.spots or outcome.monthly:
         where = display_path(outcome.path) if outcome.path else f"{outcome.cloud}'s catalog"
