@@ -18,7 +18,7 @@ import pytest
 
 from gpufleet_node import job_policy, job_runner
 from gpufleet_node.job_policy import Decision, Policy
-from tests.support.moto_server import moto_server
+from tests.support.moto_server import moto_server, s3_bucket
 
 BUCKET = "gpufleet-recovery-test"
 PREFIX = "checkpoints/n0/r1/"
@@ -174,18 +174,10 @@ def moto_url() -> Iterator[str]:
 
 @pytest.fixture
 def endpoint(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    import boto3
-
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    client = boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1")
-    client.create_bucket(Bucket=BUCKET)
-    try:
-        yield moto_url
-    finally:
-        for obj in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
-            client.delete_object(Bucket=BUCKET, Key=obj["Key"])
-        client.delete_bucket(Bucket=BUCKET)
+    with s3_bucket(moto_url, BUCKET) as url:
+        yield url
 
 
 def free_port() -> int:

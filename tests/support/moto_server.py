@@ -53,3 +53,25 @@ def moto_server(warm: tuple[str, ...] = ("s3", "cloudwatch")) -> Iterator[str]:
         yield url
     finally:
         server.stop()
+
+
+@contextmanager
+def s3_bucket(url: str, name: str) -> Iterator[str]:
+    """Bucket ``name`` made on the moto at ``url`` for one test (its URL handed out), then
+    emptied and removed, so the next test starts from no objects."""
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    client.create_bucket(Bucket=name)
+    try:
+        yield url
+    finally:
+        for obj in client.list_objects_v2(Bucket=name).get("Contents", []):
+            client.delete_object(Bucket=name, Key=obj["Key"])
+        client.delete_bucket(Bucket=name)
