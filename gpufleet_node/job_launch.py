@@ -105,7 +105,11 @@ def run_script(script: str) -> None:
     uncaught exception does; SystemExit and KeyboardInterrupt pass through as they are."""
     try:
         runpy.run_path(script, run_name="__main__")
-    except (SystemExit, KeyboardInterrupt):
+    except SystemExit as done:
+        if done.code in (None, 0):
+            end_process_group()
+        raise
+    except KeyboardInterrupt:
         raise
     except BaseException as exc:
         # Python 3.11+ names runpy's frames "<frozen runpy>", earlier ones by its path.
@@ -115,6 +119,19 @@ def run_script(script: str) -> None:
             tb = tb.tb_next
         traceback.print_exception(type(exc), exc, tb)
         sys.exit(1)
+    end_process_group()
+
+
+def end_process_group() -> None:
+    """After a script that ended well: the process group it left open is destroyed here, as
+    PyTorch asks a program to do before it exits (torch.distributed.destroy_process_group).
+    Scripts that leave it to the interpreter's exit (a transformers Trainer's run_clm.py)
+    can otherwise abort in the group's teardown ("terminate called without an active
+    exception" on a rank whose peer left first), and the finished run counts as failed.
+    Nothing is imported: a script that never used torch.distributed is left as it is."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
